@@ -1,0 +1,20 @@
+//! Wire formats shared by ferromq's store, broker and clients.
+//!
+//! This crate owns RocketMQ's byte layouts. Today it holds the stored message record
+//! (RocketMQ's `MessageDecoder` layout), which is at once the CommitLog record and the body of
+//! a pull reply, so a broker can send stored bytes to real clients unchanged. The remoting
+//! frame and request headers join it with the broker.
+//!
+//! Nothing here touches a file or a socket: every function maps bytes to values and back.
+
+pub mod java_hash;
+pub mod message;
+
+pub use java_hash::java_string_hash;
+pub use message::message_id::{MessageId, MessageIdError};
+pub use message::properties::names as property_names;
+pub use message::properties::{Properties, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
+pub use message::record::{
+    body_crc, peek_magic, peek_total_size, seal, DraftRecord, EncodedRecord, RecordError,
+    RecordView, BLANK_MAGIC, MAGIC_V1, MAGIC_V2, RECORD_SIZE_MAX,
+};

@@ -1,0 +1,3 @@
+pub mod message_id;
+pub mod properties;
+pub mod record;

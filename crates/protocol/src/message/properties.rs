@@ -1,0 +1,87 @@
+//! Message properties: RocketMQ's `name 0x01 value 0x02` string.
+//!
+//! Producers send properties already encoded; the store keeps them as bytes and only reads a
+//! few names (`TAGS`, `KEYS`, `UNIQ_KEY`). Parsing follows Java's `string2messageProperties`:
+//! pairs are split on 0x02, name and value on the first 0x01, and pairs without a separator
+//! are skipped rather than rejected, because real clients are not all careful.
+
+/// Separates a property name from its value.
+pub const NAME_VALUE_SEPARATOR: u8 = 0x01;
+/// Ends each name/value pair.
+pub const PROPERTY_SEPARATOR: u8 = 0x02;
+
+/// Well-known property names (RocketMQ `MessageConst`).
+pub mod names {
+    /// The message tag, used for filtering; its Java hash is the ConsumeQueue tag code.
+    pub const TAGS: &str = "TAGS";
+    /// Space-separated business keys, indexed for `queryMsgByKey`.
+    pub const KEYS: &str = "KEYS";
+    /// The client-assigned unique id, indexed for `queryMsgByUniqueKey`.
+    pub const UNIQ_KEY: &str = "UNIQ_KEY";
+    /// Delay level of a scheduled message.
+    pub const DELAY: &str = "DELAY";
+    /// Whole-record CRC reserved at the end of the properties (see `record`).
+    pub const CRC32: &str = "__CRC32#";
+}
+
+/// A borrowed, encoded property string with lookups.
+#[derive(Debug, Clone, Copy)]
+pub struct Properties<'a>(pub &'a [u8]);
+
+impl<'a> Properties<'a> {
+    /// Iterates `(name, value)` pairs in stored order, skipping malformed pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.0
+            .split(|b| *b == PROPERTY_SEPARATOR)
+            .filter_map(|pair| {
+                let at = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
+                Some((&pair[..at], &pair[at + 1..]))
+            })
+    }
+
+    /// The value of the first property called `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
+        self.iter()
+            .find(|(n, _)| *n == name.as_bytes())
+            .map(|(_, v)| v)
+    }
+
+    /// The value of `name` as UTF-8 text; `None` when absent or not UTF-8.
+    pub fn get_str(&self, name: &str) -> Option<&'a str> {
+        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Encodes pairs the way Java's `messageProperties2String` does.
+    pub fn encode<'p>(pairs: impl IntoIterator<Item = (&'p str, &'p str)>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, value) in pairs {
+            out.extend_from_slice(name.as_bytes());
+            out.push(NAME_VALUE_SEPARATOR);
+            out.extend_from_slice(value.as_bytes());
+            out.push(PROPERTY_SEPARATOR);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_skips_malformed_pairs() {
+        let mut raw = Properties::encode([("TAGS", "a"), ("KEYS", "k1 k2")]);
+        raw.extend_from_slice(b"garbage\x02");
+        let props = Properties(&raw);
+        assert_eq!(props.get_str("TAGS"), Some("a"));
+        assert_eq!(props.get_str("KEYS"), Some("k1 k2"));
+        assert_eq!(props.get("garbage"), None);
+        assert_eq!(props.iter().count(), 2);
+    }
+
+    #[test]
+    fn value_may_contain_name_separator_after_the_first() {
+        let raw = b"A\x01b\x01c\x02";
+        assert_eq!(Properties(raw).get("A"), Some(&b"b\x01c"[..]));
+    }
+}
