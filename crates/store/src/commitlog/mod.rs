@@ -1,0 +1,211 @@
+//! The CommitLog: every message and every offset record, in one append-only sequence of
+//! segment files named by their 20-digit start offset (invariant 1).
+//!
+//! Invariants:
+//! 1. A record never spans two segments. When a record and an 8-byte end marker do not fit
+//!    in the rest of a segment, the writer puts a BLANK marker (`TOTALSIZE` = bytes left,
+//!    `MAGIC` = `BLANK_MAGIC`) and continues at the next segment's start.
+//! 2. Bytes below `written_end` are complete records; readers never look past it.
+//! 3. `min_offset` is the start of the oldest segment kept; retention raises it.
+
+pub mod segment;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use ferromq_protocol::{peek_magic, peek_total_size, RecordView, BLANK_MAGIC};
+
+use crate::error::{FileError, OpenError, ReadError};
+use crate::fsutil;
+pub use segment::Segment;
+
+/// Size of the end-of-segment marker.
+pub const BLANK_LEN: u64 = 8;
+
+/// The segment files and the published log end. Shared by the writer, the flusher, the
+/// dispatcher and readers.
+#[derive(Debug)]
+pub struct CommitLog {
+    dir: PathBuf,
+    segment_size: u64,
+    segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
+    written_end: AtomicU64,
+    min_offset: AtomicU64,
+}
+
+/// What one position of the log holds.
+#[derive(Debug)]
+pub enum Entry {
+    /// A verified record and its bytes.
+    Record(Bytes),
+    /// The end-of-segment marker; the log continues at `next`.
+    Blank { next: u64 },
+}
+
+impl CommitLog {
+    /// Opens the segment files in `dir`, refusing files that are not segments.
+    pub fn open(dir: &Path, segment_size: u64) -> Result<CommitLog, OpenError> {
+        fsutil::create_dir_all(dir)?;
+        let mut segments = BTreeMap::new();
+        let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
+        for item in listing {
+            let item = item.map_err(|e| FileError::new("list", dir, e))?;
+            let path = item.path();
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Some(start) = fsutil::parse_offset_file_name(&name) else {
+                return Err(OpenError::ForeignFile {
+                    path,
+                    reason: "not a CommitLog segment (expected a 20-digit offset name)".into(),
+                });
+            };
+            if start % segment_size != 0 {
+                return Err(OpenError::ForeignFile {
+                    path,
+                    reason: format!(
+                        "segment start is not a multiple of the segment size {segment_size}; \
+                         was the store created with another mappedFileSizeCommitLog?"
+                    ),
+                });
+            }
+            let segment = Segment::open(path.clone(), start)?;
+            if segment.len()? > segment_size {
+                return Err(OpenError::ForeignFile {
+                    path,
+                    reason: format!("segment is larger than the segment size {segment_size}"),
+                });
+            }
+            segments.insert(start, Arc::new(segment));
+        }
+        let min = segments.keys().next().copied().unwrap_or(0);
+        let log = CommitLog {
+            dir: dir.to_path_buf(),
+            segment_size,
+            segments: RwLock::new(segments),
+            written_end: AtomicU64::new(min),
+            min_offset: AtomicU64::new(min),
+        };
+        log.check_contiguous()?;
+        Ok(log)
+    }
+
+    fn check_contiguous(&self) -> Result<(), OpenError> {
+        let segments = self.segments.read().expect("segments lock");
+        let mut expected = None;
+        for start in segments.keys() {
+            if let Some(expected) = expected {
+                if *start != expected {
+                    return Err(OpenError::ForeignFile {
+                        path: self.dir.join(fsutil::offset_file_name(expected)),
+                        reason: format!("segment missing: the log jumps to {start}"),
+                    });
+                }
+            }
+            expected = Some(start + self.segment_size);
+        }
+        Ok(())
+    }
+
+    /// Directory of the segment files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Segment size in bytes.
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+
+    /// End of the complete records written so far.
+    pub fn written_end(&self) -> u64 {
+        self.written_end.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn publish_written_end(&self, end: u64) {
+        self.written_end.store(end, Ordering::Release);
+    }
+
+    /// Start of the oldest segment kept.
+    pub fn min_offset(&self) -> u64 {
+        self.min_offset.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_min_offset(&self, min: u64) {
+        self.min_offset.store(min, Ordering::Release);
+    }
+
+    /// Start of the segment that holds `phys_offset`.
+    pub fn segment_start_of(&self, phys_offset: u64) -> u64 {
+        phys_offset - phys_offset % self.segment_size
+    }
+
+    /// The segment holding `phys_offset`, if its file exists.
+    pub fn segment_for(&self, phys_offset: u64) -> Option<Arc<Segment>> {
+        let start = self.segment_start_of(phys_offset);
+        self.segments.read().expect("segments lock").get(&start).cloned()
+    }
+
+    /// All segments, oldest first.
+    pub fn segments(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().expect("segments lock").values().cloned().collect()
+    }
+
+    pub(crate) fn insert_segment(&self, segment: Arc<Segment>) {
+        self.segments.write().expect("segments lock").insert(segment.start, segment);
+    }
+
+    pub(crate) fn remove_segment(&self, start: u64) -> Option<Arc<Segment>> {
+        self.segments.write().expect("segments lock").remove(&start)
+    }
+
+    /// Reads `len` bytes at `phys_offset`; the range must lie inside one segment and below the
+    /// written end.
+    pub fn read(&self, phys_offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        let end = self.written_end();
+        let min = self.min_offset();
+        if phys_offset < min || phys_offset + len as u64 > end {
+            return Err(ReadError::OutOfRange { phys_offset, min, max: end });
+        }
+        self.read_unchecked(phys_offset, len)
+    }
+
+    /// Reads without the written-end check (recovery scans bytes not yet published).
+    pub(crate) fn read_unchecked(&self, phys_offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        let segment = self.segment_for(phys_offset).ok_or(ReadError::OutOfRange {
+            phys_offset,
+            min: self.min_offset(),
+            max: self.written_end(),
+        })?;
+        let mut buf = vec![0u8; len];
+        let got = segment.read_at(phys_offset - segment.start, &mut buf)?;
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    /// Reads and verifies the record (or end marker) at `phys_offset`.
+    pub fn read_entry(&self, phys_offset: u64) -> Result<Entry, ReadError> {
+        let head = self.read(phys_offset, 8)?;
+        let corrupt = |source| ReadError::Corrupt { phys_offset, source };
+        let total = peek_total_size(&head).map_err(corrupt)?;
+        if peek_magic(&head) == BLANK_MAGIC {
+            return Ok(Entry::Blank { next: self.segment_start_of(phys_offset) + self.segment_size });
+        }
+        let bytes = self.read(phys_offset, total.min(ferromq_protocol::RECORD_SIZE_MAX))?;
+        let view = RecordView::parse(&bytes).map_err(corrupt)?;
+        if view.phys_offset != phys_offset {
+            return Err(ReadError::Misplaced { phys_offset, stored: view.phys_offset });
+        }
+        Ok(Entry::Record(Bytes::from(bytes)))
+    }
+
+    /// Reads the record of `size` bytes at `phys_offset` (size known from a ConsumeQueue) and
+    /// verifies it.
+    pub fn read_record(&self, phys_offset: u64, size: usize) -> Result<Bytes, ReadError> {
+        let bytes = self.read(phys_offset, size)?;
+        RecordView::parse(&bytes).map_err(|source| ReadError::Corrupt { phys_offset, source })?;
+        Ok(Bytes::from(bytes))
+    }
+}

@@ -1,0 +1,95 @@
+//! One CommitLog segment file: a fixed span of physical offsets starting at `start`.
+//!
+//! Files are not preallocated: a segment's length is the end of the bytes written to it, so a
+//! truncation is a `set_len` and a disk-full error surfaces as a failed write, never as a
+//! fault on a memory map.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::FileError;
+use crate::fsutil;
+
+/// An open segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// Physical offset of the segment's first byte (also its file name).
+    pub start: u64,
+    file: File,
+    path: PathBuf,
+}
+
+impl Segment {
+    /// Creates the file for the segment at `start`, durably (the directory entry is fsynced).
+    pub fn create(dir: &Path, start: u64) -> Result<Segment, FileError> {
+        let path = dir.join(fsutil::offset_file_name(start));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| FileError::new("create segment", &path, e))?;
+        fsutil::sync_dir(dir)?;
+        Ok(Segment { start, file, path })
+    }
+
+    /// Opens an existing segment file.
+    pub fn open(path: PathBuf, start: u64) -> Result<Segment, FileError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| FileError::new("open segment", &path, e))?;
+        Ok(Segment { start, file, path })
+    }
+
+    /// Bytes in the file.
+    pub fn len(&self) -> Result<u64, FileError> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| FileError::new("stat", &self.path, e))
+    }
+
+    /// Reads up to `buf.len()` bytes at `pos` (relative to the segment); returns the count read.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize, FileError> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], pos + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FileError::new("read", &self.path, e)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes all of `bytes` at `pos` (relative to the segment).
+    pub fn write_all_at(&self, pos: u64, bytes: &[u8]) -> Result<(), FileError> {
+        self.file
+            .write_all_at(bytes, pos)
+            .map_err(|e| FileError::new("write", &self.path, e))
+    }
+
+    /// Cuts the file to `len` bytes and makes the cut durable.
+    pub fn truncate(&self, len: u64) -> Result<(), FileError> {
+        self.file
+            .set_len(len)
+            .map_err(|e| FileError::new("truncate", &self.path, e))?;
+        self.sync()
+    }
+
+    /// `fdatasync`: the written bytes (and the length they imply) are durable when it returns.
+    pub fn sync(&self) -> Result<(), FileError> {
+        self.file
+            .sync_data()
+            .map_err(|e| FileError::new("fsync", &self.path, e))
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

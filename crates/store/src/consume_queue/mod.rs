@@ -1,0 +1,38 @@
+//! ConsumeQueues: per (topic, queue) indexes of 20-byte entries into the CommitLog.
+//!
+//! Layout (RocketMQ's): `consumequeue/<topic>/<queueId>/<20-digit start byte offset>`, each
+//! file holding `entries_per_file` entries of `phys_offset: i64, size: i32, tag_code: i64`,
+//! big-endian; entry number = queue offset.
+//!
+//! Invariants:
+//! 1. The dispatcher is the only writer; entries are appended in queue-offset order and their
+//!    physical offsets increase (log order). An entry for an offset already present must be
+//!    identical (idempotent re-dispatch); a gap is an error, never silently skipped.
+//! 2. Entries are derived state: recovery cuts every entry at or after the checkpoint's log
+//!    position and re-dispatches them from the log.
+//! 3. An entry of size 0 is a hole (an unwritten slot); it never points at a message.
+
+mod queue;
+mod set;
+
+pub use queue::{ConsumeQueue, CqEntry, CqOpenReport, PutOutcome, CQ_ENTRY_SIZE};
+pub use set::ConsumeQueueSet;
+
+use std::path::PathBuf;
+
+/// ConsumeQueue failures.
+#[derive(Debug, thiserror::Error)]
+pub enum CqError {
+    /// I/O failure on a named file.
+    #[error(transparent)]
+    File(#[from] crate::error::FileError),
+    /// A file in a ConsumeQueue directory that does not belong there.
+    #[error("unexpected file {path}: {reason}")]
+    Foreign { path: PathBuf, reason: String },
+    /// Dispatch skipped queue offsets: derived state does not match the log.
+    #[error("ConsumeQueue {queue} expects offset {expected}, got {got}")]
+    Gap { queue: String, expected: u64, got: u64 },
+    /// Re-dispatch found a different entry at an offset already written.
+    #[error("ConsumeQueue {queue} offset {queue_offset} holds another entry")]
+    Conflict { queue: String, queue_offset: u64 },
+}

@@ -1,0 +1,180 @@
+//! The dispatcher: follows the CommitLog and builds every piece of derived state — the
+//! ConsumeQueues, the key index and the consumer offset view.
+//!
+//! Invariants:
+//! 1. It is the only writer of derived state, and it consumes the log strictly in order, so
+//!    derived state at position P is a pure function of the records below P.
+//! 2. It never passes the dispatch limit (the confirm offset: flushed end under `SyncFlush`,
+//!    written end under `AsyncFlush`), so consumers never see a record a crash could remove
+//!    (invariant 4).
+//! 3. Every record is verified (size, magic, CRC, stored physical offset) before it is
+//!    dispatched; the check pairs with the CRC the writer computed.
+//! 4. Offset records are applied to the view only at or after `view_from` (the position of
+//!    the snapshot the view was loaded from), so replay never applies a commit twice.
+
+use ferromq_protocol::{
+    java_string_hash, peek_magic, peek_total_size, property_names, RecordError, RecordView,
+    BLANK_MAGIC,
+};
+
+use crate::commitlog::CommitLog;
+use crate::consume_queue::{ConsumeQueueSet, CqEntry, CqError};
+use crate::error::{FileError, ReadError};
+use crate::key_index::KeyIndex;
+use crate::offsets::{OffsetCommand, OffsetView, Verdict, OFFSET_TOPIC};
+
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// Why dispatch stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// Reading the log failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A ConsumeQueue disagrees with the log.
+    #[error(transparent)]
+    ConsumeQueue(#[from] CqError),
+    /// The key index could not be written.
+    #[error(transparent)]
+    Index(#[from] FileError),
+}
+
+/// Derived state and how far it reaches.
+#[derive(Debug)]
+pub struct Derived {
+    /// ConsumeQueues.
+    pub queues: ConsumeQueueSet,
+    /// Key index.
+    pub index: KeyIndex,
+    /// Consumer offsets, as of `dispatched`.
+    pub view: OffsetView,
+    /// Next CommitLog position to dispatch.
+    pub dispatched: u64,
+    /// Offset records below this were already in the loaded view.
+    pub view_from: u64,
+    /// Store time of the last dispatched record.
+    pub last_store_timestamp_ms: i64,
+    /// Offset records whose entries the view rejected at dispatch (a divergence from the
+    /// writer's check; should stay 0).
+    pub offset_rejections_at_dispatch: u64,
+}
+
+/// What one dispatch pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Records dispatched.
+    pub records: u64,
+    /// Offset records applied.
+    pub offset_records: u64,
+}
+
+impl Derived {
+    /// Dispatches every record in `[dispatched, limit)`.
+    pub fn dispatch_until(&mut self, log: &CommitLog, limit: u64) -> Result<DispatchStats, DispatchError> {
+        let mut stats = DispatchStats::default();
+        while self.dispatched < limit {
+            let segment_end = log.segment_start_of(self.dispatched) + log.segment_size();
+            let want = (limit.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
+            let chunk = log.read_unchecked(self.dispatched, want.max(8))?;
+            let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats)?;
+            if consumed == 0 {
+                // A record larger than the chunk: read exactly that record.
+                let total = peek_total_size(&chunk).map_err(|source| ReadError::Corrupt {
+                    phys_offset: self.dispatched,
+                    source,
+                })?;
+                let record = log.read_unchecked(self.dispatched, total)?;
+                if self.dispatch_chunk(log, &record, limit, &mut stats)? == 0 {
+                    return Err(ReadError::Corrupt {
+                        phys_offset: self.dispatched,
+                        source: RecordError::Torn { needed: total, available: record.len() },
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Dispatches whole records at the start of `chunk`; returns bytes consumed.
+    fn dispatch_chunk(
+        &mut self,
+        log: &CommitLog,
+        chunk: &[u8],
+        limit: u64,
+        stats: &mut DispatchStats,
+    ) -> Result<usize, DispatchError> {
+        let mut at = 0;
+        while at + 8 <= chunk.len() && self.dispatched < limit {
+            let phys_offset = self.dispatched;
+            let corrupt = |source| ReadError::Corrupt { phys_offset, source };
+            if peek_magic(&chunk[at..]) == BLANK_MAGIC {
+                let next = log.segment_start_of(phys_offset) + log.segment_size();
+                self.dispatched = next;
+                return Ok(at + 8);
+            }
+            let total = peek_total_size(&chunk[at..]).map_err(corrupt)?;
+            if at + total > chunk.len() {
+                break;
+            }
+            let view = RecordView::parse(&chunk[at..at + total]).map_err(corrupt)?;
+            if view.phys_offset != phys_offset {
+                return Err(ReadError::Misplaced { phys_offset, stored: view.phys_offset }.into());
+            }
+            self.dispatch_record(&view, stats)?;
+            self.dispatched += total as u64;
+            at += total;
+        }
+        Ok(at)
+    }
+
+    fn dispatch_record(&mut self, record: &RecordView<'_>, stats: &mut DispatchStats) -> Result<(), DispatchError> {
+        let topic = record.topic_str();
+        let tag_code = record.tags().map(|t| i64::from(java_string_hash(t))).unwrap_or(0);
+        let entry = CqEntry { phys_offset: record.phys_offset, size: record.total_size() as u32, tag_code };
+        self.queues.get_or_create(topic, record.queue_id)?.put(record.queue_offset, entry)?;
+        self.last_store_timestamp_ms = record.store_timestamp_ms;
+        stats.records += 1;
+        if topic == OFFSET_TOPIC {
+            if record.phys_offset >= self.view_from {
+                self.apply_offset_record(record);
+                stats.offset_records += 1;
+            }
+            return Ok(());
+        }
+        if let Some(keys) = record.properties.get_str(property_names::KEYS) {
+            for key in keys.split(' ').filter(|k| !k.is_empty()) {
+                self.index.add(topic, key, record.phys_offset)?;
+            }
+        }
+        if let Some(unique) = record.properties.get_str(property_names::UNIQ_KEY) {
+            self.index.add(topic, unique, record.phys_offset)?;
+        }
+        Ok(())
+    }
+
+    fn apply_offset_record(&mut self, record: &RecordView<'_>) {
+        let command = match OffsetCommand::decode(record.body) {
+            Ok(command) => command,
+            Err(error) => {
+                // The CRC passed, so these bytes are what the writer wrote: a codec bug or a
+                // record from an incompatible version. Counted and reported, never applied.
+                tracing::error!(phys_offset = record.phys_offset, %error, "undecodable offset record");
+                self.offset_rejections_at_dispatch += 1;
+                return;
+            }
+        };
+        let queues = &self.queues;
+        let queue_max = |topic: &str, queue_id: u32| queues.get(topic, queue_id).map_or(0, |q| q.max_offset());
+        let verdicts = self.view.apply(&command, record.store_timestamp_ms, &queue_max);
+        for (entry, verdict) in command.entries.iter().zip(&verdicts) {
+            if let Verdict::Rejected(reason) = verdict {
+                tracing::warn!(
+                    group = %command.group, topic = %entry.topic, queue = entry.queue_id,
+                    offset = entry.offset, %reason, "offset record entry rejected at dispatch"
+                );
+                self.offset_rejections_at_dispatch += 1;
+            }
+        }
+    }
+}

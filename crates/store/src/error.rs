@@ -1,0 +1,135 @@
+//! Errors of the store, one enum per operation family; each keeps its cause.
+//!
+//! A durability failure is never swallowed: it reaches the caller of the append or commit that
+//! could not be made durable (invariant 2). After an fsync failure the store is *poisoned*:
+//! every later append fails with [`AppendError::Poisoned`] until the process restarts and
+//! recovery rebuilds a state it can trust, because after a failed fsync the kernel may have
+//! dropped dirty pages and a retried fsync can report success for data that is gone.
+
+use std::io;
+use std::path::PathBuf;
+
+use ferromq_protocol::RecordError;
+
+/// An I/O failure on a named file.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {path}: {source}")]
+pub struct FileError {
+    /// What was being done ("write", "fsync", "open", ...).
+    pub op: &'static str,
+    /// The file or directory concerned.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl FileError {
+    pub(crate) fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        FileError { op, path: path.into(), source }
+    }
+}
+
+/// Why an append (message or offset record) failed. Nothing was acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// A message field is invalid or too large.
+    #[error("invalid message: {0}")]
+    InvalidMessage(#[from] RecordError),
+    /// The message exceeds `max_message_size_bytes`.
+    #[error("message of {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge { size: usize, max: usize },
+    /// Writing failed (disk full, I/O error); the log was rolled back to its previous end.
+    #[error("append failed and was rolled back: {0}")]
+    Write(#[source] FileError),
+    /// An earlier fsync or rollback failed; the store accepts no writes until restarted.
+    #[error("store is poisoned by an earlier I/O failure ({0}); restart to recover")]
+    Poisoned(String),
+    /// The offset command could not be encoded (too many entries, names too long).
+    #[error("offset command cannot be encoded: {0}")]
+    OffsetEncoding(#[from] crate::offsets::OffsetCodecError),
+    /// The store is shutting down.
+    #[error("store is closed")]
+    Closed,
+}
+
+/// Why an acknowledged-durability wait failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DurabilityError {
+    /// fsync failed; the data may not be on disk. The store is poisoned.
+    #[error("fsync failed, data is not durable: {0}")]
+    FlushFailed(String),
+    /// The flush did not complete within the configured timeout (RocketMQ FLUSH_DISK_TIMEOUT).
+    #[error("flush did not complete within {timeout_ms} ms")]
+    Timeout { timeout_ms: u64 },
+    /// The store closed before the data was flushed.
+    #[error("store closed before the data was flushed")]
+    Closed,
+}
+
+/// Why reading stored data failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// Stored bytes failed verification (size, magic or CRC).
+    #[error("corrupt record at CommitLog offset {phys_offset}: {source}")]
+    Corrupt {
+        phys_offset: u64,
+        #[source]
+        source: RecordError,
+    },
+    /// A ConsumeQueue could not be read.
+    #[error(transparent)]
+    ConsumeQueue(#[from] crate::consume_queue::CqError),
+    /// A record's stored PHYSICALOFFSET disagrees with where it was found.
+    #[error("record at CommitLog offset {phys_offset} says it belongs at {stored}")]
+    Misplaced { phys_offset: u64, stored: u64 },
+    /// A message id that does not decode.
+    #[error("bad message id: {0}")]
+    BadMessageId(String),
+    /// The offset is outside the stored log.
+    #[error("CommitLog offset {phys_offset} is outside the log [{min}, {max})")]
+    OutOfRange { phys_offset: u64, min: u64, max: u64 },
+}
+
+/// Why the store could not open (recovery failed). Each names the file and offset concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Bad configuration value.
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    /// Another process holds the store's lock.
+    #[error("store directory {0} is in use by another process")]
+    Locked(PathBuf),
+    /// A file that does not belong in the data directory.
+    #[error("unexpected file {path}: {reason}")]
+    ForeignFile { path: PathBuf, reason: String },
+    /// I/O failure.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// Derived state could not be rebuilt.
+    #[error(transparent)]
+    ConsumeQueue(#[from] crate::consume_queue::CqError),
+    /// Reading the log failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Offsets cannot be rebuilt: the log no longer starts at 0 and no valid snapshot exists.
+    #[error("consumer offsets cannot be rebuilt: no valid snapshot in {dir} and the CommitLog starts at {log_min} (older records were deleted); restore a snapshot file")]
+    OffsetsUnrecoverable { dir: PathBuf, log_min: u64 },
+}
+
+/// Why a truncation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TruncateError {
+    /// The offset is not a record boundary inside the log.
+    #[error("cannot truncate at {phys_offset}: {reason}")]
+    BadOffset { phys_offset: u64, reason: String },
+    /// Rebuilding derived state after the cut failed.
+    #[error(transparent)]
+    Rebuild(#[from] OpenError),
+    /// I/O failure; the store is poisoned and recovery completes the truncation on restart.
+    #[error(transparent)]
+    File(#[from] FileError),
+}

@@ -1,0 +1,73 @@
+//! Crash-safe file helpers (invariant 5).
+//!
+//! Metadata is replaced by write-temp, fsync, rename, fsync(dir): after a crash the name
+//! points at either the complete old file or the complete new one, never a torn mix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::FileError;
+
+/// Atomically replaces `path` with `bytes`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let tmp = path.with_extension("tmp");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| FileError::new("create", &tmp, e))?;
+    file.write_all(bytes).map_err(|e| FileError::new("write", &tmp, e))?;
+    file.sync_all().map_err(|e| FileError::new("fsync", &tmp, e))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(|e| FileError::new("rename", path, e))?;
+    sync_parent(path)
+}
+
+/// fsyncs the directory holding `path`, making a create, rename or unlink durable.
+pub fn sync_parent(path: &Path) -> Result<(), FileError> {
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// fsyncs a directory.
+pub fn sync_dir(dir: &Path) -> Result<(), FileError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| FileError::new("fsync dir", dir, e))
+}
+
+/// Creates a directory and its parents, durably.
+pub fn create_dir_all(dir: &Path) -> Result<(), FileError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(|e| FileError::new("create dir", dir, e))?;
+    sync_parent(dir)
+}
+
+/// Removes a file durably; a missing file is not an error.
+pub fn remove_file(path: &Path) -> Result<(), FileError> {
+    match fs::remove_file(path) {
+        Ok(()) => sync_parent(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(FileError::new("remove", path, e)),
+    }
+}
+
+/// Name of a file that starts at `offset`: 20 zero-padded digits, as RocketMQ names them.
+pub fn offset_file_name(offset: u64) -> String {
+    format!("{offset:020}")
+}
+
+/// Parses a 20-digit offset file name.
+pub fn parse_offset_file_name(name: &str) -> Option<u64> {
+    if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+        name.parse().ok()
+    } else {
+        None
+    }
+}

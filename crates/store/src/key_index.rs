@@ -1,0 +1,252 @@
+//! The key index: finds messages by `KEYS` words and by `UNIQ_KEY`.
+//!
+//! One file per CommitLog segment, `index/<20-digit segment start>`, holding 16-byte entries
+//! `hash(topic#key): u64, phys_offset: u64` in log order. A lookup scans files newest first and
+//! returns candidate offsets; the caller reads each record and checks the key itself, so a
+//! hash collision costs a read, never a wrong answer. Retention drops a segment's index file
+//! with the segment.
+//!
+//! Invariants:
+//! 1. Entries are derived state: recovery cuts every entry at or after the checkpoint position
+//!    and re-dispatches from there, so each record is indexed exactly once.
+//! 2. Entries within a file are sorted by physical offset (dispatch follows the log).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{FileError, OpenError};
+use crate::fsutil;
+
+const ENTRY_SIZE: u64 = 16;
+const PENDING_BYTES_MAX: usize = 64 * 1024;
+
+/// FNV-1a over `topic#key`: stable across versions and platforms (it is stored on disk).
+pub fn key_hash(topic: &str, key: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in topic.bytes().chain(std::iter::once(b'#')).chain(key.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// The key index of a store.
+#[derive(Debug)]
+pub struct KeyIndex {
+    dir: PathBuf,
+    segment_size: u64,
+    files: BTreeMap<u64, File>,
+    dirty: BTreeSet<u64>,
+    /// Entries not yet written, with the segment they belong to.
+    pending: Vec<(u64, [u8; ENTRY_SIZE as usize])>,
+}
+
+impl KeyIndex {
+    /// Opens the index files in `dir`, cutting a torn last entry of each.
+    pub fn open(dir: &Path, segment_size: u64) -> Result<KeyIndex, OpenError> {
+        fsutil::create_dir_all(dir)?;
+        let mut files = BTreeMap::new();
+        let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
+        for item in listing {
+            let item = item.map_err(|e| FileError::new("list", dir, e))?;
+            let path = item.path();
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Some(start) = fsutil::parse_offset_file_name(&name).filter(|s| s % segment_size == 0)
+            else {
+                return Err(OpenError::ForeignFile {
+                    path,
+                    reason: "not an index file (expected a 20-digit segment start)".into(),
+                });
+            };
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| FileError::new("open", &path, e))?;
+            let len = file.metadata().map_err(|e| FileError::new("stat", &path, e))?.len();
+            if len % ENTRY_SIZE != 0 {
+                file.set_len(len - len % ENTRY_SIZE)
+                    .map_err(|e| FileError::new("truncate", &path, e))?;
+            }
+            files.insert(start, file);
+        }
+        Ok(KeyIndex { dir: dir.to_path_buf(), segment_size, files, dirty: BTreeSet::new(), pending: Vec::new() })
+    }
+
+    fn path(&self, start: u64) -> PathBuf {
+        self.dir.join(fsutil::offset_file_name(start))
+    }
+
+    /// Indexes `key` of `topic` for the record at `phys_offset`.
+    pub fn add(&mut self, topic: &str, key: &str, phys_offset: u64) -> Result<(), FileError> {
+        let mut entry = [0u8; ENTRY_SIZE as usize];
+        entry[..8].copy_from_slice(&key_hash(topic, key).to_be_bytes());
+        entry[8..].copy_from_slice(&phys_offset.to_be_bytes());
+        let segment = phys_offset - phys_offset % self.segment_size;
+        self.pending.push((segment, entry));
+        if self.pending.len() * ENTRY_SIZE as usize >= PENDING_BYTES_MAX {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
+    /// Writes pending entries to their files (not fsynced).
+    pub fn write_out(&mut self) -> Result<(), FileError> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut at = 0;
+        while at < pending.len() {
+            let segment = pending[at].0;
+            let run = pending[at..].iter().take_while(|(s, _)| *s == segment).count();
+            let bytes: Vec<u8> = pending[at..at + run].iter().flat_map(|(_, e)| *e).collect();
+            if !self.files.contains_key(&segment) {
+                let path = self.path(segment);
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| FileError::new("create", &path, e))?;
+                fsutil::sync_dir(&self.dir)?;
+                self.files.insert(segment, file);
+            }
+            let file = &self.files[&segment];
+            let len = file.metadata().map_err(|e| FileError::new("stat", self.path(segment), e))?.len();
+            file.write_all_at(&bytes, len)
+                .map_err(|e| FileError::new("write", self.path(segment), e))?;
+            self.dirty.insert(segment);
+            at += run;
+        }
+        Ok(())
+    }
+
+    /// Writes out and fsyncs changed files.
+    pub fn sync(&mut self) -> Result<(), FileError> {
+        self.write_out()?;
+        for segment in std::mem::take(&mut self.dirty) {
+            if let Some(file) = self.files.get(&segment) {
+                file.sync_data().map_err(|e| FileError::new("fsync", self.path(segment), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Candidate record offsets for `key` in `topic`, newest first, at most `max_count`.
+    pub fn lookup(&self, topic: &str, key: &str, max_count: usize) -> Result<Vec<u64>, FileError> {
+        let hash = key_hash(topic, key).to_be_bytes();
+        let mut found: Vec<u64> = self
+            .pending
+            .iter()
+            .rev()
+            .filter(|(_, e)| e[..8] == hash)
+            .map(|(_, e)| u64::from_be_bytes(e[8..].try_into().expect("8 bytes")))
+            .take(max_count)
+            .collect();
+        for (segment, file) in self.files.iter().rev() {
+            if found.len() >= max_count {
+                break;
+            }
+            let len = file.metadata().map_err(|e| FileError::new("stat", self.path(*segment), e))?.len();
+            let mut bytes = vec![0u8; len as usize];
+            file.read_exact_at(&mut bytes, 0)
+                .map_err(|e| FileError::new("read", self.path(*segment), e))?;
+            for entry in bytes.chunks_exact(ENTRY_SIZE as usize).rev() {
+                if entry[..8] == hash {
+                    found.push(u64::from_be_bytes(entry[8..].try_into().expect("8 bytes")));
+                    if found.len() >= max_count {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Removes every entry for records at or after `phys_offset`, durably.
+    pub fn truncate_from_phys(&mut self, phys_offset: u64) -> Result<(), FileError> {
+        self.write_out()?;
+        let segment = phys_offset - phys_offset % self.segment_size;
+        let doomed: Vec<u64> = self.files.range(segment + 1..).map(|(s, _)| *s).collect();
+        for start in doomed {
+            self.files.remove(&start);
+            self.dirty.remove(&start);
+            fsutil::remove_file(&self.path(start))?;
+        }
+        if let Some(file) = self.files.get(&segment) {
+            let path = self.path(segment);
+            let len = file.metadata().map_err(|e| FileError::new("stat", &path, e))?.len();
+            // Entries are sorted by offset: find the first at or after the cut.
+            let (mut low, mut high) = (0, len / ENTRY_SIZE);
+            while low < high {
+                let mid = low + (high - low) / 2;
+                let mut phys = [0u8; 8];
+                file.read_exact_at(&mut phys, mid * ENTRY_SIZE + 8)
+                    .map_err(|e| FileError::new("read", &path, e))?;
+                if u64::from_be_bytes(phys) < phys_offset {
+                    low = mid + 1;
+                } else {
+                    high = mid;
+                }
+            }
+            if low * ENTRY_SIZE < len {
+                file.set_len(low * ENTRY_SIZE)
+                    .and_then(|()| file.sync_data())
+                    .map_err(|e| FileError::new("truncate", &path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the files of segments that end at or below `log_min`.
+    pub fn delete_below(&mut self, log_min: u64) -> Result<(), FileError> {
+        let doomed: Vec<u64> = self
+            .files
+            .keys()
+            .copied()
+            .filter(|start| start + self.segment_size <= log_min)
+            .collect();
+        for start in doomed {
+            self.files.remove(&start);
+            self.dirty.remove(&start);
+            fsutil::remove_file(&self.path(start))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_finds_newest_first_and_survives_truncate_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = KeyIndex::open(dir.path(), 1000).unwrap();
+        for phys in [10, 500, 1200, 2500] {
+            index.add("T", "order-1", phys).unwrap();
+            index.add("T", "other", phys + 1).unwrap();
+        }
+        index.add("U", "order-1", 2600).unwrap();
+        assert_eq!(index.lookup("T", "order-1", 10).unwrap(), vec![2500, 1200, 500, 10]);
+        index.sync().unwrap();
+        index.truncate_from_phys(1200).unwrap();
+        drop(index);
+        let index = KeyIndex::open(dir.path(), 1000).unwrap();
+        assert_eq!(index.lookup("T", "order-1", 10).unwrap(), vec![500, 10]);
+        assert_eq!(index.lookup("T", "order-1", 1).unwrap(), vec![500]);
+        assert!(index.lookup("U", "order-1", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn delete_below_drops_whole_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = KeyIndex::open(dir.path(), 1000).unwrap();
+        index.add("T", "k", 10).unwrap();
+        index.add("T", "k", 1010).unwrap();
+        index.sync().unwrap();
+        index.delete_below(1000).unwrap();
+        assert_eq!(index.lookup("T", "k", 10).unwrap(), vec![1010]);
+    }
+}

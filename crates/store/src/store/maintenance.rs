@@ -1,0 +1,244 @@
+//! Dispatching, checkpoints, truncation and retention.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use super::{Inner, MessageStore, StoreError};
+use crate::checkpoint::Checkpoint;
+use crate::commitlog::Entry;
+use crate::dispatch::DispatchError;
+use crate::error::{FileError, OpenError, TruncateError};
+use crate::fsutil;
+use crate::recovery::{self, RecoveryReport};
+
+/// What a truncation removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TruncateReport {
+    /// The new log end.
+    pub phys_offset: u64,
+    /// Bytes of log removed.
+    pub bytes_cut: u64,
+    /// The checkpoint derived state restarted from.
+    pub checkpoint_position: Option<u64>,
+    /// Records re-dispatched from that checkpoint.
+    pub records_dispatched: u64,
+}
+
+/// What a retention pass deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Start offsets of the deleted segments.
+    pub segments_deleted: Vec<u64>,
+    /// The new log start.
+    pub log_min_offset: u64,
+}
+
+impl Inner {
+    /// Dispatches up to the dispatch limit and publishes the new dispatched end.
+    pub(crate) fn dispatch_once(&self) -> Result<(), DispatchError> {
+        let limit = self.dispatch_limit();
+        let mut derived = self.derived.lock().expect("derived lock");
+        if derived.dispatched >= limit {
+            return Ok(());
+        }
+        let result = derived.dispatch_until(&self.log, limit);
+        let dispatched = derived.dispatched;
+        drop(derived);
+        self.dispatched.send_replace(dispatched);
+        result.map(|_| ())
+    }
+
+    /// Makes derived state durable and writes a checkpoint at the dispatched position.
+    pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        let checkpoint = {
+            let mut derived = self.derived.lock().expect("derived lock");
+            recovery::sync_derived(&mut derived).map_err(open_to_store_error)?;
+            let position = derived.dispatched;
+            if position == self.checkpoint_position.load(Ordering::Acquire)
+                && self.checkpoints.positions().map_err(file_error)?.first() == Some(&position)
+            {
+                return Ok(());
+            }
+            let mut queue_offsets = BTreeMap::new();
+            for (topic, queue_id, queue) in derived.queues.iter() {
+                if queue.max_offset() > 0 {
+                    queue_offsets.insert((topic.to_string(), queue_id), queue.max_offset());
+                }
+            }
+            Checkpoint {
+                position,
+                last_store_timestamp_ms: derived.last_store_timestamp_ms,
+                queue_offsets,
+                view: derived.view.clone(),
+            }
+        };
+        // The log must be durable up to the position before a checkpoint may name it.
+        self.flush.wait_durable(checkpoint.position)?;
+        self.checkpoints.write(&checkpoint).map_err(file_error)?;
+        self.checkpoints.prune(self.config.snapshots_kept).map_err(file_error)?;
+        self.checkpoint_position.store(checkpoint.position, Ordering::Release);
+        Ok(())
+    }
+
+    /// At close: flush everything, dispatch everything, checkpoint.
+    pub(crate) fn final_checkpoint(&self) -> Result<(), StoreError> {
+        if self.poisoned().is_some() {
+            return Ok(());
+        }
+        let end = self.log.written_end();
+        self.flush.wait_durable(end)?;
+        self.dispatch_once().map_err(|e| {
+            StoreError::Durability(crate::error::DurabilityError::FlushFailed(e.to_string()))
+        })?;
+        self.checkpoint()
+    }
+
+    /// Deletes whole segments past their age or over the size limit, never the active one,
+    /// and only segments a checkpoint already covers (their offset records live on in it).
+    pub(crate) fn delete_expired_segments(&self) -> Result<RetentionReport, StoreError> {
+        let segments = self.log.segments();
+        let segment_size = self.config.segment_size_bytes;
+        let mut total: u64 = 0;
+        let mut sizes = Vec::with_capacity(segments.len());
+        for segment in &segments {
+            let len = segment.len().map_err(file_error)?;
+            total += len;
+            sizes.push(len);
+        }
+        let now = SystemTime::now();
+        let mut doomed = Vec::new();
+        for (segment, len) in segments.iter().zip(&sizes).take(segments.len().saturating_sub(1)) {
+            let too_big = self.config.retention_max_log_bytes.is_some_and(|max| total > max);
+            let too_old = match self.config.retention_max_age_ms {
+                Some(max_age) => {
+                    let modified = std::fs::metadata(segment.path())
+                        .and_then(|m| m.modified())
+                        .map_err(|e| file_error(FileError::new("stat", segment.path(), e)))?;
+                    now.duration_since(modified).unwrap_or_default() > Duration::from_millis(max_age)
+                }
+                None => false,
+            };
+            if !(too_big || too_old) {
+                break;
+            }
+            doomed.push(segment.clone());
+            total -= len;
+        }
+        let Some(last) = doomed.last() else {
+            return Ok(RetentionReport { segments_deleted: vec![], log_min_offset: self.log.min_offset() });
+        };
+        let new_min = last.start + segment_size;
+        if self.checkpoint_position.load(Ordering::Acquire) < new_min {
+            self.checkpoint()?;
+        }
+        let covered = self.checkpoint_position.load(Ordering::Acquire);
+        doomed.retain(|segment| segment.start + segment_size <= covered);
+        let Some(last) = doomed.last() else {
+            return Ok(RetentionReport { segments_deleted: vec![], log_min_offset: self.log.min_offset() });
+        };
+        let new_min = last.start + segment_size;
+        self.log.set_min_offset(new_min);
+        let mut deleted = Vec::new();
+        for segment in &doomed {
+            self.log.remove_segment(segment.start);
+            fsutil::remove_file(segment.path()).map_err(file_error)?;
+            deleted.push(segment.start);
+        }
+        let mut derived = self.derived.lock().expect("derived lock");
+        for queue in derived.queues.all_mut() {
+            queue.delete_below_phys(new_min).map_err(|e| open_to_store_error(e.into()))?;
+        }
+        derived.index.delete_below(new_min).map_err(file_error)?;
+        tracing::info!(segments = ?deleted, log_min = new_min, "retention deleted CommitLog segments");
+        Ok(RetentionReport { segments_deleted: deleted, log_min_offset: new_min })
+    }
+}
+
+impl MessageStore {
+    /// Writes a checkpoint now (derived state fsynced, offset view snapshotted).
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.inner.checkpoint()
+    }
+
+    /// Runs retention now.
+    pub fn delete_expired_segments(&self) -> Result<RetentionReport, StoreError> {
+        self.inner.delete_expired_segments()
+    }
+
+    /// Cuts the log at `phys_offset` and every derived structure with it: ConsumeQueues, key
+    /// index and offset view then equal a replay of the surviving log (invariant 6).
+    ///
+    /// # Durability
+    /// Crash-safe: the intent is recorded durably first, and recovery completes an interrupted
+    /// truncation before anything else, so a cut tail never comes back.
+    ///
+    /// # Errors
+    /// `phys_offset` is not a record boundary inside the log, or I/O failed (the store is then
+    /// poisoned; recovery finishes the truncation on restart).
+    pub fn truncate(&self, phys_offset: u64) -> Result<TruncateReport, TruncateError> {
+        let inner = &self.inner;
+        let mut writer = inner.writer.lock().expect("writer lock");
+        let mut derived = inner.derived.lock().expect("derived lock");
+        let end = inner.log.written_end();
+        let bad = |reason: String| TruncateError::BadOffset { phys_offset, reason };
+        if phys_offset < inner.log.min_offset() || phys_offset > end {
+            return Err(bad(format!("outside the log [{}, {end}]", inner.log.min_offset())));
+        }
+        if phys_offset < end {
+            match inner.log.read_entry(phys_offset) {
+                Ok(Entry::Record(_)) | Ok(Entry::Blank { .. }) => {}
+                Err(error) => return Err(bad(format!("not a record boundary: {error}"))),
+            }
+        }
+        let root = &inner.config.root_dir;
+        let result = (|| -> Result<TruncateReport, TruncateError> {
+            fsutil::write_atomic(&recovery::truncate_intent(root), &recovery::encode_intent(phys_offset))?;
+            recovery::cut_log_files(&inner.log, &inner.checkpoints, phys_offset)?;
+            inner.log.publish_written_end(phys_offset);
+            inner.flush.truncate_to(phys_offset);
+            let checkpoint = inner
+                .checkpoints
+                .positions()?
+                .into_iter()
+                .find_map(|p| inner.checkpoints.read(p).ok().filter(|c| c.position <= phys_offset));
+            let checkpoint_position = checkpoint.as_ref().map(|c| c.position);
+            let mut report = RecoveryReport::default();
+            let rebuilt = recovery::rebuild_derived(&inner.config, &inner.log, checkpoint, &mut report)?;
+            *derived = rebuilt;
+            writer.reset(
+                phys_offset,
+                derived.queues.max_offsets(),
+                derived.last_store_timestamp_ms,
+                derived.view.clone(),
+            );
+            inner.checkpoint_position.store(checkpoint_position.unwrap_or(0), Ordering::Release);
+            inner.dispatched.send_replace(derived.dispatched);
+            fsutil::remove_file(&recovery::truncate_intent(root))?;
+            Ok(TruncateReport {
+                phys_offset,
+                bytes_cut: end - phys_offset,
+                checkpoint_position,
+                records_dispatched: report.records_dispatched,
+            })
+        })();
+        match &result {
+            Ok(report) => {
+                inner.bytes_cut.fetch_add(report.bytes_cut, Ordering::Relaxed);
+                tracing::warn!(phys_offset, bytes_cut = report.bytes_cut, "CommitLog truncated");
+            }
+            Err(error) => {
+                inner.flush.poison(format!("truncation to {phys_offset} failed: {error}"));
+            }
+        }
+        result
+    }
+}
+
+fn file_error(error: FileError) -> StoreError {
+    StoreError::Durability(crate::error::DurabilityError::FlushFailed(error.to_string()))
+}
+
+fn open_to_store_error(error: OpenError) -> StoreError {
+    StoreError::Durability(crate::error::DurabilityError::FlushFailed(error.to_string()))
+}

@@ -1,0 +1,380 @@
+//! `MessageStore`: the store's public face, tying the CommitLog, flusher, dispatcher,
+//! ConsumeQueues, key index, offset view and checkpoints together.
+//!
+//! Threads: one flusher (owns CommitLog fsyncs), one dispatcher (only writer of derived
+//! state), one checkpointer (fsyncs derived state, writes checkpoints, runs retention).
+//!
+//! Lock order: `writer` before `derived`. The dispatcher and readers take only `derived`; the
+//! checkpointer takes `derived`, releases it, then waits on the flusher.
+//!
+//! # Durability
+//! Under `SyncFlush`, [`MessageStore::put`] and [`MessageStore::commit_offsets`] return only
+//! after the record is fsynced; concurrent calls share fsyncs (group commit). Under
+//! `AsyncFlush` they return once written; a crash may lose the unflushed tail but never a record
+//! in the middle (recovery cuts the log at the first bad record).
+
+mod maintenance;
+mod offsets_api;
+mod read;
+mod threads;
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ferromq_protocol::DraftRecord;
+use tokio::sync::watch;
+
+pub use maintenance::{RetentionReport, TruncateReport};
+pub use offsets_api::{CommitOutcome, OffsetEvent};
+pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
+
+use crate::checkpoint::CheckpointDir;
+use crate::clock::{Clock, SystemClock};
+use crate::commitlog::writer::{Placement, WriterState};
+use crate::commitlog::CommitLog;
+use crate::config::{FlushDiskType, StoreConfig};
+use crate::dispatch::Derived;
+use crate::error::{AppendError, DurabilityError, OpenError};
+use crate::flush::FlushControl;
+use crate::recovery::{self, RecoveryReport};
+
+/// Where an appended batch landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutReceipt {
+    /// One placement per record, in order.
+    pub placements: Vec<Placement>,
+    /// CommitLog end after the batch: the batch is durable once the flushed end reaches it.
+    pub end_offset: u64,
+}
+
+/// A failed put or commit: it either never entered the log, or it did but could not be made
+/// durable within the policy. Either way it was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The append failed.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// The record was written but is not known to be durable.
+    #[error(transparent)]
+    Durability(#[from] DurabilityError),
+}
+
+/// Counters and positions, for `brokerStatus` and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Start of the oldest segment kept.
+    pub log_min_offset: u64,
+    /// End of the written log.
+    pub written_end: u64,
+    /// End of the durable log.
+    pub flushed_end: u64,
+    /// End of the dispatched log (what consumers can see).
+    pub dispatched_end: u64,
+    /// Position of the newest checkpoint.
+    pub checkpoint_position: u64,
+    /// fsyncs of the CommitLog so far.
+    pub fsync_count: u64,
+    /// Records appended since open.
+    pub records_appended: u64,
+    /// Bytes cut from the log by recoveries and truncations since open.
+    pub bytes_cut: u64,
+    /// Offset-record entries rejected by the dispatcher (should stay 0).
+    pub offset_rejections_at_dispatch: u64,
+    /// Commit entries rejected by the offset rules since open.
+    pub commits_rejected: u64,
+    /// The failure that poisoned the store, if any.
+    pub poisoned: Option<String>,
+}
+
+/// Wakes the dispatcher when there is something new to dispatch.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    ticks: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Signal {
+    pub(crate) fn notify(&self) {
+        *self.ticks.lock().expect("signal lock") += 1;
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn wait(&self, seen: u64, timeout: Duration) -> u64 {
+        let ticks = self.ticks.lock().expect("signal lock");
+        let (ticks, _) = self
+            .changed
+            .wait_timeout_while(ticks, timeout, |t| *t == seen)
+            .expect("signal lock");
+        *ticks
+    }
+}
+
+pub(crate) struct Inner {
+    pub config: StoreConfig,
+    pub clock: Arc<dyn Clock>,
+    pub log: CommitLog,
+    pub writer: Mutex<WriterState>,
+    pub flush: FlushControl,
+    pub derived: Mutex<Derived>,
+    pub dispatch_signal: Signal,
+    pub dispatched: watch::Sender<u64>,
+    pub checkpoints: CheckpointDir,
+    pub checkpoint_position: AtomicU64,
+    /// Replication's commit point; `u64::MAX` when the store runs alone.
+    pub confirm_offset: AtomicU64,
+    pub closed: AtomicBool,
+    pub records_appended: AtomicU64,
+    pub bytes_cut: AtomicU64,
+    pub commits_rejected: AtomicU64,
+    pub dispatch_failure: Mutex<Option<String>>,
+    pub _lock: File,
+}
+
+/// A recovered, running store.
+pub struct MessageStore {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    report: RecoveryReport,
+}
+
+impl std::fmt::Debug for MessageStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageStore").field("root", &self.inner.config.root_dir).finish()
+    }
+}
+
+impl MessageStore {
+    /// Opens the store, recovering from whatever state the files are in.
+    ///
+    /// # Errors
+    /// [`OpenError`] naming the file and offset when the directory cannot be trusted: a foreign
+    /// file, a lock held by another process, unreadable files, or offsets that cannot be
+    /// rebuilt. Bad records at the log tail are not errors: they are cut and reported.
+    pub fn open(config: StoreConfig) -> Result<MessageStore, OpenError> {
+        Self::open_with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// Opens the store with a custom clock (tests).
+    pub fn open_with_clock(config: StoreConfig, clock: Arc<dyn Clock>) -> Result<MessageStore, OpenError> {
+        let recovered = recovery::recover(&config)?;
+        let end = recovered.log.written_end();
+        let position = recovered.report.checkpoint_position.unwrap_or(0);
+        let bytes_cut = recovered.report.cut.as_ref().map_or(0, |c| c.bytes_cut);
+        let inner = Arc::new(Inner {
+            flush: FlushControl::new(end, Duration::from_millis(config.sync_flush_timeout_ms)),
+            config,
+            clock,
+            log: recovered.log,
+            writer: Mutex::new(recovered.writer),
+            derived: Mutex::new(recovered.derived),
+            dispatch_signal: Signal::default(),
+            dispatched: watch::Sender::new(end),
+            checkpoints: recovered.checkpoints,
+            checkpoint_position: AtomicU64::new(position),
+            confirm_offset: AtomicU64::new(u64::MAX),
+            closed: AtomicBool::new(false),
+            records_appended: AtomicU64::new(0),
+            bytes_cut: AtomicU64::new(bytes_cut),
+            commits_rejected: AtomicU64::new(0),
+            dispatch_failure: Mutex::new(None),
+            _lock: recovered.lock,
+        });
+        let threads = threads::start(&inner);
+        Ok(MessageStore { inner, threads: Mutex::new(threads), report: recovered.report })
+    }
+
+    /// What recovery found and did when this store opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Appends records as one batch without waiting for durability.
+    ///
+    /// # Errors
+    /// A record is invalid or too large, the write failed (rolled back), or the store is
+    /// poisoned or closed.
+    pub fn append(&self, records: &[DraftRecord<'_>]) -> Result<PutReceipt, AppendError> {
+        let max = self.inner.config.max_message_size_bytes;
+        let mut encoded = Vec::with_capacity(records.len());
+        for record in records {
+            if record.body.len() > max {
+                return Err(AppendError::MessageTooLarge { size: record.body.len(), max });
+            }
+            encoded.push((record.topic, record.encode()?));
+        }
+        let mut writer = self.inner.writer.lock().expect("writer lock");
+        self.inner.append_locked(&mut writer, &mut encoded)
+    }
+
+    /// Appends records and returns once they are durable per the flush policy.
+    ///
+    /// # Durability
+    /// `SyncFlush`: fsynced. `AsyncFlush`: written (flushed within `flush_interval_ms`).
+    pub fn put(&self, records: &[DraftRecord<'_>]) -> Result<PutReceipt, StoreError> {
+        let receipt = self.append(records)?;
+        self.wait_acknowledgeable(receipt.end_offset)?;
+        Ok(receipt)
+    }
+
+    /// Blocks until everything below `end` satisfies the flush policy.
+    pub fn wait_acknowledgeable(&self, end: u64) -> Result<(), DurabilityError> {
+        match self.inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush => self.inner.flush.wait_durable(end),
+            FlushDiskType::AsyncFlush => Ok(()),
+        }
+    }
+
+    /// Async form of [`MessageStore::wait_acknowledgeable`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting.
+    pub async fn acknowledgeable(&self, end: u64) -> Result<(), DurabilityError> {
+        match self.inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush => self.inner.flush.durable(end).await,
+            FlushDiskType::AsyncFlush => Ok(()),
+        }
+    }
+
+    /// Blocks until everything below `end` is fsynced, whatever the policy.
+    pub fn wait_durable(&self, end: u64) -> Result<(), DurabilityError> {
+        self.inner.flush.wait_durable(end)
+    }
+
+    /// Positions and counters.
+    pub fn stats(&self) -> StoreStats {
+        let inner = &self.inner;
+        StoreStats {
+            log_min_offset: inner.log.min_offset(),
+            written_end: inner.log.written_end(),
+            flushed_end: inner.flush.flushed_end(),
+            dispatched_end: *inner.dispatched.borrow(),
+            checkpoint_position: inner.checkpoint_position.load(Ordering::Acquire),
+            fsync_count: inner.flush.fsync_count.load(Ordering::Relaxed),
+            records_appended: inner.records_appended.load(Ordering::Relaxed),
+            bytes_cut: inner.bytes_cut.load(Ordering::Relaxed),
+            offset_rejections_at_dispatch: inner.derived.lock().expect("derived lock").offset_rejections_at_dispatch,
+            commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),
+            poisoned: inner.poisoned(),
+        }
+    }
+
+    /// Sets replication's commit point: dispatch (and so consumers) stop there. `None` when
+    /// the store runs alone.
+    pub fn set_confirm_offset(&self, confirm: Option<u64>) {
+        self.inner.confirm_offset.store(confirm.unwrap_or(u64::MAX), Ordering::Release);
+        self.inner.dispatch_signal.notify();
+    }
+
+    /// Blocks until the dispatcher has reached `position` or `timeout` passes; returns the
+    /// dispatched end.
+    pub fn wait_dispatched(&self, position: u64, timeout: Duration) -> u64 {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let dispatched = *self.inner.dispatched.borrow();
+            if dispatched >= position || std::time::Instant::now() >= deadline {
+                return dispatched;
+            }
+            self.inner.dispatch_signal.notify();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// A receiver of the dispatched end, for long polling.
+    pub fn subscribe_dispatched(&self) -> watch::Receiver<u64> {
+        self.inner.dispatched.subscribe()
+    }
+
+    /// Flushes, checkpoints and stops the store; the next open is a clean start.
+    ///
+    /// # Errors
+    /// The final flush or checkpoint failed: the next open runs crash recovery.
+    pub fn close(self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<(), StoreError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let result = self.inner.final_checkpoint();
+        self.inner.flush.close();
+        self.inner.dispatch_signal.notify();
+        for handle in self.threads.lock().expect("threads lock").drain(..) {
+            let _ = handle.join();
+        }
+        result?;
+        if self.inner.poisoned().is_none() {
+            crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))
+                .map_err(|e| StoreError::Durability(DurabilityError::FlushFailed(e.to_string())))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MessageStore {
+    fn drop(&mut self) {
+        if let Err(error) = self.shutdown() {
+            tracing::error!(%error, "store did not close cleanly; the next open recovers");
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn poisoned(&self) -> Option<String> {
+        self.flush.failure()
+    }
+
+    /// Appends under the writer lock; poisons the store when a rollback fails.
+    pub(crate) fn append_locked(
+        &self,
+        writer: &mut WriterState,
+        records: &mut [(&str, ferromq_protocol::EncodedRecord)],
+    ) -> Result<PutReceipt, AppendError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(AppendError::Closed);
+        }
+        if let Some(failure) = self.poisoned() {
+            return Err(AppendError::Poisoned(failure));
+        }
+        let segment_room = self.config.segment_size_bytes - crate::commitlog::BLANK_LEN;
+        if let Some((_, big)) = records.iter().find(|(_, r)| r.len() as u64 > segment_room) {
+            return Err(AppendError::MessageTooLarge { size: big.len(), max: segment_room as usize });
+        }
+        match writer.append(&self.log, self.clock.now_ms(), records) {
+            Ok(placements) => {
+                self.records_appended.fetch_add(placements.len() as u64, Ordering::Relaxed);
+                let end_offset = writer.write_pos();
+                if self.config.flush_disk_type == FlushDiskType::AsyncFlush {
+                    self.dispatch_signal.notify();
+                }
+                Ok(PutReceipt { placements, end_offset })
+            }
+            Err(failure) => {
+                if let Some(rollback) = failure.rollback_error {
+                    let reason = format!("rollback after a failed write failed: {rollback}");
+                    tracing::error!(%reason, write_error = %failure.error, "poisoning the store");
+                    self.flush.poison(reason);
+                }
+                Err(AppendError::Write(failure.error))
+            }
+        }
+    }
+
+    /// How far the dispatcher may go: the confirm offset, the flushed end under `SyncFlush`,
+    /// the written end under `AsyncFlush` (invariant 4).
+    pub(crate) fn dispatch_limit(&self) -> u64 {
+        let local = match self.config.flush_disk_type {
+            FlushDiskType::SyncFlush => self.flush.flushed_end(),
+            FlushDiskType::AsyncFlush => self.log.written_end(),
+        };
+        local.min(self.confirm_offset.load(Ordering::Acquire))
+    }
+}

@@ -1,0 +1,209 @@
+//! Consumer offsets: commits, resets and corrections as log records (invariant 1), the view
+//! they build, and their history.
+//!
+//! A command is checked against the writer's view (which includes records appended but not
+//! yet dispatched) under the append lock, so the order of records in the log decides every
+//! conflict. Only accepted entries are written; rejected ones are returned to the caller with
+//! their reason (invariant 3) and counted. The dispatcher applies the same rules to the same
+//! records and reaches the same view, here and on every replica.
+
+use std::sync::atomic::Ordering;
+
+use ferromq_protocol::{DraftRecord, RecordView};
+
+use super::{MessageStore, StoreError};
+use crate::commitlog::writer::Placement;
+use crate::error::{AppendError, ReadError};
+use crate::offsets::{OffsetCommand, OffsetKind, StoredOffset, Verdict, OFFSET_TOPIC};
+
+/// Result of [`MessageStore::commit_offsets`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// One verdict per entry of the command, in order.
+    pub verdicts: Vec<Verdict>,
+    /// The generation a reset or correction established (the current one for commits).
+    pub generation: Option<u64>,
+    /// Where the offset record landed; `None` when no entry needed writing.
+    pub record: Option<Placement>,
+}
+
+impl CommitOutcome {
+    /// Whether every entry was applied or already held that value.
+    pub fn all_accepted(&self) -> bool {
+        self.verdicts.iter().all(|v| !matches!(v, Verdict::Rejected(_)))
+    }
+}
+
+/// One change of a consumer offset, as recorded in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetEvent {
+    /// Store time of the record.
+    pub timestamp_ms: i64,
+    /// Commit, reset or correction.
+    pub kind: OffsetKind,
+    /// Who sent it.
+    pub client_id: String,
+    /// The generation it carried (commits) or established (resets, corrections).
+    pub generation: Option<u64>,
+    /// Topic.
+    pub topic: String,
+    /// Queue.
+    pub queue_id: u32,
+    /// The offset set.
+    pub offset: u64,
+    /// Where the record is in the CommitLog.
+    pub phys_offset: u64,
+}
+
+impl MessageStore {
+    /// Records an offset commit, reset or correction; returns when it is acknowledgeable under
+    /// the flush policy (the same rule as a message).
+    ///
+    /// For a reset or correction the store assigns the new generation (current + 1); the
+    /// command's own `generation` is ignored. Entries are judged one by one: accepted ones
+    /// are written together in one record, rejected ones are reported in the outcome.
+    ///
+    /// # Errors
+    /// The record could not be written or made durable; nothing was acknowledged.
+    pub fn commit_offsets(&self, command: &OffsetCommand) -> Result<CommitOutcome, StoreError> {
+        let inner = &self.inner;
+        let mut command = command.clone();
+        let (outcome, end) = {
+            let mut writer = inner.writer.lock().expect("writer lock");
+            let generation = match command.kind {
+                OffsetKind::Commit => command.generation,
+                OffsetKind::Reset | OffsetKind::Correction => {
+                    let topic = command.entries.first().map_or("", |e| e.topic.as_str());
+                    let next = writer.offsets.next_generation(&command.group, topic);
+                    command.generation = Some(next);
+                    Some(next)
+                }
+            };
+            let verdicts = {
+                let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
+                writer.offsets.check(&command, &queue_max)
+            };
+            let rejected = verdicts.iter().filter(|v| matches!(v, Verdict::Rejected(_))).count();
+            inner.commits_rejected.fetch_add(rejected as u64, Ordering::Relaxed);
+            let mut accepted = command.clone();
+            accepted.entries = command
+                .entries
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, v)| **v == Verdict::Applied)
+                .map(|(e, _)| e.clone())
+                .collect();
+            if accepted.entries.is_empty() {
+                let end = writer.write_pos();
+                (CommitOutcome { verdicts, generation, record: None }, end)
+            } else {
+                let body = accepted.encode().map_err(AppendError::from)?;
+                let draft = DraftRecord {
+                    topic: OFFSET_TOPIC,
+                    queue_id: 0,
+                    flag: 0,
+                    sys_flag: 0,
+                    born_timestamp_ms: inner.clock.now_ms(),
+                    born_host: inner.config.store_host,
+                    store_host: inner.config.store_host,
+                    reconsume_times: 0,
+                    prepared_tx_offset: 0,
+                    body: &body,
+                    properties: &[],
+                };
+                let mut records = vec![(OFFSET_TOPIC, draft.encode().map_err(AppendError::from)?)];
+                let receipt = inner.append_locked(&mut writer, &mut records)?;
+                let placement = receipt.placements[0].clone();
+                let applied = {
+                    let WriterStateParts { offsets, queue_max } = split(&mut writer);
+                    offsets.apply(&accepted, placement.store_timestamp_ms, &queue_max)
+                };
+                debug_assert!(applied.iter().all(|v| *v == Verdict::Applied), "check and apply agree");
+                (CommitOutcome { verdicts, generation, record: Some(placement) }, receipt.end_offset)
+            }
+        };
+        self.wait_acknowledgeable(end)?;
+        Ok(outcome)
+    }
+
+    /// The stored offset of (group, topic, queue): `Ok(None)` when the group never committed
+    /// one. Reflects every commit acknowledged before the call.
+    pub fn consumer_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<StoredOffset> {
+        self.catch_up_dispatch();
+        self.inner.derived.lock().expect("derived lock").view.get(group, topic, queue_id)
+    }
+
+    /// Current reset generation of (group, topic).
+    pub fn offset_generation(&self, group: &str, topic: &str) -> u64 {
+        self.catch_up_dispatch();
+        self.inner.derived.lock().expect("derived lock").view.generation(group, topic)
+    }
+
+    /// Every stored offset of a group: (topic, queue, offset).
+    pub fn group_offsets(&self, group: &str) -> Vec<(String, u32, StoredOffset)> {
+        self.catch_up_dispatch();
+        self.inner.derived.lock().expect("derived lock").view.group_offsets(group)
+    }
+
+    /// Groups with stored offsets.
+    pub fn groups(&self) -> Vec<String> {
+        self.catch_up_dispatch();
+        self.inner.derived.lock().expect("derived lock").view.groups()
+    }
+
+    /// Every change of (group, topic[, queue]) still in the log, oldest first: the answer to
+    /// "why did my offset move?". Records older than the log's retention are gone; their
+    /// effect lives on in the view.
+    pub fn offset_history(&self, group: &str, topic: &str, queue_id: Option<u32>) -> Result<Vec<OffsetEvent>, ReadError> {
+        self.catch_up_dispatch();
+        let (min, max) = self.queue_bounds(OFFSET_TOPIC, 0).unwrap_or((0, 0));
+        let mut events = Vec::new();
+        let mut offset = min;
+        while offset < max {
+            let result = self.get_messages(OFFSET_TOPIC, 0, offset, 256, usize::MAX, &Default::default())?;
+            if result.messages.is_empty() {
+                break;
+            }
+            for message in &result.messages {
+                let view = RecordView::parse(&message.bytes).expect("verified by get_messages");
+                let Ok(command) = OffsetCommand::decode(view.body) else { continue };
+                if command.group != group {
+                    continue;
+                }
+                for entry in &command.entries {
+                    if entry.topic == topic && queue_id.is_none_or(|q| q == entry.queue_id) {
+                        events.push(OffsetEvent {
+                            timestamp_ms: view.store_timestamp_ms,
+                            kind: command.kind,
+                            client_id: command.client_id.clone(),
+                            generation: command.generation,
+                            topic: entry.topic.clone(),
+                            queue_id: entry.queue_id,
+                            offset: entry.offset,
+                            phys_offset: message.phys_offset,
+                        });
+                    }
+                }
+            }
+            offset = result.next_begin_offset;
+        }
+        Ok(events)
+    }
+}
+
+struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
+    offsets: &'a mut crate::offsets::OffsetView,
+    queue_max: F,
+}
+
+fn split(
+    writer: &mut crate::commitlog::writer::WriterState,
+) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
+    let (offsets, queues) = writer.split_offsets();
+    WriterStateParts {
+        offsets,
+        queue_max: move |topic: &str, queue_id: u32| {
+            queues.get(topic).and_then(|q| q.get(&queue_id)).copied().unwrap_or(0)
+        },
+    }
+}

@@ -1,0 +1,311 @@
+//! Reads: messages by queue offset with a tag filter, queue bounds, and lookups by time,
+//! message id and key.
+//!
+//! Readers see only dispatched records (invariant 4). Every record read is verified (CRC) and
+//! checked against the ConsumeQueue entry that led to it: same topic, queue and queue offset.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferromq_protocol::{java_string_hash, property_names, MessageId, RecordView};
+
+use super::MessageStore;
+use crate::commitlog::Entry;
+use crate::consume_queue::CqEntry;
+use crate::error::ReadError;
+
+/// Entries scanned at most by one filtered read before it returns `NoMatchedMessage`
+/// (RocketMQ's `maxFilterMessageCount`).
+pub const FILTER_SCAN_ENTRIES_MAX: usize = 16_000;
+
+/// Which messages a read returns, by tag (RocketMQ subscription expression `tagA || tagB`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TagFilter {
+    /// Every message (`*`).
+    #[default]
+    All,
+    /// Messages whose `TAGS` is one of these.
+    Tags(Vec<String>),
+}
+
+impl TagFilter {
+    /// Parses a RocketMQ subscription expression: `*`, empty, or `a || b`.
+    pub fn parse(expression: &str) -> TagFilter {
+        let expression = expression.trim();
+        if expression.is_empty() || expression == "*" {
+            return TagFilter::All;
+        }
+        TagFilter::Tags(
+            expression.split("||").map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
+        )
+    }
+
+    fn matches_code(&self, tag_code: i64) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Tags(tags) => tags.iter().any(|t| i64::from(java_string_hash(t)) == tag_code),
+        }
+    }
+
+    fn matches_tag(&self, tag: Option<&str>) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Tags(tags) => tag.is_some_and(|tag| tags.iter().any(|t| t == tag)),
+        }
+    }
+}
+
+/// Outcome of a read (RocketMQ `GetMessageStatus`; the broker maps it to pull codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetStatus {
+    /// Messages returned.
+    Found,
+    /// The queue exists but holds nothing.
+    NoMessageInQueue,
+    /// No such queue.
+    NoMatchedLogicQueue,
+    /// The offset is below the queue's min (expired); `next_begin_offset` = min.
+    OffsetTooSmall,
+    /// The offset equals the max: nothing new yet (long-poll).
+    OffsetOverflowOne,
+    /// The offset is past the max; `next_begin_offset` = max.
+    OffsetOverflowBadly,
+    /// Entries were scanned but none matched the filter.
+    NoMatchedMessage,
+}
+
+/// One message as stored; `bytes` can be sent to a client unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Its queue offset.
+    pub queue_offset: u64,
+    /// Its CommitLog offset.
+    pub phys_offset: u64,
+    /// The stored record.
+    pub bytes: Bytes,
+}
+
+/// Result of [`MessageStore::get_messages`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetResult {
+    /// What happened.
+    pub status: GetStatus,
+    /// Where the next read should start.
+    pub next_begin_offset: u64,
+    /// Queue min offset.
+    pub min_offset: u64,
+    /// Queue max offset (next to be written, as consumers see it).
+    pub max_offset: u64,
+    /// The messages, in queue order.
+    pub messages: Vec<StoredMessage>,
+}
+
+/// Which end of a time range `offset_by_time` picks (RocketMQ `BoundaryType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBoundary {
+    /// The first message stored at or after the time.
+    Lower,
+    /// The last message stored at or before the time.
+    Upper,
+}
+
+impl MessageStore {
+    /// Min and max offset of a queue as consumers see them; `None` if it does not exist.
+    pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> Option<(u64, u64)> {
+        let derived = self.inner.derived.lock().expect("derived lock");
+        derived.queues.get(topic, queue_id).map(|q| (q.min_offset(), q.max_offset()))
+    }
+
+    /// Topics with stored messages.
+    pub fn topics(&self) -> Vec<String> {
+        self.inner.derived.lock().expect("derived lock").queues.topics()
+    }
+
+    /// Queue ids of a topic that hold or held messages.
+    pub fn queue_ids(&self, topic: &str) -> Vec<u32> {
+        self.inner.derived.lock().expect("derived lock").queues.queue_ids(topic)
+    }
+
+    /// Reads up to `max_count` messages (and at most about `max_bytes`) from `queue_offset`.
+    ///
+    /// # Errors
+    /// A file could not be read or a stored record failed verification.
+    pub fn get_messages(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult, ReadError> {
+        let (min, max, entries) = {
+            let derived = self.inner.derived.lock().expect("derived lock");
+            let Some(queue) = derived.queues.get(topic, queue_id) else {
+                return Ok(empty(GetStatus::NoMatchedLogicQueue, 0, 0, 0));
+            };
+            let (min, max) = (queue.min_offset(), queue.max_offset());
+            if max == 0 {
+                return Ok(empty(GetStatus::NoMessageInQueue, 0, min, max));
+            }
+            if queue_offset < min {
+                return Ok(empty(GetStatus::OffsetTooSmall, min, min, max));
+            }
+            if queue_offset == max {
+                return Ok(empty(GetStatus::OffsetOverflowOne, queue_offset, min, max));
+            }
+            if queue_offset > max {
+                return Ok(empty(GetStatus::OffsetOverflowBadly, max, min, max));
+            }
+            let scan = if *filter == TagFilter::All { max_count } else { FILTER_SCAN_ENTRIES_MAX.max(max_count) };
+            (min, max, queue.entries(queue_offset, scan)?)
+        };
+        let mut messages = Vec::new();
+        let mut bytes_total = 0usize;
+        let mut next = queue_offset;
+        for (index, entry) in entries.iter().enumerate() {
+            let this_offset = queue_offset + index as u64;
+            if messages.len() >= max_count || (!messages.is_empty() && bytes_total + entry.size as usize > max_bytes) {
+                break;
+            }
+            next = this_offset + 1;
+            if !filter.matches_code(entry.tag_code) {
+                continue;
+            }
+            let bytes = self.read_indexed(topic, queue_id, this_offset, entry)?;
+            let tag_matches = {
+                let view = RecordView::parse(&bytes).expect("verified by read_indexed");
+                filter.matches_tag(view.tags())
+            };
+            if tag_matches {
+                bytes_total += bytes.len();
+                messages.push(StoredMessage { queue_offset: this_offset, phys_offset: entry.phys_offset, bytes });
+            }
+        }
+        let status = if messages.is_empty() { GetStatus::NoMatchedMessage } else { GetStatus::Found };
+        Ok(GetResult { status, next_begin_offset: next, min_offset: min, max_offset: max, messages })
+    }
+
+    /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.
+    fn read_indexed(&self, topic: &str, queue_id: u32, queue_offset: u64, entry: &CqEntry) -> Result<Bytes, ReadError> {
+        let bytes = self.inner.log.read_record(entry.phys_offset, entry.size as usize)?;
+        let view = RecordView::parse(&bytes).expect("verified by read_record");
+        if view.topic != topic.as_bytes() || view.queue_id != queue_id || view.queue_offset != queue_offset {
+            return Err(ReadError::Misplaced { phys_offset: entry.phys_offset, stored: view.queue_offset });
+        }
+        Ok(bytes)
+    }
+
+    /// Queue offset by store time, for `resetOffsetByTime` and `searchOffset`.
+    ///
+    /// `Lower`: the first message stored at or after `timestamp_ms` (the max offset when none
+    /// is). `Upper`: the last message stored at or before it (the min offset when none is).
+    pub fn offset_by_time(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        timestamp_ms: i64,
+        boundary: TimeBoundary,
+    ) -> Result<u64, ReadError> {
+        let derived = self.inner.derived.lock().expect("derived lock");
+        let Some(queue) = derived.queues.get(topic, queue_id) else {
+            return Ok(0);
+        };
+        let (min, max) = (queue.min_offset(), queue.max_offset());
+        // First offset whose store time is > t (Upper) or >= t (Lower).
+        let (mut low, mut high) = (min, max);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let entry = queue.entry(mid)?;
+            let stored_at = self.store_time_of(&entry)?;
+            let before = match boundary {
+                TimeBoundary::Lower => stored_at < timestamp_ms,
+                TimeBoundary::Upper => stored_at <= timestamp_ms,
+            };
+            if before {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        Ok(match boundary {
+            TimeBoundary::Lower => low,
+            TimeBoundary::Upper => low.saturating_sub(1).max(min),
+        })
+    }
+
+    fn store_time_of(&self, entry: &CqEntry) -> Result<i64, ReadError> {
+        let bytes = self.inner.log.read_record(entry.phys_offset, entry.size as usize)?;
+        Ok(RecordView::parse(&bytes).expect("verified by read_record").store_timestamp_ms)
+    }
+
+    /// The message with this offset message id (store host + CommitLog offset), if present.
+    ///
+    /// # Errors
+    /// The id is malformed, or the bytes at its offset are not a valid record.
+    pub fn message_by_id(&self, message_id: &str) -> Result<Option<Bytes>, ReadError> {
+        let id = MessageId::decode(message_id).map_err(|e| ReadError::BadMessageId(e.to_string()))?;
+        let dispatched = *self.inner.dispatched.borrow();
+        if id.phys_offset < self.inner.log.min_offset() || id.phys_offset >= dispatched {
+            return Ok(None);
+        }
+        match self.inner.log.read_entry(id.phys_offset)? {
+            Entry::Record(bytes) => Ok(Some(bytes)),
+            Entry::Blank { .. } => Ok(None),
+        }
+    }
+
+    /// Messages of `topic` whose `KEYS` contain `key`, newest first, at most `max_count`.
+    pub fn messages_by_key(&self, topic: &str, key: &str, max_count: usize) -> Result<Vec<Bytes>, ReadError> {
+        self.lookup(topic, key, max_count, |view| {
+            view.properties
+                .get_str(property_names::KEYS)
+                .is_some_and(|keys| keys.split(' ').any(|k| k == key))
+        })
+    }
+
+    /// Messages of `topic` whose `UNIQ_KEY` is `key` (more than one after a producer retry).
+    pub fn messages_by_unique_key(&self, topic: &str, key: &str, max_count: usize) -> Result<Vec<Bytes>, ReadError> {
+        self.lookup(topic, key, max_count, |view| view.properties.get_str(property_names::UNIQ_KEY) == Some(key))
+    }
+
+    fn lookup(
+        &self,
+        topic: &str,
+        key: &str,
+        max_count: usize,
+        matches: impl Fn(&RecordView<'_>) -> bool,
+    ) -> Result<Vec<Bytes>, ReadError> {
+        // Candidates may include hash collisions: over-fetch, then check each record.
+        let candidates = {
+            let derived = self.inner.derived.lock().expect("derived lock");
+            derived.index.lookup(topic, key, max_count.saturating_mul(4).max(64))?
+        };
+        let mut found = Vec::new();
+        for phys_offset in candidates {
+            if phys_offset < self.inner.log.min_offset() {
+                continue;
+            }
+            let Entry::Record(bytes) = self.inner.log.read_entry(phys_offset)? else { continue };
+            let view = RecordView::parse(&bytes).expect("verified by read_entry");
+            if view.topic == topic.as_bytes() && matches(&view) {
+                found.push(bytes.clone());
+                if found.len() >= max_count {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Waits until everything acknowledged before the call is visible to readers (bounded by
+    /// the flush timeout). Reads of offsets use it so a commit is visible once acknowledged.
+    pub(crate) fn catch_up_dispatch(&self) {
+        let target = self.inner.dispatch_limit();
+        self.wait_dispatched(target, Duration::from_millis(self.inner.config.sync_flush_timeout_ms));
+    }
+}
+
+fn empty(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult {
+    GetResult { status, next_begin_offset: next, min_offset: min, max_offset: max, messages: Vec::new() }
+}

@@ -1,0 +1,85 @@
+//! The store's background threads: flusher, dispatcher, checkpointer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use crate::config::FlushDiskType;
+
+const DISPATCH_IDLE_WAIT: Duration = Duration::from_millis(20);
+const RETENTION_EVERY: Duration = Duration::from_secs(10);
+
+pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
+    let flusher = {
+        let inner = inner.clone();
+        let interval = match inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush => None,
+            FlushDiskType::AsyncFlush => Some(Duration::from_millis(inner.config.flush_interval_ms)),
+        };
+        spawn("ferromq-flush", move || {
+            inner.flush.run(&inner.log, interval, &|| inner.dispatch_signal.notify())
+        })
+    };
+    let dispatcher = {
+        let inner = inner.clone();
+        spawn("ferromq-dispatch", move || dispatch_loop(&inner))
+    };
+    let checkpointer = {
+        let inner = inner.clone();
+        spawn("ferromq-checkpoint", move || checkpoint_loop(&inner))
+    };
+    vec![flusher, dispatcher, checkpointer]
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(body)
+        .expect("spawning a store thread")
+}
+
+fn dispatch_loop(inner: &Inner) {
+    let mut seen = 0;
+    loop {
+        let closed = inner.closed.load(Ordering::Acquire);
+        if let Err(error) = inner.dispatch_once() {
+            let mut failure = inner.dispatch_failure.lock().expect("dispatch failure lock");
+            if failure.is_none() {
+                tracing::error!(%error, "dispatch stopped; consumers see no new records until restart");
+                *failure = Some(error.to_string());
+            }
+        }
+        if closed {
+            return;
+        }
+        seen = inner.dispatch_signal.wait(seen, DISPATCH_IDLE_WAIT);
+    }
+}
+
+fn checkpoint_loop(inner: &Inner) {
+    let interval = Duration::from_millis(inner.config.checkpoint_interval_ms);
+    let mut last_retention = Instant::now();
+    let mut seen = 0;
+    while !inner.closed.load(Ordering::Acquire) {
+        let started = Instant::now();
+        while started.elapsed() < interval && !inner.closed.load(Ordering::Acquire) {
+            seen = inner.dispatch_signal.wait(seen, interval.min(Duration::from_millis(100)));
+        }
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(error) = inner.checkpoint() {
+            // A failed fsync of derived state is a durability failure: stop accepting writes.
+            tracing::error!(%error, "checkpoint failed; poisoning the store");
+            inner.flush.poison(format!("checkpoint failed: {error}"));
+        }
+        if last_retention.elapsed() >= RETENTION_EVERY {
+            last_retention = Instant::now();
+            if let Err(error) = inner.delete_expired_segments() {
+                tracing::error!(%error, "retention failed");
+            }
+        }
+    }
+}
