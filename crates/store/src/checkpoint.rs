@@ -68,7 +68,9 @@ impl Checkpoint {
         let stored = u32::from_be_bytes(crc.try_into().expect("4 bytes"));
         let computed = crc32fast::hash(body);
         if stored != computed {
-            return Err(format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"));
+            return Err(format!(
+                "CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ));
         }
         if &body[..8] != MAGIC {
             return Err("bad magic".into());
@@ -80,7 +82,8 @@ impl Checkpoint {
         let mut queue_offsets = BTreeMap::new();
         for _ in 0..count {
             let len = reader.u16()? as usize;
-            let topic = String::from_utf8(reader.take(len)?.to_vec()).map_err(|_| "topic is not UTF-8")?;
+            let topic =
+                String::from_utf8(reader.take(len)?.to_vec()).map_err(|_| "topic is not UTF-8")?;
             let queue_id = reader.u32()?;
             queue_offsets.insert((topic, queue_id), reader.u64()?);
         }
@@ -88,7 +91,12 @@ impl Checkpoint {
         if reader.at + used != body.len() {
             return Err("trailing bytes after the offset view".into());
         }
-        Ok(Checkpoint { position, last_store_timestamp_ms, queue_offsets, view })
+        Ok(Checkpoint {
+            position,
+            last_store_timestamp_ms,
+            queue_offsets,
+            view,
+        })
     }
 }
 
@@ -99,20 +107,29 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, len: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(len).filter(|end| *end <= self.bytes.len());
+        let end = self
+            .at
+            .checked_add(len)
+            .filter(|end| *end <= self.bytes.len());
         let end = end.ok_or_else(|| format!("truncated at byte {}", self.at))?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
     fn u16(&mut self) -> Result<u16, String> {
-        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_be_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }
 
@@ -126,7 +143,9 @@ impl CheckpointDir {
     /// Opens (creates) the directory and removes leftover temp files.
     pub fn open(dir: &Path) -> Result<CheckpointDir, OpenError> {
         fsutil::create_dir_all(dir)?;
-        let this = CheckpointDir { dir: dir.to_path_buf() };
+        let this = CheckpointDir {
+            dir: dir.to_path_buf(),
+        };
         for (path, position) in this.list()? {
             if position.is_none() {
                 if path.extension().is_some_and(|e| e == "tmp") {
@@ -148,7 +167,8 @@ impl CheckpointDir {
     }
 
     fn list(&self) -> Result<Vec<(PathBuf, Option<u64>)>, FileError> {
-        let listing = std::fs::read_dir(&self.dir).map_err(|e| FileError::new("list", &self.dir, e))?;
+        let listing =
+            std::fs::read_dir(&self.dir).map_err(|e| FileError::new("list", &self.dir, e))?;
         let mut out = Vec::new();
         for item in listing {
             let item = item.map_err(|e| FileError::new("list", &self.dir, e))?;
@@ -174,9 +194,14 @@ impl CheckpointDir {
     pub fn read(&self, position: u64) -> Result<Checkpoint, String> {
         let path = self.path(position);
         let bytes = std::fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-        let checkpoint = Checkpoint::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let checkpoint =
+            Checkpoint::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
         if checkpoint.position != position {
-            return Err(format!("{}: holds position {}", path.display(), checkpoint.position));
+            return Err(format!(
+                "{}: holds position {}",
+                path.display(),
+                checkpoint.position
+            ));
         }
         Ok(checkpoint)
     }
@@ -213,8 +238,12 @@ mod tests {
     fn round_trip_and_any_flip_is_caught() {
         let mut queue_offsets = BTreeMap::new();
         queue_offsets.insert(("T".to_string(), 3), 42);
-        let checkpoint =
-            Checkpoint { position: 4096, last_store_timestamp_ms: 7, queue_offsets, view: OffsetView::new() };
+        let checkpoint = Checkpoint {
+            position: 4096,
+            last_store_timestamp_ms: 7,
+            queue_offsets,
+            view: OffsetView::new(),
+        };
         let bytes = checkpoint.encode();
         assert_eq!(Checkpoint::decode(&bytes).unwrap(), checkpoint);
         for at in 0..bytes.len() {

@@ -71,7 +71,10 @@ impl StoreConfig {
             return bad("mappedFileSizeCommitLog", "must be at least 65536 bytes");
         }
         if self.max_message_size_bytes as u64 + 4096 > self.segment_size_bytes {
-            return bad("maxMessageSize", "a message must fit in one CommitLog segment");
+            return bad(
+                "maxMessageSize",
+                "a message must fit in one CommitLog segment",
+            );
         }
         if self.consume_queue_entries_per_file == 0 {
             return bad("mappedFileSizeConsumeQueue", "must hold at least one entry");

@@ -70,11 +70,16 @@ pub struct DispatchStats {
 
 impl Derived {
     /// Dispatches every record in `[dispatched, limit)`.
-    pub fn dispatch_until(&mut self, log: &CommitLog, limit: u64) -> Result<DispatchStats, DispatchError> {
+    pub fn dispatch_until(
+        &mut self,
+        log: &CommitLog,
+        limit: u64,
+    ) -> Result<DispatchStats, DispatchError> {
         let mut stats = DispatchStats::default();
         while self.dispatched < limit {
             let segment_end = log.segment_start_of(self.dispatched) + log.segment_size();
-            let want = (limit.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
+            let want =
+                (limit.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
             let chunk = log.read_unchecked(self.dispatched, want.max(8))?;
             let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats)?;
             if consumed == 0 {
@@ -87,7 +92,10 @@ impl Derived {
                 if self.dispatch_chunk(log, &record, limit, &mut stats)? == 0 {
                     return Err(ReadError::Corrupt {
                         phys_offset: self.dispatched,
-                        source: RecordError::Torn { needed: total, available: record.len() },
+                        source: RecordError::Torn {
+                            needed: total,
+                            available: record.len(),
+                        },
                     }
                     .into());
                 }
@@ -107,7 +115,10 @@ impl Derived {
         let mut at = 0;
         while at + 8 <= chunk.len() && self.dispatched < limit {
             let phys_offset = self.dispatched;
-            let corrupt = |source| ReadError::Corrupt { phys_offset, source };
+            let corrupt = |source| ReadError::Corrupt {
+                phys_offset,
+                source,
+            };
             if peek_magic(&chunk[at..]) == BLANK_MAGIC {
                 let next = log.segment_start_of(phys_offset) + log.segment_size();
                 self.dispatched = next;
@@ -119,7 +130,11 @@ impl Derived {
             }
             let view = RecordView::parse(&chunk[at..at + total]).map_err(corrupt)?;
             if view.phys_offset != phys_offset {
-                return Err(ReadError::Misplaced { phys_offset, stored: view.phys_offset }.into());
+                return Err(ReadError::Misplaced {
+                    phys_offset,
+                    stored: view.phys_offset,
+                }
+                .into());
             }
             self.dispatch_record(&view, stats)?;
             self.dispatched += total as u64;
@@ -128,11 +143,24 @@ impl Derived {
         Ok(at)
     }
 
-    fn dispatch_record(&mut self, record: &RecordView<'_>, stats: &mut DispatchStats) -> Result<(), DispatchError> {
+    fn dispatch_record(
+        &mut self,
+        record: &RecordView<'_>,
+        stats: &mut DispatchStats,
+    ) -> Result<(), DispatchError> {
         let topic = record.topic_str();
-        let tag_code = record.tags().map(|t| i64::from(java_string_hash(t))).unwrap_or(0);
-        let entry = CqEntry { phys_offset: record.phys_offset, size: record.total_size() as u32, tag_code };
-        self.queues.get_or_create(topic, record.queue_id)?.put(record.queue_offset, entry)?;
+        let tag_code = record
+            .tags()
+            .map(|t| i64::from(java_string_hash(t)))
+            .unwrap_or(0);
+        let entry = CqEntry {
+            phys_offset: record.phys_offset,
+            size: record.total_size() as u32,
+            tag_code,
+        };
+        self.queues
+            .get_or_create(topic, record.queue_id)?
+            .put(record.queue_offset, entry)?;
         self.last_store_timestamp_ms = record.store_timestamp_ms;
         stats.records += 1;
         if topic == OFFSET_TOPIC {
@@ -165,8 +193,11 @@ impl Derived {
             }
         };
         let queues = &self.queues;
-        let queue_max = |topic: &str, queue_id: u32| queues.get(topic, queue_id).map_or(0, |q| q.max_offset());
-        let verdicts = self.view.apply(&command, record.store_timestamp_ms, &queue_max);
+        let queue_max =
+            |topic: &str, queue_id: u32| queues.get(topic, queue_id).map_or(0, |q| q.max_offset());
+        let verdicts = self
+            .view
+            .apply(&command, record.store_timestamp_ms, &queue_max);
         for (entry, verdict) in command.entries.iter().zip(&verdicts) {
             if let Verdict::Rejected(reason) = verdict {
                 tracing::warn!(

@@ -26,7 +26,11 @@ pub struct FileError {
 
 impl FileError {
     pub(crate) fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        FileError { op, path: path.into(), source }
+        FileError {
+            op,
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -91,7 +95,11 @@ pub enum ReadError {
     BadMessageId(String),
     /// The offset is outside the stored log.
     #[error("CommitLog offset {phys_offset} is outside the log [{min}, {max})")]
-    OutOfRange { phys_offset: u64, min: u64, max: u64 },
+    OutOfRange {
+        phys_offset: u64,
+        min: u64,
+        max: u64,
+    },
 }
 
 /// Why the store could not open (recovery failed). Each names the file and offset concerned.

@@ -53,11 +53,17 @@ pub struct FlushControl {
 impl FlushControl {
     /// A control whose log is durable up to `flushed_end`.
     pub fn new(flushed_end: u64, timeout: Duration) -> FlushControl {
-        let progress = FlushProgress { flushed_end, ..FlushProgress::default() };
+        let progress = FlushProgress {
+            flushed_end,
+            ..FlushProgress::default()
+        };
         FlushControl {
             progress: Mutex::new(progress.clone()),
             progress_changed: Condvar::new(),
-            requests: Mutex::new(Requests { wanted: flushed_end, stop: false }),
+            requests: Mutex::new(Requests {
+                wanted: flushed_end,
+                stop: false,
+            }),
             work_arrived: Condvar::new(),
             watch: watch::Sender::new(progress),
             timeout,
@@ -101,7 +107,9 @@ impl FlushControl {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(DurabilityError::Timeout { timeout_ms: self.timeout.as_millis() as u64 });
+                return Err(DurabilityError::Timeout {
+                    timeout_ms: self.timeout.as_millis() as u64,
+                });
             }
             progress = self
                 .progress_changed
@@ -177,8 +185,10 @@ impl FlushControl {
                 while !requests.stop && requests.wanted <= flushed {
                     match interval {
                         Some(every) => {
-                            let (guard, timed_out) =
-                                self.work_arrived.wait_timeout(requests, every).expect("flush lock");
+                            let (guard, timed_out) = self
+                                .work_arrived
+                                .wait_timeout(requests, every)
+                                .expect("flush lock");
                             requests = guard;
                             if timed_out.timed_out() {
                                 break;
@@ -215,7 +225,8 @@ impl FlushControl {
                 segment.sync()?;
             }
         }
-        self.fsync_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fsync_count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut progress = self.progress.lock().expect("flush lock");
         if target > progress.flushed_end {
             progress.flushed_end = target;

@@ -18,8 +18,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
         .truncate(true)
         .open(&tmp)
         .map_err(|e| FileError::new("create", &tmp, e))?;
-    file.write_all(bytes).map_err(|e| FileError::new("write", &tmp, e))?;
-    file.sync_all().map_err(|e| FileError::new("fsync", &tmp, e))?;
+    file.write_all(bytes)
+        .map_err(|e| FileError::new("write", &tmp, e))?;
+    file.sync_all()
+        .map_err(|e| FileError::new("fsync", &tmp, e))?;
     drop(file);
     fs::rename(&tmp, path).map_err(|e| FileError::new("rename", path, e))?;
     sync_parent(path)

@@ -25,7 +25,11 @@ const PENDING_BYTES_MAX: usize = 64 * 1024;
 /// FNV-1a over `topic#key`: stable across versions and platforms (it is stored on disk).
 pub fn key_hash(topic: &str, key: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in topic.bytes().chain(std::iter::once(b'#')).chain(key.bytes()) {
+    for byte in topic
+        .bytes()
+        .chain(std::iter::once(b'#'))
+        .chain(key.bytes())
+    {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
@@ -53,7 +57,8 @@ impl KeyIndex {
             let item = item.map_err(|e| FileError::new("list", dir, e))?;
             let path = item.path();
             let name = item.file_name().to_string_lossy().into_owned();
-            let Some(start) = fsutil::parse_offset_file_name(&name).filter(|s| s % segment_size == 0)
+            let Some(start) =
+                fsutil::parse_offset_file_name(&name).filter(|s| s % segment_size == 0)
             else {
                 return Err(OpenError::ForeignFile {
                     path,
@@ -65,14 +70,23 @@ impl KeyIndex {
                 .write(true)
                 .open(&path)
                 .map_err(|e| FileError::new("open", &path, e))?;
-            let len = file.metadata().map_err(|e| FileError::new("stat", &path, e))?.len();
+            let len = file
+                .metadata()
+                .map_err(|e| FileError::new("stat", &path, e))?
+                .len();
             if len % ENTRY_SIZE != 0 {
                 file.set_len(len - len % ENTRY_SIZE)
                     .map_err(|e| FileError::new("truncate", &path, e))?;
             }
             files.insert(start, file);
         }
-        Ok(KeyIndex { dir: dir.to_path_buf(), segment_size, files, dirty: BTreeSet::new(), pending: Vec::new() })
+        Ok(KeyIndex {
+            dir: dir.to_path_buf(),
+            segment_size,
+            files,
+            dirty: BTreeSet::new(),
+            pending: Vec::new(),
+        })
     }
 
     fn path(&self, start: u64) -> PathBuf {
@@ -98,7 +112,10 @@ impl KeyIndex {
         let mut at = 0;
         while at < pending.len() {
             let segment = pending[at].0;
-            let run = pending[at..].iter().take_while(|(s, _)| *s == segment).count();
+            let run = pending[at..]
+                .iter()
+                .take_while(|(s, _)| *s == segment)
+                .count();
             let bytes: Vec<u8> = pending[at..at + run].iter().flat_map(|(_, e)| *e).collect();
             if !self.files.contains_key(&segment) {
                 let path = self.path(segment);
@@ -113,7 +130,10 @@ impl KeyIndex {
                 self.files.insert(segment, file);
             }
             let file = &self.files[&segment];
-            let len = file.metadata().map_err(|e| FileError::new("stat", self.path(segment), e))?.len();
+            let len = file
+                .metadata()
+                .map_err(|e| FileError::new("stat", self.path(segment), e))?
+                .len();
             file.write_all_at(&bytes, len)
                 .map_err(|e| FileError::new("write", self.path(segment), e))?;
             self.dirty.insert(segment);
@@ -127,7 +147,8 @@ impl KeyIndex {
         self.write_out()?;
         for segment in std::mem::take(&mut self.dirty) {
             if let Some(file) = self.files.get(&segment) {
-                file.sync_data().map_err(|e| FileError::new("fsync", self.path(segment), e))?;
+                file.sync_data()
+                    .map_err(|e| FileError::new("fsync", self.path(segment), e))?;
             }
         }
         Ok(())
@@ -148,7 +169,10 @@ impl KeyIndex {
             if found.len() >= max_count {
                 break;
             }
-            let len = file.metadata().map_err(|e| FileError::new("stat", self.path(*segment), e))?.len();
+            let len = file
+                .metadata()
+                .map_err(|e| FileError::new("stat", self.path(*segment), e))?
+                .len();
             let mut bytes = vec![0u8; len as usize];
             file.read_exact_at(&mut bytes, 0)
                 .map_err(|e| FileError::new("read", self.path(*segment), e))?;
@@ -176,7 +200,10 @@ impl KeyIndex {
         }
         if let Some(file) = self.files.get(&segment) {
             let path = self.path(segment);
-            let len = file.metadata().map_err(|e| FileError::new("stat", &path, e))?.len();
+            let len = file
+                .metadata()
+                .map_err(|e| FileError::new("stat", &path, e))?
+                .len();
             // Entries are sorted by offset: find the first at or after the cut.
             let (mut low, mut high) = (0, len / ENTRY_SIZE);
             while low < high {
@@ -229,7 +256,10 @@ mod tests {
             index.add("T", "other", phys + 1).unwrap();
         }
         index.add("U", "order-1", 2600).unwrap();
-        assert_eq!(index.lookup("T", "order-1", 10).unwrap(), vec![2500, 1200, 500, 10]);
+        assert_eq!(
+            index.lookup("T", "order-1", 10).unwrap(),
+            vec![2500, 1200, 500, 10]
+        );
         index.sync().unwrap();
         index.truncate_from_phys(1200).unwrap();
         drop(index);

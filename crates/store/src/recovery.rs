@@ -27,7 +27,7 @@ use crate::commitlog::writer::WriterState;
 use crate::commitlog::CommitLog;
 use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueueSet;
-use crate::dispatch::{DispatchError, Derived};
+use crate::dispatch::{Derived, DispatchError};
 use crate::error::{FileError, OpenError};
 use crate::fsutil;
 use crate::key_index::KeyIndex;
@@ -104,7 +104,10 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     fsutil::create_dir_all(root)?;
     let lock = lock_root(root)?;
     check_format(config)?;
-    let mut report = RecoveryReport { clean_shutdown: !abort_marker(root).exists(), ..Default::default() };
+    let mut report = RecoveryReport {
+        clean_shutdown: !abort_marker(root).exists(),
+        ..Default::default()
+    };
     fsutil::write_atomic(&abort_marker(root), b"running\n")?;
 
     let log = CommitLog::open(&config.commitlog_dir(), config.segment_size_bytes)?;
@@ -128,7 +131,14 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     );
     report.duration = started.elapsed();
     log_report(&report);
-    Ok(Recovered { log, derived, writer, checkpoints, lock, report })
+    Ok(Recovered {
+        log,
+        derived,
+        writer,
+        checkpoints,
+        lock,
+        report,
+    })
 }
 
 fn lock_root(root: &Path) -> Result<File, OpenError> {
@@ -148,7 +158,10 @@ fn lock_root(root: &Path) -> Result<File, OpenError> {
 
 fn check_format(config: &StoreConfig) -> Result<(), OpenError> {
     let path = config.root_dir.join("store.meta");
-    let expected = format!("{FORMAT_LINE}\nmappedFileSizeCommitLog={}\n", config.segment_size_bytes);
+    let expected = format!(
+        "{FORMAT_LINE}\nmappedFileSizeCommitLog={}\n",
+        config.segment_size_bytes
+    );
     match std::fs::read_to_string(&path) {
         Ok(text) if text == expected => Ok(()),
         Ok(text) if text.starts_with(FORMAT_LINE) => Err(OpenError::Config(format!(
@@ -158,7 +171,10 @@ fn check_format(config: &StoreConfig) -> Result<(), OpenError> {
             text.lines().nth(1).unwrap_or("unknown"),
             config.segment_size_bytes
         ))),
-        Ok(_) => Err(OpenError::ForeignFile { path, reason: "not a ferromq store metadata file".into() }),
+        Ok(_) => Err(OpenError::ForeignFile {
+            path,
+            reason: "not a ferromq store metadata file".into(),
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             fsutil::write_atomic(&path, expected.as_bytes()).map_err(OpenError::from)
         }
@@ -167,7 +183,11 @@ fn check_format(config: &StoreConfig) -> Result<(), OpenError> {
 }
 
 /// Completes a truncation recorded in `truncate.intent`. Returns its offset.
-fn finish_truncation(root: &Path, log: &CommitLog, checkpoints: &CheckpointDir) -> Result<Option<u64>, OpenError> {
+fn finish_truncation(
+    root: &Path,
+    log: &CommitLog,
+    checkpoints: &CheckpointDir,
+) -> Result<Option<u64>, OpenError> {
     let path = truncate_intent(root);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
@@ -176,7 +196,8 @@ fn finish_truncation(root: &Path, log: &CommitLog, checkpoints: &CheckpointDir) 
     };
     let phys_offset = decode_intent(&bytes).ok_or_else(|| OpenError::ForeignFile {
         path: path.clone(),
-        reason: "truncate intent is corrupt; it is written atomically, so this file is not ours".into(),
+        reason: "truncate intent is corrupt; it is written atomically, so this file is not ours"
+            .into(),
     })?;
     cut_log_files(log, checkpoints, phys_offset)?;
     fsutil::remove_file(&path)?;
@@ -199,19 +220,23 @@ fn decode_intent(bytes: &[u8]) -> Option<u64> {
 
 /// Deletes checkpoints past `phys_offset`, then cuts the log files there, durably, in that
 /// order: no checkpoint may ever describe bytes the log no longer holds.
-pub(crate) fn cut_log_files(log: &CommitLog, checkpoints: &CheckpointDir, phys_offset: u64) -> Result<(), FileError> {
+pub(crate) fn cut_log_files(
+    log: &CommitLog,
+    checkpoints: &CheckpointDir,
+    phys_offset: u64,
+) -> Result<(), FileError> {
     checkpoints.delete_above(phys_offset)?;
     for segment in log.segments().into_iter().rev() {
-        if segment.start >= phys_offset && !(segment.start == phys_offset && segment.start == log.min_offset()) {
+        if segment.start >= phys_offset && segment.start > log.min_offset() {
             log.remove_segment(segment.start);
             fsutil::remove_file(segment.path())?;
-        } else if segment.start < phys_offset || segment.start == phys_offset {
-            let keep = phys_offset - segment.start;
-            if segment.len()? > keep {
-                segment.truncate(keep)?;
-            }
-            break;
+            continue;
         }
+        let keep = phys_offset - segment.start;
+        if segment.len()? > keep {
+            segment.truncate(keep)?;
+        }
+        break;
     }
     Ok(())
 }
@@ -279,7 +304,11 @@ fn scan_and_cut(log: &CommitLog, from: u64, report: &mut RecoveryReport) -> Resu
     if bytes_cut > 0 {
         let reason = cut_reason.unwrap_or_else(|| "bytes after the end of the log".into());
         tracing::warn!(phys_offset = pos, bytes_cut, %reason, "CommitLog cut at first bad record");
-        report.cut = Some(LogCut { phys_offset: pos, bytes_cut, reason });
+        report.cut = Some(LogCut {
+            phys_offset: pos,
+            bytes_cut,
+            reason,
+        });
         for segment in log.segments().into_iter().rev() {
             if segment.start + log.segment_size() <= pos {
                 break;
@@ -314,7 +343,11 @@ fn verify_chunk(log: &CommitLog, chunk: &[u8], pos: u64) -> ChunkScan {
             return ChunkScan::Advanced(here);
         }
         if rest.len() < 8 {
-            return if at > 0 { ChunkScan::Advanced(here) } else { ChunkScan::Bad(format!("torn header of {} bytes", rest.len())) };
+            return if at > 0 {
+                ChunkScan::Advanced(here)
+            } else {
+                ChunkScan::Bad(format!("torn header of {} bytes", rest.len()))
+            };
         }
         let total = peek_total_size(rest).unwrap_or(0);
         if peek_magic(rest) == BLANK_MAGIC {
@@ -329,7 +362,9 @@ fn verify_chunk(log: &CommitLog, chunk: &[u8], pos: u64) -> ChunkScan {
         }
         match RecordView::parse(rest) {
             Ok(view) if view.phys_offset == here => at += total,
-            Ok(view) => return ChunkScan::Bad(format!("record says it belongs at {}", view.phys_offset)),
+            Ok(view) => {
+                return ChunkScan::Bad(format!("record says it belongs at {}", view.phys_offset))
+            }
             Err(error) => return ChunkScan::Bad(error.to_string()),
         }
     }
@@ -357,19 +392,26 @@ pub(crate) fn rebuild_derived(
 ) -> Result<Derived, OpenError> {
     let log_min = log.min_offset();
     let end = log.written_end();
-    let (mut queues, queue_reports) =
-        ConsumeQueueSet::open(&config.consume_queue_dir(), config.consume_queue_entries_per_file)?;
+    let (mut queues, queue_reports) = ConsumeQueueSet::open(
+        &config.consume_queue_dir(),
+        config.consume_queue_entries_per_file,
+    )?;
     let mut index = KeyIndex::open(&config.index_dir(), config.segment_size_bytes)?;
     for (queue, queue_report) in &queue_reports {
         if queue_report.torn_bytes_cut > 0 {
-            report.queue_torn_tails.push((queue.clone(), queue_report.torn_bytes_cut));
+            report
+                .queue_torn_tails
+                .push((queue.clone(), queue_report.torn_bytes_cut));
         }
     }
     let (view, view_from, last_ts) = match &checkpoint {
         Some(c) => (c.view.clone(), c.position, c.last_store_timestamp_ms),
         None if log_min == 0 => (OffsetView::new(), 0, 0),
         None => {
-            return Err(OpenError::OffsetsUnrecoverable { dir: config.checkpoint_dir(), log_min });
+            return Err(OpenError::OffsetsUnrecoverable {
+                dir: config.checkpoint_dir(),
+                log_min,
+            });
         }
     };
     let mut rebuild_reason = match &checkpoint {
@@ -415,7 +457,8 @@ pub(crate) fn rebuild_derived(
             drop(derived);
             let mut forced = checkpoint.clone();
             if let Some(c) = forced.as_mut() {
-                c.queue_offsets.insert((String::from("\u{0}force-rebuild"), 0), u64::MAX);
+                c.queue_offsets
+                    .insert((String::from("\u{0}force-rebuild"), 0), u64::MAX);
             }
             return rebuild_derived(config, log, forced, report);
         }

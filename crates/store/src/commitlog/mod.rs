@@ -145,16 +145,28 @@ impl CommitLog {
     /// The segment holding `phys_offset`, if its file exists.
     pub fn segment_for(&self, phys_offset: u64) -> Option<Arc<Segment>> {
         let start = self.segment_start_of(phys_offset);
-        self.segments.read().expect("segments lock").get(&start).cloned()
+        self.segments
+            .read()
+            .expect("segments lock")
+            .get(&start)
+            .cloned()
     }
 
     /// All segments, oldest first.
     pub fn segments(&self) -> Vec<Arc<Segment>> {
-        self.segments.read().expect("segments lock").values().cloned().collect()
+        self.segments
+            .read()
+            .expect("segments lock")
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub(crate) fn insert_segment(&self, segment: Arc<Segment>) {
-        self.segments.write().expect("segments lock").insert(segment.start, segment);
+        self.segments
+            .write()
+            .expect("segments lock")
+            .insert(segment.start, segment);
     }
 
     pub(crate) fn remove_segment(&self, start: u64) -> Option<Arc<Segment>> {
@@ -167,13 +179,21 @@ impl CommitLog {
         let end = self.written_end();
         let min = self.min_offset();
         if phys_offset < min || phys_offset + len as u64 > end {
-            return Err(ReadError::OutOfRange { phys_offset, min, max: end });
+            return Err(ReadError::OutOfRange {
+                phys_offset,
+                min,
+                max: end,
+            });
         }
         self.read_unchecked(phys_offset, len)
     }
 
     /// Reads without the written-end check (recovery scans bytes not yet published).
-    pub(crate) fn read_unchecked(&self, phys_offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+    pub(crate) fn read_unchecked(
+        &self,
+        phys_offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, ReadError> {
         let segment = self.segment_for(phys_offset).ok_or(ReadError::OutOfRange {
             phys_offset,
             min: self.min_offset(),
@@ -188,15 +208,23 @@ impl CommitLog {
     /// Reads and verifies the record (or end marker) at `phys_offset`.
     pub fn read_entry(&self, phys_offset: u64) -> Result<Entry, ReadError> {
         let head = self.read(phys_offset, 8)?;
-        let corrupt = |source| ReadError::Corrupt { phys_offset, source };
+        let corrupt = |source| ReadError::Corrupt {
+            phys_offset,
+            source,
+        };
         let total = peek_total_size(&head).map_err(corrupt)?;
         if peek_magic(&head) == BLANK_MAGIC {
-            return Ok(Entry::Blank { next: self.segment_start_of(phys_offset) + self.segment_size });
+            return Ok(Entry::Blank {
+                next: self.segment_start_of(phys_offset) + self.segment_size,
+            });
         }
         let bytes = self.read(phys_offset, total.min(ferromq_protocol::RECORD_SIZE_MAX))?;
         let view = RecordView::parse(&bytes).map_err(corrupt)?;
         if view.phys_offset != phys_offset {
-            return Err(ReadError::Misplaced { phys_offset, stored: view.phys_offset });
+            return Err(ReadError::Misplaced {
+                phys_offset,
+                stored: view.phys_offset,
+            });
         }
         Ok(Entry::Record(Bytes::from(bytes)))
     }
@@ -205,7 +233,10 @@ impl CommitLog {
     /// verifies it.
     pub fn read_record(&self, phys_offset: u64, size: usize) -> Result<Bytes, ReadError> {
         let bytes = self.read(phys_offset, size)?;
-        RecordView::parse(&bytes).map_err(|source| ReadError::Corrupt { phys_offset, source })?;
+        RecordView::parse(&bytes).map_err(|source| ReadError::Corrupt {
+            phys_offset,
+            source,
+        })?;
         Ok(Bytes::from(bytes))
     }
 }

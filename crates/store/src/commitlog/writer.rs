@@ -63,7 +63,13 @@ impl WriterState {
         last_store_timestamp_ms: i64,
         offsets: OffsetView,
     ) -> WriterState {
-        WriterState { write_pos, queue_offsets, last_store_timestamp_ms, buffer: Vec::new(), offsets }
+        WriterState {
+            write_pos,
+            queue_offsets,
+            last_store_timestamp_ms,
+            buffer: Vec::new(),
+            offsets,
+        }
     }
 
     /// Next queue offset of (topic, queue): the queue's max offset as producers see it.
@@ -140,10 +146,16 @@ impl WriterState {
         self.buffer = buffer;
         if let Err(error) = result {
             let rollback_error = self.roll_back(log, start_pos, &created).err();
-            return Err(WriteFailure { error, rollback_error });
+            return Err(WriteFailure {
+                error,
+                rollback_error,
+            });
         }
         for ((topic, queue_id), next) in staged {
-            self.queue_offsets.entry(topic.to_string()).or_default().insert(queue_id, next);
+            self.queue_offsets
+                .entry(topic.to_string())
+                .or_default()
+                .insert(queue_id, next);
         }
         self.write_pos = pos;
         self.last_store_timestamp_ms = store_ts;

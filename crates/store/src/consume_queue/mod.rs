@@ -31,7 +31,11 @@ pub enum CqError {
     Foreign { path: PathBuf, reason: String },
     /// Dispatch skipped queue offsets: derived state does not match the log.
     #[error("ConsumeQueue {queue} expects offset {expected}, got {got}")]
-    Gap { queue: String, expected: u64, got: u64 },
+    Gap {
+        queue: String,
+        expected: u64,
+        got: u64,
+    },
     /// Re-dispatch found a different entry at an offset already written.
     #[error("ConsumeQueue {queue} offset {queue_offset} holds another entry")]
     Conflict { queue: String, queue_offset: u64 },

@@ -107,9 +107,7 @@ impl ConsumeQueue {
                 .filter(|start| start % file_bytes == 0)
                 .ok_or_else(|| CqError::Foreign {
                     path: path.clone(),
-                    reason: format!(
-                        "not a ConsumeQueue file (20-digit multiple of {file_bytes})"
-                    ),
+                    reason: format!("not a ConsumeQueue file (20-digit multiple of {file_bytes})"),
                 })?;
             let file = OpenOptions::new()
                 .read(true)
@@ -140,7 +138,9 @@ impl ConsumeQueue {
         let starts: Vec<u64> = self.files.keys().copied().collect();
         for pair in starts.windows(2) {
             let len = self.file_len(pair[0])?;
-            if pair[1] != pair[0] + self.entries_per_file || len != self.entries_per_file * CQ_ENTRY_SIZE {
+            if pair[1] != pair[0] + self.entries_per_file
+                || len != self.entries_per_file * CQ_ENTRY_SIZE
+            {
                 report.needs_rebuild = true;
             }
         }
@@ -176,7 +176,8 @@ impl ConsumeQueue {
     }
 
     fn file_path(&self, start: u64) -> PathBuf {
-        self.dir.join(fsutil::offset_file_name(start * CQ_ENTRY_SIZE))
+        self.dir
+            .join(fsutil::offset_file_name(start * CQ_ENTRY_SIZE))
     }
 
     fn file_start_of(&self, queue_offset: u64) -> u64 {
@@ -224,7 +225,9 @@ impl ConsumeQueue {
         }
         if queue_offset >= self.written {
             let at = ((queue_offset - self.written) * CQ_ENTRY_SIZE) as usize;
-            return Ok(CqEntry::decode(&self.pending[at..at + CQ_ENTRY_SIZE as usize]));
+            return Ok(CqEntry::decode(
+                &self.pending[at..at + CQ_ENTRY_SIZE as usize],
+            ));
         }
         self.read_file_entry(queue_offset)
     }
@@ -251,7 +254,10 @@ impl ConsumeQueue {
             if queue_offset >= self.min_offset && self.entry(queue_offset)? == entry {
                 return Ok(PutOutcome::AlreadyPresent);
             }
-            return Err(CqError::Conflict { queue: self.name.clone(), queue_offset });
+            return Err(CqError::Conflict {
+                queue: self.name.clone(),
+                queue_offset,
+            });
         }
         if queue_offset > self.max_offset {
             if self.files.is_empty() && self.pending.is_empty() {
@@ -349,11 +355,16 @@ impl ConsumeQueue {
         }
         let removed = self.max_offset - new_max;
         if new_max >= self.written {
-            self.pending.truncate(((new_max - self.written) * CQ_ENTRY_SIZE) as usize);
+            self.pending
+                .truncate(((new_max - self.written) * CQ_ENTRY_SIZE) as usize);
         } else {
             self.write_out()?;
             let keep_start = self.file_start_of(new_max);
-            let doomed: Vec<u64> = self.files.range(keep_start + 1..).map(|(s, _)| *s).collect();
+            let doomed: Vec<u64> = self
+                .files
+                .range(keep_start + 1..)
+                .map(|(s, _)| *s)
+                .collect();
             for start in doomed {
                 self.files.remove(&start);
                 self.dirty_files.remove(&start);
@@ -406,7 +417,11 @@ mod tests {
     use super::*;
 
     fn entry(phys: u64) -> CqEntry {
-        CqEntry { phys_offset: phys, size: 100, tag_code: 7 }
+        CqEntry {
+            phys_offset: phys,
+            size: 100,
+            tag_code: 7,
+        }
     }
 
     #[test]
@@ -417,8 +432,14 @@ mod tests {
             assert_eq!(q.put(i, entry(i * 100)).unwrap(), PutOutcome::Added);
         }
         assert_eq!(q.put(3, entry(300)).unwrap(), PutOutcome::AlreadyPresent);
-        assert!(matches!(q.put(3, entry(301)), Err(CqError::Conflict { .. })));
-        assert!(matches!(q.put(11, entry(1100)), Err(CqError::Gap { expected: 10, .. })));
+        assert!(matches!(
+            q.put(3, entry(301)),
+            Err(CqError::Conflict { .. })
+        ));
+        assert!(matches!(
+            q.put(11, entry(1100)),
+            Err(CqError::Gap { expected: 10, .. })
+        ));
         q.sync().unwrap();
         drop(q);
         let (q, report) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
@@ -454,9 +475,19 @@ mod tests {
         q.sync().unwrap();
         drop(q);
         let first = dir.path().join(fsutil::offset_file_name(0));
-        std::fs::OpenOptions::new().write(true).open(&first).unwrap().set_len(30).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .unwrap()
+            .set_len(30)
+            .unwrap();
         let last = dir.path().join(fsutil::offset_file_name(8 * CQ_ENTRY_SIZE));
-        std::fs::OpenOptions::new().write(true).open(&last).unwrap().set_len(25).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&last)
+            .unwrap()
+            .set_len(25)
+            .unwrap();
         let (q, report) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
         assert!(report.needs_rebuild);
         assert_eq!(report.torn_bytes_cut, 5);

@@ -22,22 +22,38 @@ impl ConsumeQueueSet {
         entries_per_file: u64,
     ) -> Result<(ConsumeQueueSet, Vec<(String, CqOpenReport)>), CqError> {
         fsutil::create_dir_all(dir)?;
-        let mut set = ConsumeQueueSet { dir: dir.to_path_buf(), entries_per_file, queues: HashMap::new() };
+        let mut set = ConsumeQueueSet {
+            dir: dir.to_path_buf(),
+            entries_per_file,
+            queues: HashMap::new(),
+        };
         let mut reports = Vec::new();
         for topic_dir in list_dirs(dir)? {
-            let topic = topic_dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let topic = topic_dir
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             for queue_dir in list_dirs(&topic_dir)? {
-                let name = queue_dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                let name = queue_dir
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
                 let queue_id: u32 = name.parse().map_err(|_| CqError::Foreign {
                     path: queue_dir.clone(),
                     reason: "queue directory name is not a queue id".into(),
                 })?;
                 let label = format!("{topic}/{queue_id}");
-                let (queue, report) = ConsumeQueue::open(label.clone(), &queue_dir, entries_per_file)?;
+                let (queue, report) =
+                    ConsumeQueue::open(label.clone(), &queue_dir, entries_per_file)?;
                 if report != CqOpenReport::default() {
                     reports.push((label, report));
                 }
-                set.queues.entry(topic.clone()).or_default().insert(queue_id, queue);
+                set.queues
+                    .entry(topic.clone())
+                    .or_default()
+                    .insert(queue_id, queue);
             }
         }
         Ok((set, reports))
@@ -45,15 +61,22 @@ impl ConsumeQueueSet {
 
     /// The queue, if it exists.
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<&ConsumeQueue> {
-        self.queues.get(topic).and_then(|queues| queues.get(&queue_id))
+        self.queues
+            .get(topic)
+            .and_then(|queues| queues.get(&queue_id))
     }
 
     /// The queue, created on first use.
-    pub fn get_or_create(&mut self, topic: &str, queue_id: u32) -> Result<&mut ConsumeQueue, CqError> {
+    pub fn get_or_create(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<&mut ConsumeQueue, CqError> {
         let queues = self.queues.entry(topic.to_string()).or_default();
         if !queues.contains_key(&queue_id) {
             let dir = self.dir.join(topic).join(queue_id.to_string());
-            let (queue, _) = ConsumeQueue::open(format!("{topic}/{queue_id}"), &dir, self.entries_per_file)?;
+            let (queue, _) =
+                ConsumeQueue::open(format!("{topic}/{queue_id}"), &dir, self.entries_per_file)?;
             queues.insert(queue_id, queue);
         }
         Ok(queues.get_mut(&queue_id).expect("inserted above"))
@@ -61,19 +84,26 @@ impl ConsumeQueueSet {
 
     /// Every queue, mutable.
     pub fn all_mut(&mut self) -> impl Iterator<Item = &mut ConsumeQueue> {
-        self.queues.values_mut().flat_map(|queues| queues.values_mut())
+        self.queues
+            .values_mut()
+            .flat_map(|queues| queues.values_mut())
     }
 
     /// (topic, queue id, queue) for every queue.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u32, &ConsumeQueue)> {
         self.queues.iter().flat_map(|(topic, queues)| {
-            queues.iter().map(move |(queue_id, queue)| (topic.as_str(), *queue_id, queue))
+            queues
+                .iter()
+                .map(move |(queue_id, queue)| (topic.as_str(), *queue_id, queue))
         })
     }
 
     /// Queue ids of a topic.
     pub fn queue_ids(&self, topic: &str) -> Vec<u32> {
-        self.queues.get(topic).map(|q| q.keys().copied().collect()).unwrap_or_default()
+        self.queues
+            .get(topic)
+            .map(|q| q.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Topics with at least one queue.
@@ -88,7 +118,10 @@ impl ConsumeQueueSet {
         self.queues
             .iter()
             .map(|(topic, queues)| {
-                (topic.clone(), queues.iter().map(|(id, q)| (*id, q.max_offset())).collect())
+                (
+                    topic.clone(),
+                    queues.iter().map(|(id, q)| (*id, q.max_offset())).collect(),
+                )
             })
             .collect()
     }
@@ -101,7 +134,10 @@ fn list_dirs(dir: &Path) -> Result<Vec<PathBuf>, CqError> {
         let item = item.map_err(|e| FileError::new("list", dir, e))?;
         let path = item.path();
         if !path.is_dir() {
-            return Err(CqError::Foreign { path, reason: "expected a directory".into() });
+            return Err(CqError::Foreign {
+                path,
+                reason: "expected a directory".into(),
+            });
         }
         dirs.push(path);
     }

@@ -51,6 +51,7 @@ impl Inner {
 
     /// Makes derived state durable and writes a checkpoint at the dispatched position.
     pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        let _serial = self.checkpoint_lock.lock().expect("checkpoint lock");
         let checkpoint = {
             let mut derived = self.derived.lock().expect("derived lock");
             recovery::sync_derived(&mut derived).map_err(open_to_store_error)?;
@@ -76,8 +77,11 @@ impl Inner {
         // The log must be durable up to the position before a checkpoint may name it.
         self.flush.wait_durable(checkpoint.position)?;
         self.checkpoints.write(&checkpoint).map_err(file_error)?;
-        self.checkpoints.prune(self.config.snapshots_kept).map_err(file_error)?;
-        self.checkpoint_position.store(checkpoint.position, Ordering::Release);
+        self.checkpoints
+            .prune(self.config.snapshots_kept)
+            .map_err(file_error)?;
+        self.checkpoint_position
+            .store(checkpoint.position, Ordering::Release);
         Ok(())
     }
 
@@ -108,14 +112,22 @@ impl Inner {
         }
         let now = SystemTime::now();
         let mut doomed = Vec::new();
-        for (segment, len) in segments.iter().zip(&sizes).take(segments.len().saturating_sub(1)) {
-            let too_big = self.config.retention_max_log_bytes.is_some_and(|max| total > max);
+        for (segment, len) in segments
+            .iter()
+            .zip(&sizes)
+            .take(segments.len().saturating_sub(1))
+        {
+            let too_big = self
+                .config
+                .retention_max_log_bytes
+                .is_some_and(|max| total > max);
             let too_old = match self.config.retention_max_age_ms {
                 Some(max_age) => {
                     let modified = std::fs::metadata(segment.path())
                         .and_then(|m| m.modified())
                         .map_err(|e| file_error(FileError::new("stat", segment.path(), e)))?;
-                    now.duration_since(modified).unwrap_or_default() > Duration::from_millis(max_age)
+                    now.duration_since(modified).unwrap_or_default()
+                        > Duration::from_millis(max_age)
                 }
                 None => false,
             };
@@ -126,7 +138,10 @@ impl Inner {
             total -= len;
         }
         let Some(last) = doomed.last() else {
-            return Ok(RetentionReport { segments_deleted: vec![], log_min_offset: self.log.min_offset() });
+            return Ok(RetentionReport {
+                segments_deleted: vec![],
+                log_min_offset: self.log.min_offset(),
+            });
         };
         let new_min = last.start + segment_size;
         if self.checkpoint_position.load(Ordering::Acquire) < new_min {
@@ -135,7 +150,10 @@ impl Inner {
         let covered = self.checkpoint_position.load(Ordering::Acquire);
         doomed.retain(|segment| segment.start + segment_size <= covered);
         let Some(last) = doomed.last() else {
-            return Ok(RetentionReport { segments_deleted: vec![], log_min_offset: self.log.min_offset() });
+            return Ok(RetentionReport {
+                segments_deleted: vec![],
+                log_min_offset: self.log.min_offset(),
+            });
         };
         let new_min = last.start + segment_size;
         self.log.set_min_offset(new_min);
@@ -147,11 +165,16 @@ impl Inner {
         }
         let mut derived = self.derived.lock().expect("derived lock");
         for queue in derived.queues.all_mut() {
-            queue.delete_below_phys(new_min).map_err(|e| open_to_store_error(e.into()))?;
+            queue
+                .delete_below_phys(new_min)
+                .map_err(|e| open_to_store_error(e.into()))?;
         }
         derived.index.delete_below(new_min).map_err(file_error)?;
         tracing::info!(segments = ?deleted, log_min = new_min, "retention deleted CommitLog segments");
-        Ok(RetentionReport { segments_deleted: deleted, log_min_offset: new_min })
+        Ok(RetentionReport {
+            segments_deleted: deleted,
+            log_min_offset: new_min,
+        })
     }
 }
 
@@ -178,12 +201,20 @@ impl MessageStore {
     /// poisoned; recovery finishes the truncation on restart).
     pub fn truncate(&self, phys_offset: u64) -> Result<TruncateReport, TruncateError> {
         let inner = &self.inner;
+        // Lock order: checkpoint, writer, derived. No checkpoint may be written past the cut.
+        let _serial = inner.checkpoint_lock.lock().expect("checkpoint lock");
         let mut writer = inner.writer.lock().expect("writer lock");
         let mut derived = inner.derived.lock().expect("derived lock");
         let end = inner.log.written_end();
-        let bad = |reason: String| TruncateError::BadOffset { phys_offset, reason };
+        let bad = |reason: String| TruncateError::BadOffset {
+            phys_offset,
+            reason,
+        };
         if phys_offset < inner.log.min_offset() || phys_offset > end {
-            return Err(bad(format!("outside the log [{}, {end}]", inner.log.min_offset())));
+            return Err(bad(format!(
+                "outside the log [{}, {end}]",
+                inner.log.min_offset()
+            )));
         }
         if phys_offset < end {
             match inner.log.read_entry(phys_offset) {
@@ -193,18 +224,24 @@ impl MessageStore {
         }
         let root = &inner.config.root_dir;
         let result = (|| -> Result<TruncateReport, TruncateError> {
-            fsutil::write_atomic(&recovery::truncate_intent(root), &recovery::encode_intent(phys_offset))?;
+            fsutil::write_atomic(
+                &recovery::truncate_intent(root),
+                &recovery::encode_intent(phys_offset),
+            )?;
             recovery::cut_log_files(&inner.log, &inner.checkpoints, phys_offset)?;
             inner.log.publish_written_end(phys_offset);
             inner.flush.truncate_to(phys_offset);
-            let checkpoint = inner
-                .checkpoints
-                .positions()?
-                .into_iter()
-                .find_map(|p| inner.checkpoints.read(p).ok().filter(|c| c.position <= phys_offset));
+            let checkpoint = inner.checkpoints.positions()?.into_iter().find_map(|p| {
+                inner
+                    .checkpoints
+                    .read(p)
+                    .ok()
+                    .filter(|c| c.position <= phys_offset)
+            });
             let checkpoint_position = checkpoint.as_ref().map(|c| c.position);
             let mut report = RecoveryReport::default();
-            let rebuilt = recovery::rebuild_derived(&inner.config, &inner.log, checkpoint, &mut report)?;
+            let rebuilt =
+                recovery::rebuild_derived(&inner.config, &inner.log, checkpoint, &mut report)?;
             *derived = rebuilt;
             writer.reset(
                 phys_offset,
@@ -212,7 +249,9 @@ impl MessageStore {
                 derived.last_store_timestamp_ms,
                 derived.view.clone(),
             );
-            inner.checkpoint_position.store(checkpoint_position.unwrap_or(0), Ordering::Release);
+            inner
+                .checkpoint_position
+                .store(checkpoint_position.unwrap_or(0), Ordering::Release);
             inner.dispatched.send_replace(derived.dispatched);
             fsutil::remove_file(&recovery::truncate_intent(root))?;
             Ok(TruncateReport {
@@ -224,11 +263,19 @@ impl MessageStore {
         })();
         match &result {
             Ok(report) => {
-                inner.bytes_cut.fetch_add(report.bytes_cut, Ordering::Relaxed);
-                tracing::warn!(phys_offset, bytes_cut = report.bytes_cut, "CommitLog truncated");
+                inner
+                    .bytes_cut
+                    .fetch_add(report.bytes_cut, Ordering::Relaxed);
+                tracing::warn!(
+                    phys_offset,
+                    bytes_cut = report.bytes_cut,
+                    "CommitLog truncated"
+                );
             }
             Err(error) => {
-                inner.flush.poison(format!("truncation to {phys_offset} failed: {error}"));
+                inner
+                    .flush
+                    .poison(format!("truncation to {phys_offset} failed: {error}"));
             }
         }
         result
@@ -236,9 +283,13 @@ impl MessageStore {
 }
 
 fn file_error(error: FileError) -> StoreError {
-    StoreError::Durability(crate::error::DurabilityError::FlushFailed(error.to_string()))
+    StoreError::Durability(crate::error::DurabilityError::FlushFailed(
+        error.to_string(),
+    ))
 }
 
 fn open_to_store_error(error: OpenError) -> StoreError {
-    StoreError::Durability(crate::error::DurabilityError::FlushFailed(error.to_string()))
+    StoreError::Durability(crate::error::DurabilityError::FlushFailed(
+        error.to_string(),
+    ))
 }

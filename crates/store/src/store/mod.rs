@@ -4,8 +4,9 @@
 //! Threads: one flusher (owns CommitLog fsyncs), one dispatcher (only writer of derived
 //! state), one checkpointer (fsyncs derived state, writes checkpoints, runs retention).
 //!
-//! Lock order: `writer` before `derived`. The dispatcher and readers take only `derived`; the
-//! checkpointer takes `derived`, releases it, then waits on the flusher.
+//! Lock order: `checkpoint_lock`, then `writer`, then `derived`. The dispatcher and readers
+//! take only `derived`; the checkpointer takes `checkpoint_lock` and `derived`, releases
+//! `derived`, then waits on the flusher; a truncation takes all three.
 //!
 //! # Durability
 //! Under `SyncFlush`, [`MessageStore::put`] and [`MessageStore::commit_offsets`] return only
@@ -123,6 +124,8 @@ pub(crate) struct Inner {
     pub dispatched: watch::Sender<u64>,
     pub checkpoints: CheckpointDir,
     pub checkpoint_position: AtomicU64,
+    /// Serialises checkpoints (the checkpointer thread and `close`/`truncate` callers).
+    pub checkpoint_lock: Mutex<()>,
     /// Replication's commit point; `u64::MAX` when the store runs alone.
     pub confirm_offset: AtomicU64,
     pub closed: AtomicBool,
@@ -142,7 +145,9 @@ pub struct MessageStore {
 
 impl std::fmt::Debug for MessageStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MessageStore").field("root", &self.inner.config.root_dir).finish()
+        f.debug_struct("MessageStore")
+            .field("root", &self.inner.config.root_dir)
+            .finish()
     }
 }
 
@@ -158,7 +163,10 @@ impl MessageStore {
     }
 
     /// Opens the store with a custom clock (tests).
-    pub fn open_with_clock(config: StoreConfig, clock: Arc<dyn Clock>) -> Result<MessageStore, OpenError> {
+    pub fn open_with_clock(
+        config: StoreConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<MessageStore, OpenError> {
         let recovered = recovery::recover(&config)?;
         let end = recovered.log.written_end();
         let position = recovered.report.checkpoint_position.unwrap_or(0);
@@ -174,6 +182,7 @@ impl MessageStore {
             dispatched: watch::Sender::new(end),
             checkpoints: recovered.checkpoints,
             checkpoint_position: AtomicU64::new(position),
+            checkpoint_lock: Mutex::new(()),
             confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),
@@ -183,7 +192,11 @@ impl MessageStore {
             _lock: recovered.lock,
         });
         let threads = threads::start(&inner);
-        Ok(MessageStore { inner, threads: Mutex::new(threads), report: recovered.report })
+        Ok(MessageStore {
+            inner,
+            threads: Mutex::new(threads),
+            report: recovered.report,
+        })
     }
 
     /// What recovery found and did when this store opened.
@@ -206,7 +219,10 @@ impl MessageStore {
         let mut encoded = Vec::with_capacity(records.len());
         for record in records {
             if record.body.len() > max {
-                return Err(AppendError::MessageTooLarge { size: record.body.len(), max });
+                return Err(AppendError::MessageTooLarge {
+                    size: record.body.len(),
+                    max,
+                });
             }
             encoded.push((record.topic, record.encode()?));
         }
@@ -260,7 +276,11 @@ impl MessageStore {
             fsync_count: inner.flush.fsync_count.load(Ordering::Relaxed),
             records_appended: inner.records_appended.load(Ordering::Relaxed),
             bytes_cut: inner.bytes_cut.load(Ordering::Relaxed),
-            offset_rejections_at_dispatch: inner.derived.lock().expect("derived lock").offset_rejections_at_dispatch,
+            offset_rejections_at_dispatch: inner
+                .derived
+                .lock()
+                .expect("derived lock")
+                .offset_rejections_at_dispatch,
             commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),
             poisoned: inner.poisoned(),
         }
@@ -269,7 +289,9 @@ impl MessageStore {
     /// Sets replication's commit point: dispatch (and so consumers) stop there. `None` when
     /// the store runs alone.
     pub fn set_confirm_offset(&self, confirm: Option<u64>) {
-        self.inner.confirm_offset.store(confirm.unwrap_or(u64::MAX), Ordering::Release);
+        self.inner
+            .confirm_offset
+            .store(confirm.unwrap_or(u64::MAX), Ordering::Release);
         self.inner.dispatch_signal.notify();
     }
 
@@ -346,16 +368,23 @@ impl Inner {
         }
         let segment_room = self.config.segment_size_bytes - crate::commitlog::BLANK_LEN;
         if let Some((_, big)) = records.iter().find(|(_, r)| r.len() as u64 > segment_room) {
-            return Err(AppendError::MessageTooLarge { size: big.len(), max: segment_room as usize });
+            return Err(AppendError::MessageTooLarge {
+                size: big.len(),
+                max: segment_room as usize,
+            });
         }
         match writer.append(&self.log, self.clock.now_ms(), records) {
             Ok(placements) => {
-                self.records_appended.fetch_add(placements.len() as u64, Ordering::Relaxed);
+                self.records_appended
+                    .fetch_add(placements.len() as u64, Ordering::Relaxed);
                 let end_offset = writer.write_pos();
                 if self.config.flush_disk_type == FlushDiskType::AsyncFlush {
                     self.dispatch_signal.notify();
                 }
-                Ok(PutReceipt { placements, end_offset })
+                Ok(PutReceipt {
+                    placements,
+                    end_offset,
+                })
             }
             Err(failure) => {
                 if let Some(rollback) = failure.rollback_error {

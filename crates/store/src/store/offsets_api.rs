@@ -30,7 +30,9 @@ pub struct CommitOutcome {
 impl CommitOutcome {
     /// Whether every entry was applied or already held that value.
     pub fn all_accepted(&self) -> bool {
-        self.verdicts.iter().all(|v| !matches!(v, Verdict::Rejected(_)))
+        self.verdicts
+            .iter()
+            .all(|v| !matches!(v, Verdict::Rejected(_)))
     }
 }
 
@@ -83,8 +85,13 @@ impl MessageStore {
                 let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
                 writer.offsets.check(&command, &queue_max)
             };
-            let rejected = verdicts.iter().filter(|v| matches!(v, Verdict::Rejected(_))).count();
-            inner.commits_rejected.fetch_add(rejected as u64, Ordering::Relaxed);
+            let rejected = verdicts
+                .iter()
+                .filter(|v| matches!(v, Verdict::Rejected(_)))
+                .count();
+            inner
+                .commits_rejected
+                .fetch_add(rejected as u64, Ordering::Relaxed);
             let mut accepted = command.clone();
             accepted.entries = command
                 .entries
@@ -95,7 +102,14 @@ impl MessageStore {
                 .collect();
             if accepted.entries.is_empty() {
                 let end = writer.write_pos();
-                (CommitOutcome { verdicts, generation, record: None }, end)
+                (
+                    CommitOutcome {
+                        verdicts,
+                        generation,
+                        record: None,
+                    },
+                    end,
+                )
             } else {
                 let body = accepted.encode().map_err(AppendError::from)?;
                 let draft = DraftRecord {
@@ -118,8 +132,18 @@ impl MessageStore {
                     let WriterStateParts { offsets, queue_max } = split(&mut writer);
                     offsets.apply(&accepted, placement.store_timestamp_ms, &queue_max)
                 };
-                debug_assert!(applied.iter().all(|v| *v == Verdict::Applied), "check and apply agree");
-                (CommitOutcome { verdicts, generation, record: Some(placement) }, receipt.end_offset)
+                debug_assert!(
+                    applied.iter().all(|v| *v == Verdict::Applied),
+                    "check and apply agree"
+                );
+                (
+                    CommitOutcome {
+                        verdicts,
+                        generation,
+                        record: Some(placement),
+                    },
+                    receipt.end_offset,
+                )
             }
         };
         self.wait_acknowledgeable(end)?;
@@ -130,43 +154,77 @@ impl MessageStore {
     /// one. Reflects every commit acknowledged before the call.
     pub fn consumer_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<StoredOffset> {
         self.catch_up_dispatch();
-        self.inner.derived.lock().expect("derived lock").view.get(group, topic, queue_id)
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .view
+            .get(group, topic, queue_id)
     }
 
     /// Current reset generation of (group, topic).
     pub fn offset_generation(&self, group: &str, topic: &str) -> u64 {
         self.catch_up_dispatch();
-        self.inner.derived.lock().expect("derived lock").view.generation(group, topic)
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .view
+            .generation(group, topic)
     }
 
     /// Every stored offset of a group: (topic, queue, offset).
     pub fn group_offsets(&self, group: &str) -> Vec<(String, u32, StoredOffset)> {
         self.catch_up_dispatch();
-        self.inner.derived.lock().expect("derived lock").view.group_offsets(group)
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .view
+            .group_offsets(group)
     }
 
     /// Groups with stored offsets.
     pub fn groups(&self) -> Vec<String> {
         self.catch_up_dispatch();
-        self.inner.derived.lock().expect("derived lock").view.groups()
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .view
+            .groups()
     }
 
     /// Every change of (group, topic[, queue]) still in the log, oldest first: the answer to
     /// "why did my offset move?". Records older than the log's retention are gone; their
     /// effect lives on in the view.
-    pub fn offset_history(&self, group: &str, topic: &str, queue_id: Option<u32>) -> Result<Vec<OffsetEvent>, ReadError> {
+    pub fn offset_history(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: Option<u32>,
+    ) -> Result<Vec<OffsetEvent>, ReadError> {
         self.catch_up_dispatch();
         let (min, max) = self.queue_bounds(OFFSET_TOPIC, 0).unwrap_or((0, 0));
         let mut events = Vec::new();
         let mut offset = min;
         while offset < max {
-            let result = self.get_messages(OFFSET_TOPIC, 0, offset, 256, usize::MAX, &Default::default())?;
+            let result = self.get_messages(
+                OFFSET_TOPIC,
+                0,
+                offset,
+                256,
+                usize::MAX,
+                &Default::default(),
+            )?;
             if result.messages.is_empty() {
                 break;
             }
             for message in &result.messages {
                 let view = RecordView::parse(&message.bytes).expect("verified by get_messages");
-                let Ok(command) = OffsetCommand::decode(view.body) else { continue };
+                let Ok(command) = OffsetCommand::decode(view.body) else {
+                    continue;
+                };
                 if command.group != group {
                     continue;
                 }
@@ -203,7 +261,11 @@ fn split(
     WriterStateParts {
         offsets,
         queue_max: move |topic: &str, queue_id: u32| {
-            queues.get(topic).and_then(|q| q.get(&queue_id)).copied().unwrap_or(0)
+            queues
+                .get(topic)
+                .and_then(|q| q.get(&queue_id))
+                .copied()
+                .unwrap_or(0)
         },
     }
 }

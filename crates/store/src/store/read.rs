@@ -36,14 +36,20 @@ impl TagFilter {
             return TagFilter::All;
         }
         TagFilter::Tags(
-            expression.split("||").map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
+            expression
+                .split("||")
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect(),
         )
     }
 
     fn matches_code(&self, tag_code: i64) -> bool {
         match self {
             TagFilter::All => true,
-            TagFilter::Tags(tags) => tags.iter().any(|t| i64::from(java_string_hash(t)) == tag_code),
+            TagFilter::Tags(tags) => tags
+                .iter()
+                .any(|t| i64::from(java_string_hash(t)) == tag_code),
         }
     }
 
@@ -113,17 +119,30 @@ impl MessageStore {
     /// Min and max offset of a queue as consumers see them; `None` if it does not exist.
     pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> Option<(u64, u64)> {
         let derived = self.inner.derived.lock().expect("derived lock");
-        derived.queues.get(topic, queue_id).map(|q| (q.min_offset(), q.max_offset()))
+        derived
+            .queues
+            .get(topic, queue_id)
+            .map(|q| (q.min_offset(), q.max_offset()))
     }
 
     /// Topics with stored messages.
     pub fn topics(&self) -> Vec<String> {
-        self.inner.derived.lock().expect("derived lock").queues.topics()
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .queues
+            .topics()
     }
 
     /// Queue ids of a topic that hold or held messages.
     pub fn queue_ids(&self, topic: &str) -> Vec<u32> {
-        self.inner.derived.lock().expect("derived lock").queues.queue_ids(topic)
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .queues
+            .queue_ids(topic)
     }
 
     /// Reads up to `max_count` messages (and at most about `max_bytes`) from `queue_offset`.
@@ -157,7 +176,11 @@ impl MessageStore {
             if queue_offset > max {
                 return Ok(empty(GetStatus::OffsetOverflowBadly, max, min, max));
             }
-            let scan = if *filter == TagFilter::All { max_count } else { FILTER_SCAN_ENTRIES_MAX.max(max_count) };
+            let scan = if *filter == TagFilter::All {
+                max_count
+            } else {
+                FILTER_SCAN_ENTRIES_MAX.max(max_count)
+            };
             (min, max, queue.entries(queue_offset, scan)?)
         };
         let mut messages = Vec::new();
@@ -165,7 +188,9 @@ impl MessageStore {
         let mut next = queue_offset;
         for (index, entry) in entries.iter().enumerate() {
             let this_offset = queue_offset + index as u64;
-            if messages.len() >= max_count || (!messages.is_empty() && bytes_total + entry.size as usize > max_bytes) {
+            if messages.len() >= max_count
+                || (!messages.is_empty() && bytes_total + entry.size as usize > max_bytes)
+            {
                 break;
             }
             next = this_offset + 1;
@@ -179,19 +204,48 @@ impl MessageStore {
             };
             if tag_matches {
                 bytes_total += bytes.len();
-                messages.push(StoredMessage { queue_offset: this_offset, phys_offset: entry.phys_offset, bytes });
+                messages.push(StoredMessage {
+                    queue_offset: this_offset,
+                    phys_offset: entry.phys_offset,
+                    bytes,
+                });
             }
         }
-        let status = if messages.is_empty() { GetStatus::NoMatchedMessage } else { GetStatus::Found };
-        Ok(GetResult { status, next_begin_offset: next, min_offset: min, max_offset: max, messages })
+        let status = if messages.is_empty() {
+            GetStatus::NoMatchedMessage
+        } else {
+            GetStatus::Found
+        };
+        Ok(GetResult {
+            status,
+            next_begin_offset: next,
+            min_offset: min,
+            max_offset: max,
+            messages,
+        })
     }
 
     /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.
-    fn read_indexed(&self, topic: &str, queue_id: u32, queue_offset: u64, entry: &CqEntry) -> Result<Bytes, ReadError> {
-        let bytes = self.inner.log.read_record(entry.phys_offset, entry.size as usize)?;
+    fn read_indexed(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        entry: &CqEntry,
+    ) -> Result<Bytes, ReadError> {
+        let bytes = self
+            .inner
+            .log
+            .read_record(entry.phys_offset, entry.size as usize)?;
         let view = RecordView::parse(&bytes).expect("verified by read_record");
-        if view.topic != topic.as_bytes() || view.queue_id != queue_id || view.queue_offset != queue_offset {
-            return Err(ReadError::Misplaced { phys_offset: entry.phys_offset, stored: view.queue_offset });
+        if view.topic != topic.as_bytes()
+            || view.queue_id != queue_id
+            || view.queue_offset != queue_offset
+        {
+            return Err(ReadError::Misplaced {
+                phys_offset: entry.phys_offset,
+                stored: view.queue_offset,
+            });
         }
         Ok(bytes)
     }
@@ -235,8 +289,13 @@ impl MessageStore {
     }
 
     fn store_time_of(&self, entry: &CqEntry) -> Result<i64, ReadError> {
-        let bytes = self.inner.log.read_record(entry.phys_offset, entry.size as usize)?;
-        Ok(RecordView::parse(&bytes).expect("verified by read_record").store_timestamp_ms)
+        let bytes = self
+            .inner
+            .log
+            .read_record(entry.phys_offset, entry.size as usize)?;
+        Ok(RecordView::parse(&bytes)
+            .expect("verified by read_record")
+            .store_timestamp_ms)
     }
 
     /// The message with this offset message id (store host + CommitLog offset), if present.
@@ -244,7 +303,8 @@ impl MessageStore {
     /// # Errors
     /// The id is malformed, or the bytes at its offset are not a valid record.
     pub fn message_by_id(&self, message_id: &str) -> Result<Option<Bytes>, ReadError> {
-        let id = MessageId::decode(message_id).map_err(|e| ReadError::BadMessageId(e.to_string()))?;
+        let id =
+            MessageId::decode(message_id).map_err(|e| ReadError::BadMessageId(e.to_string()))?;
         let dispatched = *self.inner.dispatched.borrow();
         if id.phys_offset < self.inner.log.min_offset() || id.phys_offset >= dispatched {
             return Ok(None);
@@ -256,7 +316,12 @@ impl MessageStore {
     }
 
     /// Messages of `topic` whose `KEYS` contain `key`, newest first, at most `max_count`.
-    pub fn messages_by_key(&self, topic: &str, key: &str, max_count: usize) -> Result<Vec<Bytes>, ReadError> {
+    pub fn messages_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        max_count: usize,
+    ) -> Result<Vec<Bytes>, ReadError> {
         self.lookup(topic, key, max_count, |view| {
             view.properties
                 .get_str(property_names::KEYS)
@@ -265,8 +330,15 @@ impl MessageStore {
     }
 
     /// Messages of `topic` whose `UNIQ_KEY` is `key` (more than one after a producer retry).
-    pub fn messages_by_unique_key(&self, topic: &str, key: &str, max_count: usize) -> Result<Vec<Bytes>, ReadError> {
-        self.lookup(topic, key, max_count, |view| view.properties.get_str(property_names::UNIQ_KEY) == Some(key))
+    pub fn messages_by_unique_key(
+        &self,
+        topic: &str,
+        key: &str,
+        max_count: usize,
+    ) -> Result<Vec<Bytes>, ReadError> {
+        self.lookup(topic, key, max_count, |view| {
+            view.properties.get_str(property_names::UNIQ_KEY) == Some(key)
+        })
     }
 
     fn lookup(
@@ -279,14 +351,18 @@ impl MessageStore {
         // Candidates may include hash collisions: over-fetch, then check each record.
         let candidates = {
             let derived = self.inner.derived.lock().expect("derived lock");
-            derived.index.lookup(topic, key, max_count.saturating_mul(4).max(64))?
+            derived
+                .index
+                .lookup(topic, key, max_count.saturating_mul(4).max(64))?
         };
         let mut found = Vec::new();
         for phys_offset in candidates {
             if phys_offset < self.inner.log.min_offset() {
                 continue;
             }
-            let Entry::Record(bytes) = self.inner.log.read_entry(phys_offset)? else { continue };
+            let Entry::Record(bytes) = self.inner.log.read_entry(phys_offset)? else {
+                continue;
+            };
             let view = RecordView::parse(&bytes).expect("verified by read_entry");
             if view.topic == topic.as_bytes() && matches(&view) {
                 found.push(bytes.clone());
@@ -302,10 +378,19 @@ impl MessageStore {
     /// the flush timeout). Reads of offsets use it so a commit is visible once acknowledged.
     pub(crate) fn catch_up_dispatch(&self) {
         let target = self.inner.dispatch_limit();
-        self.wait_dispatched(target, Duration::from_millis(self.inner.config.sync_flush_timeout_ms));
+        self.wait_dispatched(
+            target,
+            Duration::from_millis(self.inner.config.sync_flush_timeout_ms),
+        );
     }
 }
 
 fn empty(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult {
-    GetResult { status, next_begin_offset: next, min_offset: min, max_offset: max, messages: Vec::new() }
+    GetResult {
+        status,
+        next_begin_offset: next,
+        min_offset: min,
+        max_offset: max,
+        messages: Vec::new(),
+    }
 }

@@ -16,10 +16,14 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
         let inner = inner.clone();
         let interval = match inner.config.flush_disk_type {
             FlushDiskType::SyncFlush => None,
-            FlushDiskType::AsyncFlush => Some(Duration::from_millis(inner.config.flush_interval_ms)),
+            FlushDiskType::AsyncFlush => {
+                Some(Duration::from_millis(inner.config.flush_interval_ms))
+            }
         };
         spawn("ferromq-flush", move || {
-            inner.flush.run(&inner.log, interval, &|| inner.dispatch_signal.notify())
+            inner
+                .flush
+                .run(&inner.log, interval, &|| inner.dispatch_signal.notify())
         })
     };
     let dispatcher = {
@@ -45,7 +49,10 @@ fn dispatch_loop(inner: &Inner) {
     loop {
         let closed = inner.closed.load(Ordering::Acquire);
         if let Err(error) = inner.dispatch_once() {
-            let mut failure = inner.dispatch_failure.lock().expect("dispatch failure lock");
+            let mut failure = inner
+                .dispatch_failure
+                .lock()
+                .expect("dispatch failure lock");
             if failure.is_none() {
                 tracing::error!(%error, "dispatch stopped; consumers see no new records until restart");
                 *failure = Some(error.to_string());
@@ -65,7 +72,9 @@ fn checkpoint_loop(inner: &Inner) {
     while !inner.closed.load(Ordering::Acquire) {
         let started = Instant::now();
         while started.elapsed() < interval && !inner.closed.load(Ordering::Acquire) {
-            seen = inner.dispatch_signal.wait(seen, interval.min(Duration::from_millis(100)));
+            seen = inner
+                .dispatch_signal
+                .wait(seen, interval.min(Duration::from_millis(100)));
         }
         if inner.closed.load(Ordering::Acquire) {
             return;
