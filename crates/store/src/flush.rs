@@ -222,6 +222,9 @@ impl FlushControl {
         let first = log.segment_start_of(flushed);
         for segment in log.segments() {
             if segment.start + log.segment_size() > first && segment.start < target {
+                if log.faults.take_sync() {
+                    return Err(FileError::new("fsync", segment.path(), std::io::Error::other("injected fsync failure")));
+                }
                 segment.sync()?;
             }
         }

@@ -20,6 +20,7 @@ pub mod config;
 pub mod consume_queue;
 pub mod dispatch;
 pub mod error;
+pub mod faults;
 pub mod flush;
 mod fsutil;
 pub mod key_index;

@@ -35,6 +35,8 @@ pub struct CommitLog {
     segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
     written_end: AtomicU64,
     min_offset: AtomicU64,
+    /// Fault points for tests.
+    pub faults: crate::faults::Faults,
 }
 
 /// What one position of the log holds.
@@ -87,6 +89,7 @@ impl CommitLog {
             segments: RwLock::new(segments),
             written_end: AtomicU64::new(min),
             min_offset: AtomicU64::new(min),
+            faults: Default::default(),
         };
         log.check_contiguous()?;
         Ok(log)

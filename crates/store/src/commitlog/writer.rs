@@ -182,6 +182,10 @@ impl WriterState {
                 segment
             }
         };
+        if log.faults.take_write() {
+            segment.write_all_at(at - segment.start, &buffer[..buffer.len() / 2])?;
+            return Err(FileError::new("write", segment.path(), crate::faults::disk_full()));
+        }
         segment.write_all_at(at - segment.start, buffer)
     }
 

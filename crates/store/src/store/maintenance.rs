@@ -92,9 +92,7 @@ impl Inner {
         }
         let end = self.log.written_end();
         self.flush.wait_durable(end)?;
-        self.dispatch_once().map_err(|e| {
-            StoreError::Durability(crate::error::DurabilityError::FlushFailed(e.to_string()))
-        })?;
+        self.dispatch_once().map_err(|e| StoreError::Derived(recovery::dispatch_open_error(e)))?;
         self.checkpoint()
     }
 

@@ -61,6 +61,12 @@ pub enum StoreError {
     /// The record was written but is not known to be durable.
     #[error(transparent)]
     Durability(#[from] DurabilityError),
+    /// A maintenance step (checkpoint, retention) failed on a file.
+    #[error(transparent)]
+    File(#[from] crate::error::FileError),
+    /// Derived state could not be written or rebuilt.
+    #[error(transparent)]
+    Derived(#[from] OpenError),
 }
 
 /// Counters and positions, for `brokerStatus` and tests.
@@ -309,6 +315,11 @@ impl MessageStore {
         }
     }
 
+    /// Fault points (tests): arm them to make CommitLog writes or fsyncs fail.
+    pub fn faults(&self) -> &crate::faults::Faults {
+        &self.inner.log.faults
+    }
+
     /// A receiver of the dispatched end, for long polling.
     pub fn subscribe_dispatched(&self) -> watch::Receiver<u64> {
         self.inner.dispatched.subscribe()
@@ -334,8 +345,7 @@ impl MessageStore {
         }
         result?;
         if self.inner.poisoned().is_none() {
-            crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))
-                .map_err(|e| StoreError::Durability(DurabilityError::FlushFailed(e.to_string())))?;
+            crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
         }
         Ok(())
     }
