@@ -152,10 +152,15 @@ impl WriterState {
             });
         }
         for ((topic, queue_id), next) in staged {
-            self.queue_offsets
-                .entry(topic.to_string())
-                .or_default()
-                .insert(queue_id, next);
+            match self.queue_offsets.get_mut(topic) {
+                Some(queues) => {
+                    queues.insert(queue_id, next);
+                }
+                None => {
+                    let queues = HashMap::from([(queue_id, next)]);
+                    self.queue_offsets.insert(topic.to_string(), queues);
+                }
+            }
         }
         self.write_pos = pos;
         self.last_store_timestamp_ms = store_ts;

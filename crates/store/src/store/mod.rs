@@ -97,25 +97,38 @@ pub struct StoreStats {
 }
 
 /// Wakes the dispatcher when there is something new to dispatch.
+///
+/// `notify` is on the append path, so it touches the mutex only when a thread sleeps in
+/// `wait`; otherwise it is one atomic increment.
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
-    ticks: Mutex<u64>,
+    ticks: AtomicU64,
+    sleepers: AtomicU64,
+    lock: Mutex<()>,
     changed: Condvar,
 }
 
 impl Signal {
+    // SeqCst on both sides: a notifier that sees no sleeper is ordered before the sleeper's
+    // check of `ticks`, so the sleeper sees the new tick (Dekker's pattern).
     pub(crate) fn notify(&self) {
-        *self.ticks.lock().expect("signal lock") += 1;
-        self.changed.notify_all();
+        self.ticks.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock().expect("signal lock");
+            self.changed.notify_all();
+        }
     }
 
+    /// Waits until a notify after `seen` (a tick count) or `timeout`; returns the tick count.
     pub(crate) fn wait(&self, seen: u64, timeout: Duration) -> u64 {
-        let ticks = self.ticks.lock().expect("signal lock");
-        let (ticks, _) = self
+        let guard = self.lock.lock().expect("signal lock");
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let (_guard, _) = self
             .changed
-            .wait_timeout_while(ticks, timeout, |t| *t == seen)
+            .wait_timeout_while(guard, timeout, |_| self.ticks.load(Ordering::SeqCst) == seen)
             .expect("signal lock");
-        *ticks
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.ticks.load(Ordering::SeqCst)
     }
 }
 
