@@ -1,1 +1,153 @@
-fn main() {}
+//! `ferromq`: the command line of ferromq.
+//!
+//! Subcommands today: `standalone` (the store on its own until the broker lands) and `bench`
+//! (store append path and recovery benchmarks). `namesrv`, `broker`, `controller`, `admin` and
+//! `chaos` join as their crates land.
+//!
+//! Conventions at this edge:
+//! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.
+//! 2. Every other failure exits with status 1 and one line, `error: <what>: <cause>`; nothing
+//!    panics on bad input.
+//! 3. Logs go to stderr, filtered by `RUST_LOG` (default `info`); results go to stdout, and with
+//!    `--json` the last stdout line is one JSON object.
+
+mod bench;
+mod record;
+mod report;
+mod standalone;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ferromq_store::FlushDiskType;
+use tracing_subscriber::EnvFilter;
+
+/// A RocketMQ-compatible message queue whose consumer offsets never lie.
+#[derive(Debug, Parser)]
+#[command(name = "ferromq", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run ferromq on one machine with data under ./data (today: the store and a demo loop).
+    ///
+    /// The name server and broker arrive with issue 3. Until then standalone opens the store,
+    /// prints its recovery report and statistics, and appends one demo message a second to
+    /// DemoTopic. Stop it with Enter or Ctrl-D (end of input), or let --seconds run out: the
+    /// store is then closed cleanly. Ctrl-C kills the process instead, and the next start
+    /// reports crash recovery.
+    Standalone(standalone::StandaloneArgs),
+    /// Benchmarks that report ratios against a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// How appends become durable (RocketMQ `flushDiskType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Flush {
+    /// SYNC_FLUSH: acknowledged after fdatasync; concurrent appends share one (group commit).
+    Sync,
+    /// ASYNC_FLUSH: acknowledged once written; flushed in the background every 500 ms.
+    Async,
+}
+
+impl Flush {
+    /// The store's setting.
+    pub fn disk_type(self) -> FlushDiskType {
+        match self {
+            Flush::Sync => FlushDiskType::SyncFlush,
+            Flush::Async => FlushDiskType::AsyncFlush,
+        }
+    }
+
+    /// The flag value, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flush::Sync => "sync",
+            Flush::Async => "async",
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    init_tracing();
+    let result = match cli.command {
+        Command::Standalone(args) => standalone::run(&args),
+        Command::Bench(command) => bench::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error_chain(&error)));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints help and version as clap does; squeezes every other parse error onto one line.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let code = u8::try_from(error.exit_code()).unwrap_or(2);
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Nothing sensible remains to do if stdout or stderr is gone.
+            let _ = error.print();
+        }
+        _ => {
+            let rendered = error.render().to_string();
+            let message: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|line| !line.starts_with("Usage:"))
+                .filter(|line| !line.is_empty() && !line.starts_with("For more information"))
+                .collect();
+            eprintln!("{} (see --help)", message.join(" "));
+        }
+    }
+    ExitCode::from(code)
+}
+
+/// The error and its causes joined by `: `, skipping a cause that its parent's message
+/// already spells out (some errors print their source as part of their own message).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message
+}
+
+/// Joins the lines of a message so every failure reads as one line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}

@@ -1,0 +1,135 @@
+//! `ferromq bench`: benchmarks that report a ratio against a baseline measured in the same run
+//! on the same disk.
+//!
+//! - `bench store`: the store's append path (`MessageStore::put`) against plain file writes.
+//! - `bench recovery`: restart time after a crash, from the last checkpoint and from nothing.
+//!
+//! Every run works in a scratch directory of its own (under `--dir`, default the system temp
+//! directory) and removes it at the end, whatever happened.
+
+mod recovery;
+mod stats;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Append throughput and latency of the store against raw file writes on the same disk.
+    ///
+    /// Writer threads put one record at a time for --seconds; then one thread writes the same
+    /// bytes to a plain file on the same disk: under async flush one write per record, under
+    /// sync flush one write of records_per_fsync records (the store's measured group-commit
+    /// batch) followed by fdatasync. It stops after as many records as the store took, or
+    /// after --seconds. ratio = store msgs/s / baseline msgs/s. --record-size is the encoded
+    /// CommitLog record size; the body is sized to match. MB/s counts encoded bytes (10^6).
+    Store(store::StoreArgs),
+    /// Restart time after a crash: from the last checkpoint, and a full rescan of the log.
+    ///
+    /// A child process fills an async-flush store with 1 KiB records, fsyncs them, waits for a
+    /// checkpoint at the log end and exits without closing the store (a crash). The parent
+    /// times opening it (crash recovery from that checkpoint) and, after deleting the files
+    /// under checkpoint/, opening it again (full rescan of the log). The page cache is warm.
+    Recovery(recovery::RecoveryArgs),
+    /// Internal: the child process of `bench recovery` that fills a store and exits without
+    /// closing it.
+    #[command(hide = true)]
+    RecoveryFill(recovery::FillArgs),
+}
+
+/// Runs a bench subcommand.
+pub fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Store(args) => store::run(&args),
+        BenchCommand::Recovery(args) => recovery::run(&args),
+        BenchCommand::RecoveryFill(args) => recovery::fill(&args),
+    }
+}
+
+/// A directory of the run's own, removed (with everything in it) when dropped.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// Creates `ferromq-bench-<pid>-<nanos>` under `parent` (default: the system temp dir).
+    pub fn create(parent: Option<&Path>) -> Result<ScratchDir> {
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        std::fs::create_dir_all(&parent)
+            .with_context(|| format!("creating the bench directory {}", parent.display()))?;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = parent.join(format!("ferromq-bench-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&path)
+            .with_context(|| format!("creating the bench directory {}", path.display()))?;
+        Ok(ScratchDir { path })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), %error, "could not remove the bench directory");
+        }
+    }
+}
+
+/// Parses a byte count: a plain number, or one with a `KiB`, `MiB` or `GiB` suffix.
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => bail!("unknown unit {other:?} in {text:?}; use bytes or KiB, MiB, GiB"),
+    };
+    let count: u64 = digits
+        .parse()
+        .with_context(|| format!("{text:?} is not a byte count"))?;
+    count
+        .checked_mul(multiplier)
+        .with_context(|| format!("{text} does not fit in 64 bits"))
+}
+
+/// `parse_bytes` for clap, which wants a `String` error.
+fn byte_count(text: &str) -> Result<u64, String> {
+    parse_bytes(text).map_err(|e| format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_accept_plain_numbers_and_binary_units() {
+        assert_eq!(parse_bytes("268435456").unwrap(), 268_435_456);
+        assert_eq!(parse_bytes("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_bytes("4 KiB").unwrap(), 4096);
+        assert_eq!(parse_bytes("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("12B").unwrap(), 12);
+    }
+
+    #[test]
+    fn byte_counts_reject_garbage() {
+        for bad in ["", "MiB", "12MB", "-1", "1.5GiB", "99999999999GiB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad} was accepted");
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! `ferromq bench store`: the store's append path against raw file writes on the same disk.
+//!
+//! 1. ferromq phase: `--writers` threads each call `MessageStore::put` with one record at a
+//!    time for `--seconds`, timing every call. Under sync flush a put returns after the fsync
+//!    that covers it (group commit); under async flush once the record is written.
+//! 2. The store is closed and deleted, then the baseline phase writes the same bytes with one
+//!    thread to a plain file: async, one `write_all` of `--record-size` bytes per record;
+//!    sync, one `write_all` of `records_per_fsync` records followed by `fdatasync`, where
+//!    `records_per_fsync` is the ferromq phase's records per fsync (its group-commit batch).
+//!    The baseline stops once it has written as many records as the ferromq phase, or after
+//!    `--seconds`, whichever comes first.
+//! 3. `ratio` = ferromq msgs/s / baseline msgs/s.
+//!
+//! `--record-size` is the encoded record size: the body is sized so that the whole
+//! CommitLog record (header, topic `BenchTopic`, body, CRC property) is exactly that long.
+//! MB/s counts encoded bytes, 1 MB = 10^6 bytes.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::value_parser;
+use ferromq_store::{MessageStore, StoreConfig};
+use serde_json::json;
+
+use super::stats::{ns_to_us, Histogram};
+use super::ScratchDir;
+use crate::record::draft;
+use crate::Flush;
+
+const BENCH_TOPIC: &str = "BenchTopic";
+const BENCH_QUEUE_COUNT: u32 = 8;
+/// After a failed put a writer pauses this long, so a poisoned store is not spun on.
+const ERROR_PAUSE: Duration = Duration::from_millis(1);
+
+/// Flags of `ferromq bench store`.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// Encoded size of each record in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    record_size: usize,
+    /// How appends become durable (RocketMQ flushDiskType).
+    #[arg(long, value_enum, default_value_t = Flush::Async)]
+    flush: Flush,
+    /// Concurrent writer threads, each putting one record at a time.
+    #[arg(long, default_value_t = 1, value_parser = value_parser!(u32).range(1..=1024))]
+    writers: u32,
+    /// Length of the ferromq phase; the baseline runs at most as long.
+    #[arg(long, default_value_t = 10, value_parser = value_parser!(u64).range(1..=86_400))]
+    seconds: u64,
+    /// Print the result as one JSON object on the last stdout line.
+    #[arg(long)]
+    json: bool,
+    /// Parent of the run's scratch directory (default: the system temp directory); pick a
+    /// directory on the disk to measure.
+    #[arg(long, value_name = "PATH")]
+    dir: Option<PathBuf>,
+    /// CommitLog segment size (bytes, or with KiB/MiB/GiB); default 1 GiB.
+    #[arg(long, value_name = "BYTES", value_parser = super::byte_count)]
+    segment_size: Option<u64>,
+}
+
+/// What the ferromq phase measured.
+struct Phase {
+    records: u64,
+    errors: u64,
+    first_error: Option<String>,
+    latency: Histogram,
+    elapsed: Duration,
+    fsyncs: u64,
+}
+
+/// What one writer thread measured.
+#[derive(Default)]
+struct WriterResult {
+    latency: Histogram,
+    records: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// What the baseline measured.
+struct Baseline {
+    records: u64,
+    elapsed: Duration,
+    description: String,
+}
+
+impl Baseline {
+    fn msgs_per_sec(&self) -> f64 {
+        rate(self.records, self.elapsed)
+    }
+}
+
+/// Runs `ferromq bench store`.
+pub fn run(args: &StoreArgs) -> Result<()> {
+    let scratch = ScratchDir::create(args.dir.as_deref())?;
+    let store_dir = scratch.path().join("store");
+    let mut config = StoreConfig::new(&store_dir);
+    config.flush_disk_type = args.flush.disk_type();
+    if let Some(size) = args.segment_size {
+        config.segment_size_bytes = size;
+    }
+    let body_size = body_size_for(args.record_size, config.max_message_size_bytes)?;
+    eprintln!(
+        "bench store: flush {}, {} writers, {} B records, {} s, in {}",
+        args.flush.name(),
+        args.writers,
+        args.record_size,
+        args.seconds,
+        scratch.path().display()
+    );
+    let store = MessageStore::open(config)
+        .with_context(|| format!("opening the bench store at {}", store_dir.display()))?;
+    let phase = run_ferromq(&store, args, body_size);
+    store.close().context("closing the bench store")?;
+    std::fs::remove_dir_all(&store_dir)
+        .with_context(|| format!("removing {}", store_dir.display()))?;
+    if phase.records == 0 {
+        bail!(
+            "no record was stored: {}",
+            phase.first_error.as_deref().unwrap_or("no put completed")
+        );
+    }
+    let records_per_fsync = if phase.fsyncs == 0 {
+        None
+    } else {
+        Some(phase.records as f64 / phase.fsyncs as f64)
+    };
+    let baseline = match args.flush {
+        Flush::Async => baseline_async(&scratch.path().join("baseline"), args, phase.records)?,
+        Flush::Sync => {
+            let batch = records_per_fsync.map_or(1, |r| (r.round() as u64).max(1));
+            baseline_sync(&scratch.path().join("baseline"), args, phase.records, batch)?
+        }
+    };
+    print_result(args, body_size, &phase, records_per_fsync, &baseline);
+    if phase.errors > 0 {
+        bail!(
+            "{} puts failed; the first: {}",
+            phase.errors,
+            phase.first_error.as_deref().unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
+/// The body size that makes the encoded record `record_size` bytes long.
+pub(super) fn body_size_for(record_size: usize, max_body: usize) -> Result<usize> {
+    let host = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let overhead = draft(BENCH_TOPIC, 0, &[], host)
+        .encode()
+        .context("encoding an empty bench record")?
+        .len();
+    if record_size < overhead {
+        bail!("--record-size must be at least {overhead} bytes (record header, topic and CRC)");
+    }
+    let body = record_size - overhead;
+    if body > max_body {
+        bail!(
+            "--record-size {record_size} needs a {body}-byte body; the store accepts at most {max_body}"
+        );
+    }
+    let encoded = draft(BENCH_TOPIC, 0, &vec![0; body], host)
+        .encode()
+        .context("encoding a bench record")?
+        .len();
+    if encoded != record_size {
+        bail!("a {body}-byte body encodes to {encoded} bytes, not {record_size}");
+    }
+    Ok(body)
+}
+
+fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phase {
+    let stop = AtomicBool::new(false);
+    let stored = AtomicU64::new(0);
+    let fsyncs_before = store.stats().fsync_count;
+    let started = Instant::now();
+    let results: Vec<WriterResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.writers)
+            .map(|writer| {
+                let (stop, stored) = (&stop, &stored);
+                scope.spawn(move || write_loop(store, writer, body_size, stop, stored))
+            })
+            .collect();
+        report_progress(started, Duration::from_secs(args.seconds), &stored);
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle.join().unwrap_or_else(|_| WriterResult {
+                    errors: 1,
+                    first_error: Some("a writer thread panicked".to_string()),
+                    ..WriterResult::default()
+                })
+            })
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let fsyncs = store.stats().fsync_count - fsyncs_before;
+    let mut phase = Phase {
+        records: 0,
+        errors: 0,
+        first_error: None,
+        latency: Histogram::default(),
+        elapsed,
+        fsyncs,
+    };
+    for result in results {
+        phase.records += result.records;
+        phase.errors += result.errors;
+        phase.latency.merge(&result.latency);
+        if phase.first_error.is_none() {
+            phase.first_error = result.first_error;
+        }
+    }
+    debug_assert_eq!(
+        phase.latency.count(),
+        phase.records,
+        "one latency per stored put"
+    );
+    phase
+}
+
+fn write_loop(
+    store: &MessageStore,
+    writer: u32,
+    body_size: usize,
+    stop: &AtomicBool,
+    stored: &AtomicU64,
+) -> WriterResult {
+    let body: Vec<u8> = (0..body_size).map(|i| (i % 251) as u8).collect();
+    let host = store.config().store_host;
+    let queue_id = writer % BENCH_QUEUE_COUNT;
+    let mut result = WriterResult::default();
+    while !stop.load(Ordering::Relaxed) {
+        let record = draft(BENCH_TOPIC, queue_id, &body, host);
+        let started = Instant::now();
+        let outcome = store.put(&[record]);
+        let latency_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match outcome {
+            Ok(_) => {
+                result.latency.record(latency_ns);
+                result.records += 1;
+                stored.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                result.errors += 1;
+                result.first_error.get_or_insert_with(|| error.to_string());
+                std::thread::sleep(ERROR_PAUSE);
+            }
+        }
+    }
+    result
+}
+
+/// Prints progress to stderr once a second until `duration` has passed.
+fn report_progress(started: Instant, duration: Duration, stored: &AtomicU64) {
+    let mut last_count = 0;
+    let mut last_at = started;
+    let mut tick = 1;
+    loop {
+        let next = started + Duration::from_secs(tick).min(duration);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        let count = stored.load(Ordering::Relaxed);
+        let interval_rate = rate(count - last_count, now - last_at);
+        eprintln!(
+            "  {:>5.1} s: {count} msgs, {interval_rate:.0} msgs/s",
+            (now - started).as_secs_f64()
+        );
+        if now - started >= duration {
+            return;
+        }
+        (last_count, last_at, tick) = (count, now, tick + 1);
+    }
+}
+
+fn baseline_async(path: &Path, args: &StoreArgs, records_max: u64) -> Result<Baseline> {
+    let mut file = create(path)?;
+    let buffer = vec![0x5a_u8; args.record_size];
+    let deadline = Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let mut records = 0;
+    while records < records_max && (records % 1024 != 0 || started.elapsed() < deadline) {
+        file.write_all(&buffer)
+            .with_context(|| format!("baseline write to {}", path.display()))?;
+        records += 1;
+    }
+    let elapsed = started.elapsed();
+    Ok(Baseline {
+        records,
+        elapsed,
+        description: format!("1 thread, write_all of {} B per record", args.record_size),
+    })
+}
+
+fn baseline_sync(path: &Path, args: &StoreArgs, records_max: u64, batch: u64) -> Result<Baseline> {
+    let mut file = create(path)?;
+    let batch_bytes = usize::try_from(batch)
+        .ok()
+        .and_then(|b| b.checked_mul(args.record_size))
+        .context("baseline batch does not fit in memory")?;
+    let buffer = vec![0x5a_u8; batch_bytes];
+    let deadline = Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let mut records = 0;
+    while records < records_max && started.elapsed() < deadline {
+        file.write_all(&buffer)
+            .with_context(|| format!("baseline write to {}", path.display()))?;
+        file.sync_data()
+            .with_context(|| format!("baseline fdatasync of {}", path.display()))?;
+        records += batch;
+    }
+    let elapsed = started.elapsed();
+    Ok(Baseline {
+        records,
+        elapsed,
+        description: format!(
+            "1 thread, write_all of {batch} records ({batch_bytes} B) then fdatasync"
+        ),
+    })
+}
+
+fn create(path: &Path) -> Result<File> {
+    File::create(path).with_context(|| format!("creating the baseline file {}", path.display()))
+}
+
+fn rate(count: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+fn print_result(
+    args: &StoreArgs,
+    body_size: usize,
+    phase: &Phase,
+    records_per_fsync: Option<f64>,
+    baseline: &Baseline,
+) {
+    let msgs_per_sec = rate(phase.records, phase.elapsed);
+    let mb_per_sec = msgs_per_sec * args.record_size as f64 / 1e6;
+    let baseline_msgs_per_sec = baseline.msgs_per_sec();
+    let ratio = if baseline_msgs_per_sec > 0.0 {
+        msgs_per_sec / baseline_msgs_per_sec
+    } else {
+        0.0
+    };
+    let latency = &phase.latency;
+    let [p50, p99, p999] = [0.5, 0.99, 0.999].map(|q| ns_to_us(latency.percentile(q)));
+    let max = ns_to_us(latency.max());
+    println!(
+        "ferromq  : {} msgs in {:.2} s = {msgs_per_sec:.0} msgs/s, {mb_per_sec:.1} MB/s ({} B records, {body_size} B bodies, flush {}, {} writers), {} errors",
+        phase.records,
+        phase.elapsed.as_secs_f64(),
+        args.record_size,
+        args.flush.name(),
+        args.writers,
+        phase.errors
+    );
+    println!("latency  : p50 {p50} us, p99 {p99} us, p999 {p999} us, max {max} us");
+    match records_per_fsync {
+        Some(per) => println!("fsyncs   : {} ({per:.1} records per fsync)", phase.fsyncs),
+        None => println!("fsyncs   : 0"),
+    }
+    println!(
+        "baseline : {} msgs in {:.2} s = {baseline_msgs_per_sec:.0} msgs/s ({})",
+        baseline.records,
+        baseline.elapsed.as_secs_f64(),
+        baseline.description
+    );
+    println!("ratio    : {ratio:.3} (ferromq msgs/s / baseline msgs/s)");
+    if args.json {
+        let out = json!({
+            "bench": "store",
+            "flush": args.flush.name(),
+            "writers": args.writers,
+            "record_size": args.record_size,
+            "body_size": body_size,
+            "seconds": round(phase.elapsed.as_secs_f64(), 3),
+            "records": phase.records,
+            "msgs_per_sec": round(msgs_per_sec, 1),
+            "mb_per_sec": round(mb_per_sec, 3),
+            "p50_us": p50,
+            "p99_us": p99,
+            "p999_us": p999,
+            "max_us": max,
+            "errors": phase.errors,
+            "fsync_count": phase.fsyncs,
+            "records_per_fsync": records_per_fsync.map(|r| round(r, 2)),
+            "baseline_records": baseline.records,
+            "baseline_msgs_per_sec": round(baseline_msgs_per_sec, 1),
+            "baseline": baseline.description,
+            "ratio": round(ratio, 4),
+        });
+        println!("{out}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::body_size_for;
+
+    #[test]
+    fn body_is_sized_to_the_encoded_record() {
+        let body = body_size_for(1024, 4 << 20).unwrap();
+        assert!(body > 0 && body < 1024);
+        assert!(body_size_for(1, 4 << 20).is_err());
+        assert!(body_size_for(5 << 20, 4 << 20).is_err());
+    }
+}

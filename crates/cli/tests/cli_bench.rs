@@ -1,0 +1,127 @@
+//! The `ferromq` binary end to end: `bench store --json` and `standalone --check` print the
+//! JSON that scripts rely on, and bad flags fail with a one-line error and a non-zero status.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ferromq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running the ferromq binary")
+}
+
+fn last_json_line(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().expect("stdout has a line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line {last:?} is not JSON: {e}"))
+}
+
+#[test]
+fn bench_store_sync_prints_json_with_positive_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = ferromq(&[
+        "bench",
+        "store",
+        "--seconds",
+        "1",
+        "--writers",
+        "2",
+        "--flush",
+        "sync",
+        "--json",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result = last_json_line(&output);
+    for key in [
+        "msgs_per_sec",
+        "mb_per_sec",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "errors",
+        "baseline_msgs_per_sec",
+        "ratio",
+        "flush",
+        "writers",
+        "record_size",
+        "records_per_fsync",
+    ] {
+        assert!(result.get(key).is_some(), "key {key} missing from {result}");
+    }
+    assert!(result["msgs_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(result["baseline_msgs_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(result["ratio"].as_f64().unwrap() > 0.0);
+    assert!(result["records_per_fsync"].as_f64().unwrap() >= 1.0);
+    assert_eq!(result["errors"], 0);
+    assert_eq!(result["flush"], "sync");
+    assert_eq!(result["writers"], 2);
+    assert_eq!(result["record_size"], 1024);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        leftovers.is_empty(),
+        "scratch directory not removed: {leftovers:?}"
+    );
+}
+
+#[test]
+fn standalone_check_reports_a_clean_fresh_store_then_a_clean_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let data_dir = data_dir.to_str().unwrap();
+    for _ in 0..2 {
+        let output = ferromq(&["standalone", "--check", "--data-dir", data_dir]);
+        assert!(
+            output.status.success(),
+            "stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = last_json_line(&output);
+        assert_eq!(report["clean_shutdown"], true, "{report}");
+        assert_eq!(report["log_end"], 0);
+        assert!(report["cut"].is_null());
+        assert!(report["stats"].is_object());
+    }
+    assert!(dir.path().join("data/lock").exists());
+    assert!(
+        !dir.path().join("data/abort").exists(),
+        "--check closes the store cleanly"
+    );
+}
+
+#[test]
+fn bad_flush_value_fails_with_one_line() {
+    let output = ferromq(&["bench", "store", "--flush", "sometimes"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.contains("--flush"), "stderr: {stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn unusable_data_dir_fails_with_one_line_and_status_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let output = ferromq(&[
+        "standalone",
+        "--check",
+        "--data-dir",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let errors: Vec<_> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "stderr: {stderr}");
+    assert!(errors[0].contains("not-a-dir"), "stderr: {stderr}");
+}
