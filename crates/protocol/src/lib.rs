@@ -2,13 +2,15 @@
 //!
 //! This crate owns RocketMQ's byte layouts. Today it holds the stored message record
 //! (RocketMQ's `MessageDecoder` layout), which is at once the CommitLog record and the body of
-//! a pull reply, so a broker can send stored bytes to real clients unchanged. The remoting
-//! frame and request headers join it with the broker.
+//! a pull reply, so a broker can send stored bytes to real clients unchanged, and the remoting
+//! protocol (`remoting`): frames, commands, request/response codes, typed headers and JSON
+//! bodies.
 //!
 //! Nothing here touches a file or a socket: every function maps bytes to values and back.
 
 pub mod java_hash;
 pub mod message;
+pub mod remoting;
 
 pub use java_hash::java_string_hash;
 pub use message::message_id::{MessageId, MessageIdError};

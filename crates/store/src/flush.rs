@@ -157,11 +157,11 @@ impl FlushControl {
 
     /// Lowers the flushed end after a truncation.
     pub fn truncate_to(&self, end: u64) {
+        let mut requests = self.requests.lock().expect("flush lock");
+        requests.wanted = requests.wanted.min(end);
         let mut progress = self.progress.lock().expect("flush lock");
         progress.flushed_end = progress.flushed_end.min(end);
         self.publish(&progress);
-        let mut requests = self.requests.lock().expect("flush lock");
-        requests.wanted = requests.wanted.min(end);
     }
 
     /// Stops the flusher loop and releases waiters that can no longer be served.
@@ -177,12 +177,20 @@ impl FlushControl {
 
     /// The flusher thread body. `interval` is `Some` under `AsyncFlush` (flush at least that
     /// often when there is unflushed data) and `None` under `SyncFlush` (flush on request).
-    pub fn run(&self, log: &CommitLog, interval: Option<Duration>, on_flushed: &dyn Fn()) {
+    /// `commit` writes the appender's buffered tail to the files before each fsync.
+    pub fn run(
+        &self,
+        log: &CommitLog,
+        interval: Option<Duration>,
+        commit: &dyn Fn() -> Result<(), FileError>,
+        on_flushed: &dyn Fn(),
+    ) {
         loop {
             let stop = {
                 let mut requests = self.requests.lock().expect("flush lock");
-                let flushed = self.flushed_end();
-                while !requests.stop && requests.wanted <= flushed {
+                // Lock order: `requests`, then `progress`. The flushed end is re-read on every
+                // pass because a truncation may lower it while the flusher sleeps.
+                while !requests.stop && requests.wanted <= self.flushed_end() {
                     match interval {
                         Some(every) => {
                             let (guard, timed_out) = self
@@ -199,9 +207,14 @@ impl FlushControl {
                 }
                 requests.stop
             };
-            let target = log.written_end();
-            if let Err(error) = self.flush_once(log, target) {
-                self.poison(error.to_string());
+            match commit() {
+                Ok(()) => {
+                    let target = log.committed_end();
+                    if let Err(error) = self.flush_once(log, target) {
+                        self.poison(error.to_string());
+                    }
+                }
+                Err(error) => self.poison(format!("commit failed: {error}")),
             }
             on_flushed();
             if stop {
@@ -223,7 +236,11 @@ impl FlushControl {
         for segment in log.segments() {
             if segment.start + log.segment_size() > first && segment.start < target {
                 if log.faults.take_sync() {
-                    return Err(FileError::new("fsync", segment.path(), std::io::Error::other("injected fsync failure")));
+                    return Err(FileError::new(
+                        "fsync",
+                        segment.path(),
+                        std::io::Error::other("injected fsync failure"),
+                    ));
                 }
                 segment.sync()?;
             }

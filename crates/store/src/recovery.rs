@@ -119,7 +119,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     let scan_from = checkpoint.as_ref().map_or(log.min_offset(), |c| c.position);
     report.scanned_from = scan_from;
     let end = scan_and_cut(&log, scan_from, &mut report)?;
-    log.publish_written_end(end);
+    log.reset_ends(end);
     report.log_end = end;
 
     let derived = rebuild_derived(config, &log, checkpoint, &mut report)?;
@@ -297,7 +297,11 @@ fn scan_and_cut(log: &CommitLog, from: u64, report: &mut RecoveryReport) -> Resu
                 report.scanned_bytes += next - pos;
                 pos = next;
             }
-            ChunkScan::Bad(reason) => break Some(reason),
+            ChunkScan::Bad { at, reason } => {
+                report.scanned_bytes += at - pos;
+                pos = at;
+                break Some(reason);
+            }
         }
     };
     let bytes_cut = bytes_after(log, pos)?;
@@ -328,32 +332,35 @@ fn scan_and_cut(log: &CommitLog, from: u64, report: &mut RecoveryReport) -> Resu
 }
 
 enum ChunkScan {
+    /// Every record in the chunk verified; the scan continues at this position.
     Advanced(u64),
-    Bad(String),
+    /// The record at `at` is bad; the log ends there.
+    Bad { at: u64, reason: String },
 }
 
 /// Verifies whole records at the start of `chunk` (which starts at `pos`).
 fn verify_chunk(log: &CommitLog, chunk: &[u8], pos: u64) -> ChunkScan {
     let mut at = 0usize;
-    let start = pos;
     loop {
-        let here = start + at as u64;
+        let here = pos + at as u64;
+        let bad = |reason: String| ChunkScan::Bad { at: here, reason };
         let rest = &chunk[at..];
         if rest.is_empty() {
             return ChunkScan::Advanced(here);
         }
         if rest.len() < 8 {
+            // A short remainder of a later chunk is re-read from its start next time.
             return if at > 0 {
                 ChunkScan::Advanced(here)
             } else {
-                ChunkScan::Bad(format!("torn header of {} bytes", rest.len()))
+                bad(format!("torn header of {} bytes", rest.len()))
             };
         }
         let total = peek_total_size(rest).unwrap_or(0);
         if peek_magic(rest) == BLANK_MAGIC {
             let segment_end = log.segment_start_of(here) + log.segment_size();
             if here + total as u64 != segment_end {
-                return ChunkScan::Bad(format!("end-of-segment marker with wrong size {total}"));
+                return bad(format!("end-of-segment marker with wrong size {total}"));
             }
             return ChunkScan::Advanced(segment_end);
         }
@@ -362,10 +369,8 @@ fn verify_chunk(log: &CommitLog, chunk: &[u8], pos: u64) -> ChunkScan {
         }
         match RecordView::parse(rest) {
             Ok(view) if view.phys_offset == here => at += total,
-            Ok(view) => {
-                return ChunkScan::Bad(format!("record says it belongs at {}", view.phys_offset))
-            }
-            Err(error) => return ChunkScan::Bad(error.to_string()),
+            Ok(view) => return bad(format!("record says it belongs at {}", view.phys_offset)),
+            Err(error) => return bad(error.to_string()),
         }
     }
 }
@@ -391,7 +396,7 @@ pub(crate) fn rebuild_derived(
     report: &mut RecoveryReport,
 ) -> Result<Derived, OpenError> {
     let log_min = log.min_offset();
-    let end = log.written_end();
+    let end = log.committed_end();
     let (mut queues, queue_reports) = ConsumeQueueSet::open(
         &config.consume_queue_dir(),
         config.consume_queue_entries_per_file,

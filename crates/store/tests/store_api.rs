@@ -500,3 +500,69 @@ fn second_open_of_a_running_store_is_refused() {
     let error = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap_err();
     assert!(error.to_string().contains("in use"), "{error}");
 }
+
+#[test]
+fn failed_write_reaches_the_caller_and_recovery_cuts_the_torn_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    store.put(&[draft("T", 0, b"before", b"")]).unwrap();
+    let end = store.stats().written_end;
+    // The disk fills halfway through writing the next batch.
+    store.faults().arm(1, 0);
+    let error = store.put(&[draft("T", 0, b"lost", b"")]).unwrap_err();
+    assert!(error.to_string().contains("No space left"), "{error}");
+    assert!(store.stats().poisoned.is_some(), "a failed write poisons");
+    let refused = store.put(&[draft("T", 0, b"refused", b"")]).unwrap_err();
+    assert!(refused.to_string().contains("poisoned"), "{refused}");
+    drop(store);
+
+    let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    let report = store.recovery_report().clone();
+    let cut = report
+        .cut
+        .clone()
+        .unwrap_or_else(|| panic!("the torn batch is cut: {report:?}"));
+    assert_eq!(cut.phys_offset, end);
+    assert!(cut.bytes_cut > 0);
+    // Queue offsets of the failed batch are free again because its records never landed.
+    let receipt = store.put(&[draft("T", 0, b"after", b"")]).unwrap();
+    assert_eq!(receipt.placements[0].queue_offset, 1);
+    assert_eq!(receipt.placements[0].phys_offset, end);
+    store.wait_dispatched(receipt.end_offset, Duration::from_secs(5));
+    let bodies: Vec<Vec<u8>> = store
+        .get_messages("T", 0, 0, 10, usize::MAX, &TagFilter::All)
+        .unwrap()
+        .messages
+        .iter()
+        .map(|m| body_of(&m.bytes))
+        .collect();
+    assert_eq!(bodies, vec![b"before".to_vec(), b"after".to_vec()]);
+}
+
+#[test]
+fn failed_fsync_poisons_the_store_and_fails_every_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    store.put(&[draft("T", 0, b"ok", b"")]).unwrap();
+    store.faults().arm(0, 1);
+    let error = store
+        .put(&[draft("T", 0, b"not durable", b"")])
+        .unwrap_err();
+    assert!(error.to_string().contains("fsync failed"), "{error}");
+    let commit_error = store
+        .commit_offsets(&commit("G", "T", 0, 1, None))
+        .unwrap_err();
+    assert!(
+        commit_error.to_string().contains("poisoned"),
+        "{commit_error}"
+    );
+    assert!(store.stats().poisoned.is_some());
+    drop(store);
+    // Restart recovers; the acknowledged record is there.
+    let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    assert!(!store.recovery_report().clean_shutdown);
+    let first = store
+        .get_messages("T", 0, 0, 1, usize::MAX, &TagFilter::All)
+        .unwrap();
+    assert_eq!(body_of(&first.messages[0].bytes), b"ok".to_vec());
+}

@@ -5,7 +5,8 @@
 //! 1. A record never spans two segments. When a record and an 8-byte end marker do not fit
 //!    in the rest of a segment, the writer puts a BLANK marker (`TOTALSIZE` = bytes left,
 //!    `MAGIC` = `BLANK_MAGIC`) and continues at the next segment's start.
-//! 2. Bytes below `written_end` are complete records; readers never look past it.
+//! 2. Bytes below `committed_end` are complete records in the files; readers never look past
+//!    it. `appended_end` (≥ `committed_end`) also counts the writer's uncommitted tail.
 //! 3. `min_offset` is the start of the oldest segment kept; retention raises it.
 
 pub mod segment;
@@ -33,7 +34,8 @@ pub struct CommitLog {
     dir: PathBuf,
     segment_size: u64,
     segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
-    written_end: AtomicU64,
+    committed_end: AtomicU64,
+    appended_end: AtomicU64,
     min_offset: AtomicU64,
     /// Fault points for tests.
     pub faults: crate::faults::Faults,
@@ -87,7 +89,8 @@ impl CommitLog {
             dir: dir.to_path_buf(),
             segment_size,
             segments: RwLock::new(segments),
-            written_end: AtomicU64::new(min),
+            committed_end: AtomicU64::new(min),
+            appended_end: AtomicU64::new(min),
             min_offset: AtomicU64::new(min),
             faults: Default::default(),
         };
@@ -122,13 +125,28 @@ impl CommitLog {
         self.segment_size
     }
 
-    /// End of the complete records written so far.
-    pub fn written_end(&self) -> u64 {
-        self.written_end.load(Ordering::Acquire)
+    /// End of the complete records in the segment files.
+    pub fn committed_end(&self) -> u64 {
+        self.committed_end.load(Ordering::Acquire)
     }
 
-    pub(crate) fn publish_written_end(&self, end: u64) {
-        self.written_end.store(end, Ordering::Release);
+    /// End of the appended records, including the writer's uncommitted tail.
+    pub fn appended_end(&self) -> u64 {
+        self.appended_end.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn publish_committed_end(&self, end: u64) {
+        self.committed_end.store(end, Ordering::Release);
+    }
+
+    pub(crate) fn publish_appended_end(&self, end: u64) {
+        self.appended_end.store(end, Ordering::Release);
+    }
+
+    /// Sets both ends after recovery or truncation, when the files hold everything.
+    pub(crate) fn reset_ends(&self, end: u64) {
+        self.committed_end.store(end, Ordering::Release);
+        self.appended_end.store(end, Ordering::Release);
     }
 
     /// Start of the oldest segment kept.
@@ -179,7 +197,7 @@ impl CommitLog {
     /// Reads `len` bytes at `phys_offset`; the range must lie inside one segment and below the
     /// written end.
     pub fn read(&self, phys_offset: u64, len: usize) -> Result<Vec<u8>, ReadError> {
-        let end = self.written_end();
+        let end = self.committed_end();
         let min = self.min_offset();
         if phys_offset < min || phys_offset + len as u64 > end {
             return Err(ReadError::OutOfRange {
@@ -200,7 +218,7 @@ impl CommitLog {
         let segment = self.segment_for(phys_offset).ok_or(ReadError::OutOfRange {
             phys_offset,
             min: self.min_offset(),
-            max: self.written_end(),
+            max: self.committed_end(),
         })?;
         let mut buf = vec![0u8; len];
         let got = segment.read_at(phys_offset - segment.start, &mut buf)?;

@@ -72,14 +72,25 @@ impl ConsumeQueueSet {
         topic: &str,
         queue_id: u32,
     ) -> Result<&mut ConsumeQueue, CqError> {
-        let queues = self.queues.entry(topic.to_string()).or_default();
-        if !queues.contains_key(&queue_id) {
+        // The dispatcher calls this for every record: look up without allocating first.
+        let exists = self
+            .queues
+            .get(topic)
+            .is_some_and(|queues| queues.contains_key(&queue_id));
+        if !exists {
             let dir = self.dir.join(topic).join(queue_id.to_string());
-            let (queue, _) =
-                ConsumeQueue::open(format!("{topic}/{queue_id}"), &dir, self.entries_per_file)?;
-            queues.insert(queue_id, queue);
+            let label = format!("{topic}/{queue_id}");
+            let (queue, _) = ConsumeQueue::open(label, &dir, self.entries_per_file)?;
+            self.queues
+                .entry(topic.to_string())
+                .or_default()
+                .insert(queue_id, queue);
         }
-        Ok(queues.get_mut(&queue_id).expect("inserted above"))
+        Ok(self
+            .queues
+            .get_mut(topic)
+            .and_then(|queues| queues.get_mut(&queue_id))
+            .expect("created above"))
     }
 
     /// Every queue, mutable.

@@ -90,9 +90,10 @@ impl Inner {
         if self.poisoned().is_some() {
             return Ok(());
         }
-        let end = self.log.written_end();
+        let end = self.log.appended_end();
         self.flush.wait_durable(end)?;
-        self.dispatch_once().map_err(|e| StoreError::Derived(recovery::dispatch_open_error(e)))?;
+        self.dispatch_once()
+            .map_err(|e| StoreError::Derived(recovery::dispatch_open_error(e)))?;
         self.checkpoint()
     }
 
@@ -203,7 +204,13 @@ impl MessageStore {
         let _serial = inner.checkpoint_lock.lock().expect("checkpoint lock");
         let mut writer = inner.writer.lock().expect("writer lock");
         let mut derived = inner.derived.lock().expect("derived lock");
-        let end = inner.log.written_end();
+        if let Err(error) = writer.commit(&inner.log) {
+            inner
+                .flush
+                .poison(format!("writing the CommitLog failed: {error}"));
+            return Err(error.into());
+        }
+        let end = inner.log.committed_end();
         let bad = |reason: String| TruncateError::BadOffset {
             phys_offset,
             reason,
@@ -227,7 +234,7 @@ impl MessageStore {
                 &recovery::encode_intent(phys_offset),
             )?;
             recovery::cut_log_files(&inner.log, &inner.checkpoints, phys_offset)?;
-            inner.log.publish_written_end(phys_offset);
+            inner.log.reset_ends(phys_offset);
             inner.flush.truncate_to(phys_offset);
             let checkpoint = inner.checkpoints.positions()?.into_iter().find_map(|p| {
                 inner

@@ -74,8 +74,10 @@ pub enum StoreError {
 pub struct StoreStats {
     /// Start of the oldest segment kept.
     pub log_min_offset: u64,
-    /// End of the written log.
+    /// End of the appended log (including the writer's uncommitted tail).
     pub written_end: u64,
+    /// End of the log in the segment files.
+    pub committed_end: u64,
     /// End of the durable log.
     pub flushed_end: u64,
     /// End of the dispatched log (what consumers can see).
@@ -125,7 +127,9 @@ impl Signal {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let (_guard, _) = self
             .changed
-            .wait_timeout_while(guard, timeout, |_| self.ticks.load(Ordering::SeqCst) == seen)
+            .wait_timeout_while(guard, timeout, |_| {
+                self.ticks.load(Ordering::SeqCst) == seen
+            })
             .expect("signal lock");
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         self.ticks.load(Ordering::SeqCst)
@@ -187,7 +191,7 @@ impl MessageStore {
         clock: Arc<dyn Clock>,
     ) -> Result<MessageStore, OpenError> {
         let recovered = recovery::recover(&config)?;
-        let end = recovered.log.written_end();
+        let end = recovered.log.committed_end();
         let position = recovered.report.checkpoint_position.unwrap_or(0);
         let bytes_cut = recovered.report.cut.as_ref().map_or(0, |c| c.bytes_cut);
         let inner = Arc::new(Inner {
@@ -288,7 +292,8 @@ impl MessageStore {
         let inner = &self.inner;
         StoreStats {
             log_min_offset: inner.log.min_offset(),
-            written_end: inner.log.written_end(),
+            written_end: inner.log.appended_end(),
+            committed_end: inner.log.committed_end(),
             flushed_end: inner.flush.flushed_end(),
             dispatched_end: *inner.dispatched.borrow(),
             checkpoint_position: inner.checkpoint_position.load(Ordering::Acquire),
@@ -400,32 +405,41 @@ impl Inner {
             Ok(placements) => {
                 self.records_appended
                     .fetch_add(placements.len() as u64, Ordering::Relaxed);
-                let end_offset = writer.write_pos();
-                if self.config.flush_disk_type == FlushDiskType::AsyncFlush {
-                    self.dispatch_signal.notify();
-                }
                 Ok(PutReceipt {
                     placements,
-                    end_offset,
+                    end_offset: writer.write_pos(),
                 })
             }
-            Err(failure) => {
-                if let Some(rollback) = failure.rollback_error {
-                    let reason = format!("rollback after a failed write failed: {rollback}");
-                    tracing::error!(%reason, write_error = %failure.error, "poisoning the store");
-                    self.flush.poison(reason);
-                }
-                Err(AppendError::Write(failure.error))
+            Err(error) => {
+                self.poison_after_failed_commit(&error);
+                Err(AppendError::Write(error))
             }
         }
     }
 
+    /// Commits the appender's buffered tail to the segment files.
+    pub(crate) fn commit_tail(&self) -> Result<(), crate::error::FileError> {
+        let mut writer = self.writer.lock().expect("writer lock");
+        if self.poisoned().is_some() {
+            return Ok(());
+        }
+        writer
+            .commit(&self.log)
+            .inspect_err(|error| self.poison_after_failed_commit(error))
+    }
+
+    fn poison_after_failed_commit(&self, error: &crate::error::FileError) {
+        tracing::error!(%error, "writing the CommitLog failed; poisoning the store");
+        self.flush
+            .poison(format!("writing the CommitLog failed: {error}"));
+    }
+
     /// How far the dispatcher may go: the confirm offset, the flushed end under `SyncFlush`,
-    /// the written end under `AsyncFlush` (invariant 4).
+    /// the committed end (bytes in the files) under `AsyncFlush` (invariant 4).
     pub(crate) fn dispatch_limit(&self) -> u64 {
         let local = match self.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.flush.flushed_end(),
-            FlushDiskType::AsyncFlush => self.log.written_end(),
+            FlushDiskType::AsyncFlush => self.log.committed_end(),
         };
         local.min(self.confirm_offset.load(Ordering::Acquire))
     }

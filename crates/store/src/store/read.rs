@@ -377,6 +377,10 @@ impl MessageStore {
     /// Waits until everything acknowledged before the call is visible to readers (bounded by
     /// the flush timeout). Reads of offsets use it so a commit is visible once acknowledged.
     pub(crate) fn catch_up_dispatch(&self) {
+        if self.inner.config.flush_disk_type == crate::config::FlushDiskType::AsyncFlush {
+            // An acknowledged AsyncFlush record may still sit in the appender's tail.
+            let _ = self.inner.commit_tail();
+        }
         let target = self.inner.dispatch_limit();
         self.wait_dispatched(
             target,

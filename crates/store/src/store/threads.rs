@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use super::Inner;
 use crate::config::FlushDiskType;
 
-const DISPATCH_IDLE_WAIT: Duration = Duration::from_millis(20);
+/// The dispatcher's tick when idle: under `AsyncFlush` it also commits the appender's tail, so
+/// this bounds how long an acknowledged record waits before consumers can see it.
+const DISPATCH_TICK: Duration = Duration::from_millis(1);
 const RETENTION_EVERY: Duration = Duration::from_secs(10);
 
 pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
@@ -23,7 +25,9 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
         spawn("ferromq-flush", move || {
             inner
                 .flush
-                .run(&inner.log, interval, &|| inner.dispatch_signal.notify())
+                .run(&inner.log, interval, &|| inner.commit_tail(), &|| {
+                    inner.dispatch_signal.notify()
+                })
         })
     };
     let dispatcher = {
@@ -48,6 +52,11 @@ fn dispatch_loop(inner: &Inner) {
     let mut seen = 0;
     loop {
         let closed = inner.closed.load(Ordering::Acquire);
+        if inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
+            // A failure poisons the store inside commit_tail; dispatch goes on below what
+            // the files hold.
+            let _ = inner.commit_tail();
+        }
         if let Err(error) = inner.dispatch_once() {
             let mut failure = inner
                 .dispatch_failure
@@ -61,7 +70,7 @@ fn dispatch_loop(inner: &Inner) {
         if closed {
             return;
         }
-        seen = inner.dispatch_signal.wait(seen, DISPATCH_IDLE_WAIT);
+        seen = inner.dispatch_signal.wait(seen, DISPATCH_TICK);
     }
 }
 

@@ -1,0 +1,199 @@
+//! The ROCKETMQ binary header (serialize type 1), big-endian:
+//!
+//! ```text
+//! code i16 | language u8 | version i16 | opaque i32 | flag i32
+//! | remarkLen i32 + remark | extLen i32 + { keyLen i16 + key | valLen i32 + value }*
+//! ```
+//!
+//! A zero length means null (no remark; an ext entry with an empty key or value is dropped), as
+//! in Java. `code` and `version` are sign-extended from 16 bits.
+//!
+//! Invariants: decoding checks every length against the bytes present, rejects negative lengths,
+//! invalid UTF-8 and bytes left over after the ext map, and never panics. [`encode`] returns
+//! `None` for a command this layout cannot carry exactly (a code or version outside `i16`, an
+//! empty remark, key or value, a key over 32767 bytes); the caller then uses JSON, which is
+//! legal because the serialize type is chosen per frame.
+
+use std::collections::BTreeMap;
+
+use bytes::BufMut;
+use thiserror::Error;
+
+use super::command::RemotingCommand;
+use super::frame::SerializeType;
+use super::language::LanguageCode;
+
+/// Fixed part: code 2, language 1, version 2, opaque 4, flag 4.
+const FIXED_LEN: usize = 13;
+
+/// Why a binary header cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BinaryHeaderError {
+    /// The header ends inside a field.
+    #[error("binary header truncated in {field}: needs {needed} bytes, has {available}")]
+    Truncated {
+        /// Field being read.
+        field: &'static str,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Bytes left.
+        available: usize,
+    },
+    /// A length prefix is negative.
+    #[error("binary header field {field} has negative length {length}")]
+    NegativeLength {
+        /// Field whose length is negative.
+        field: &'static str,
+        /// The length as read.
+        length: i32,
+    },
+    /// A string is not UTF-8.
+    #[error("binary header field {field} is not valid UTF-8")]
+    NotUtf8 {
+        /// Field holding the bad bytes.
+        field: &'static str,
+    },
+    /// Bytes remain after the ext map.
+    #[error("{0} bytes follow the end of the binary header")]
+    TrailingBytes(usize),
+}
+
+/// Decodes a binary header into a command without body (serialize type ROCKETMQ).
+pub fn decode(header: &[u8]) -> Result<RemotingCommand, BinaryHeaderError> {
+    let mut r = Reader { buf: header };
+    let code = r.i16("code")? as i32;
+    let language = LanguageCode::from_code_lenient(r.take("language", 1)?[0]);
+    let version = r.i16("version")? as i32;
+    let opaque = r.i32("opaque")?;
+    let flag = r.i32("flag")?;
+    let remark_len = r.len_i32("remark length")?;
+    let remark = r.string("remark", remark_len)?;
+    let ext_len = r.len_i32("extFields length")?;
+    let ext_bytes = r.take("extFields", ext_len)?;
+    let ext_fields = decode_ext(ext_bytes)?;
+    if !r.buf.is_empty() {
+        return Err(BinaryHeaderError::TrailingBytes(r.buf.len()));
+    }
+    Ok(RemotingCommand {
+        code,
+        language,
+        version,
+        opaque,
+        flag,
+        remark,
+        ext_fields,
+        body: None,
+        serialize_type: SerializeType::RocketMq,
+    })
+}
+
+fn decode_ext(bytes: &[u8]) -> Result<BTreeMap<String, String>, BinaryHeaderError> {
+    let mut r = Reader { buf: bytes };
+    let mut map = BTreeMap::new();
+    while !r.buf.is_empty() {
+        let key_len = r.i16("ext key length")?;
+        if key_len < 0 {
+            return Err(BinaryHeaderError::NegativeLength {
+                field: "ext key",
+                length: key_len as i32,
+            });
+        }
+        let key = r.string("ext key", key_len as usize)?;
+        let val_len = r.len_i32("ext value length")?;
+        let value = r.string("ext value", val_len)?;
+        if let (Some(k), Some(v)) = (key, value) {
+            map.insert(k, v);
+        }
+    }
+    Ok(map)
+}
+
+/// Encodes the header fields of `cmd`, or `None` when the layout cannot carry them exactly.
+pub fn encode(cmd: &RemotingCommand) -> Option<Vec<u8>> {
+    let code = i16::try_from(cmd.code).ok()?;
+    let version = i16::try_from(cmd.version).ok()?;
+    let remark = cmd.remark.as_deref().map(str::as_bytes).unwrap_or_default();
+    if cmd.remark.as_deref() == Some("") || i32::try_from(remark.len()).is_err() {
+        return None;
+    }
+    let mut ext_len = 0usize;
+    for (k, v) in &cmd.ext_fields {
+        if k.is_empty() || v.is_empty() || i16::try_from(k.len()).is_err() {
+            return None;
+        }
+        i32::try_from(v.len()).ok()?;
+        ext_len = ext_len.checked_add(2 + k.len() + 4 + v.len())?;
+    }
+    i32::try_from(ext_len).ok()?;
+    let mut out = Vec::with_capacity(FIXED_LEN + 8 + remark.len() + ext_len);
+    out.put_i16(code);
+    out.put_u8(cmd.language.code());
+    out.put_i16(version);
+    out.put_i32(cmd.opaque);
+    out.put_i32(cmd.flag);
+    out.put_i32(remark.len() as i32);
+    out.put_slice(remark);
+    out.put_i32(ext_len as i32);
+    for (k, v) in &cmd.ext_fields {
+        out.put_i16(k.len() as i16);
+        out.put_slice(k.as_bytes());
+        out.put_i32(v.len() as i32);
+        out.put_slice(v.as_bytes());
+    }
+    Some(out)
+}
+
+/// Bounds-checked big-endian reader over a byte slice.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], BinaryHeaderError> {
+        if self.buf.len() < n {
+            return Err(BinaryHeaderError::Truncated {
+                field,
+                needed: n,
+                available: self.buf.len(),
+            });
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], BinaryHeaderError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(field, N)?);
+        Ok(out)
+    }
+
+    fn i16(&mut self, field: &'static str) -> Result<i16, BinaryHeaderError> {
+        self.array(field).map(i16::from_be_bytes)
+    }
+
+    fn i32(&mut self, field: &'static str) -> Result<i32, BinaryHeaderError> {
+        self.array(field).map(i32::from_be_bytes)
+    }
+
+    /// Reads an `i32` length prefix and rejects negative values.
+    fn len_i32(&mut self, field: &'static str) -> Result<usize, BinaryHeaderError> {
+        let length = self.i32(field)?;
+        usize::try_from(length).map_err(|_| BinaryHeaderError::NegativeLength { field, length })
+    }
+
+    /// Reads `n` bytes of UTF-8; zero bytes is null.
+    fn string(
+        &mut self,
+        field: &'static str,
+        n: usize,
+    ) -> Result<Option<String>, BinaryHeaderError> {
+        let bytes = self.take(field, n)?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        std::str::from_utf8(bytes)
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| BinaryHeaderError::NotUtf8 { field })
+    }
+}

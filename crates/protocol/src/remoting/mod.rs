@@ -1,0 +1,35 @@
+//! The remoting protocol: RocketMQ's classic TCP protocol spoken by name servers, brokers and
+//! 4.x/5.x remoting clients.
+//!
+//! Layers, outermost first:
+//! - `frame`: the length-prefixed envelope (`RawFrame`), with a maximum frame size;
+//! - `codec`: `RemotingCodec`, the frame decoder/encoder for `tokio_util::codec`;
+//! - `command`: `RemotingCommand`, decoded from a JSON (`json_header`) or ROCKETMQ binary
+//!   (`binary_header`) header chosen per frame;
+//! - `codes`: request and response codes;
+//! - `ext` and `headers`: typed, lenient views of a command's ext fields;
+//! - `body`: JSON bodies (routes, heartbeats, topic configs, ...).
+//!
+//! Invariant for every decoder here: network input never panics; malformed input is a typed
+//! error that names what is wrong.
+
+pub mod binary_header;
+pub mod body;
+pub mod codec;
+pub mod codes;
+pub mod command;
+pub mod ext;
+pub mod frame;
+pub mod headers;
+pub mod json_header;
+pub mod language;
+
+#[cfg(test)]
+mod tests;
+
+pub use codec::{CodecError, RemotingCodec};
+pub use codes::{request, request_code_name, response, response_code_name};
+pub use command::{CommandError, RemotingCommand, FLAG_ONEWAY, FLAG_RESPONSE};
+pub use ext::{CommandHeader, ExtFields, ExtFieldsExt, HeaderError};
+pub use frame::{FrameError, RawFrame, SerializeType, DEFAULT_MAX_FRAME_LENGTH};
+pub use language::LanguageCode;
