@@ -7,8 +7,10 @@
 //! 2. It never passes the dispatch limit (the confirm offset: flushed end under `SyncFlush`,
 //!    written end under `AsyncFlush`), so consumers never see a record a crash could remove
 //!    (invariant 4).
-//! 3. Every record is verified (size, magic, CRC, stored physical offset) before it is
-//!    dispatched; the check pairs with the CRC the writer computed.
+//! 3. Every record read from the files is verified (size, magic, CRC, stored physical offset)
+//!    before it is dispatched; the check pairs with the CRC the writer computed. Records
+//!    dispatched from the appender's committed chunks, still in memory, get the structural
+//!    checks only.
 //! 4. Offset records are applied to the view only at or after `view_from` (the position of
 //!    the snapshot the view was loaded from), so replay never applies a commit twice.
 
@@ -17,6 +19,7 @@ use ferromq_protocol::{
     BLANK_MAGIC,
 };
 
+use crate::commitlog::writer::TailChunk;
 use crate::commitlog::CommitLog;
 use crate::consume_queue::{ConsumeQueueSet, CqEntry, CqError};
 use crate::error::{FileError, ReadError};
@@ -81,7 +84,7 @@ impl Derived {
             let want =
                 (limit.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
             let chunk = log.read_unchecked(self.dispatched, want.max(8))?;
-            let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats)?;
+            let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats, true)?;
             if consumed == 0 {
                 // A record larger than the chunk: read exactly that record.
                 let total = peek_total_size(&chunk).map_err(|source| ReadError::Corrupt {
@@ -89,7 +92,7 @@ impl Derived {
                     source,
                 })?;
                 let record = log.read_unchecked(self.dispatched, total)?;
-                if self.dispatch_chunk(log, &record, limit, &mut stats)? == 0 {
+                if self.dispatch_chunk(log, &record, limit, &mut stats, true)? == 0 {
                     return Err(ReadError::Corrupt {
                         phys_offset: self.dispatched,
                         source: RecordError::Torn {
@@ -104,6 +107,33 @@ impl Derived {
         Ok(stats)
     }
 
+    /// Dispatches a committed tail chunk from memory, saving the read back from the files.
+    /// The chunk must start at the dispatched position and end within the limit.
+    pub fn dispatch_committed_chunk(
+        &mut self,
+        log: &CommitLog,
+        chunk: &TailChunk,
+        limit: u64,
+    ) -> Result<(), DispatchError> {
+        let end = chunk.end(log.segment_size());
+        debug_assert!(chunk.start == self.dispatched && end <= limit);
+        let mut stats = DispatchStats::default();
+        // The appender sealed these bytes with their CRC in this process; reads from the files
+        // (recovery, catch-up) verify it.
+        let consumed = self.dispatch_chunk(log, &chunk.bytes, limit, &mut stats, false)?;
+        if consumed != chunk.bytes.len() || self.dispatched != end {
+            return Err(ReadError::Corrupt {
+                phys_offset: self.dispatched,
+                source: RecordError::Torn {
+                    needed: chunk.bytes.len(),
+                    available: consumed,
+                },
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// Dispatches whole records at the start of `chunk`; returns bytes consumed.
     fn dispatch_chunk(
         &mut self,
@@ -111,6 +141,7 @@ impl Derived {
         chunk: &[u8],
         limit: u64,
         stats: &mut DispatchStats,
+        verify: bool,
     ) -> Result<usize, DispatchError> {
         let mut at = 0;
         while at + 8 <= chunk.len() && self.dispatched < limit {
@@ -128,7 +159,13 @@ impl Derived {
             if at + total > chunk.len() {
                 break;
             }
-            let view = RecordView::parse(&chunk[at..at + total]).map_err(corrupt)?;
+            let record = &chunk[at..at + total];
+            let view = if verify {
+                RecordView::parse(record)
+            } else {
+                RecordView::parse_structure(record)
+            }
+            .map_err(corrupt)?;
             if view.phys_offset != phys_offset {
                 return Err(ReadError::Misplaced {
                     phys_offset,

@@ -69,6 +69,9 @@ pub enum DurabilityError {
     /// The store closed before the data was flushed.
     #[error("store closed before the data was flushed")]
     Closed,
+    /// The log was truncated below the record while waiting (failover): it is gone.
+    #[error("the log was truncated to {truncated_to} before the record became durable")]
+    Truncated { truncated_to: u64 },
 }
 
 /// Why reading stored data failed.

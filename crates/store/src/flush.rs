@@ -1,23 +1,34 @@
 //! Flushing the CommitLog: group commit under `SyncFlush`, an interval under `AsyncFlush`.
 //!
-//! One flusher thread owns every `fdatasync` of the CommitLog. Under `SyncFlush` each append
-//! wakes it; appends that arrive while an fsync runs are covered together by the next one, so
-//! N concurrent writers share one fsync (group commit). Each caller learns when *its* end is
-//! durable through [`FlushControl::wait_durable`] (blocking) or [`FlushControl::durable`]
-//! (async).
+//! One flusher thread owns every `fdatasync` of the CommitLog. Under `SyncFlush` a waiting
+//! appender wakes it; appends that arrive while an fsync runs are covered together by the next
+//! one, so N concurrent writers share one write and one fsync (group commit). Each caller
+//! learns when *its* end is durable through [`FlushControl::wait_durable_since`] (blocking) or
+//! [`FlushControl::durable`] (async). Blocking waiters are kept ordered by the end they wait
+//! for and only those an fsync covers are woken, so a flush does not wake every writer.
 //!
 //! Invariants:
-//! 1. `flushed_end` only grows and never exceeds the written end at the moment its fsync began.
+//! 1. `flushed_end` only grows (except when a truncation lowers it) and never exceeds the
+//!    committed end at the moment its fsync began.
 //! 2. A failed fsync poisons the control: every waiter, present and future, gets
 //!    `DurabilityError::FlushFailed`, and appends are refused until restart (see `error`).
+//! 3. A record cut by a truncation while its appender waited is reported as
+//!    `DurabilityError::Truncated`, never as durable, even after new records reuse its offsets.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use crate::commitlog::CommitLog;
 use crate::error::{DurabilityError, FileError};
+
+/// Truncations remembered for waiters; waits are bounded by the flush timeout, so only
+/// recent cuts matter.
+const CUTS_REMEMBERED_MAX: usize = 256;
 
 /// Flush progress, published to blocking and async waiters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +39,45 @@ pub struct FlushProgress {
     pub failure: Option<String>,
     /// Set when the store closes.
     pub closed: bool,
+    /// Recent truncations as (epoch after the cut, offset cut to): a record appended before a
+    /// cut below its end never becomes durable, whatever the flushed end says later.
+    pub cuts: Vec<(u64, u64)>,
+}
+
+impl FlushProgress {
+    /// The lowest cut below `end` made after `epoch`, if any.
+    fn cut_since(&self, epoch: u64, end: u64) -> Option<u64> {
+        self.cuts
+            .iter()
+            .filter(|(cut_epoch, to)| *cut_epoch > epoch && *to < end)
+            .map(|(_, to)| *to)
+            .min()
+    }
+
+    /// The answer for a waiter of `end` appended at `epoch`, if there is one yet.
+    fn outcome(&self, end: u64, epoch: u64) -> Option<Result<(), DurabilityError>> {
+        if let Some(truncated_to) = self.cut_since(epoch, end) {
+            return Some(Err(DurabilityError::Truncated { truncated_to }));
+        }
+        if let Some(failure) = &self.failure {
+            return Some(Err(DurabilityError::FlushFailed(failure.clone())));
+        }
+        if self.flushed_end >= end {
+            return Some(Ok(()));
+        }
+        if self.closed {
+            return Some(Err(DurabilityError::Closed));
+        }
+        None
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    progress: FlushProgress,
+    /// Blocking waiters by (end, ticket).
+    waiters: BTreeMap<(u64, u64), Thread>,
+    next_ticket: u64,
 }
 
 #[derive(Debug, Default)]
@@ -40,14 +90,16 @@ struct Requests {
 /// Coordination between appenders, waiters and the flusher thread.
 #[derive(Debug)]
 pub struct FlushControl {
-    progress: Mutex<FlushProgress>,
-    progress_changed: Condvar,
+    state: Mutex<State>,
+    /// Mirror of `flushed_end` readable without the lock.
+    flushed_end: AtomicU64,
     requests: Mutex<Requests>,
     work_arrived: Condvar,
     watch: watch::Sender<FlushProgress>,
     timeout: Duration,
+    epoch: AtomicU64,
     /// Number of fsyncs done, for group-commit statistics.
-    pub fsync_count: std::sync::atomic::AtomicU64,
+    pub fsync_count: AtomicU64,
 }
 
 impl FlushControl {
@@ -58,8 +110,11 @@ impl FlushControl {
             ..FlushProgress::default()
         };
         FlushControl {
-            progress: Mutex::new(progress.clone()),
-            progress_changed: Condvar::new(),
+            state: Mutex::new(State {
+                progress: progress.clone(),
+                ..State::default()
+            }),
+            flushed_end: AtomicU64::new(flushed_end),
             requests: Mutex::new(Requests {
                 wanted: flushed_end,
                 stop: false,
@@ -67,18 +122,25 @@ impl FlushControl {
             work_arrived: Condvar::new(),
             watch: watch::Sender::new(progress),
             timeout,
-            fsync_count: Default::default(),
+            epoch: AtomicU64::new(0),
+            fsync_count: AtomicU64::new(0),
         }
     }
 
     /// The current progress.
     pub fn progress(&self) -> FlushProgress {
-        self.progress.lock().expect("flush lock").clone()
+        self.state.lock().expect("flush lock").progress.clone()
     }
 
     /// Durable end of the log.
     pub fn flushed_end(&self) -> u64 {
-        self.progress.lock().expect("flush lock").flushed_end
+        self.flushed_end.load(Ordering::Acquire)
+    }
+
+    /// The truncation epoch: appenders record it so a later cut below their record is
+    /// reported to them instead of a flush past the reused offsets.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// Asks the flusher to make everything below `end` durable.
@@ -92,76 +154,96 @@ impl FlushControl {
 
     /// Blocks until everything below `end` is durable, the flush fails, or the timeout passes.
     pub fn wait_durable(&self, end: u64) -> Result<(), DurabilityError> {
+        self.wait_durable_since(end, self.epoch())
+    }
+
+    /// Like [`FlushControl::wait_durable`] for a record appended at truncation epoch `epoch`.
+    pub fn wait_durable_since(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        if self.flushed_end() >= end && self.epoch() == epoch {
+            return Ok(());
+        }
         self.request(end);
         let deadline = Instant::now() + self.timeout;
-        let mut progress = self.progress.lock().expect("flush lock");
+        let ticket = {
+            let mut state = self.state.lock().expect("flush lock");
+            if let Some(outcome) = state.progress.outcome(end, epoch) {
+                return outcome;
+            }
+            let ticket = state.next_ticket;
+            state.next_ticket += 1;
+            state.waiters.insert((end, ticket), std::thread::current());
+            ticket
+        };
         loop {
-            if let Some(failure) = &progress.failure {
-                return Err(DurabilityError::FlushFailed(failure.clone()));
-            }
-            if progress.flushed_end >= end {
-                return Ok(());
-            }
-            if progress.closed {
-                return Err(DurabilityError::Closed);
-            }
             let now = Instant::now();
-            if now >= deadline {
-                return Err(DurabilityError::Timeout {
-                    timeout_ms: self.timeout.as_millis() as u64,
-                });
+            if now < deadline {
+                std::thread::park_timeout(deadline - now);
             }
-            progress = self
-                .progress_changed
-                .wait_timeout(progress, deadline - now)
-                .expect("flush lock")
-                .0;
+            let mut state = self.state.lock().expect("flush lock");
+            let outcome = state.progress.outcome(end, epoch).or_else(|| {
+                (Instant::now() >= deadline).then(|| {
+                    Err(DurabilityError::Timeout {
+                        timeout_ms: self.timeout.as_millis() as u64,
+                    })
+                })
+            });
+            if let Some(outcome) = outcome {
+                state.waiters.remove(&(end, ticket));
+                return outcome;
+            }
         }
     }
 
-    /// Resolves when everything below `end` is durable or the flush fails.
+    /// Resolves when everything below `end` (appended at truncation epoch `epoch`) is durable,
+    /// the flush fails, or a truncation cut the record.
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting; the flush itself goes on.
-    pub async fn durable(&self, end: u64) -> Result<(), DurabilityError> {
+    pub async fn durable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         self.request(end);
         let mut receiver = self.watch.subscribe();
         let progress = receiver
-            .wait_for(|p| p.flushed_end >= end || p.failure.is_some() || p.closed)
+            .wait_for(|p| p.outcome(end, epoch).is_some())
             .await
             .map_err(|_| DurabilityError::Closed)?
             .clone();
-        if let Some(failure) = progress.failure {
-            return Err(DurabilityError::FlushFailed(failure));
-        }
-        if progress.flushed_end >= end {
-            Ok(())
-        } else {
-            Err(DurabilityError::Closed)
-        }
+        progress
+            .outcome(end, epoch)
+            .unwrap_or(Err(DurabilityError::Closed))
     }
 
     /// Records an fsync failure; every waiter is released with an error.
     pub fn poison(&self, failure: String) {
-        let mut progress = self.progress.lock().expect("flush lock");
-        if progress.failure.is_none() {
-            progress.failure = Some(failure);
+        let mut state = self.state.lock().expect("flush lock");
+        if state.progress.failure.is_none() {
+            state.progress.failure = Some(failure);
         }
-        self.publish(&progress);
+        self.publish(&mut state, true);
     }
 
     /// The failure that poisoned the store, if any.
     pub fn failure(&self) -> Option<String> {
-        self.progress.lock().expect("flush lock").failure.clone()
+        self.state
+            .lock()
+            .expect("flush lock")
+            .progress
+            .failure
+            .clone()
     }
 
-    /// Lowers the flushed end after a truncation.
+    /// Lowers the flushed end after a truncation; waiters whose records were cut get
+    /// `Truncated`.
     pub fn truncate_to(&self, end: u64) {
         let mut requests = self.requests.lock().expect("flush lock");
         requests.wanted = requests.wanted.min(end);
-        let mut progress = self.progress.lock().expect("flush lock");
-        progress.flushed_end = progress.flushed_end.min(end);
-        self.publish(&progress);
+        let mut state = self.state.lock().expect("flush lock");
+        state.progress.flushed_end = state.progress.flushed_end.min(end);
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        if state.progress.cuts.len() >= CUTS_REMEMBERED_MAX {
+            state.progress.cuts.remove(0);
+        }
+        state.progress.cuts.push((epoch, end));
+        self.publish(&mut state, true);
     }
 
     /// Stops the flusher loop and releases waiters that can no longer be served.
@@ -170,9 +252,23 @@ impl FlushControl {
         self.work_arrived.notify_all();
     }
 
-    fn publish(&self, progress: &FlushProgress) {
-        self.progress_changed.notify_all();
-        self.watch.send_replace(progress.clone());
+    /// Publishes progress: wakes the blocking waiters it answers (all of them when
+    /// `wake_all`) and every async waiter.
+    fn publish(&self, state: &mut State, wake_all: bool) {
+        self.flushed_end
+            .store(state.progress.flushed_end, Ordering::Release);
+        let woken = if wake_all {
+            std::mem::take(&mut state.waiters)
+        } else {
+            let later = state
+                .waiters
+                .split_off(&(state.progress.flushed_end + 1, 0));
+            std::mem::replace(&mut state.waiters, later)
+        };
+        for thread in woken.into_values() {
+            thread.unpark();
+        }
+        self.watch.send_replace(state.progress.clone());
     }
 
     /// The flusher thread body. `interval` is `Some` under `AsyncFlush` (flush at least that
@@ -188,8 +284,7 @@ impl FlushControl {
         loop {
             let stop = {
                 let mut requests = self.requests.lock().expect("flush lock");
-                // Lock order: `requests`, then `progress`. The flushed end is re-read on every
-                // pass because a truncation may lower it while the flusher sleeps.
+                // The flushed end is re-read on every pass: a truncation may lower it.
                 while !requests.stop && requests.wanted <= self.flushed_end() {
                     match interval {
                         Some(every) => {
@@ -209,8 +304,7 @@ impl FlushControl {
             };
             match commit() {
                 Ok(()) => {
-                    let target = log.committed_end();
-                    if let Err(error) = self.flush_once(log, target) {
+                    if let Err(error) = self.flush_once(log, log.committed_end()) {
                         self.poison(error.to_string());
                     }
                 }
@@ -218,9 +312,9 @@ impl FlushControl {
             }
             on_flushed();
             if stop {
-                let mut progress = self.progress.lock().expect("flush lock");
-                progress.closed = true;
-                self.publish(&progress);
+                let mut state = self.state.lock().expect("flush lock");
+                state.progress.closed = true;
+                self.publish(&mut state, true);
                 return;
             }
         }
@@ -236,22 +330,18 @@ impl FlushControl {
         for segment in log.segments() {
             if segment.start + log.segment_size() > first && segment.start < target {
                 if log.faults.take_sync() {
-                    return Err(FileError::new(
-                        "fsync",
-                        segment.path(),
-                        std::io::Error::other("injected fsync failure"),
-                    ));
+                    let error = std::io::Error::other("injected fsync failure");
+                    return Err(FileError::new("fsync", segment.path(), error));
                 }
                 segment.sync()?;
             }
         }
-        self.fsync_count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut progress = self.progress.lock().expect("flush lock");
-        if target > progress.flushed_end {
-            progress.flushed_end = target;
+        self.fsync_count.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state.lock().expect("flush lock");
+        if target > state.progress.flushed_end {
+            state.progress.flushed_end = target;
         }
-        self.publish(&progress);
+        self.publish(&mut state, false);
         Ok(())
     }
 }

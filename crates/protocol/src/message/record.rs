@@ -270,6 +270,14 @@ impl<'a> RecordView<'a> {
     /// # Errors
     /// Any [`RecordError`]: the bytes are torn, garbage, or fail the CRC.
     pub fn parse(buf: &'a [u8]) -> Result<RecordView<'a>, RecordError> {
+        let view = Self::parse_structure(buf)?;
+        verify_crc(view.bytes)?;
+        Ok(view)
+    }
+
+    /// Parses the record's structure (sizes, magic, inner lengths) without checking its CRC:
+    /// for bytes the caller itself encoded and sealed moments ago, still in its memory.
+    pub fn parse_structure(buf: &'a [u8]) -> Result<RecordView<'a>, RecordError> {
         let total = peek_total_size(buf)?;
         let magic = read_u32(buf, POS_MAGIC);
         if magic != MAGIC_V1 && magic != MAGIC_V2 {
@@ -284,10 +292,7 @@ impl<'a> RecordView<'a> {
                 available: buf.len(),
             });
         }
-        let record = &buf[..total];
-        let view = Self::parse_fields(record, magic)?;
-        verify_crc(record)?;
-        Ok(view)
+        Self::parse_fields(&buf[..total], magic)
     }
 
     fn parse_fields(record: &'a [u8], magic: u32) -> Result<RecordView<'a>, RecordError> {

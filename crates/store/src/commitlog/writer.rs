@@ -1,19 +1,21 @@
-//! The single appender: assigns physical and queue offsets, encodes records into a tail
-//! buffer, and commits the buffer to the segment files.
+//! The single appender: assigns physical and queue offsets and encodes records into a tail
+//! of in-memory chunks; [`commit_chunks`] later writes the chunks to the segment files.
 //!
-//! Appends are memory copies under the append lock; `commit` writes the buffered tail to its
-//! segment with one `pwrite`. The flusher commits before each fsync (so under `SyncFlush` one
-//! write and one fsync cover a whole group of appenders) and, under `AsyncFlush`, the
-//! dispatcher commits on its ~1 ms tick. Readers only see committed bytes.
+//! Appends are memory copies under the append lock. A committer (the flusher before each
+//! fsync, and under `AsyncFlush` the dispatcher on its ~1 ms tick) takes the whole tail under
+//! the lock — a swap — and writes it outside the lock, so appenders never wait for a write
+//! system call and one `pwrite` plus one `fdatasync` cover a whole group of appenders.
 //!
 //! Invariants:
-//! 1. Only the holder of the writer lock appends or commits; physical offsets and per-queue
-//!    offsets are assigned under it, so queue offsets are dense and follow log order.
-//! 2. `tail_start + tail.len() == write_pos`, and the tail never spans two segments: when a
-//!    segment fills, its BLANK marker is committed before the next segment's first record.
-//! 3. A failed commit poisons the store: the buffered records cannot be written, and the
+//! 1. Only the holder of the writer lock appends; physical offsets and per-queue offsets are
+//!    assigned under it, so queue offsets are dense and follow log order.
+//! 2. The tail holds exactly the bytes `[committed end, write_pos)`, as one chunk per segment;
+//!    a chunk that ends a segment ends with its BLANK marker.
+//! 3. Commits are serialised by the caller and write chunks in order, so the committed end
+//!    only grows and every byte below it is in the files.
+//! 4. A failed commit poisons the store: the chunk's records cannot be written, and the
 //!    offsets already assigned to them must never be reused for other records.
-//! 4. Store timestamps never decrease along the log (`max(now, last)`), so a binary search
+//! 5. Store timestamps never decrease along the log (`max(now, last)`), so a binary search
 //!    by time over a ConsumeQueue is valid.
 
 use std::collections::HashMap;
@@ -25,8 +27,39 @@ use super::{CommitLog, Segment, BLANK_LEN};
 use crate::error::FileError;
 use crate::offsets::OffsetView;
 
-/// The tail is committed by the appender itself once it holds this many bytes.
-pub const TAIL_BYTES_MAX: usize = 512 * 1024;
+/// Bytes of uncommitted tail above which an appender commits the tail itself before
+/// returning (backpressure when the committer falls behind).
+pub const TAIL_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Uncommitted bytes of one segment, starting at physical offset `start`.
+#[derive(Debug, Default)]
+pub struct TailChunk {
+    /// Physical offset of `bytes[0]`.
+    pub start: u64,
+    /// Encoded records (and possibly a final BLANK marker).
+    pub bytes: Vec<u8>,
+    /// The chunk ends with a BLANK marker: the log continues at the next segment.
+    pub ends_segment: bool,
+}
+
+impl TailChunk {
+    fn new(start: u64, bytes: Vec<u8>) -> TailChunk {
+        TailChunk {
+            start,
+            bytes,
+            ends_segment: false,
+        }
+    }
+
+    /// Where the log continues after this chunk.
+    pub fn end(&self, segment_size: u64) -> u64 {
+        if self.ends_segment {
+            self.start - self.start % segment_size + segment_size
+        } else {
+            self.start + self.bytes.len() as u64
+        }
+    }
+}
 
 /// Where one appended record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +80,8 @@ pub struct Placement {
 #[derive(Debug, Default)]
 pub struct WriterState {
     write_pos: u64,
-    tail_start: u64,
-    tail: Vec<u8>,
+    tail: Vec<TailChunk>,
+    tail_bytes: usize,
     queue_offsets: HashMap<String, HashMap<u32, u64>>,
     last_store_timestamp_ms: i64,
     /// The offset view including commits appended but not yet dispatched; commits are checked
@@ -67,8 +100,8 @@ impl WriterState {
     ) -> WriterState {
         WriterState {
             write_pos,
-            tail_start: write_pos,
-            tail: Vec::with_capacity(TAIL_BYTES_MAX + 64 * 1024),
+            tail: Vec::new(),
+            tail_bytes: 0,
             queue_offsets,
             last_store_timestamp_ms,
             offsets,
@@ -94,18 +127,19 @@ impl WriterState {
         self.write_pos
     }
 
-    /// Appends `records` (topic, encoded record) as one batch.
-    ///
-    /// # Errors
-    /// Only when a commit forced by a full tail or a segment roll fails; the caller must then
-    /// poison the store (invariant 3).
+    /// Bytes appended but not yet committed.
+    pub fn tail_bytes(&self) -> usize {
+        self.tail_bytes
+    }
+
+    /// Appends `records` (topic, encoded record) as one batch; they reach the files at the
+    /// next commit.
     pub fn append(
         &mut self,
-        log: &CommitLog,
+        segment_size: u64,
         now_ms: i64,
         records: &mut [(&str, EncodedRecord)],
-    ) -> Result<Vec<Placement>, FileError> {
-        let segment_size = log.segment_size();
+    ) -> Vec<Placement> {
         let store_ts = now_ms.max(self.last_store_timestamp_ms);
         let mut placements = Vec::with_capacity(records.len());
         for (topic, record) in records.iter_mut() {
@@ -114,18 +148,19 @@ impl WriterState {
             let used = self.write_pos % segment_size;
             if used + len + BLANK_LEN > segment_size {
                 let remaining = segment_size - used;
-                self.tail
-                    .extend_from_slice(&(remaining as u32).to_be_bytes());
-                self.tail.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
-                self.write_pos += BLANK_LEN;
-                self.commit(log)?;
-                self.write_pos += remaining - BLANK_LEN;
-                self.tail_start = self.write_pos;
+                let chunk = self.chunk_at_write_pos();
+                chunk.extend_from_slice(&(remaining as u32).to_be_bytes());
+                chunk.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
+                self.tail.last_mut().expect("chunk exists").ends_segment = true;
+                self.tail_bytes += BLANK_LEN as usize;
+                self.write_pos += remaining;
             }
             let queue_id = record.queue_id();
             let queue_offset = self.next_queue_offset(topic, queue_id);
             record.finalize(queue_offset, self.write_pos, store_ts);
-            self.tail.extend_from_slice(record.as_bytes());
+            self.chunk_at_write_pos()
+                .extend_from_slice(record.as_bytes());
+            self.tail_bytes += len as usize;
             placements.push(Placement {
                 phys_offset: self.write_pos,
                 queue_offset,
@@ -136,11 +171,29 @@ impl WriterState {
             self.write_pos += len;
         }
         self.last_store_timestamp_ms = store_ts;
-        log.publish_appended_end(self.write_pos);
-        if self.tail.len() >= TAIL_BYTES_MAX {
-            self.commit(log)?;
+        placements
+    }
+
+    /// The chunk that continues at `write_pos` (a new one after a segment roll or a commit).
+    fn chunk_at_write_pos(&mut self) -> &mut Vec<u8> {
+        let continues = self
+            .tail
+            .last()
+            .is_some_and(|chunk| chunk.start + chunk.bytes.len() as u64 == self.write_pos);
+        if !continues {
+            self.tail.push(TailChunk::new(self.write_pos, Vec::new()));
         }
-        Ok(placements)
+        &mut self.tail.last_mut().expect("pushed above").bytes
+    }
+
+    /// Takes the uncommitted tail, leaving an empty one; `spare` supplies reusable buffers.
+    pub fn take_tail(&mut self, spare: &mut Vec<Vec<u8>>) -> Vec<TailChunk> {
+        self.tail_bytes = 0;
+        let taken = std::mem::take(&mut self.tail);
+        if let Some(buffer) = spare.pop() {
+            self.tail.push(TailChunk::new(self.write_pos, buffer));
+        }
+        taken
     }
 
     fn next_queue_offset(&mut self, topic: &str, queue_id: u32) -> u64 {
@@ -154,37 +207,7 @@ impl WriterState {
         queue_offset
     }
 
-    /// Writes the buffered tail to its segment and publishes the committed end.
-    pub fn commit(&mut self, log: &CommitLog) -> Result<(), FileError> {
-        if self.tail.is_empty() {
-            return Ok(());
-        }
-        let at = self.tail_start;
-        let segment = match log.segment_for(at) {
-            Some(segment) => segment,
-            None => {
-                let segment = Arc::new(Segment::create(log.dir(), log.segment_start_of(at))?);
-                log.insert_segment(segment.clone());
-                segment
-            }
-        };
-        if log.faults.take_write() {
-            segment.write_all_at(at - segment.start, &self.tail[..self.tail.len() / 2])?;
-            return Err(FileError::new(
-                "write",
-                segment.path(),
-                crate::faults::disk_full(),
-            ));
-        }
-        segment.write_all_at(at - segment.start, &self.tail)?;
-        self.tail_start += self.tail.len() as u64;
-        self.tail.clear();
-        debug_assert_eq!(self.tail_start, self.write_pos);
-        log.publish_committed_end(self.tail_start);
-        Ok(())
-    }
-
-    /// Resets the writer after a truncation or recovery; the tail must have been committed.
+    /// Resets the writer after a truncation or recovery; an uncommitted tail is dropped.
     pub fn reset(
         &mut self,
         write_pos: u64,
@@ -193,10 +216,44 @@ impl WriterState {
         offsets: OffsetView,
     ) {
         self.write_pos = write_pos;
-        self.tail_start = write_pos;
         self.tail.clear();
+        self.tail_bytes = 0;
         self.queue_offsets = queue_offsets;
         self.last_store_timestamp_ms = last_store_timestamp_ms;
         self.offsets = offsets;
     }
+}
+
+/// Writes taken tail chunks to their segments, in order, creating segments as needed, and
+/// publishes the new committed end. The caller serialises commits (invariant 3) and poisons
+/// the store when this fails (invariant 4).
+pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileError> {
+    for chunk in chunks.iter().filter(|c| !c.bytes.is_empty()) {
+        let segment = match log.segment_for(chunk.start) {
+            Some(segment) => segment,
+            None => {
+                let start = log.segment_start_of(chunk.start);
+                let segment = Arc::new(Segment::create(log.dir(), start)?);
+                log.insert_segment(segment.clone());
+                segment
+            }
+        };
+        let at = chunk.start - segment.start;
+        if log.faults.take_write() {
+            segment.write_all_at(at, &chunk.bytes[..chunk.bytes.len() / 2])?;
+            return Err(FileError::new(
+                "write",
+                segment.path(),
+                crate::faults::disk_full(),
+            ));
+        }
+        segment.write_all_at(at, &chunk.bytes)?;
+        debug_assert_eq!(
+            chunk.start,
+            log.committed_end(),
+            "chunks are committed in order"
+        );
+        log.publish_committed_end(chunk.end(log.segment_size()));
+    }
+    Ok(())
 }

@@ -39,14 +39,36 @@ impl Inner {
     pub(crate) fn dispatch_once(&self) -> Result<(), DispatchError> {
         let limit = self.dispatch_limit();
         let mut derived = self.derived.lock().expect("derived lock");
-        if derived.dispatched >= limit {
-            return Ok(());
+        let segment_size = self.config.segment_size_bytes;
+        let mut result = Ok(());
+        while derived.dispatched < limit && result.is_ok() {
+            let from = derived.dispatched;
+            result = match self.committed.next_after(from, segment_size) {
+                Some(chunk) if chunk.start == from && chunk.end(segment_size) <= limit => {
+                    let done = derived.dispatch_committed_chunk(&self.log, &chunk, limit);
+                    self.committed.recycle(chunk.bytes);
+                    done
+                }
+                Some(chunk) => {
+                    // Not usable yet (past the limit) or a gap before it: read from the files.
+                    let until = if chunk.start > from {
+                        chunk.start.min(limit)
+                    } else {
+                        limit
+                    };
+                    self.committed.put_back(chunk);
+                    derived.dispatch_until(&self.log, until).map(|_| ())
+                }
+                None => derived.dispatch_until(&self.log, limit).map(|_| ()),
+            };
+            if derived.dispatched == from && result.is_ok() {
+                break;
+            }
         }
-        let result = derived.dispatch_until(&self.log, limit);
         let dispatched = derived.dispatched;
         drop(derived);
         self.dispatched.send_replace(dispatched);
-        result.map(|_| ())
+        result
     }
 
     /// Makes derived state durable and writes a checkpoint at the dispatched position.
@@ -202,9 +224,13 @@ impl MessageStore {
         let inner = &self.inner;
         // Lock order: checkpoint, writer, derived. No checkpoint may be written past the cut.
         let _serial = inner.checkpoint_lock.lock().expect("checkpoint lock");
+        let _commits = inner.commit_lock.lock().expect("commit lock");
         let mut writer = inner.writer.lock().expect("writer lock");
         let mut derived = inner.derived.lock().expect("derived lock");
-        if let Err(error) = writer.commit(&inner.log) {
+        // Everything appended so far goes to the files first, so the cut sees the whole log.
+        let tail = writer.take_tail(&mut Vec::new());
+        inner.committed.clear();
+        if let Err(error) = crate::commitlog::writer::commit_chunks(&inner.log, &tail) {
             inner
                 .flush
                 .poison(format!("writing the CommitLog failed: {error}"));

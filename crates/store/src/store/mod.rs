@@ -4,7 +4,7 @@
 //! Threads: one flusher (owns CommitLog fsyncs), one dispatcher (only writer of derived
 //! state), one checkpointer (fsyncs derived state, writes checkpoints, runs retention).
 //!
-//! Lock order: `checkpoint_lock`, then `writer`, then `derived`. The dispatcher and readers
+//! Lock order: `checkpoint_lock`, `commit_lock`, `writer`, `derived`. The dispatcher and readers
 //! take only `derived`; the checkpointer takes `checkpoint_lock` and `derived`, releases
 //! `derived`, then waits on the flusher; a truncation takes all three.
 //!
@@ -14,6 +14,7 @@
 //! `AsyncFlush` they return once written; a crash may lose the unflushed tail but never a record
 //! in the middle (recovery cuts the log at the first bad record).
 
+mod committed;
 mod maintenance;
 mod offsets_api;
 mod read;
@@ -49,6 +50,9 @@ pub struct PutReceipt {
     pub placements: Vec<Placement>,
     /// CommitLog end after the batch: the batch is durable once the flushed end reaches it.
     pub end_offset: u64,
+    /// Truncation epoch at append time: a later truncation below `end_offset` fails waiters
+    /// instead of letting reused offsets look durable.
+    pub truncation_epoch: u64,
 }
 
 /// A failed put or commit: it either never entered the log, or it did but could not be made
@@ -97,6 +101,9 @@ pub struct StoreStats {
     /// The failure that poisoned the store, if any.
     pub poisoned: Option<String>,
 }
+
+/// Under `AsyncFlush`, an appender wakes the committer once the tail holds this much.
+const COMMIT_EAGER_BYTES: usize = 256 * 1024;
 
 /// Wakes the dispatcher when there is something new to dispatch.
 ///
@@ -149,6 +156,10 @@ pub(crate) struct Inner {
     pub checkpoint_position: AtomicU64,
     /// Serialises checkpoints (the checkpointer thread and `close`/`truncate` callers).
     pub checkpoint_lock: Mutex<()>,
+    /// Serialises tail commits.
+    pub commit_lock: Mutex<()>,
+    /// Committed chunks for the dispatcher, and spare buffers for the appender.
+    pub committed: committed::CommittedChunks,
     /// Replication's commit point; `u64::MAX` when the store runs alone.
     pub confirm_offset: AtomicU64,
     pub closed: AtomicBool,
@@ -206,6 +217,8 @@ impl MessageStore {
             checkpoints: recovered.checkpoints,
             checkpoint_position: AtomicU64::new(position),
             checkpoint_lock: Mutex::new(()),
+            commit_lock: Mutex::new(()),
+            committed: Default::default(),
             confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),
@@ -249,8 +262,13 @@ impl MessageStore {
             }
             encoded.push((record.topic, record.encode()?));
         }
-        let mut writer = self.inner.writer.lock().expect("writer lock");
-        self.inner.append_locked(&mut writer, &mut encoded)
+        let (receipt, tail_bytes) = {
+            let mut writer = self.inner.writer.lock().expect("writer lock");
+            let receipt = self.inner.append_locked(&mut writer, &mut encoded)?;
+            (receipt, writer.tail_bytes())
+        };
+        self.inner.commit_if_tail_full(tail_bytes)?;
+        Ok(receipt)
     }
 
     /// Appends records and returns once they are durable per the flush policy.
@@ -259,14 +277,14 @@ impl MessageStore {
     /// `SyncFlush`: fsynced. `AsyncFlush`: written (flushed within `flush_interval_ms`).
     pub fn put(&self, records: &[DraftRecord<'_>]) -> Result<PutReceipt, StoreError> {
         let receipt = self.append(records)?;
-        self.wait_acknowledgeable(receipt.end_offset)?;
+        self.wait_acknowledgeable(receipt.end_offset, receipt.truncation_epoch)?;
         Ok(receipt)
     }
 
     /// Blocks until everything below `end` satisfies the flush policy.
-    pub fn wait_acknowledgeable(&self, end: u64) -> Result<(), DurabilityError> {
+    pub fn wait_acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
-            FlushDiskType::SyncFlush => self.inner.flush.wait_durable(end),
+            FlushDiskType::SyncFlush => self.inner.flush.wait_durable_since(end, epoch),
             FlushDiskType::AsyncFlush => Ok(()),
         }
     }
@@ -275,9 +293,9 @@ impl MessageStore {
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting.
-    pub async fn acknowledgeable(&self, end: u64) -> Result<(), DurabilityError> {
+    pub async fn acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
-            FlushDiskType::SyncFlush => self.inner.flush.durable(end).await,
+            FlushDiskType::SyncFlush => self.inner.flush.durable(end, epoch).await,
             FlushDiskType::AsyncFlush => Ok(()),
         }
     }
@@ -401,31 +419,61 @@ impl Inner {
                 max: segment_room as usize,
             });
         }
-        match writer.append(&self.log, self.clock.now_ms(), records) {
-            Ok(placements) => {
-                self.records_appended
-                    .fetch_add(placements.len() as u64, Ordering::Relaxed);
-                Ok(PutReceipt {
-                    placements,
-                    end_offset: writer.write_pos(),
-                })
-            }
-            Err(error) => {
-                self.poison_after_failed_commit(&error);
-                Err(AppendError::Write(error))
-            }
+        let tail_before = writer.tail_bytes();
+        let placements =
+            writer.append(self.config.segment_size_bytes, self.clock.now_ms(), records);
+        if self.config.flush_disk_type == FlushDiskType::AsyncFlush
+            && tail_before < COMMIT_EAGER_BYTES
+            && writer.tail_bytes() >= COMMIT_EAGER_BYTES
+        {
+            // Wake the dispatcher to commit now rather than at its next tick, so appenders do
+            // not fill the tail and commit it themselves.
+            self.dispatch_signal.notify();
         }
+        self.records_appended
+            .fetch_add(placements.len() as u64, Ordering::Relaxed);
+        self.log.publish_appended_end(writer.write_pos());
+        Ok(PutReceipt {
+            placements,
+            end_offset: writer.write_pos(),
+            truncation_epoch: self.flush.epoch(),
+        })
     }
 
-    /// Commits the appender's buffered tail to the segment files.
+    /// Commits the appender's uncommitted tail to the segment files (see
+    /// `commitlog::writer`). Lock order: `commit_lock`, then `writer` only for the swap.
     pub(crate) fn commit_tail(&self) -> Result<(), crate::error::FileError> {
-        let mut writer = self.writer.lock().expect("writer lock");
+        let _serial = self.commit_lock.lock().expect("commit lock");
         if self.poisoned().is_some() {
             return Ok(());
         }
-        writer
-            .commit(&self.log)
-            .inspect_err(|error| self.poison_after_failed_commit(error))
+        let mut spare = self.committed.take_spare();
+        let chunks = self
+            .writer
+            .lock()
+            .expect("writer lock")
+            .take_tail(&mut spare);
+        for buffer in spare {
+            self.committed.recycle(buffer);
+        }
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = crate::commitlog::writer::commit_chunks(&self.log, &chunks) {
+            self.poison_after_failed_commit(&error);
+            return Err(error);
+        }
+        self.committed.push(chunks);
+        Ok(())
+    }
+
+    /// Commits the tail when appenders have outrun the committer (backpressure). Called
+    /// without the writer lock held.
+    pub(crate) fn commit_if_tail_full(&self, tail_bytes: usize) -> Result<(), AppendError> {
+        if tail_bytes >= crate::commitlog::writer::TAIL_BYTES_MAX {
+            self.commit_tail().map_err(AppendError::Write)?;
+        }
+        Ok(())
     }
 
     fn poison_after_failed_commit(&self, error: &crate::error::FileError) {

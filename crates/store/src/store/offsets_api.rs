@@ -70,7 +70,7 @@ impl MessageStore {
     pub fn commit_offsets(&self, command: &OffsetCommand) -> Result<CommitOutcome, StoreError> {
         let inner = &self.inner;
         let mut command = command.clone();
-        let (outcome, end) = {
+        let (outcome, (end, epoch)) = {
             let mut writer = inner.writer.lock().expect("writer lock");
             let generation = match command.kind {
                 OffsetKind::Commit => command.generation,
@@ -101,7 +101,7 @@ impl MessageStore {
                 .map(|(e, _)| e.clone())
                 .collect();
             if accepted.entries.is_empty() {
-                let end = writer.write_pos();
+                let end = (writer.write_pos(), inner.flush.epoch());
                 (
                     CommitOutcome {
                         verdicts,
@@ -142,11 +142,11 @@ impl MessageStore {
                         generation,
                         record: Some(placement),
                     },
-                    receipt.end_offset,
+                    (receipt.end_offset, receipt.truncation_epoch),
                 )
             }
         };
-        self.wait_acknowledgeable(end)?;
+        self.wait_acknowledgeable(end, epoch)?;
         Ok(outcome)
     }
 
