@@ -181,11 +181,9 @@ impl FlushControl {
             }
             let mut state = self.state.lock().expect("flush lock");
             let outcome = state.progress.outcome(end, epoch).or_else(|| {
-                (Instant::now() >= deadline).then(|| {
-                    Err(DurabilityError::Timeout {
-                        timeout_ms: self.timeout.as_millis() as u64,
-                    })
-                })
+                (Instant::now() >= deadline).then_some(Err(DurabilityError::Timeout {
+                    timeout_ms: self.timeout.as_millis() as u64,
+                }))
             });
             if let Some(outcome) = outcome {
                 state.waiters.remove(&(end, ticket));

@@ -1,8 +1,11 @@
 //! `ferromq bench store`: the store's append path against raw file writes on the same disk.
 //!
-//! 1. ferromq phase: `--writers` threads each call `MessageStore::put` with one record at a
-//!    time for `--seconds`, timing every call. Under sync flush a put returns after the fsync
-//!    that covers it (group commit); under async flush once the record is written.
+//! 1. ferromq phase: `--writers` concurrent writers each append one record at a time for
+//!    `--seconds` and wait until it is acknowledgeable, timing every call. Under sync flush
+//!    that is after the fsync that covers it (group commit); under async flush once written.
+//!    `--mode tasks` (default) runs the writers as tokio tasks on a 2-thread runtime awaiting
+//!    `MessageStore::acknowledgeable`, as the broker's connection handlers do; `--mode threads`
+//!    runs one OS thread per writer calling the blocking `MessageStore::put`.
 //! 2. The store is closed and deleted, then the baseline phase writes the same bytes with one
 //!    thread to a plain file: async, one `write_all` of `--record-size` bytes per record;
 //!    sync, one `write_all` of `records_per_fsync` records followed by `fdatasync`, where
@@ -45,9 +48,13 @@ pub struct StoreArgs {
     /// How appends become durable (RocketMQ flushDiskType).
     #[arg(long, value_enum, default_value_t = Flush::Async)]
     flush: Flush,
-    /// Concurrent writer threads, each putting one record at a time.
+    /// Concurrent writers, each putting one record at a time.
     #[arg(long, default_value_t = 1, value_parser = value_parser!(u32).range(1..=1024))]
     writers: u32,
+    /// How writers run: tokio tasks awaiting durability (as the broker does) or OS threads
+    /// blocking on it.
+    #[arg(long, value_enum, default_value_t = WriterMode::Tasks)]
+    mode: WriterMode,
     /// Length of the ferromq phase; the baseline runs at most as long.
     #[arg(long, default_value_t = 10, value_parser = value_parser!(u64).range(1..=86_400))]
     seconds: u64,
@@ -61,6 +68,15 @@ pub struct StoreArgs {
     /// CommitLog segment size (bytes, or with KiB/MiB/GiB); default 1 GiB.
     #[arg(long, value_name = "BYTES", value_parser = super::byte_count)]
     segment_size: Option<u64>,
+}
+
+/// How the bench's writers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WriterMode {
+    /// Tokio tasks on a 2-thread runtime.
+    Tasks,
+    /// One OS thread per writer.
+    Threads,
 }
 
 /// What the ferromq phase measured.
@@ -115,7 +131,12 @@ pub fn run(args: &StoreArgs) -> Result<()> {
     );
     let store = MessageStore::open(config)
         .with_context(|| format!("opening the bench store at {}", store_dir.display()))?;
-    let phase = run_ferromq(&store, args, body_size);
+    let store = std::sync::Arc::new(store);
+    let phase = match args.mode {
+        WriterMode::Threads => run_ferromq(&store, args, body_size),
+        WriterMode::Tasks => run_ferromq_tasks(&store, args, body_size)?,
+    };
+    let store = std::sync::Arc::into_inner(store).context("bench writers still hold the store")?;
     store.close().context("closing the bench store")?;
     std::fs::remove_dir_all(&store_dir)
         .with_context(|| format!("removing {}", store_dir.display()))?;
@@ -201,6 +222,10 @@ fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phas
     });
     let elapsed = started.elapsed();
     let fsyncs = store.stats().fsync_count - fsyncs_before;
+    merge_results(results, elapsed, fsyncs)
+}
+
+fn merge_results(results: Vec<WriterResult>, elapsed: Duration, fsyncs: u64) -> Phase {
     let mut phase = Phase {
         records: 0,
         errors: 0,
@@ -223,6 +248,85 @@ fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phas
         "one latency per stored put"
     );
     phase
+}
+
+fn run_ferromq_tasks(
+    store: &std::sync::Arc<MessageStore>,
+    args: &StoreArgs,
+    body_size: usize,
+) -> Result<Phase> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .context("starting the bench runtime")?;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stored = std::sync::Arc::new(AtomicU64::new(0));
+    let fsyncs_before = store.stats().fsync_count;
+    let started = Instant::now();
+    let handles: Vec<_> = (0..args.writers)
+        .map(|writer| {
+            let (store, stop, stored) = (store.clone(), stop.clone(), stored.clone());
+            runtime
+                .spawn(async move { write_task(&store, writer, body_size, &stop, &stored).await })
+        })
+        .collect();
+    report_progress(started, Duration::from_secs(args.seconds), &stored);
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<WriterResult> = runtime.block_on(async {
+        let mut results = Vec::with_capacity(handles.len());
+        for handle in handles {
+            results.push(handle.await.unwrap_or_else(|_| WriterResult {
+                errors: 1,
+                first_error: Some("a writer task panicked".to_string()),
+                ..WriterResult::default()
+            }));
+        }
+        results
+    });
+    let elapsed = started.elapsed();
+    let fsyncs = store.stats().fsync_count - fsyncs_before;
+    Ok(merge_results(results, elapsed, fsyncs))
+}
+
+async fn write_task(
+    store: &MessageStore,
+    writer: u32,
+    body_size: usize,
+    stop: &AtomicBool,
+    stored: &AtomicU64,
+) -> WriterResult {
+    let body: Vec<u8> = (0..body_size).map(|i| (i % 251) as u8).collect();
+    let host = store.config().store_host;
+    let queue_id = writer % BENCH_QUEUE_COUNT;
+    let mut result = WriterResult::default();
+    while !stop.load(Ordering::Relaxed) {
+        let record = draft(BENCH_TOPIC, queue_id, &body, host);
+        let started = Instant::now();
+        let outcome = match store.append(&[record]) {
+            Ok(receipt) => store
+                .acknowledgeable(receipt.end_offset, receipt.truncation_epoch)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        let latency_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match outcome {
+            Ok(()) => {
+                result.latency.record(latency_ns);
+                result.records += 1;
+                stored.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                result.errors += 1;
+                result.first_error.get_or_insert(error);
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+        // Let other writers run between appends under AsyncFlush, where nothing awaits.
+        tokio::task::yield_now().await;
+    }
+    result
 }
 
 fn write_loop(
@@ -387,6 +491,7 @@ fn print_result(
             "bench": "store",
             "flush": args.flush.name(),
             "writers": args.writers,
+            "mode": format!("{:?}", args.mode).to_lowercase(),
             "record_size": args.record_size,
             "body_size": body_size,
             "seconds": round(phase.elapsed.as_secs_f64(), 3),

@@ -31,9 +31,7 @@ impl CommittedChunks {
         {
             let mut queue = self.queue.lock().expect("committed lock");
             for chunk in chunks {
-                if chunk.bytes.is_empty() {
-                    dropped.push(chunk.bytes);
-                } else if queue.1 + chunk.bytes.len() > COMMITTED_BYTES_MAX {
+                if chunk.bytes.is_empty() || queue.1 + chunk.bytes.len() > COMMITTED_BYTES_MAX {
                     dropped.push(chunk.bytes);
                 } else {
                     queue.1 += chunk.bytes.len();
