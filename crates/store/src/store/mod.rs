@@ -369,6 +369,19 @@ impl MessageStore {
         self.shutdown()
     }
 
+    /// Stops the store as a crash would: no final flush, no checkpoint, the `abort` marker
+    /// stays, and appended records not yet committed to the files are lost. For crash tests
+    /// that cannot kill a process; under `SyncFlush` nothing acknowledged is lost.
+    pub fn abandon(self) {
+        self.inner.flush.poison("store abandoned (simulated crash)".to_string());
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.flush.close();
+        self.inner.dispatch_signal.notify();
+        for handle in self.threads.lock().expect("threads lock").drain(..) {
+            let _ = handle.join();
+        }
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
