@@ -343,3 +343,61 @@ impl FlushControl {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A control durable to 100 whose log was then cut to 50: the waiter of a record that
+    /// ended at 80 (appended before the cut) is told `Truncated`, before and after later
+    /// flushes pass 80 again with other records; a record below the cut is durable.
+    fn cut_control() -> (FlushControl, u64) {
+        let control = FlushControl::new(100, Duration::from_millis(500));
+        let epoch = control.epoch();
+        control.truncate_to(50);
+        assert_eq!(control.flushed_end(), 50, "a cut lowers the flushed end");
+        assert_eq!(control.epoch(), epoch + 1, "a cut starts a new epoch");
+        (control, epoch)
+    }
+
+    #[test]
+    fn waiter_of_a_cut_record_gets_truncated_not_durable() {
+        let (control, epoch) = cut_control();
+        assert!(matches!(
+            control.wait_durable_since(80, epoch),
+            Err(DurabilityError::Truncated { truncated_to: 50 })
+        ));
+        // 40 is below the cut and below the flushed end: it stayed durable.
+        assert!(control.wait_durable_since(40, epoch).is_ok());
+
+        // New records reuse [50, 120) and a flush covers them: the old waiter of 80 is still
+        // told its record was cut, while a waiter from after the cut sees it durable. An
+        // empty CommitLog has no segment to fsync, so `flush_once` only publishes the end.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = CommitLog::open(dir.path(), 64 * 1024).expect("open empty CommitLog");
+        control.flush_once(&log, 120).expect("flush");
+        assert_eq!(control.flushed_end(), 120);
+        assert!(matches!(
+            control.wait_durable_since(80, epoch),
+            Err(DurabilityError::Truncated { truncated_to: 50 })
+        ));
+        assert!(control.wait_durable_since(40, epoch).is_ok());
+        assert!(control.wait_durable_since(80, control.epoch()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn async_waiter_of_a_cut_record_gets_truncated_not_durable() {
+        let (control, epoch) = cut_control();
+        let waited = tokio::time::timeout(Duration::from_secs(5), control.durable(80, epoch))
+            .await
+            .expect("answered at once, not after a timeout");
+        assert!(matches!(
+            waited,
+            Err(DurabilityError::Truncated { truncated_to: 50 })
+        ));
+        let below = tokio::time::timeout(Duration::from_secs(5), control.durable(40, epoch))
+            .await
+            .expect("answered at once");
+        assert!(below.is_ok());
+    }
+}

@@ -22,7 +22,7 @@ pub mod dispatch;
 pub mod error;
 pub mod faults;
 pub mod flush;
-mod fsutil;
+pub mod fsutil;
 pub mod key_index;
 pub mod offsets;
 pub mod recovery;

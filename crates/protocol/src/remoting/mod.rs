@@ -8,13 +8,15 @@
 //!   (`binary_header`) header chosen per frame;
 //! - `codes`: request and response codes;
 //! - `ext` and `headers`: typed, lenient views of a command's ext fields;
-//! - `body`: JSON bodies (routes, heartbeats, topic configs, ...).
+//! - `body`: JSON bodies (routes, heartbeats, topic configs, ...);
+//! - `client`: `RemotingClient`, a multiplexed tokio TCP connection speaking all of the above.
 //!
 //! Invariant for every decoder here: network input never panics; malformed input is a typed
 //! error that names what is wrong.
 
 pub mod binary_header;
 pub mod body;
+pub mod client;
 pub mod codec;
 pub mod codes;
 pub mod command;
@@ -27,6 +29,7 @@ pub mod language;
 #[cfg(test)]
 mod tests;
 
+pub use client::{ClientError, ClientOptions, RemotingClient};
 pub use codec::{CodecError, RemotingCodec};
 pub use codes::{request, request_code_name, response, response_code_name};
 pub use command::{CommandError, RemotingCommand, FLAG_ONEWAY, FLAG_RESPONSE};

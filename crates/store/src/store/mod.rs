@@ -382,6 +382,12 @@ impl MessageStore {
         }
     }
 
+    /// Like [`MessageStore::close`] for a store shared behind an `Arc`: flushes, checkpoints
+    /// and stops it; later calls do nothing and appends fail with `Closed`.
+    pub fn close_shared(&self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());

@@ -1,0 +1,273 @@
+//! The registry of connected clients: which connection belongs to which producer and consumer
+//! groups, with each consumer's subscriptions.
+//!
+//! Invariants:
+//! 1. A client leaves every group when its connection closes, when it unregisters, or when
+//!    its heartbeats stop for longer than the expiry; the membership change is reported to the
+//!    caller so the remaining members are told to rebalance (NOTIFY_CONSUMER_IDS_CHANGED).
+//! 2. Consumer ids of a group are returned sorted, as clients allocate queues by index.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ferromq_protocol::remoting::body::heartbeat::{
+    ConsumeFromWhere, ConsumeType, HeartbeatData, MessageModel, SubscriptionData,
+};
+use ferromq_protocol::remoting::{LanguageCode, RemotingCommand};
+use tokio::sync::mpsc;
+
+/// A client connection the broker can push requests to.
+#[derive(Debug, Clone)]
+pub struct ClientChannel {
+    /// Connection id, unique for the broker's lifetime.
+    pub id: u64,
+    /// Remote address.
+    pub peer: SocketAddr,
+    /// Outgoing frames of the connection.
+    pub tx: mpsc::Sender<RemotingCommand>,
+    /// Client language from its first request.
+    pub language: LanguageCode,
+    /// Client version from its first request.
+    pub version: i32,
+}
+
+/// One consumer in a group.
+#[derive(Debug, Clone)]
+pub struct ConsumerClient {
+    /// The client id it reports.
+    pub client_id: String,
+    /// Its connection.
+    pub channel: ClientChannel,
+    /// Pull, push or pop.
+    pub consume_type: ConsumeType,
+    /// Clustering or broadcasting.
+    pub message_model: MessageModel,
+    /// Start position for queues without an offset.
+    pub consume_from_where: ConsumeFromWhere,
+    /// Topic subscriptions.
+    pub subscriptions: Vec<SubscriptionData>,
+    /// Last heartbeat.
+    pub last_heartbeat: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    consumers: HashMap<String, BTreeMap<String, ConsumerClient>>,
+    producers: HashMap<String, BTreeMap<String, (u64, Instant)>>,
+}
+
+/// Connected producers and consumers by group.
+#[derive(Debug, Default)]
+pub struct ClientRegistry {
+    registry: Mutex<Registry>,
+}
+
+impl ClientRegistry {
+    /// Records a heartbeat; returns the consumer groups whose membership changed.
+    pub fn heartbeat(&self, channel: &ClientChannel, data: &HeartbeatData) -> Vec<String> {
+        let now = Instant::now();
+        let mut registry = self.registry.lock().expect("clients lock");
+        let mut changed = Vec::new();
+        for producer in &data.producer_data_set {
+            registry
+                .producers
+                .entry(producer.group_name.clone())
+                .or_default()
+                .insert(data.client_id.clone(), (channel.id, now));
+        }
+        for consumer in &data.consumer_data_set {
+            let members = registry
+                .consumers
+                .entry(consumer.group_name.clone())
+                .or_default();
+            let previous = members.insert(
+                data.client_id.clone(),
+                ConsumerClient {
+                    client_id: data.client_id.clone(),
+                    channel: channel.clone(),
+                    consume_type: consumer.consume_type,
+                    message_model: consumer.message_model,
+                    consume_from_where: consumer.consume_from_where,
+                    subscriptions: consumer.subscription_data_set.clone(),
+                    last_heartbeat: now,
+                },
+            );
+            if previous.is_none_or(|p| p.channel.id != channel.id) {
+                changed.push(consumer.group_name.clone());
+            }
+        }
+        changed
+    }
+
+    /// Removes a client from the named groups (UNREGISTER_CLIENT); returns changed consumer
+    /// groups.
+    pub fn unregister(
+        &self,
+        client_id: &str,
+        producer_group: Option<&str>,
+        consumer_group: Option<&str>,
+    ) -> Vec<String> {
+        let mut registry = self.registry.lock().expect("clients lock");
+        if let Some(group) = producer_group {
+            if let Some(members) = registry.producers.get_mut(group) {
+                members.remove(client_id);
+            }
+        }
+        let mut changed = Vec::new();
+        if let Some(group) = consumer_group {
+            if let Some(members) = registry.consumers.get_mut(group) {
+                if members.remove(client_id).is_some() {
+                    changed.push(group.to_string());
+                }
+            }
+        }
+        changed
+    }
+
+    /// Removes every client of a closed connection; returns changed consumer groups.
+    pub fn channel_closed(&self, channel_id: u64) -> Vec<String> {
+        self.remove_where(
+            |client| client.channel.id == channel_id,
+            |(id, _)| *id == channel_id,
+        )
+    }
+
+    /// Removes clients silent for longer than `timeout`; returns changed consumer groups.
+    pub fn expire(&self, timeout: Duration) -> Vec<String> {
+        let now = Instant::now();
+        self.remove_where(
+            |client| now.duration_since(client.last_heartbeat) > timeout,
+            |(_, last)| now.duration_since(*last) > timeout,
+        )
+    }
+
+    fn remove_where(
+        &self,
+        consumer_gone: impl Fn(&ConsumerClient) -> bool,
+        producer_gone: impl Fn(&(u64, Instant)) -> bool,
+    ) -> Vec<String> {
+        let mut registry = self.registry.lock().expect("clients lock");
+        let mut changed = Vec::new();
+        for (group, members) in registry.consumers.iter_mut() {
+            let before = members.len();
+            members.retain(|_, client| !consumer_gone(client));
+            if members.len() != before {
+                changed.push(group.clone());
+            }
+        }
+        registry.consumers.retain(|_, members| !members.is_empty());
+        for members in registry.producers.values_mut() {
+            members.retain(|_, entry| !producer_gone(entry));
+        }
+        registry.producers.retain(|_, members| !members.is_empty());
+        changed
+    }
+
+    /// Sorted client ids of a consumer group.
+    pub fn consumer_ids(&self, group: &str) -> Vec<String> {
+        let registry = self.registry.lock().expect("clients lock");
+        registry
+            .consumers
+            .get(group)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The consumers of a group.
+    pub fn consumers(&self, group: &str) -> Vec<ConsumerClient> {
+        let registry = self.registry.lock().expect("clients lock");
+        registry
+            .consumers
+            .get(group)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any consumer of the group is connected.
+    pub fn has_online_consumers(&self, group: &str) -> bool {
+        let registry = self.registry.lock().expect("clients lock");
+        registry.consumers.get(group).is_some_and(|m| !m.is_empty())
+    }
+
+    /// The subscription of `group` to `topic`, from any member.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
+        let registry = self.registry.lock().expect("clients lock");
+        registry
+            .consumers
+            .get(group)?
+            .values()
+            .flat_map(|c| c.subscriptions.iter())
+            .find(|s| s.topic == topic)
+            .cloned()
+    }
+
+    /// Consumer groups with members.
+    pub fn consumer_groups(&self) -> Vec<String> {
+        let registry = self.registry.lock().expect("clients lock");
+        let mut groups: Vec<String> = registry.consumers.keys().cloned().collect();
+        groups.sort();
+        groups
+    }
+}
+
+/// How long a queue lock lives without renewal (RocketMQ's `rebalanceLockMaxLiveTime`).
+pub const QUEUE_LOCK_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Locks on (group, queue) held by orderly consumers, so one queue is consumed by one client
+/// at a time. A lock not renewed within [`QUEUE_LOCK_LIFETIME`] is free again.
+#[derive(Debug, Default)]
+pub struct QueueLocks {
+    locks: Mutex<
+        HashMap<(String, ferromq_protocol::remoting::body::misc::MessageQueue), (String, Instant)>,
+    >,
+}
+
+impl QueueLocks {
+    /// Locks (or renews) each queue for `client_id` unless another live client holds it;
+    /// returns the queues now held by `client_id`.
+    pub fn lock(
+        &self,
+        group: &str,
+        client_id: &str,
+        queues: &[ferromq_protocol::remoting::body::misc::MessageQueue],
+    ) -> Vec<ferromq_protocol::remoting::body::misc::MessageQueue> {
+        let now = Instant::now();
+        let mut locks = self.locks.lock().expect("locks lock");
+        let mut granted = Vec::new();
+        for queue in queues {
+            let key = (group.to_string(), queue.clone());
+            let free = match locks.get(&key) {
+                Some((holder, at)) => {
+                    holder == client_id || now.duration_since(*at) > QUEUE_LOCK_LIFETIME
+                }
+                None => true,
+            };
+            if free {
+                locks.insert(key, (client_id.to_string(), now));
+                granted.push(queue.clone());
+            }
+        }
+        granted
+    }
+
+    /// Releases the queues `client_id` holds.
+    pub fn unlock(
+        &self,
+        group: &str,
+        client_id: &str,
+        queues: &[ferromq_protocol::remoting::body::misc::MessageQueue],
+    ) {
+        let mut locks = self.locks.lock().expect("locks lock");
+        for queue in queues {
+            let key = (group.to_string(), queue.clone());
+            if locks
+                .get(&key)
+                .is_some_and(|(holder, _)| holder == client_id)
+            {
+                locks.remove(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Broker configuration. Keys keep RocketMQ's names (`brokerName`, `listenPort`,
+//! `namesrvAddr`, `flushDiskType`, ...) so a RocketMQ `broker.conf` translates line by line
+//! into TOML. An unknown key or a bad value is an error that names the key.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use ferromq_store::{FlushDiskType, StoreConfig};
+use serde::Deserialize;
+
+/// A configuration problem, naming the key or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or names an unknown key.
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A key has a value ferromq cannot use.
+    #[error("config key {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+/// Broker settings, with RocketMQ's names and defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct BrokerConfig {
+    /// Cluster this broker belongs to.
+    pub broker_cluster_name: String,
+    /// Broker name (shared by a master and its slaves).
+    pub broker_name: String,
+    /// 0 for a master.
+    pub broker_id: u64,
+    /// Address clients are told to use.
+    #[serde(rename = "brokerIP1")]
+    pub broker_ip1: IpAddr,
+    /// Port to listen on (0: any free port).
+    pub listen_port: u16,
+    /// Name servers, `host:port;host:port`; empty runs without registration.
+    pub namesrv_addr: String,
+    /// Data directory.
+    pub store_path_root_dir: PathBuf,
+    /// `SYNC_FLUSH` or `ASYNC_FLUSH`.
+    pub flush_disk_type: String,
+    /// `ASYNC_MASTER` or `SYNC_MASTER` (replication arrives with its issue).
+    pub broker_role: String,
+    /// Create topics on first send (the `TBW102` convention).
+    pub auto_create_topic_enable: bool,
+    /// Queues of an auto-created topic.
+    pub default_topic_queue_nums: u32,
+    /// Create subscription groups on first use.
+    pub auto_create_subscription_group: bool,
+    /// CommitLog segment size.
+    pub mapped_file_size_commit_log: u64,
+    /// Largest message body.
+    pub max_message_size: usize,
+    /// Interval of the async flush, ms.
+    pub flush_interval_commit_log: u64,
+    /// How long a SYNC_FLUSH send waits for its fsync, ms.
+    pub sync_flush_timeout: u64,
+    /// CommitLog retention, hours.
+    pub file_reserved_time: u64,
+    /// Re-registration period with the name servers, ms.
+    pub register_name_server_period: u64,
+    /// Longest a pull may be held waiting for messages, ms.
+    pub broker_suspend_max_time_millis: u64,
+    /// Default most deliveries before the dead-letter queue.
+    pub max_reconsume_times: i32,
+    /// Delay levels of retried and scheduled messages (RocketMQ's `messageDelayLevel`).
+    pub message_delay_level: String,
+    /// A client silent this long is removed from its groups, ms.
+    pub channel_expired_timeout: u64,
+    /// Largest frame accepted from a client.
+    pub max_frame_length: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            broker_cluster_name: "DefaultCluster".into(),
+            broker_name: "broker-a".into(),
+            broker_id: 0,
+            broker_ip1: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            listen_port: 10911,
+            namesrv_addr: String::new(),
+            store_path_root_dir: PathBuf::from("./data"),
+            flush_disk_type: "ASYNC_FLUSH".into(),
+            broker_role: "ASYNC_MASTER".into(),
+            auto_create_topic_enable: true,
+            default_topic_queue_nums: 8,
+            auto_create_subscription_group: true,
+            mapped_file_size_commit_log: 1 << 30,
+            max_message_size: 4 * 1024 * 1024,
+            flush_interval_commit_log: 500,
+            sync_flush_timeout: 5_000,
+            file_reserved_time: 72,
+            register_name_server_period: 30_000,
+            broker_suspend_max_time_millis: 15_000,
+            max_reconsume_times: 16,
+            message_delay_level: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+                .into(),
+            channel_expired_timeout: 120_000,
+            max_frame_length: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config: BrokerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
+        if self.broker_name.is_empty() {
+            return invalid("brokerName", "must not be empty");
+        }
+        self.flush_type()?;
+        match self.broker_role.as_str() {
+            "ASYNC_MASTER" | "SYNC_MASTER" => {}
+            "SLAVE" => {
+                return invalid(
+                    "brokerRole",
+                    "SLAVE is not supported yet (replication comes with its own issue)",
+                )
+            }
+            _ => return invalid("brokerRole", "expected ASYNC_MASTER or SYNC_MASTER"),
+        }
+        if self.default_topic_queue_nums == 0 || self.default_topic_queue_nums > 1024 {
+            return invalid("defaultTopicQueueNums", "must be between 1 and 1024");
+        }
+        self.namesrv_addrs()?;
+        self.delay_levels_ms()?;
+        Ok(())
+    }
+
+    /// `flushDiskType` as the store's enum.
+    pub fn flush_type(&self) -> Result<FlushDiskType, ConfigError> {
+        match self.flush_disk_type.as_str() {
+            "SYNC_FLUSH" => Ok(FlushDiskType::SyncFlush),
+            "ASYNC_FLUSH" => Ok(FlushDiskType::AsyncFlush),
+            _ => Err(ConfigError::Invalid {
+                key: "flushDiskType",
+                message: "expected SYNC_FLUSH or ASYNC_FLUSH".into(),
+            }),
+        }
+    }
+
+    /// Name server addresses.
+    pub fn namesrv_addrs(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        self.namesrv_addr
+            .split(';')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.parse().map_err(|_| ConfigError::Invalid {
+                    key: "namesrvAddr",
+                    message: format!("{a:?} is not an ip:port address"),
+                })
+            })
+            .collect()
+    }
+
+    /// Delay levels in ms, level 1 first.
+    pub fn delay_levels_ms(&self) -> Result<Vec<u64>, ConfigError> {
+        self.message_delay_level
+            .split_whitespace()
+            .map(|level| {
+                let (number, unit) = level.split_at(level.len().saturating_sub(1));
+                let factor = match unit {
+                    "s" => 1_000,
+                    "m" => 60_000,
+                    "h" => 3_600_000,
+                    "d" => 86_400_000,
+                    _ => 0,
+                };
+                match (number.parse::<u64>(), factor) {
+                    (Ok(n), f) if f > 0 => Ok(n * f),
+                    _ => Err(ConfigError::Invalid {
+                        key: "messageDelayLevel",
+                        message: format!("{level:?} is not a number followed by s, m, h or d"),
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// The store configuration these settings imply.
+    pub fn store_config(&self) -> Result<StoreConfig, ConfigError> {
+        let mut store = StoreConfig::new(&self.store_path_root_dir);
+        store.flush_disk_type = self.flush_type()?;
+        store.segment_size_bytes = self.mapped_file_size_commit_log;
+        store.max_message_size_bytes = self.max_message_size;
+        store.flush_interval_ms = self.flush_interval_commit_log.max(1);
+        store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
+        store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
+        store.store_host = SocketAddr::new(self.broker_ip1, self.listen_port);
+        store.validate().map_err(|e| ConfigError::Invalid {
+            key: "storePathRootDir",
+            message: e.to_string(),
+        })?;
+        Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rocketmq_keys_parse_and_unknown_keys_are_named() {
+        let config: BrokerConfig = toml::from_str(
+            "brokerName = \"b1\"\nlistenPort = 10921\nflushDiskType = \"SYNC_FLUSH\"\nnamesrvAddr = \"127.0.0.1:9876\"\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.listen_port, 10921);
+        assert_eq!(config.flush_type().unwrap(), FlushDiskType::SyncFlush);
+        let error = toml::from_str::<BrokerConfig>("brokerNam = \"x\"").unwrap_err();
+        assert!(error.message().contains("brokerNam"), "{}", error.message());
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let config = BrokerConfig {
+            flush_disk_type: "FAST".into(),
+            ..BrokerConfig::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("flushDiskType"));
+        let config = BrokerConfig {
+            namesrv_addr: "nowhere".into(),
+            ..BrokerConfig::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("namesrvAddr"));
+        let config = BrokerConfig {
+            message_delay_level: "1s 5x".into(),
+            ..BrokerConfig::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("messageDelayLevel"));
+        assert_eq!(
+            BrokerConfig::default().delay_levels_ms().unwrap()[..3],
+            [1_000, 5_000, 10_000]
+        );
+    }
+}

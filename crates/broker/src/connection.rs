@@ -1,0 +1,80 @@
+//! One client connection: frames in, replies out.
+//!
+//! The reader decodes frames and spawns one task per request, so a held pull never blocks a
+//! send on the same connection; replies (and server-initiated pushes) go through one writer
+//! task fed by a bounded channel. A frame that cannot be decoded (too long, garbage, bad
+//! header) closes only this connection, with a log line; the broker keeps serving others.
+//!
+//! Invariant: when the connection ends, its clients leave every group and the remaining
+//! members are told to rebalance.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ferromq_protocol::remoting::{LanguageCode, RemotingCodec, RemotingCommand};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::clients::ClientChannel;
+use crate::context::BrokerContext;
+use crate::processor;
+
+/// Replies and pushes queued per connection before the writer applies backpressure.
+const OUTBOUND_QUEUE_MAX: usize = 4096;
+
+static NEXT_CHANNEL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Serves one connection until the peer closes it, sends a bad frame, or the broker stops.
+pub async fn serve(ctx: Arc<BrokerContext>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let codec = RemotingCodec::new(ctx.config.max_frame_length);
+    let mut reader = FramedRead::new(read_half, codec.clone());
+    let mut writer = FramedWrite::new(write_half, codec);
+    let (tx, mut rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE_MAX);
+    let channel = ClientChannel {
+        id: NEXT_CHANNEL_ID.fetch_add(1, Ordering::Relaxed),
+        peer,
+        tx,
+        language: LanguageCode::Java,
+        version: 0,
+    };
+    let write_task = tokio::spawn(async move {
+        while let Some(command) = rx.recv().await {
+            if let Err(error) = writer.send(command).await {
+                tracing::debug!(%peer, %error, "write failed; closing connection");
+                break;
+            }
+        }
+    });
+    tracing::debug!(%peer, channel = channel.id, "connection opened");
+    while let Some(frame) = reader.next().await {
+        let command = match frame {
+            Ok(command) => command,
+            Err(error) => {
+                tracing::warn!(%peer, %error, "closing connection after an undecodable frame");
+                break;
+            }
+        };
+        if command.is_response() {
+            // Replies to the broker's one-way pushes; nothing waits for them.
+            continue;
+        }
+        let (ctx, channel) = (ctx.clone(), channel.clone());
+        tokio::spawn(async move {
+            let oneway = command.is_oneway();
+            let reply = processor::handle(&ctx, &channel, command).await;
+            if !oneway && channel.tx.send(reply).await.is_err() {
+                tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
+            }
+        });
+    }
+    let changed = ctx.clients.channel_closed(channel.id);
+    ctx.notify_ids_changed(&changed);
+    drop(channel);
+    write_task.abort();
+    tracing::debug!(%peer, "connection closed");
+}

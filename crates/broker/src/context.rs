@@ -1,0 +1,91 @@
+//! Everything a request processor needs: configuration, store, topics, groups, clients.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ferromq_protocol::remoting::codes::request;
+use ferromq_protocol::remoting::headers::client::NotifyConsumerIdsChangedRequestHeader;
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_store::MessageStore;
+use tokio::sync::Notify;
+
+use crate::clients::ClientRegistry;
+use crate::config::BrokerConfig;
+use crate::groups::GroupManager;
+use crate::topics::TopicManager;
+
+/// Counters a test or `brokerStatus` can read.
+#[derive(Debug, Default)]
+pub struct BrokerCounters {
+    /// Negative commits (ali-ons sends -1) ignored.
+    pub negative_commits_ignored: AtomicU64,
+    /// Commits rejected by the offset rules.
+    pub commits_rejected: AtomicU64,
+    /// Backward commits of offline groups recorded as resets.
+    pub offline_resets: AtomicU64,
+    /// Messages stored.
+    pub messages_put: AtomicU64,
+    /// Messages returned by pulls.
+    pub messages_pulled: AtomicU64,
+}
+
+/// Shared state of a running broker.
+#[derive(Debug)]
+pub struct BrokerContext {
+    /// Settings.
+    pub config: BrokerConfig,
+    /// The address clients reach this broker at (`brokerIP1:listenPort`).
+    pub broker_addr: SocketAddr,
+    /// The message store.
+    pub store: Arc<MessageStore>,
+    /// Topic configs.
+    pub topics: TopicManager,
+    /// Subscription groups.
+    pub groups: GroupManager,
+    /// Connected clients.
+    pub clients: ClientRegistry,
+    /// Delay levels, ms.
+    pub delay_levels_ms: Vec<u64>,
+    /// Wakes the registration task after a topic change.
+    pub register_now: Notify,
+    /// Counters.
+    pub counters: BrokerCounters,
+    /// Queue locks of orderly consumers.
+    pub locks: crate::clients::QueueLocks,
+}
+
+impl BrokerContext {
+    /// Tells every member of each changed group to rebalance (one-way
+    /// NOTIFY_CONSUMER_IDS_CHANGED, as RocketMQ does); a full or closed connection is skipped.
+    pub fn notify_ids_changed(&self, groups: &[String]) {
+        for group in groups {
+            let notify_enabled = self
+                .groups
+                .get(group)
+                .is_none_or(|g| g.notify_consumer_ids_changed_enable);
+            if !notify_enabled {
+                continue;
+            }
+            let header = NotifyConsumerIdsChangedRequestHeader {
+                consumer_group: group.clone(),
+            };
+            for consumer in self.clients.consumers(group) {
+                let mut command = RemotingCommand::request_with_header(
+                    request::NOTIFY_CONSUMER_IDS_CHANGED,
+                    &header,
+                );
+                command.set_oneway(true);
+                if consumer.channel.tx.try_send(command).is_err() {
+                    tracing::debug!(%group, client = %consumer.client_id, "could not notify a consumer of a membership change");
+                }
+            }
+            tracing::info!(%group, members = ?self.clients.consumer_ids(group), "consumer group membership changed");
+        }
+    }
+
+    /// Bumps a counter.
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,31 @@
+//! The ferromq broker: serves RocketMQ's remoting protocol on top of `ferromq-store`.
+//!
+//! - [`config`]: broker configuration with RocketMQ's key names, from TOML.
+//! - [`server`] and [`connection`]: the TCP server; one task per connection, requests handled
+//!   concurrently, replies matched by opaque.
+//! - [`processor`]: one module per request family (send, pull, offsets, clients, admin).
+//! - [`topics`], [`groups`], [`clients`]: topic configs, subscription groups, the registry
+//!   of connected producers and consumers.
+//! - [`long_poll`]: pull requests held until new messages are dispatched.
+//!
+//! Invariants kept here (DESIGN.md): a send or a commit is answered SUCCESS only when the store
+//! says it is acknowledgeable under the flush policy (invariant 2); commits go through the
+//! store's offset view, so a stale commit is rejected with its own code (invariant 3);
+//! consumers see only dispatched records (invariant 4); magic negative offsets exist only at
+//! this protocol edge (invariant 7). Network input never panics the broker.
+
+pub mod clients;
+pub mod codes;
+pub mod config;
+pub mod connection;
+pub mod context;
+pub mod groups;
+pub mod long_poll;
+pub mod processor;
+pub mod registration;
+pub mod server;
+pub mod topics;
+
+pub use config::{BrokerConfig, ConfigError};
+pub use context::BrokerContext;
+pub use server::{Broker, BrokerError};

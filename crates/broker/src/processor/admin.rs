@@ -1,0 +1,365 @@
+//! Queue bounds and lookups (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP
+//! 29, GET_EARLIEST_MSG_STORETIME 32, VIEW_MESSAGE_BY_ID 33) and topic and group
+//! administration (17, 215, 21, 351, 202, 200, 207, 208).
+
+use ferromq_protocol::remoting::body::decode_json;
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::body::mq_map::{
+    encode_fastjson, ConsumeStats, MqMap, OffsetWrapper, TopicOffset, TopicStatsTable,
+};
+use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::remoting::headers::admin::{
+    CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader, DeleteTopicRequestHeader,
+    GetTopicConfigRequestHeader, GetTopicStatsInfoRequestHeader,
+};
+use ferromq_protocol::remoting::headers::client::ViewMessageRequestHeader;
+use ferromq_protocol::remoting::headers::enums::BoundaryType;
+use ferromq_protocol::remoting::headers::offset::{
+    GetConsumeStatsRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader,
+    GetMinOffsetRequestHeader, GetMinOffsetResponseHeader, SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
+};
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::{MessageId, RecordView};
+use ferromq_store::{TagFilter, TimeBoundary};
+
+use super::{bad_header, success};
+use crate::context::BrokerContext;
+use crate::groups::SubscriptionGroupConfig;
+use crate::topics::{PERM_READ, PERM_WRITE};
+
+fn queue_of(command: &RemotingCommand, queue_id: i32) -> Result<u32, RemotingCommand> {
+    u32::try_from(queue_id).map_err(|_| {
+        command.reply(
+            response::INVALID_PARAMETER,
+            Some(format!("queueId {queue_id} is negative")),
+        )
+    })
+}
+
+pub(super) fn max_offset(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetMaxOffsetRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let queue_id = match queue_of(command, header.queue_id) {
+        Ok(q) => q,
+        Err(reply) => return reply,
+    };
+    let max = ctx
+        .store
+        .queue_bounds(&header.topic, queue_id)
+        .map_or(0, |(_, max)| max);
+    success(command).with_header(&GetMaxOffsetResponseHeader { offset: max as i64 })
+}
+
+pub(super) fn min_offset(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetMinOffsetRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let queue_id = match queue_of(command, header.queue_id) {
+        Ok(q) => q,
+        Err(reply) => return reply,
+    };
+    let min = ctx
+        .store
+        .queue_bounds(&header.topic, queue_id)
+        .map_or(0, |(min, _)| min);
+    success(command).with_header(&GetMinOffsetResponseHeader { offset: min as i64 })
+}
+
+pub(super) fn search_offset(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<SearchOffsetRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let queue_id = match queue_of(command, header.queue_id) {
+        Ok(q) => q,
+        Err(reply) => return reply,
+    };
+    let boundary = match header.boundary_type {
+        Some(BoundaryType::Upper) => TimeBoundary::Upper,
+        _ => TimeBoundary::Lower,
+    };
+    match ctx
+        .store
+        .offset_by_time(&header.topic, queue_id, header.timestamp, boundary)
+    {
+        Ok(offset) => success(command).with_header(&SearchOffsetResponseHeader {
+            offset: offset as i64,
+        }),
+        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn earliest_store_time(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
+    let header = match command.decode_header::<GetEarliestMsgStoretimeRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let queue_id = match queue_of(command, header.queue_id) {
+        Ok(q) => q,
+        Err(reply) => return reply,
+    };
+    let Some((min, _)) = ctx.store.queue_bounds(&header.topic, queue_id) else {
+        return command.reply(
+            response::SYSTEM_ERROR,
+            Some(format!("queue {}/{queue_id} has no message", header.topic)),
+        );
+    };
+    match store_time_at(ctx, &header.topic, queue_id, min) {
+        Some(timestamp) => {
+            success(command).with_header(&GetEarliestMsgStoretimeResponseHeader { timestamp })
+        }
+        None => command.reply(
+            response::SYSTEM_ERROR,
+            Some(format!("queue {}/{queue_id} has no message", header.topic)),
+        ),
+    }
+}
+
+fn store_time_at(ctx: &BrokerContext, topic: &str, queue_id: u32, offset: u64) -> Option<i64> {
+    let result = ctx
+        .store
+        .get_messages(topic, queue_id, offset, 1, usize::MAX, &TagFilter::All)
+        .ok()?;
+    let message = result.messages.first()?;
+    RecordView::parse(&message.bytes)
+        .ok()
+        .map(|v| v.store_timestamp_ms)
+}
+
+pub(super) fn view_message(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<ViewMessageRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let id = MessageId {
+        store_host: ctx.broker_addr,
+        phys_offset: header.offset.max(0) as u64,
+    }
+    .encode();
+    match ctx.store.message_by_id(&id) {
+        Ok(Some(bytes)) => success(command).with_body(bytes),
+        Ok(None) => command.reply(
+            response::SYSTEM_ERROR,
+            Some(format!("no message at CommitLog offset {}", header.offset)),
+        ),
+        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<CreateTopicRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    if header.read_queue_nums <= 0
+        || header.write_queue_nums <= 0
+        || header.read_queue_nums > 1024
+        || header.write_queue_nums > 1024
+    {
+        return command.reply(
+            response::INVALID_PARAMETER,
+            Some("queue counts must be between 1 and 1024".into()),
+        );
+    }
+    let mut config = crate::topics::topic_with_queues(&header.topic, 1);
+    config.read_queue_nums = header.read_queue_nums;
+    config.write_queue_nums = header.write_queue_nums;
+    config.perm = header.perm & (PERM_READ | PERM_WRITE | crate::topics::PERM_INHERIT);
+    config.order = header.order.unwrap_or(false);
+    config.topic_sys_flag = header.topic_sys_flag.unwrap_or(0);
+    match ctx.topics.upsert(config) {
+        Ok(_) => {
+            ctx.register_now.notify_one();
+            success(command)
+        }
+        Err(error) => command.reply(response::INVALID_PARAMETER, Some(error.to_string())),
+    }
+}
+
+pub(super) fn delete_topic(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<DeleteTopicRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    match ctx.topics.delete(&header.topic) {
+        Ok(true) => {
+            ctx.register_now.notify_one();
+            success(command)
+        }
+        Ok(false) => command.reply(
+            response::TOPIC_NOT_EXIST,
+            Some(format!("topic {} does not exist", header.topic)),
+        ),
+        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn all_topic_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    success(command).with_body(serde_json::to_vec(&ctx.topics.snapshot()).unwrap_or_default())
+}
+
+pub(super) fn topic_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetTopicConfigRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    match ctx.topics.get(&header.topic) {
+        Some(config) => success(command).with_body(serde_json::to_vec(&config).unwrap_or_default()),
+        None => command.reply(
+            response::TOPIC_NOT_EXIST,
+            Some(format!("topic {} does not exist", header.topic)),
+        ),
+    }
+}
+
+pub(super) fn topic_stats(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetTopicStatsInfoRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let Some(config) = ctx.topics.get(&header.topic) else {
+        return command.reply(
+            response::TOPIC_NOT_EXIST,
+            Some(format!("topic {} does not exist", header.topic)),
+        );
+    };
+    let mut table = TopicStatsTable::default();
+    for queue_id in 0..config.write_queue_nums.max(config.read_queue_nums).max(0) as u32 {
+        let (min, max) = ctx
+            .store
+            .queue_bounds(&header.topic, queue_id)
+            .unwrap_or((0, 0));
+        let last = if max > 0 {
+            store_time_at(ctx, &header.topic, queue_id, max - 1).unwrap_or(0)
+        } else {
+            0
+        };
+        table.offset_table.0.insert(
+            MessageQueue {
+                topic: header.topic.clone(),
+                broker_name: ctx.config.broker_name.clone(),
+                queue_id: queue_id as i32,
+            },
+            TopicOffset {
+                min_offset: min as i64,
+                max_offset: max as i64,
+                last_update_timestamp: last,
+            },
+        );
+    }
+    success(command).with_body(encode_fastjson(&table))
+}
+
+pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let config: SubscriptionGroupConfig =
+        match decode_json(command.body.as_deref().unwrap_or_default()) {
+            Ok(config) => config,
+            Err(error) => {
+                return command.reply(
+                    response::INVALID_PARAMETER,
+                    Some(format!("bad subscription group body: {error}")),
+                )
+            }
+        };
+    if config.group_name.is_empty() {
+        return command.reply(
+            response::INVALID_PARAMETER,
+            Some("groupName is empty".into()),
+        );
+    }
+    match ctx.groups.upsert(config) {
+        Ok(()) => success(command),
+        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<DeleteSubscriptionGroupRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    match ctx.groups.delete(&header.group_name) {
+        Ok(true) => success(command),
+        Ok(false) => command.reply(
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(format!("group {} does not exist", header.group_name)),
+        ),
+        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn consume_stats(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetConsumeStatsRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let group = header.consumer_group.as_str();
+    let mut topics: Vec<String> = match (&header.topic, &header.topic_list) {
+        (Some(topic), _) if !topic.is_empty() => vec![topic.clone()],
+        (_, Some(list)) if !list.is_empty() => list.split(';').map(str::to_string).collect(),
+        _ => ctx
+            .store
+            .group_offsets(group)
+            .into_iter()
+            .map(|(topic, _, _)| topic)
+            .collect(),
+    };
+    topics.sort();
+    topics.dedup();
+    let mut stats = ConsumeStats {
+        consume_tps: 0.0,
+        offset_table: MqMap::default(),
+    };
+    for topic in &topics {
+        let queues = ctx
+            .topics
+            .get(topic)
+            .map_or(0, |c| c.read_queue_nums.max(0) as u32);
+        for queue_id in 0..queues {
+            let broker_offset = ctx
+                .store
+                .queue_bounds(topic, queue_id)
+                .map_or(0, |(_, max)| max);
+            let consumer_offset = ctx
+                .store
+                .consumer_offset(group, topic, queue_id)
+                .map_or(0, |s| s.offset);
+            let last = if consumer_offset > 0 {
+                store_time_at(ctx, topic, queue_id, consumer_offset - 1).unwrap_or(0)
+            } else {
+                0
+            };
+            stats.offset_table.0.insert(
+                MessageQueue {
+                    topic: topic.clone(),
+                    broker_name: ctx.config.broker_name.clone(),
+                    queue_id: queue_id as i32,
+                },
+                OffsetWrapper {
+                    broker_offset: broker_offset as i64,
+                    consumer_offset: consumer_offset as i64,
+                    pull_offset: consumer_offset as i64,
+                    last_timestamp: last,
+                },
+            );
+        }
+    }
+    if stats.offset_table.0.is_empty()
+        && !ctx.clients.has_online_consumers(group)
+        && ctx.groups.get(group).is_none()
+    {
+        return command.reply(
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(format!("group {group} does not exist")),
+        );
+    }
+    success(command).with_body(encode_fastjson(&stats))
+}

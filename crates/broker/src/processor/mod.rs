@@ -1,0 +1,77 @@
+//! Request processors, one module per request family, and the dispatch by request code.
+//!
+//! Every request gets exactly one reply (one-way requests get none): a processor never
+//! panics on client input; a header it cannot read is INVALID_PARAMETER with a remark naming
+//! the field, an unknown code REQUEST_CODE_NOT_SUPPORTED naming the code.
+
+mod admin;
+mod batch;
+mod client;
+mod offset;
+mod pull;
+mod send;
+mod send_back;
+
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::{request_code_name, HeaderError, RemotingCommand};
+
+use crate::clients::ClientChannel;
+use crate::context::BrokerContext;
+
+pub use pull::PULL_SYSFLAG_COMMIT_OFFSET;
+pub use send_back::{run_scheduler, SCHEDULE_GROUP, SCHEDULE_TOPIC};
+
+/// Handles one request and builds its reply.
+pub async fn handle(
+    ctx: &BrokerContext,
+    channel: &ClientChannel,
+    command: RemotingCommand,
+) -> RemotingCommand {
+    match command.code {
+        request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+            send::handle(ctx, channel, &command).await
+        }
+        request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => pull::handle(ctx, &command).await,
+        request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command),
+        request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, &command).await,
+        request::GET_MAX_OFFSET => admin::max_offset(ctx, &command),
+        request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),
+        request::SEARCH_OFFSET_BY_TIMESTAMP => admin::search_offset(ctx, &command),
+        request::GET_EARLIEST_MSG_STORETIME => admin::earliest_store_time(ctx, &command),
+        request::VIEW_MESSAGE_BY_ID => admin::view_message(ctx, &command),
+        request::HEART_BEAT => client::heartbeat(ctx, channel, &command),
+        request::UNREGISTER_CLIENT => client::unregister(ctx, &command),
+        request::GET_CONSUMER_LIST_BY_GROUP => client::consumer_list(ctx, &command),
+        request::LOCK_BATCH_MQ => client::lock_batch(ctx, &command),
+        request::UNLOCK_BATCH_MQ => client::unlock_batch(ctx, &command),
+        request::CONSUMER_SEND_MSG_BACK => send_back::handle(ctx, channel, &command).await,
+        request::UPDATE_AND_CREATE_TOPIC => admin::create_topic(ctx, &command),
+        request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &command),
+        request::GET_ALL_TOPIC_CONFIG => admin::all_topic_config(ctx, &command),
+        request::GET_TOPIC_CONFIG => admin::topic_config(ctx, &command),
+        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &command),
+        request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &command),
+        request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &command),
+        request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command),
+        code => command.reply(
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            Some(format!(
+                "request code {code} ({}) is not supported by ferromq",
+                request_code_name(code).unwrap_or("unknown")
+            )),
+        ),
+    }
+}
+
+/// The reply to a request whose header could not be read.
+pub(crate) fn bad_header(command: &RemotingCommand, error: HeaderError) -> RemotingCommand {
+    command.reply(
+        response::INVALID_PARAMETER,
+        Some(format!("bad request header: {error}")),
+    )
+}
+
+/// A SUCCESS reply (always with a non-null ext map, which Java clients read unchecked).
+pub(crate) fn success(command: &RemotingCommand) -> RemotingCommand {
+    command.reply(response::SUCCESS, None)
+}

@@ -1,0 +1,198 @@
+//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): read a queue from an offset, with a tag
+//! filter, the piggy-backed commit, and long polling.
+//!
+//! Status mapping (reference §9): Found → SUCCESS; nothing new at the tail → hold the request
+//! (SUSPEND flag) until a message is dispatched or the hold ends, then PULL_NOT_FOUND; all
+//! scanned entries filtered out → PULL_RETRY_IMMEDIATELY; offset below the min or beyond the
+//! max → PULL_OFFSET_MOVED with the offset to use. The four required reply fields are always
+//! present.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::remoting::headers::pull::{
+    PullMessageRequestHeader, PullMessageResponseHeader,
+};
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_store::{GetResult, GetStatus, TagFilter};
+
+use super::{bad_header, offset};
+use crate::context::BrokerContext;
+use crate::long_poll;
+use crate::topics::PERM_READ;
+
+/// Pull sysFlag: the request carries a commit in `commitOffset`.
+pub const PULL_SYSFLAG_COMMIT_OFFSET: i32 = 0x1;
+/// Pull sysFlag: the broker may hold the request (long polling).
+pub const PULL_SYSFLAG_SUSPEND: i32 = 0x2;
+/// Pull sysFlag: the request carries its subscription expression.
+pub const PULL_SYSFLAG_SUBSCRIPTION: i32 = 0x4;
+/// Most messages one pull returns (RocketMQ's `maxTransferCountOnMessageInMemory` is 32).
+const PULL_COUNT_MAX: usize = 64;
+/// Most bytes one pull returns unless the request asks for less.
+const PULL_BYTES_MAX: usize = 256 * 1024;
+
+pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<PullMessageRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    let topic = header.topic.as_str();
+    let Some(config) = ctx.topics.get(topic) else {
+        return command.reply(
+            response::TOPIC_NOT_EXIST,
+            Some(format!("topic {topic} does not exist")),
+        );
+    };
+    if config.perm & PERM_READ == 0 {
+        return command.reply(
+            response::NO_PERMISSION,
+            Some(format!("topic {topic} is not readable")),
+        );
+    }
+    if header.queue_id < 0 || header.queue_id >= config.read_queue_nums {
+        return command.reply(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "queueId {} is outside the {} read queues of {topic}",
+                header.queue_id, config.read_queue_nums
+            )),
+        );
+    }
+    if let Err(error) = ctx.groups.ensure(&header.consumer_group) {
+        return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
+    }
+    let queue_id = header.queue_id as u32;
+    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
+        offset::commit_from_pull(
+            ctx,
+            &header.consumer_group,
+            topic,
+            queue_id,
+            header.commit_offset,
+        );
+    }
+    let filter = match filter_of(ctx, &header) {
+        Ok(filter) => filter,
+        Err(remark) => return command.reply(response::SUBSCRIPTION_PARSE_FAILED, Some(remark)),
+    };
+    let max_count = (header.max_msg_nums.max(1) as usize).min(PULL_COUNT_MAX);
+    let max_bytes = header
+        .max_msg_bytes
+        .map_or(PULL_BYTES_MAX, |b| (b.max(1) as usize).min(PULL_BYTES_MAX));
+    let offset = header.queue_offset.max(0) as u64;
+    let hold = (header.sys_flag & PULL_SYSFLAG_SUSPEND != 0).then(|| {
+        Duration::from_millis(
+            (header.suspend_timeout_millis.max(0) as u64)
+                .min(ctx.config.broker_suspend_max_time_millis),
+        )
+    });
+    let mut result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+        Ok(result) => result,
+        Err(reply) => return reply.reply(command),
+    };
+    if let (true, Some(hold)) = (nothing_new(&result, offset), hold) {
+        if long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold).await {
+            result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+                Ok(result) => result,
+                Err(reply) => return reply.reply(command),
+            };
+        }
+    }
+    reply_for(ctx, command, offset, result)
+}
+
+/// True when the queue has no message at `offset` yet (the request may be held).
+fn nothing_new(result: &GetResult, offset: u64) -> bool {
+    match result.status {
+        GetStatus::OffsetOverflowOne => true,
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset == 0,
+        _ => false,
+    }
+}
+
+fn read(
+    ctx: &BrokerContext,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    max_count: usize,
+    max_bytes: usize,
+    filter: &TagFilter,
+) -> Result<GetResult, super::send::Refusal> {
+    ctx.store
+        .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
+        .map_err(|error| {
+            super::send::Refusal::new(
+                response::SYSTEM_ERROR,
+                format!("reading {topic}/{queue_id}: {error}"),
+            )
+        })
+}
+
+fn reply_for(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+    offset: u64,
+    result: GetResult,
+) -> RemotingCommand {
+    let (code, next) = match result.status {
+        GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
+        GetStatus::NoMatchedMessage => (response::PULL_RETRY_IMMEDIATELY, result.next_begin_offset),
+        GetStatus::OffsetOverflowOne => (response::PULL_NOT_FOUND, offset),
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue if offset == 0 => {
+            (response::PULL_NOT_FOUND, 0)
+        }
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => {
+            (response::PULL_OFFSET_MOVED, 0)
+        }
+        GetStatus::OffsetTooSmall | GetStatus::OffsetOverflowBadly => {
+            (response::PULL_OFFSET_MOVED, result.next_begin_offset)
+        }
+    };
+    let header = PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset: next as i64,
+        min_offset: result.min_offset as i64,
+        max_offset: result.max_offset as i64,
+        offset_delta: None,
+        topic_sys_flag: None,
+        group_sys_flag: None,
+        forbidden_type: None,
+    };
+    let mut reply = command.reply(code, None).with_header(&header);
+    if code == response::SUCCESS {
+        let size = result.messages.iter().map(|m| m.bytes.len()).sum();
+        let mut body = BytesMut::with_capacity(size);
+        for message in &result.messages {
+            body.extend_from_slice(&message.bytes);
+        }
+        ctx.counters.messages_pulled.fetch_add(
+            result.messages.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        reply = reply.with_body(body.freeze());
+    }
+    reply
+}
+
+/// The request's tag filter: its own expression, else the group's registered subscription,
+/// else everything.
+fn filter_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> Result<TagFilter, String> {
+    let expression_type = header.expression_type.as_deref().unwrap_or("TAG");
+    if !expression_type.eq_ignore_ascii_case("TAG") {
+        return Err(format!(
+            "expression type {expression_type} is not supported; use TAG"
+        ));
+    }
+    if header.sys_flag & PULL_SYSFLAG_SUBSCRIPTION != 0 {
+        if let Some(expression) = &header.subscription {
+            return Ok(TagFilter::parse(expression));
+        }
+    }
+    Ok(ctx
+        .clients
+        .subscription(&header.consumer_group, &header.topic)
+        .map_or(TagFilter::All, |s| TagFilter::parse(&s.sub_string)))
+}

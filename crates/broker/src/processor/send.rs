@@ -1,0 +1,221 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+//!
+//! A send is answered SUCCESS only once the store says the records are acknowledgeable under
+//! the flush policy (invariant 2). A flush that times out or fails is an error reply the
+//! client retries (ferromq code `NOT_DURABLE`), never RocketMQ's FLUSH_DISK_TIMEOUT, which
+//! Java clients count as sent.
+
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::send::{
+    SendMessageRequestHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
+};
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::{DraftRecord, MessageId, Properties};
+use ferromq_store::{AppendError, PutReceipt};
+
+use super::bad_header;
+use super::batch::decode_batch;
+use crate::clients::ClientChannel;
+use crate::codes;
+use crate::context::BrokerContext;
+use crate::topics::{topic_with_queues, validate_topic_name, PERM_WRITE};
+
+/// Property naming a message's delay level.
+pub(crate) const PROPERTY_DELAY: &str = "DELAY";
+
+/// A send that failed, as a reply code and remark.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub code: i32,
+    pub remark: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(code: i32, remark: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            remark: remark.into(),
+        }
+    }
+
+    pub(crate) fn reply(self, command: &RemotingCommand) -> RemotingCommand {
+        command.reply(self.code, Some(self.remark))
+    }
+}
+
+pub(super) async fn handle(
+    ctx: &BrokerContext,
+    channel: &ClientChannel,
+    command: &RemotingCommand,
+) -> RemotingCommand {
+    let header = match command.code {
+        request::SEND_MESSAGE => command.decode_header::<SendMessageRequestHeader>(),
+        _ => command
+            .decode_header::<SendMessageRequestHeaderV2>()
+            .map(Into::into),
+    };
+    let header = match header {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    match send(ctx, channel, command, &header).await {
+        Ok((receipt, queue_id)) => {
+            let first = &receipt.placements[0];
+            let ids: Vec<String> = receipt
+                .placements
+                .iter()
+                .map(|p| {
+                    MessageId {
+                        store_host: ctx.broker_addr,
+                        phys_offset: p.phys_offset,
+                    }
+                    .encode()
+                })
+                .collect();
+            let reply = SendMessageResponseHeader {
+                msg_id: ids.join(","),
+                queue_id,
+                queue_offset: first.queue_offset as i64,
+                transaction_id: None,
+                batch_uniq_id: None,
+                recall_handle: None,
+                msg_region: Some("DefaultRegion".into()),
+                trace_on: Some("false".into()),
+            };
+            command.reply(response::SUCCESS, None).with_header(&reply)
+        }
+        Err(refusal) => refusal.reply(command),
+    }
+}
+
+async fn send(
+    ctx: &BrokerContext,
+    channel: &ClientChannel,
+    command: &RemotingCommand,
+    header: &SendMessageRequestHeader,
+) -> Result<(PutReceipt, i32), Refusal> {
+    let body = command.body.as_deref().unwrap_or_default();
+    let topic = header.topic.as_str();
+    let queue_nums = writable_queue_nums(ctx, topic, header.default_topic_queue_nums)?;
+    let queue_id = if header.queue_id >= 0 {
+        header.queue_id % queue_nums
+    } else {
+        0
+    };
+    let properties = header.properties.as_deref().unwrap_or_default().as_bytes();
+    let base = DraftRecord {
+        topic,
+        queue_id: queue_id as u32,
+        flag: header.flag,
+        sys_flag: header.sys_flag,
+        born_timestamp_ms: header.born_timestamp,
+        born_host: channel.peer,
+        store_host: ctx.broker_addr,
+        reconsume_times: header.reconsume_times.unwrap_or(0).max(0),
+        prepared_tx_offset: 0,
+        body,
+        properties,
+    };
+    let batch = command.code == request::SEND_BATCH_MESSAGE || header.batch == Some(true);
+    let receipt = if batch {
+        let entries = decode_batch(body).map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e))?;
+        let drafts: Vec<DraftRecord<'_>> = entries
+            .iter()
+            .map(|entry| DraftRecord {
+                flag: entry.flag,
+                body: entry.body,
+                properties: entry.properties,
+                ..base.clone()
+            })
+            .collect();
+        store_durably(ctx, &drafts).await?
+    } else if let Some(level) = delay_level(properties) {
+        crate::processor::send_back::schedule(ctx, &base, level).await?
+    } else {
+        store_durably(ctx, &[base]).await?
+    };
+    ctx.counters.messages_put.fetch_add(
+        receipt.placements.len() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    Ok((receipt, queue_id))
+}
+
+/// The topic's writable queue count, creating the topic when the broker allows it.
+pub(crate) fn writable_queue_nums(
+    ctx: &BrokerContext,
+    topic: &str,
+    requested_queue_nums: i32,
+) -> Result<i32, Refusal> {
+    validate_topic_name(topic)
+        .map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
+    if topic == ferromq_store::offsets::OFFSET_TOPIC {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("topic {topic} is reserved for consumer offsets"),
+        ));
+    }
+    let config = match ctx.topics.get(topic) {
+        Some(config) => config,
+        None if ctx.config.auto_create_topic_enable => {
+            let queue_nums =
+                (requested_queue_nums.max(1) as u32).min(ctx.config.default_topic_queue_nums);
+            let created = ctx
+                .topics
+                .put_if_absent(topic_with_queues(topic, queue_nums))
+                .map_err(|e| Refusal::new(response::SYSTEM_ERROR, e.to_string()))?;
+            tracing::info!(%topic, queues = created.write_queue_nums, "topic created on first send");
+            ctx.register_now.notify_one();
+            created
+        }
+        None => {
+            return Err(Refusal::new(
+                response::TOPIC_NOT_EXIST,
+                format!("topic {topic} does not exist and autoCreateTopicEnable is false"),
+            ));
+        }
+    };
+    if config.perm & PERM_WRITE == 0 {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("topic {topic} is not writable"),
+        ));
+    }
+    if config.write_queue_nums <= 0 {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("topic {topic} has no writable queue"),
+        ));
+    }
+    Ok(config.write_queue_nums)
+}
+
+/// Appends the records and waits until they are acknowledgeable.
+pub(crate) async fn store_durably(
+    ctx: &BrokerContext,
+    drafts: &[DraftRecord<'_>],
+) -> Result<PutReceipt, Refusal> {
+    let receipt = ctx.store.append(drafts).map_err(|error| match error {
+        AppendError::InvalidMessage(_) | AppendError::MessageTooLarge { .. } => {
+            Refusal::new(response::MESSAGE_ILLEGAL, error.to_string())
+        }
+        other => Refusal::new(response::SERVICE_NOT_AVAILABLE, other.to_string()),
+    })?;
+    ctx.store
+        .acknowledgeable(receipt.end_offset, receipt.truncation_epoch)
+        .await
+        .map_err(|error| {
+            Refusal::new(
+                codes::NOT_DURABLE,
+                format!("the message may not be durable: {error}"),
+            )
+        })?;
+    Ok(receipt)
+}
+
+fn delay_level(properties: &[u8]) -> Option<u32> {
+    Properties(properties)
+        .get_str(PROPERTY_DELAY)
+        .and_then(|level| level.trim().parse::<u32>().ok())
+        .filter(|level| *level > 0)
+}

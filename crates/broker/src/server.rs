@@ -1,0 +1,189 @@
+//! The broker process: opens the store, listens, registers with name servers, and shuts
+//! down cleanly (stop accepting, unregister, flush and checkpoint the store).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferromq_store::MessageStore;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::clients::{ClientRegistry, QueueLocks};
+use crate::config::{BrokerConfig, ConfigError};
+use crate::context::{BrokerContext, BrokerCounters};
+use crate::groups::{GroupError, GroupManager};
+use crate::topics::{TopicError, TopicManager};
+use crate::{connection, processor, registration};
+
+/// How often silent clients are looked for.
+const CLIENT_SCAN_PERIOD: Duration = Duration::from_secs(10);
+
+/// Why the broker could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The listening socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The store could not open.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] ferromq_store::OpenError),
+    /// The store did not close cleanly (the next start recovers).
+    #[error("store did not close cleanly: {0}")]
+    StoreClose(#[from] ferromq_store::StoreError),
+    /// Topic configs could not be loaded.
+    #[error(transparent)]
+    Topics(#[from] TopicError),
+    /// Subscription groups could not be loaded.
+    #[error(transparent)]
+    Groups(#[from] GroupError),
+    /// Unregistering from name servers failed.
+    #[error("unregistering from name servers failed: {0}")]
+    Unregister(String),
+    /// A broker task failed.
+    #[error("broker task failed: {0}")]
+    Task(String),
+}
+
+/// A running broker.
+pub struct Broker {
+    ctx: Arc<BrokerContext>,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Broker {
+    /// Opens the store and starts serving. `listenPort = 0` picks a free port; the chosen one
+    /// is [`Broker::local_addr`].
+    pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        config.validate()?;
+        let bind = SocketAddr::new(config.broker_ip1, config.listen_port);
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|source| BrokerError::Listen { addr: bind, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| BrokerError::Listen { addr: bind, source })?;
+        let mut store_config = config.store_config()?;
+        store_config.store_host = local_addr;
+        let store = tokio::task::spawn_blocking(move || MessageStore::open(store_config))
+            .await
+            .map_err(|e| BrokerError::Task(e.to_string()))??;
+        let report = store.recovery_report().clone();
+        tracing::info!(clean = report.clean_shutdown, log_end = report.log_end, cut = ?report.cut, "store opened");
+        let topics = TopicManager::load(
+            &config.store_path_root_dir,
+            config.auto_create_topic_enable,
+            config.default_topic_queue_nums,
+        )?;
+        let groups = GroupManager::load(&config.store_path_root_dir)?;
+        let namesrvs = config.namesrv_addrs()?;
+        let delay_levels_ms = config.delay_levels_ms()?;
+        let ctx = Arc::new(BrokerContext {
+            broker_addr: local_addr,
+            store: Arc::new(store),
+            topics,
+            groups,
+            clients: ClientRegistry::default(),
+            delay_levels_ms,
+            register_now: Default::default(),
+            counters: BrokerCounters::default(),
+            locks: QueueLocks::default(),
+            config,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = vec![
+            tokio::spawn(accept_loop(ctx.clone(), listener, stop_rx.clone())),
+            tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
+            tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
+        ];
+        if !namesrvs.is_empty() {
+            tasks.push(tokio::spawn(registration::run(
+                ctx.clone(),
+                namesrvs,
+                stop_rx,
+            )));
+        }
+        tracing::info!(addr = %local_addr, broker = %ctx.config.broker_name, "broker listening");
+        Ok(Broker {
+            ctx,
+            local_addr,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The address the broker listens on and advertises.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Shared state (for tests and the admin endpoints).
+    pub fn context(&self) -> &Arc<BrokerContext> {
+        &self.ctx
+    }
+
+    /// Stops accepting, unregisters from name servers, and flushes and checkpoints the store.
+    ///
+    /// # Errors
+    /// Unregistration or the store's final flush failed; the store is stopped either way.
+    pub async fn shutdown(self) -> Result<(), BrokerError> {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        let namesrvs = self.ctx.config.namesrv_addrs()?;
+        let unregister_errors = registration::unregister_all(&self.ctx, &namesrvs).await;
+        let store = self.ctx.store.clone();
+        tokio::task::spawn_blocking(move || store.close_shared())
+            .await
+            .map_err(|e| BrokerError::Task(e.to_string()))??;
+        if !unregister_errors.is_empty() {
+            let text: Vec<String> = unregister_errors.iter().map(ToString::to_string).collect();
+            return Err(BrokerError::Unregister(text.join("; ")));
+        }
+        Ok(())
+    }
+}
+
+async fn accept_loop(
+    ctx: Arc<BrokerContext>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tokio::spawn(connection::serve(ctx.clone(), stream, peer));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn expire_clients(ctx: Arc<BrokerContext>, mut stop: watch::Receiver<bool>) {
+    let timeout = Duration::from_millis(ctx.config.channel_expired_timeout);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CLIENT_SCAN_PERIOD) => {
+                let changed = ctx.clients.expire(timeout);
+                ctx.notify_ids_changed(&changed);
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}

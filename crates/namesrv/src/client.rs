@@ -1,0 +1,203 @@
+//! Broker-side calls to name servers: REGISTER_BROKER and UNREGISTER_BROKER.
+//!
+//! [`NamesrvClient`] keeps one [`RemotingClient`] connection per name server and reuses it
+//! across calls, reconnecting when it has closed. This matters for correctness, not only
+//! speed: a name server removes a broker when the connection it registered over closes
+//! (RocketMQ's `onChannelDestroy`), so a registration must travel over a connection that stays
+//! open until the next one. The free functions [`register_broker`] and [`unregister_broker`]
+//! do one call over a connection the caller owns.
+//!
+//! Invariant: every call is bounded by its timeout, connecting included.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferromq_protocol::body_crc;
+use ferromq_protocol::remoting::body::misc::KvTable;
+use ferromq_protocol::remoting::body::topic::RegisterBrokerBody;
+use ferromq_protocol::remoting::body::{decode_json, encode_json, BodyError};
+use ferromq_protocol::remoting::headers::namesrv::{
+    RegisterBrokerRequestHeader, RegisterBrokerResponseHeader, UnregisterBrokerRequestHeader,
+};
+use ferromq_protocol::remoting::{
+    request, response, response_code_name, ClientError, HeaderError, RemotingClient,
+    RemotingCommand,
+};
+use tokio::time::Instant;
+
+use crate::route_registry::RegisterBrokerResult;
+
+/// Errors of broker-to-name-server calls.
+#[derive(Debug, thiserror::Error)]
+pub enum NamesrvClientError {
+    /// Connecting, sending or waiting for the reply failed.
+    #[error(transparent)]
+    Remoting(#[from] ClientError),
+    /// The name server answered with an error code.
+    #[error("name server {addr} answered {code} ({}): {}",
+        response_code_name(*.code).unwrap_or("unknown"), .remark.as_deref().unwrap_or(""))]
+    Rejected {
+        /// Name server.
+        addr: SocketAddr,
+        /// Response code.
+        code: i32,
+        /// Response remark.
+        remark: Option<String>,
+    },
+    /// The reply header is malformed.
+    #[error("malformed reply header: {0}")]
+    ReplyHeader(#[from] HeaderError),
+    /// The reply body is malformed.
+    #[error("malformed reply body: {0}")]
+    ReplyBody(#[from] BodyError),
+}
+
+/// What a broker learns from a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RegisterBrokerReply {
+    /// Master and HA addresses, for a slave whose master is registered.
+    pub result: RegisterBrokerResult,
+    /// The name server's `ORDER_TOPIC_CONFIG` table (topic → `broker:queueNums;…`).
+    pub order_topic_config: KvTable,
+}
+
+/// Sends REGISTER_BROKER over `client`. Sets `bodyCrc32` (CRC32 of the body masked to 31 bits,
+/// as Java computes it) and `compressed=false`; other header fields are sent as given.
+pub async fn register_broker(
+    client: &RemotingClient,
+    header: &RegisterBrokerRequestHeader,
+    body: &RegisterBrokerBody,
+    timeout: Duration,
+) -> Result<RegisterBrokerReply, NamesrvClientError> {
+    let bytes = encode_json(body);
+    let header = RegisterBrokerRequestHeader {
+        compressed: Some(false),
+        body_crc32: Some(body_crc(&bytes) as i32),
+        ..header.clone()
+    };
+    let cmd =
+        RemotingCommand::request_with_header(request::REGISTER_BROKER, &header).with_body(bytes);
+    let reply = checked(client, cmd, timeout).await?;
+    let h: RegisterBrokerResponseHeader = reply.decode_header()?;
+    let order_topic_config = match reply.body.as_deref() {
+        Some(b) if !b.is_empty() && b != b"null" => decode_json(b)?,
+        _ => KvTable::default(),
+    };
+    Ok(RegisterBrokerReply {
+        result: RegisterBrokerResult {
+            ha_server_addr: h.ha_server_addr.filter(|a| !a.is_empty()),
+            master_addr: h.master_addr.filter(|a| !a.is_empty()),
+        },
+        order_topic_config,
+    })
+}
+
+/// Sends UNREGISTER_BROKER over `client`.
+pub async fn unregister_broker(
+    client: &RemotingClient,
+    header: &UnregisterBrokerRequestHeader,
+    timeout: Duration,
+) -> Result<(), NamesrvClientError> {
+    let cmd = RemotingCommand::request_with_header(request::UNREGISTER_BROKER, header);
+    checked(client, cmd, timeout).await.map(drop)
+}
+
+async fn checked(
+    client: &RemotingClient,
+    cmd: RemotingCommand,
+    timeout: Duration,
+) -> Result<RemotingCommand, NamesrvClientError> {
+    let reply = client.invoke(cmd, timeout).await?;
+    if reply.code != response::SUCCESS {
+        return Err(NamesrvClientError::Rejected {
+            addr: client.peer_addr(),
+            code: reply.code,
+            remark: reply.remark,
+        });
+    }
+    Ok(reply)
+}
+
+/// Cached connections to name servers for a broker's periodic registration. Share it behind
+/// an `Arc`; calls to different name servers may run concurrently.
+#[derive(Debug, Default)]
+pub struct NamesrvClient {
+    connections: tokio::sync::Mutex<HashMap<SocketAddr, Arc<RemotingClient>>>,
+}
+
+impl NamesrvClient {
+    /// A client with no connection yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers with `namesrv` (see [`register_broker`]), within `timeout` overall.
+    pub async fn register_broker(
+        &self,
+        namesrv: SocketAddr,
+        header: &RegisterBrokerRequestHeader,
+        body: &RegisterBrokerBody,
+        timeout: Duration,
+    ) -> Result<RegisterBrokerReply, NamesrvClientError> {
+        let deadline = Instant::now() + timeout;
+        let client = self
+            .connection(namesrv, timeout, request::REGISTER_BROKER)
+            .await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        register_broker(&client, header, body, left).await
+    }
+
+    /// Unregisters from `namesrv` (see [`unregister_broker`]), within `timeout` overall.
+    pub async fn unregister_broker(
+        &self,
+        namesrv: SocketAddr,
+        header: &UnregisterBrokerRequestHeader,
+        timeout: Duration,
+    ) -> Result<(), NamesrvClientError> {
+        let deadline = Instant::now() + timeout;
+        let client = self
+            .connection(namesrv, timeout, request::UNREGISTER_BROKER)
+            .await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        unregister_broker(&client, header, left).await
+    }
+
+    /// Closes every cached connection. A name server removes the brokers registered over
+    /// them, so call it after unregistering, on shutdown.
+    pub async fn close_all(&self) {
+        for (_, c) in self.connections.lock().await.drain() {
+            c.close();
+        }
+    }
+
+    /// The open connection to `addr`, connecting (within `timeout`) if there is none; `code`
+    /// names the request in a timeout error.
+    async fn connection(
+        &self,
+        addr: SocketAddr,
+        timeout: Duration,
+        code: i32,
+    ) -> Result<Arc<RemotingClient>, NamesrvClientError> {
+        let mut connections = match tokio::time::timeout(timeout, self.connections.lock()).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    code,
+                    after: timeout,
+                }
+                .into())
+            }
+        };
+        if let Some(c) = connections.get(&addr) {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+            tracing::info!(namesrv = %addr, "name server connection closed; reconnecting");
+        }
+        let client = Arc::new(RemotingClient::connect(addr, timeout).await?);
+        connections.insert(addr, client.clone());
+        Ok(client)
+    }
+}
