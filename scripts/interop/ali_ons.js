@@ -7,6 +7,9 @@
 //   node scripts/interop/ali_ons.js consume --namesrv 127.0.0.1:9876 --topic T --group CG \
 //       --expect 1000 --timeout 60
 //
+//   node scripts/interop/ali_ons.js create-topic --namesrv 127.0.0.1:9876 --broker 127.0.0.1:10911 \
+//       --topic T [--queues 8] [--wait 40]
+//
 // Same flags and the same JSON on stdout as py_remoting.py (see its docstring): the last stdout
 // line is the summary; --each / --events add one line per send / delivery. Exit status 0 = ok,
 // 1 = failed sends / expected count not reached / bad messages, 2 = bad usage or start failure.
@@ -22,6 +25,11 @@
 //   CONSUME_FROM_LAST_OFFSET, which for a group without a committed offset (readOffset -1)
 //   starts at the queue's max offset; CONSUME_FROM_FIRST_OFFSET (used here) starts at 0.
 // - Logs: warn/error to the console (stderr), nothing on disk; info/debug are dropped.
+// - No auto-create: when the name server answers TOPIC_NOT_EXIST for the topic, send() throws
+//   ("No topic route info in name server for the topic") instead of falling back to the TBW102
+//   route as the Java and C++ producers do. So `create-topic` sends UPDATE_AND_CREATE_TOPIC (17,
+//   what `mqadmin updateTopic` sends) to the broker through ali-ons' own remoting client, then
+//   polls the name server until it routes the topic.
 'use strict';
 
 const path = require('path');
@@ -58,11 +66,18 @@ function usage(msg) {
     '         [--start I] [--instance NAME] [--send-timeout-ms MS] [--max-failures K] [--each]\n' +
     '       ali_ons.js consume --namesrv ADDR --topic T --group G --timeout S [--expect N]\n' +
     '         [--idle-exit S] [--linger S] [--instance NAME] [--subscribe EXPR] [--expect-tag TAG]\n' +
-    '         [--shutdown-timeout S] [--events]\n');
+    '         [--shutdown-timeout S] [--events]\n' +
+    '       ali_ons.js create-topic --namesrv ADDR --broker ADDR --topic T [--queues N] [--wait S]\n');
   process.exit(2);
 }
 
 const SPEC = {
+  'create-topic': {
+    required: [ 'namesrv', 'broker', 'topic' ],
+    values: { namesrv: 's', broker: 's', topic: 's', queues: 'i', wait: 'f' },
+    flags: [],
+    defaults: { queues: 8, wait: 40, instance: 'create-topic' },
+  },
   produce: {
     required: [ 'namesrv', 'topic', 'group', 'count', 'prefix' ],
     values: { namesrv: 's', topic: 's', group: 's', count: 'i', tag: 's', prefix: 's', start: 'i', instance: 's', 'send-timeout-ms': 'i', 'max-failures': 'i' },
@@ -191,6 +206,64 @@ async function produce(args) {
     ok: sent === args.count,
   });
   exitAfterFlush(sent === args.count ? 0 : 1);
+}
+
+// UPDATE_AND_CREATE_TOPIC to the broker, then wait until the name server routes the topic.
+async function createTopic(args) {
+  const start = Date.now();
+  const RemotingCommand = require(path.join(modulePath, 'lib', 'protocol', 'command', 'remoting_command'));
+  const producer = new Producer(Object.assign(baseOptions(args), { producerGroup: 'FERROMQ_INTEROP_ADMIN' }));
+  producer.on('error', err => console.error('[producer error]', errText(err)));
+  const result = { client: CLIENT, cmd: 'create-topic', topic: args.topic, broker: args.broker, queues: args.queues };
+  try {
+    await producer.ready();
+    const client = producer._mqClient;
+    const request = RemotingCommand.createRequestCommand(17, {
+      topic: args.topic,
+      defaultTopic: 'TBW102',
+      readQueueNums: args.queues,
+      writeQueueNums: args.queues,
+      perm: 6,
+      topicFilterType: 'SINGLE_TAG',
+      topicSysFlag: 0,
+      order: false,
+    });
+    const response = await client.invoke(args.broker, request, 5000);
+    result.create_code = response.code;
+    result.create_remark = response.remark;
+    if (response.code !== 0) {
+      throw new Error(`UPDATE_AND_CREATE_TOPIC answered code ${response.code}: ${response.remark}`);
+    }
+    let lastError = null;
+    for (;;) {
+      try {
+        const route = await client.getTopicRouteInfoFromNameServer(args.topic, 3000);
+        if (route && route.queueDatas && route.queueDatas.length) {
+          result.route_queue_datas = route.queueDatas;
+          break;
+        }
+        lastError = 'empty route';
+      } catch (err) {
+        lastError = errText(err);
+      }
+      if (Date.now() - start > args.wait * 1000) {
+        throw new Error(`the name server did not route ${args.topic} within ${args.wait} s after the broker created it (last: ${lastError})`);
+      }
+      await new Promise(r => setTimeout(r, 200));
+    }
+    result.ok = true;
+  } catch (err) {
+    result.ok = false;
+    result.error = errText(err);
+  }
+  result.elapsed_s = (Date.now() - start) / 1000;
+  try {
+    await withTimeout(producer.close(), 5000, 'producer close');
+  } catch (_) {
+    // the result is what matters
+  }
+  emit(result);
+  exitAfterFlush(result.ok ? 0 : 1);
 }
 
 function withTimeout(promise, ms, what) {
@@ -339,6 +412,11 @@ const args = parseArgs(process.argv.slice(2));
 if (args.cmd === 'produce') {
   produce(args).catch(err => {
     emit({ client: CLIENT, cmd: 'produce', error: errText(err), ok: false });
+    exitAfterFlush(2);
+  });
+} else if (args.cmd === 'create-topic') {
+  createTopic(args).catch(err => {
+    emit({ client: CLIENT, cmd: 'create-topic', error: errText(err), ok: false });
     exitAfterFlush(2);
   });
 } else {

@@ -61,7 +61,7 @@ fi
 say "npm install --prefix $node_prefix $NPM_PIN"
 mkdir -p "$node_prefix"
 if ! npm install --prefix "$node_prefix" --no-audit --no-fund --no-save \
-        --fetch-retries 2 --fetch-timeout 30000 --loglevel error "$NPM_PIN"; then
+        --fetch-retries 2 --fetch-retry-mintimeout 2000 --fetch-retry-maxtimeout 10000 --fetch-timeout 30000 --loglevel error "$NPM_PIN"; then
     die "npm install $NPM_PIN failed: is the npm registry reachable ($(npm config get registry 2>/dev/null || echo '?'))?"
 fi
 if ! node -e "require('$node_prefix/node_modules/ali-ons')" 2>/dev/null; then

@@ -32,7 +32,7 @@ pub async fn serve(ctx: Arc<BrokerContext>, stream: TcpStream, peer: SocketAddr)
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let codec = RemotingCodec::new(ctx.config.max_frame_length);
-    let mut reader = FramedRead::new(read_half, codec.clone());
+    let mut reader = FramedRead::new(read_half, codec);
     let mut writer = FramedWrite::new(write_half, codec);
     let (tx, mut rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE_MAX);
     let channel = ClientChannel {
@@ -54,6 +54,10 @@ pub async fn serve(ctx: Arc<BrokerContext>, stream: TcpStream, peer: SocketAddr)
     while let Some(frame) = reader.next().await {
         let command = match frame {
             Ok(command) => command,
+            Err(ferromq_protocol::remoting::CodecError::Io(error)) => {
+                tracing::debug!(%peer, %error, "connection read failed");
+                break;
+            }
             Err(error) => {
                 tracing::warn!(%peer, %error, "closing connection after an undecodable frame");
                 break;

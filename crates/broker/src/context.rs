@@ -53,6 +53,8 @@ pub struct BrokerContext {
     pub counters: BrokerCounters,
     /// Queue locks of orderly consumers.
     pub locks: crate::clients::QueueLocks,
+    /// Connections to the name servers.
+    pub namesrv_client: ferromq_namesrv::NamesrvClient,
 }
 
 impl BrokerContext {

@@ -8,45 +8,36 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferromq_protocol::remoting::body::encode_json;
+use ferromq_namesrv::NamesrvClientError;
 use ferromq_protocol::remoting::body::topic::RegisterBrokerBody;
-use ferromq_protocol::remoting::client::{ClientError, RemotingClient};
-use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::namesrv::{
     RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
 };
-use ferromq_protocol::remoting::RemotingCommand;
 
 use crate::context::BrokerContext;
 
 /// How long one registration request may take.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Why a name server did not accept a registration.
+/// A name server that did not accept a registration or unregistration.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistrationError {
-    /// The name server could not be reached or did not answer.
-    #[error("name server {addr}: {source}")]
-    Transport {
-        addr: SocketAddr,
-        source: ClientError,
-    },
-    /// The name server answered with an error code.
-    #[error("name server {addr} refused the request: code {code}, {remark}")]
-    Refused {
-        addr: SocketAddr,
-        code: i32,
-        remark: String,
-    },
+#[error("name server {addr}: {source}")]
+pub struct RegistrationError {
+    /// The name server.
+    pub addr: SocketAddr,
+    /// What went wrong.
+    pub source: NamesrvClientError,
 }
 
 /// Registers with every name server; returns one error per name server that failed.
+///
+/// Connections to name servers are kept open between registrations: a name server drops a
+/// broker whose connection closes.
 pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<RegistrationError> {
     let body = RegisterBrokerBody {
         topic_config_serialize_wrapper: ctx.topics.snapshot(),
         filter_server_list: Vec::new(),
     };
-    let body = encode_json(&body);
     let header = RegisterBrokerRequestHeader {
         broker_name: ctx.config.broker_name.clone(),
         broker_addr: ctx.broker_addr.to_string(),
@@ -56,20 +47,25 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         heartbeat_timeout_millis: Some(ctx.config.channel_expired_timeout as i64),
         enable_acting_master: Some(false),
         compressed: Some(false),
-        body_crc32: Some(crc32fast::hash(&body) as i32),
+        body_crc32: None,
     };
     let mut errors = Vec::new();
     for addr in namesrvs {
-        let command = RemotingCommand::request_with_header(request::REGISTER_BROKER, &header)
-            .with_body(body.clone());
-        if let Err(error) = send(*addr, command).await {
-            errors.push(error);
+        if let Err(source) = ctx
+            .namesrv_client
+            .register_broker(*addr, &header, &body, REGISTER_TIMEOUT)
+            .await
+        {
+            errors.push(RegistrationError {
+                addr: *addr,
+                source,
+            });
         }
     }
     errors
 }
 
-/// Unregisters from every name server; returns the failures.
+/// Unregisters from every name server and closes the connections; returns the failures.
 pub async fn unregister_all(
     ctx: &BrokerContext,
     namesrvs: &[SocketAddr],
@@ -82,33 +78,19 @@ pub async fn unregister_all(
     };
     let mut errors = Vec::new();
     for addr in namesrvs {
-        let command = RemotingCommand::request_with_header(request::UNREGISTER_BROKER, &header);
-        if let Err(error) = send(*addr, command).await {
-            errors.push(error);
+        if let Err(source) = ctx
+            .namesrv_client
+            .unregister_broker(*addr, &header, REGISTER_TIMEOUT)
+            .await
+        {
+            errors.push(RegistrationError {
+                addr: *addr,
+                source,
+            });
         }
     }
+    ctx.namesrv_client.close_all().await;
     errors
-}
-
-async fn send(addr: SocketAddr, command: RemotingCommand) -> Result<(), RegistrationError> {
-    let transport = |source| RegistrationError::Transport { addr, source };
-    let client = RemotingClient::connect(addr, REGISTER_TIMEOUT)
-        .await
-        .map_err(transport)?;
-    let reply = client
-        .invoke(command, REGISTER_TIMEOUT)
-        .await
-        .map_err(transport);
-    client.close();
-    let reply = reply?;
-    if reply.code != response::SUCCESS {
-        return Err(RegistrationError::Refused {
-            addr,
-            code: reply.code,
-            remark: reply.remark.unwrap_or_default(),
-        });
-    }
-    Ok(())
 }
 
 /// Registers now, after every topic change and every period, until `stop` fires.

@@ -97,6 +97,7 @@ impl Broker {
             register_now: Default::default(),
             counters: BrokerCounters::default(),
             locks: QueueLocks::default(),
+            namesrv_client: ferromq_namesrv::NamesrvClient::new(),
             config,
         });
         let (stop, stop_rx) = watch::channel(false);

@@ -1,8 +1,8 @@
 //! `ferromq`: the command line of ferromq.
 //!
-//! Subcommands today: `standalone` (the store on its own until the broker lands) and `bench`
-//! (store append path and recovery benchmarks). `namesrv`, `broker`, `controller`, `admin` and
-//! `chaos` join as their crates land.
+//! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`
+//! and `bench` (store append path and recovery benchmarks). `controller`, `admin` and `chaos`
+//! join as their issues land.
 //!
 //! Conventions at this edge:
 //! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.
@@ -14,6 +14,7 @@
 mod bench;
 mod record;
 mod report;
+mod servers;
 mod standalone;
 
 use std::io::IsTerminal;
@@ -33,14 +34,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run ferromq on one machine with data under ./data (today: the store and a demo loop).
+    /// Run a name server and a broker in one process on 127.0.0.1, data under ./data.
     ///
-    /// The name server and broker arrive with issue 3. Until then standalone opens the store,
-    /// prints its recovery report and statistics, and appends one demo message a second to
-    /// DemoTopic. Stop it with Enter or Ctrl-D (end of input), or let --seconds run out: the
-    /// store is then closed cleanly. Ctrl-C kills the process instead, and the next start
-    /// reports crash recovery.
+    /// Prints `ferromq standalone: namesrv <addr> broker <addr> data <dir>` once both listen.
+    /// Point any RocketMQ client at the name server address. Ctrl-C (SIGINT) or SIGTERM stops
+    /// it cleanly; after a kill -9 the next start recovers every acknowledged message and
+    /// commit.
     Standalone(standalone::StandaloneArgs),
+    /// Run a name server.
+    Namesrv(servers::NamesrvArgs),
+    /// Run a broker from a TOML config with RocketMQ's key names.
+    Broker(servers::BrokerArgs),
     /// Benchmarks that report ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -81,6 +85,8 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Standalone(args) => standalone::run(&args),
+        Command::Namesrv(args) => servers::run_namesrv(&args),
+        Command::Broker(args) => servers::run_broker(&args),
         Command::Bench(command) => bench::run(command),
     };
     match result {
@@ -150,4 +156,26 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+}
+
+/// The multi-threaded runtime the servers run on.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name.
+pub(crate) async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use anyhow::Context;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    })
 }

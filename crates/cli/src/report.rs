@@ -98,24 +98,6 @@ pub fn recovery_lines(report: &RecoveryReport) -> Vec<String> {
     lines
 }
 
-/// The store statistics as one line.
-pub fn stats_line(stats: &StoreStats) -> String {
-    let mut line = format!(
-        "log [{}, {}), flushed {}, dispatched {}, checkpoint {}, {} records appended, {} fsyncs",
-        stats.log_min_offset,
-        stats.written_end,
-        stats.flushed_end,
-        stats.dispatched_end,
-        stats.checkpoint_position,
-        stats.records_appended,
-        stats.fsync_count
-    );
-    if let Some(poisoned) = &stats.poisoned {
-        line.push_str(&format!(", POISONED: {poisoned}"));
-    }
-    line
-}
-
 /// Milliseconds with microsecond precision.
 pub fn duration_ms(duration: std::time::Duration) -> f64 {
     duration.as_micros() as f64 / 1000.0

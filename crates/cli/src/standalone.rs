@@ -1,150 +1,116 @@
-//! `ferromq standalone`: ferromq on one machine.
+//! `ferromq standalone`: a name server and a broker in one process on 127.0.0.1, data under
+//! `./data`; the quick start.
 //!
-//! The name server and broker arrive with issue 3. Until then this subcommand opens the
-//! `MessageStore` under `--data-dir`, prints what recovery found, and runs a store-only demo:
-//! one message a second to `DemoTopic`, until it is told to stop. It always closes the store
-//! (final flush and checkpoint), so the next start is a clean one; a process killed instead
-//! (Ctrl-C, SIGKILL) leaves the `abort` marker and the next start runs, and reports, crash
-//! recovery.
+//! Once both listen it prints one line, `ferromq standalone: namesrv 127.0.0.1:<port> broker
+//! 127.0.0.1:<port> data <dir>`, which scripts and tests parse. SIGINT or SIGTERM stops it
+//! cleanly: the broker unregisters, the store flushes and writes a checkpoint, and the next
+//! start is a clean one. A process killed with SIGKILL leaves the `abort` marker; the next
+//! start runs, and reports, crash recovery, keeping every acknowledged message and commit.
 
-use std::io::BufRead;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
+use ferromq_broker::{Broker, BrokerConfig};
+use ferromq_namesrv::{NameServer, NamesrvConfig};
 use ferromq_store::{MessageStore, StoreConfig};
 use serde_json::json;
 
 use crate::report;
 use crate::Flush;
 
-const DEMO_TOPIC: &str = "DemoTopic";
-const DEMO_QUEUE_COUNT: u32 = 4;
-const DEMO_INTERVAL: Duration = Duration::from_secs(1);
-
 /// Flags of `ferromq standalone`.
 #[derive(Debug, clap::Args)]
 pub struct StandaloneArgs {
-    /// Store root directory (RocketMQ storePathRootDir).
+    /// Data directory (RocketMQ storePathRootDir).
     #[arg(long, value_name = "DIR", default_value = "./data")]
     data_dir: PathBuf,
-    /// How appends become durable (RocketMQ flushDiskType).
-    #[arg(long, value_enum, default_value_t = Flush::Async)]
+    /// Name server port; 0 picks a free one.
+    #[arg(long, value_name = "PORT", default_value_t = 9876)]
+    namesrv_port: u16,
+    /// Broker port; 0 picks a free one.
+    #[arg(long, value_name = "PORT", default_value_t = 10911)]
+    broker_port: u16,
+    /// How sends and commits become durable (RocketMQ flushDiskType). ferromq defaults to
+    /// sync: a send or commit is acknowledged only once fsynced (group commit).
+    #[arg(long, value_enum, default_value_t = Flush::Sync)]
     flush: Flush,
-    /// Stop the demo after N seconds; 0 runs until the process is killed. Without it the demo
-    /// runs until a line or end of input arrives on stdin.
-    #[arg(long, value_name = "N")]
-    seconds: Option<u64>,
-    /// Open the store, print the recovery report as one JSON line, close the store and exit.
+    /// Refuse sends to topics that do not exist (RocketMQ autoCreateTopicEnable=false).
+    #[arg(long)]
+    no_auto_create_topic: bool,
+    /// Open the store, print its recovery report as one JSON line, close it and exit.
     #[arg(long)]
     check: bool,
 }
 
 /// Runs `ferromq standalone`.
 pub fn run(args: &StandaloneArgs) -> Result<()> {
+    if args.check {
+        return check(args);
+    }
+    let runtime = crate::runtime()?;
+    runtime.block_on(serve(args))
+}
+
+fn check(args: &StandaloneArgs) -> Result<()> {
     let mut config = StoreConfig::new(&args.data_dir);
     config.flush_disk_type = args.flush.disk_type();
     let store = MessageStore::open(config)
         .with_context(|| format!("opening the store at {}", args.data_dir.display()))?;
     let root = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
-    if args.check {
-        let mut out = report::recovery_json(store.recovery_report());
-        out["data_dir"] = json!(root.display().to_string());
-        out["flush"] = json!(args.flush.name());
-        out["stats"] = report::stats_json(&store.stats());
-        println!("{out}");
-        return store.close().context("closing the store");
+    let mut out = report::recovery_json(store.recovery_report());
+    out["data_dir"] = json!(root.display().to_string());
+    out["flush"] = json!(args.flush.name());
+    out["stats"] = report::stats_json(&store.stats());
+    println!("{out}");
+    store.close().context("closing the store")
+}
+
+async fn serve(args: &StandaloneArgs) -> Result<()> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let namesrv = NameServer::bind(NamesrvConfig {
+        listen: SocketAddr::new(loopback, args.namesrv_port),
+        ..NamesrvConfig::default()
+    })
+    .await
+    .context("starting the name server")?;
+    let namesrv_addr = namesrv.local_addr();
+    let (stop_namesrv, namesrv_stopped) = tokio::sync::oneshot::channel::<()>();
+    let namesrv_task = tokio::spawn(namesrv.run(async move {
+        let _ = namesrv_stopped.await;
+    }));
+    let config = BrokerConfig {
+        broker_ip1: loopback,
+        listen_port: args.broker_port,
+        namesrv_addr: namesrv_addr.to_string(),
+        store_path_root_dir: args.data_dir.clone(),
+        flush_disk_type: match args.flush {
+            Flush::Sync => "SYNC_FLUSH".into(),
+            Flush::Async => "ASYNC_FLUSH".into(),
+        },
+        auto_create_topic_enable: !args.no_auto_create_topic,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(config).await.context("starting the broker")?;
+    let report = broker.context().store.recovery_report().clone();
+    for line in report::recovery_lines(&report) {
+        eprintln!("{line}");
     }
-    println!("ferromq standalone: the name server and broker arrive with issue 3; running the store alone.");
+    let root = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
     println!(
-        "store        : {} (flush {})",
-        root.display(),
-        args.flush.name()
+        "ferromq standalone: namesrv {namesrv_addr} broker {} data {}",
+        broker.local_addr(),
+        root.display()
     );
-    for line in report::recovery_lines(store.recovery_report()) {
-        println!("{line}");
-    }
-    println!("stats        : {}", report::stats_line(&store.stats()));
-    let demo = run_demo(&store, args.seconds);
-    let closed = store.close().context("closing the store");
-    demo?;
-    closed?;
-    println!("store closed cleanly; the next start is a clean start");
+    use std::io::Write;
+    std::io::stdout().flush().context("writing to stdout")?;
+    let reason = crate::shutdown_signal().await?;
+    tracing::info!(%reason, "shutting down");
+    let stopped = broker.shutdown().await.context("stopping the broker");
+    let _ = stop_namesrv.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), namesrv_task).await;
+    stopped?;
+    eprintln!("ferromq standalone stopped cleanly");
     Ok(())
-}
-
-/// Appends one message a second until the stop condition; returns the first append failure.
-fn run_demo(store: &MessageStore, seconds: Option<u64>) -> Result<()> {
-    let (_keep_open, stop) = stop_signal(seconds);
-    let deadline = seconds
-        .filter(|s| *s > 0)
-        .map(|s| Instant::now() + Duration::from_secs(s));
-    match seconds {
-        None => println!(
-            "demo         : one message a second to {DEMO_TOPIC}; press Enter or Ctrl-D to stop"
-        ),
-        Some(0) => println!(
-            "demo         : one message a second to {DEMO_TOPIC} until the process is killed"
-        ),
-        Some(s) => println!("demo         : one message a second to {DEMO_TOPIC} for {s} s"),
-    }
-    let host = store.config().store_host;
-    for sequence in 0u64.. {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            println!("demo finished after {} messages", sequence);
-            return Ok(());
-        }
-        let body = format!("hello from ferromq standalone, message {sequence}");
-        let queue_id = (sequence % u64::from(DEMO_QUEUE_COUNT)) as u32;
-        let draft = crate::record::draft(DEMO_TOPIC, queue_id, body.as_bytes(), host);
-        let receipt = store
-            .put(&[draft])
-            .with_context(|| format!("appending demo message {sequence}"))?;
-        let placement = &receipt.placements[0];
-        let stats = store.stats();
-        println!(
-            "appended {DEMO_TOPIC}[{}] queue offset {} at CommitLog offset {}; log end {}, flushed {}, dispatched {}",
-            placement.queue_id,
-            placement.queue_offset,
-            placement.phys_offset,
-            stats.written_end,
-            stats.flushed_end,
-            stats.dispatched_end
-        );
-        let wait = deadline.map_or(DEMO_INTERVAL, |d| {
-            DEMO_INTERVAL.min(d.saturating_duration_since(Instant::now()))
-        });
-        match stop.recv_timeout(wait) {
-            Ok(reason) => {
-                println!("stopping: {reason}");
-                return Ok(());
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
-        }
-    }
-    Ok(())
-}
-
-/// A channel that yields a reason to stop: a line or end of input on stdin when `seconds` is
-/// `None`, nothing otherwise. The caller keeps the returned sender alive, so the receiver
-/// only ever times out unless the stdin watcher sends.
-fn stop_signal(seconds: Option<u64>) -> (mpsc::Sender<&'static str>, mpsc::Receiver<&'static str>) {
-    let (sender, receiver) = mpsc::channel();
-    if seconds.is_none() {
-        let watcher = sender.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let reason = match std::io::stdin().lock().read_line(&mut line) {
-                Ok(0) => "end of input on stdin",
-                Ok(_) => "a line arrived on stdin",
-                Err(_) => "stdin could not be read",
-            };
-            // The receiver is gone only when the demo already stopped.
-            let _ = watcher.send(reason);
-        });
-    }
-    (sender, receiver)
 }

@@ -17,14 +17,12 @@ use ferromq_protocol::remoting::body::{decode_json, encode_json};
 use ferromq_protocol::remoting::headers::namesrv::{
     AddWritePermOfBrokerRequestHeader, AddWritePermOfBrokerResponseHeader,
     DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader,
-    GetTopicsByClusterRequestHeader, QueryDataVersionRequestHeader,
-    QueryDataVersionResponseHeader, RegisterBrokerRequestHeader, RegisterBrokerResponseHeader,
-    UnregisterBrokerRequestHeader, WipeWritePermOfBrokerRequestHeader,
-    WipeWritePermOfBrokerResponseHeader,
+    GetTopicsByClusterRequestHeader, QueryDataVersionRequestHeader, QueryDataVersionResponseHeader,
+    RegisterBrokerRequestHeader, RegisterBrokerResponseHeader, UnregisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader, WipeWritePermOfBrokerResponseHeader,
 };
 use ferromq_protocol::remoting::{
-    request, request_code_name, response, CommandHeader, ExtFieldsExt, HeaderError,
-    RemotingCommand,
+    request, request_code_name, response, ExtFieldsExt, HeaderError, RemotingCommand,
 };
 
 use crate::kv::{KvConfig, NAMESPACE_ORDER_TOPIC_CONFIG};
@@ -68,8 +66,9 @@ impl Processor {
             request::REGISTER_BROKER => self.register_broker(req, conn),
             request::UNREGISTER_BROKER => self.unregister_broker(req),
             request::GET_ROUTEINFO_BY_TOPIC => self.route(req),
-            request::GET_BROKER_CLUSTER_INFO => Ok(success(req)
-                .with_body(encode_json(&self.registry.cluster_info()))),
+            request::GET_BROKER_CLUSTER_INFO => {
+                Ok(success(req).with_body(encode_json(&self.registry.cluster_info())))
+            }
             request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
                 Ok(success(req).with_body(encode_json(&self.registry.all_topics())))
             }
@@ -220,18 +219,22 @@ impl Processor {
         let h: WipeWritePermOfBrokerRequestHeader = req.decode_header()?;
         let count = self.registry.wipe_write_perm(&h.broker_name);
         tracing::info!(broker = %h.broker_name, topics = count, "write permission wiped");
-        Ok(success(req).with_header(&WipeWritePermOfBrokerResponseHeader {
-            wipe_topic_count: count,
-        }))
+        Ok(
+            success(req).with_header(&WipeWritePermOfBrokerResponseHeader {
+                wipe_topic_count: count,
+            }),
+        )
     }
 
     fn add_write_perm(&self, req: &RemotingCommand) -> Result<RemotingCommand, RequestError> {
         let h: AddWritePermOfBrokerRequestHeader = req.decode_header()?;
         let count = self.registry.add_write_perm(&h.broker_name);
         tracing::info!(broker = %h.broker_name, topics = count, "write permission added");
-        Ok(success(req).with_header(&AddWritePermOfBrokerResponseHeader {
-            add_topic_count: count,
-        }))
+        Ok(
+            success(req).with_header(&AddWritePermOfBrokerResponseHeader {
+                add_topic_count: count,
+            }),
+        )
     }
 
     fn put_kv(&self, req: &RemotingCommand) -> Result<RemotingCommand, RequestError> {
@@ -300,7 +303,10 @@ mod tests {
     use ferromq_protocol::remoting::ExtFields;
 
     fn processor() -> Processor {
-        Processor::new(Arc::new(RouteRegistry::default()), Arc::new(KvConfig::new()))
+        Processor::new(
+            Arc::new(RouteRegistry::default()),
+            Arc::new(KvConfig::new()),
+        )
     }
 
     fn req(code: i32, pairs: &[(&str, &str)]) -> RemotingCommand {
@@ -331,15 +337,24 @@ mod tests {
         ];
         let mut with_crc = base.to_vec();
         with_crc.push(("bodyCrc32", "12345"));
-        let r = p.process(&req(request::REGISTER_BROKER, &with_crc).with_body(&b"{}"[..]), 1);
+        let r = p.process(
+            &req(request::REGISTER_BROKER, &with_crc).with_body(&b"{}"[..]),
+            1,
+        );
         assert_eq!(r.code, response::SYSTEM_ERROR);
         assert!(r.remark.unwrap().contains("crc32"));
-        let r = p.process(&req(request::REGISTER_BROKER, &base).with_body(&b"nope"[..]), 1);
+        let r = p.process(
+            &req(request::REGISTER_BROKER, &base).with_body(&b"nope"[..]),
+            1,
+        );
         assert_eq!(r.code, response::SYSTEM_ERROR);
         let crc = body_crc(b"{}").to_string();
         let mut good = base.to_vec();
         good.push(("bodyCrc32", &crc));
-        let r = p.process(&req(request::REGISTER_BROKER, &good).with_body(&b"{}"[..]), 1);
+        let r = p.process(
+            &req(request::REGISTER_BROKER, &good).with_body(&b"{}"[..]),
+            1,
+        );
         assert_eq!(r.code, response::SUCCESS);
     }
 
@@ -348,15 +363,25 @@ mod tests {
         let p = processor();
         let put = req(
             request::PUT_KV_CONFIG,
-            &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T"), ("value", "a:4")],
+            &[
+                ("namespace", "ORDER_TOPIC_CONFIG"),
+                ("key", "T"),
+                ("value", "a:4"),
+            ],
         );
         assert_eq!(p.process(&put, 1).code, response::SUCCESS);
-        let get = req(request::GET_KV_CONFIG, &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T")]);
+        let get = req(
+            request::GET_KV_CONFIG,
+            &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T")],
+        );
         let r = p.process(&get, 1);
         assert_eq!(r.ext_fields.get("value").map(String::as_str), Some("a:4"));
         let list = req(request::GET_KVLIST_BY_NAMESPACE, &[("namespace", "nope")]);
         assert_eq!(p.process(&list, 1).code, response::QUERY_NOT_FOUND);
-        let del = req(request::DELETE_KV_CONFIG, &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T")]);
+        let del = req(
+            request::DELETE_KV_CONFIG,
+            &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T")],
+        );
         assert_eq!(p.process(&del, 1).code, response::SUCCESS);
         assert_eq!(p.process(&get, 1).code, response::QUERY_NOT_FOUND);
     }

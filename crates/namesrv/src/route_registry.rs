@@ -188,10 +188,7 @@ impl RouteRegistry {
                     perm: config.perm,
                     topic_sys_flag: config.topic_sys_flag,
                 };
-                let queues = t
-                    .topic_queues
-                    .entry(config.topic_name.clone())
-                    .or_default();
+                let queues = t.topic_queues.entry(config.topic_name.clone()).or_default();
                 if queues.get(&name) != Some(&queue) {
                     tracing::info!(topic = %config.topic_name, broker = %name,
                         read = queue.read_queue_nums, write = queue.write_queue_nums,
@@ -521,7 +518,13 @@ fn remove_broker(
     broker.broker_addrs.retain(|_, a| a != addr);
     let was_member = broker.broker_addrs.len() != before;
     if was_member {
-        tracing::info!(cluster, broker = broker_name, broker_id, addr, "broker address removed");
+        tracing::info!(
+            cluster,
+            broker = broker_name,
+            broker_id,
+            addr,
+            "broker address removed"
+        );
     }
     if broker.broker_addrs.is_empty() {
         t.brokers.remove(broker_name);
@@ -533,11 +536,19 @@ fn remove_broker(
         }
         t.topic_queues.retain(|topic, queues| {
             if queues.remove(broker_name).is_some() {
-                tracing::info!(topic, broker = broker_name, "queue data removed with broker");
+                tracing::info!(
+                    topic,
+                    broker = broker_name,
+                    "queue data removed with broker"
+                );
             }
             !queues.is_empty()
         });
-        tracing::info!(cluster, broker = broker_name, "broker group removed: no member left");
+        tracing::info!(
+            cluster,
+            broker = broker_name,
+            "broker group removed: no member left"
+        );
     }
     was_live || was_member
 }
@@ -604,9 +615,15 @@ mod tests {
         r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None);
         // Same version, different content: ignored (the broker did not bump its version).
         r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 1), None);
-        assert_eq!(r.topic_route("T").unwrap().queue_datas[0].read_queue_nums, 4);
+        assert_eq!(
+            r.topic_route("T").unwrap().queue_datas[0].read_queue_nums,
+            4
+        );
         r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 2), None);
-        assert_eq!(r.topic_route("T").unwrap().queue_datas[0].read_queue_nums, 8);
+        assert_eq!(
+            r.topic_route("T").unwrap().queue_datas[0].read_queue_nums,
+            8
+        );
     }
 
     #[test]
@@ -630,7 +647,11 @@ mod tests {
     #[test]
     fn delete_topic_and_write_perm() {
         let r = RouteRegistry::default();
-        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4), ("U", 4)], 1), None);
+        r.register_broker(
+            &header("a", "m:1", 0),
+            &body(&[("T", 4), ("U", 4)], 1),
+            None,
+        );
         let mut hb = header("b", "m:2", 0);
         hb.cluster_name = "D".into();
         r.register_broker(&hb, &body(&[("T", 4)], 1), None);
@@ -655,7 +676,10 @@ mod tests {
         let v1 = body(&[], 1).topic_config_serialize_wrapper.data_version;
         assert_eq!(r.query_data_version("C", "m:1", &v1), (true, None));
         r.register_broker(&header("a", "m:1", 0), &body(&[], 1), None);
-        assert_eq!(r.query_data_version("C", "m:1", &v1), (false, Some(v1.clone())));
+        assert_eq!(
+            r.query_data_version("C", "m:1", &v1),
+            (false, Some(v1.clone()))
+        );
         let v2 = DataVersion {
             counter: 2,
             ..v1.clone()

@@ -6,7 +6,9 @@
 //! protocol (`remoting`): frames, commands, request/response codes, typed headers and JSON
 //! bodies.
 //!
-//! Nothing here touches a file or a socket: every function maps bytes to values and back.
+//! Everything except `remoting::client` maps bytes to values and back without touching a file
+//! or a socket; the client is the small tokio transport that brokers, tests and the Rust
+//! client library share.
 
 pub mod java_hash;
 pub mod message;

@@ -420,6 +420,8 @@ pub(crate) fn rebuild_derived(
         }
     };
     let mut rebuild_reason = match &checkpoint {
+        // A store with an empty log has nothing to rebuild (a first start).
+        None if end == log_min && queues.iter().next().is_none() => None,
         None => Some("no usable checkpoint".to_string()),
         Some(_) => queue_reports
             .iter()

@@ -18,6 +18,7 @@
 //!   [`ClientOptions::write_timeout`];
 //! - network input never panics: a malformed frame closes the connection with a log line.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -156,8 +157,8 @@ impl Shared {
         loop {
             p.next_opaque = p.next_opaque.wrapping_add(1);
             let opaque = p.next_opaque;
-            if !p.waiters.contains_key(&opaque) {
-                p.waiters.insert(opaque, waiter);
+            if let Entry::Vacant(slot) = p.waiters.entry(opaque) {
+                slot.insert(waiter);
                 return Some(opaque);
             }
         }
@@ -223,21 +224,20 @@ impl RemotingClient {
         addr: SocketAddr,
         options: ClientOptions,
     ) -> Result<Self, ClientError> {
-        let stream = match tokio::time::timeout(options.connect_timeout, TcpStream::connect(addr))
-            .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
-            Err(_) => {
-                return Err(ClientError::Connect {
-                    addr,
-                    source: io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no connection within {:?}", options.connect_timeout),
-                    ),
-                })
-            }
-        };
+        let stream =
+            match tokio::time::timeout(options.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
+                Err(_) => {
+                    return Err(ClientError::Connect {
+                        addr,
+                        source: io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("no connection within {:?}", options.connect_timeout),
+                        ),
+                    })
+                }
+            };
         // Requests are small and latency-sensitive; Nagle would delay them.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(peer = %addr, error = %e, "cannot set TCP_NODELAY");
@@ -361,8 +361,8 @@ impl RemotingClient {
         self.shared.is_closed()
     }
 
-    /// Closes the connection: pending invokes fail with [`ClientError::Closed`] and both tasks
-    /// end. Idempotent.
+    /// Closes the connection: pending invokes fail with [`ClientError::Closed`], frames still
+    /// queued for writing are discarded, and both tasks end. Idempotent.
     pub fn close(&self) {
         self.shared.close("closed by caller");
     }
@@ -686,10 +686,7 @@ mod tests {
         let addr = echo_server().await;
         let client = RemotingClient::connect(addr, T).await.unwrap();
         let err = client
-            .invoke(
-                req(105, &[("delayMs", "500")]),
-                Duration::from_millis(50),
-            )
+            .invoke(req(105, &[("delayMs", "500")]), Duration::from_millis(50))
             .await
             .unwrap_err();
         match &err {
@@ -717,8 +714,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         // 999 makes the server drop the connection.
         client.invoke_oneway(req(10, &[])).await.unwrap();
-        let _ = client.invoke(req(999, &[]), Duration::from_millis(10)).await;
-        let err = tokio::time::timeout(T, slow).await.unwrap().unwrap().unwrap_err();
+        let _ = client
+            .invoke(req(999, &[]), Duration::from_millis(10))
+            .await;
+        let err = tokio::time::timeout(T, slow)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_err();
         assert!(matches!(err, ClientError::Closed { code: 105 }), "{err:?}");
         assert!(client.closed(T).await);
         let err = client.invoke(req(106, &[]), T).await.unwrap_err();
@@ -744,7 +747,10 @@ mod tests {
             .unwrap();
         assert_eq!(note.code, request::NOTIFY_CONSUMER_IDS_CHANGED);
         assert!(note.is_oneway());
-        assert_eq!(note.ext_fields.get("oneway").map(String::as_str), Some("15"));
+        assert_eq!(
+            note.ext_fields.get("oneway").map(String::as_str),
+            Some("15")
+        );
 
         // Two-way server request (220) answered by the caller while an invoke waits on it.
         let invoke = {
@@ -761,7 +767,10 @@ mod tests {
             .await
             .unwrap();
         let reply = invoke.await.unwrap().unwrap();
-        assert_eq!(reply.ext_fields.get("pushReply").map(String::as_str), Some("0"));
+        assert_eq!(
+            reply.ext_fields.get("pushReply").map(String::as_str),
+            Some("0")
+        );
     }
 
     #[tokio::test]
@@ -831,7 +840,10 @@ mod tests {
         let (mut s, _) = listener.accept().await.unwrap();
         drop(client);
         let mut b = [0u8; 16];
-        let n = tokio::time::timeout(T, s.read(&mut b)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(T, s.read(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(n, 0);
     }
 }

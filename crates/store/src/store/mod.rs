@@ -373,7 +373,9 @@ impl MessageStore {
     /// stays, and appended records not yet committed to the files are lost. For crash tests
     /// that cannot kill a process; under `SyncFlush` nothing acknowledged is lost.
     pub fn abandon(self) {
-        self.inner.flush.poison("store abandoned (simulated crash)".to_string());
+        self.inner
+            .flush
+            .poison("store abandoned (simulated crash)".to_string());
         self.inner.closed.store(true, Ordering::Release);
         self.inner.flush.close();
         self.inner.dispatch_signal.notify();

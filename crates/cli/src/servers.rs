@@ -1,0 +1,70 @@
+//! `ferromq namesrv` and `ferromq broker -c broker.toml`: the two halves of a cluster, run
+//! separately. Both stop cleanly on SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use ferromq_broker::{Broker, BrokerConfig};
+use ferromq_namesrv::{NameServer, NamesrvConfig};
+
+/// Flags of `ferromq namesrv`.
+#[derive(Debug, clap::Args)]
+pub struct NamesrvArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9876")]
+    listen: SocketAddr,
+}
+
+/// Flags of `ferromq broker`.
+#[derive(Debug, clap::Args)]
+pub struct BrokerArgs {
+    /// Broker configuration (TOML with RocketMQ's key names: brokerName, listenPort,
+    /// namesrvAddr, storePathRootDir, flushDiskType, ...).
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Name servers, overriding namesrvAddr (`ip:port;ip:port`).
+    #[arg(short = 'n', long = "namesrv", value_name = "ADDRS")]
+    namesrv: Option<String>,
+}
+
+/// Runs `ferromq namesrv`.
+pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
+    crate::runtime()?.block_on(async {
+        let server = NameServer::bind(NamesrvConfig {
+            listen: args.listen,
+            ..NamesrvConfig::default()
+        })
+        .await
+        .context("starting the name server")?;
+        println!("ferromq namesrv: listening on {}", server.local_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        let reason = crate::shutdown_signal().await?;
+        tracing::info!(%reason, "shutting down");
+        let _ = stop.send(());
+        task.await.context("name server task")?;
+        Ok(())
+    })
+}
+
+/// Runs `ferromq broker`.
+pub fn run_broker(args: &BrokerArgs) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => BrokerConfig::from_file(path)?,
+        None => BrokerConfig::default(),
+    };
+    if let Some(namesrv) = &args.namesrv {
+        config.namesrv_addr = namesrv.clone();
+    }
+    config.validate()?;
+    crate::runtime()?.block_on(async {
+        let broker = Broker::start(config).await.context("starting the broker")?;
+        println!("ferromq broker: listening on {}", broker.local_addr());
+        let reason = crate::shutdown_signal().await?;
+        tracing::info!(%reason, "shutting down");
+        broker.shutdown().await.context("stopping the broker")
+    })
+}
