@@ -397,3 +397,354 @@ async fn oversized_body_is_refused_with_message_illegal() {
     assert!(reply.remark.unwrap().contains("exceeds the limit"));
     broker.shutdown().await.unwrap();
 }
+
+async fn send_with(
+    client: &RemotingClient,
+    topic: &str,
+    body: &[u8],
+    properties: &[(&str, &str)],
+) -> RemotingCommand {
+    let properties = String::from_utf8(Properties::encode(properties.iter().copied())).unwrap();
+    let header = SendMessageRequestHeaderV2 {
+        a: "PG".into(),
+        b: topic.into(),
+        c: "TBW102".into(),
+        d: 1,
+        e: 0,
+        g: 1,
+        i: Some(properties),
+        ..Default::default()
+    };
+    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
+        .with_body(body.to_vec());
+    client.invoke(command, TIMEOUT).await.expect("send reply")
+}
+
+/// Pulls `topic`/0 from `offset`, holding up to `hold`, and returns the parsed records' bytes.
+async fn pull_records(
+    client: &RemotingClient,
+    topic: &str,
+    offset: i64,
+    hold: Duration,
+) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + hold;
+    loop {
+        let reply = client
+            .invoke(pull_command(topic, 0, offset, 500, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        if reply.code == response::SUCCESS {
+            let mut out = Vec::new();
+            let mut rest = reply.body.as_deref().unwrap_or_default();
+            while !rest.is_empty() {
+                let view = RecordView::parse(rest).unwrap();
+                out.push(view.as_bytes().to_vec());
+                rest = &rest[view.total_size()..];
+            }
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing in {topic} within {hold:?}: last code {}",
+            reply.code
+        );
+    }
+}
+
+async fn send_back(
+    client: &RemotingClient,
+    phys_offset: u64,
+    delay_level: i32,
+    max_times: Option<i32>,
+) -> RemotingCommand {
+    let header = ferromq_protocol::remoting::headers::client::ConsumerSendMsgBackRequestHeader {
+        offset: phys_offset as i64,
+        group: "G".into(),
+        delay_level,
+        max_reconsume_times: max_times,
+        ..Default::default()
+    };
+    let command = RemotingCommand::request_with_header(request::CONSUMER_SEND_MSG_BACK, &header);
+    client.invoke(command, TIMEOUT).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_messages_go_to_the_retry_topic_after_a_delay_then_to_the_dlq() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    let reply = send_with(&client, "Work", b"job-1", &[("TAGS", "a"), ("KEYS", "job")]).await;
+    assert_eq!(reply.code, response::SUCCESS);
+    let msg_id = reply
+        .decode_header::<SendMessageResponseHeader>()
+        .unwrap()
+        .msg_id;
+    let phys = ferromq_protocol::MessageId::decode(&msg_id)
+        .unwrap()
+        .phys_offset;
+
+    // Level 1 is one second: not in the retry topic at once, there after the delay.
+    let sent_back_at = Instant::now();
+    assert_eq!(
+        send_back(&client, phys, 1, None).await.code,
+        response::SUCCESS
+    );
+    let early = client
+        .invoke(pull_command("%RETRY%G", 0, 0, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_ne!(early.code, response::SUCCESS, "the retry is delayed");
+    let retried = pull_records(&client, "%RETRY%G", 0, Duration::from_secs(10)).await;
+    assert!(
+        sent_back_at.elapsed() >= Duration::from_millis(900),
+        "delivered after {:?}",
+        sent_back_at.elapsed()
+    );
+    let view = RecordView::parse(&retried[0]).unwrap();
+    assert_eq!(view.body, b"job-1");
+    assert_eq!(view.reconsume_times, 1);
+    assert_eq!(view.properties.get_str("RETRY_TOPIC"), Some("Work"));
+    assert_eq!(view.properties.get_str("KEYS"), Some("job"));
+
+    // Out of attempts: straight to the dead-letter topic.
+    assert_eq!(
+        send_back(&client, view.phys_offset, 0, Some(1)).await.code,
+        response::SUCCESS
+    );
+    let dead = pull_records(&client, "%DLQ%G", 0, Duration::from_secs(5)).await;
+    let view = RecordView::parse(&dead[0]).unwrap();
+    assert_eq!(view.body, b"job-1");
+    assert_eq!(view.properties.get_str("DLQ_ORIGIN_TOPIC"), Some("Work"));
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_send_is_delivered_after_its_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    let sent_at = Instant::now();
+    let reply = send_with(&client, "Later", b"tick", &[("DELAY", "1")]).await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let records = pull_records(&client, "Later", 0, Duration::from_secs(10)).await;
+    assert!(
+        sent_at.elapsed() >= Duration::from_millis(900),
+        "delivered after {:?}",
+        sent_at.elapsed()
+    );
+    let view = RecordView::parse(&records[0]).unwrap();
+    assert_eq!(view.body, b"tick");
+    assert_eq!(
+        view.properties.get_str("DELAY"),
+        None,
+        "the delay property is consumed"
+    );
+    // The scheduler's progress is an offset in the log like any other.
+    let store = &broker.context().store;
+    assert_eq!(
+        store
+            .consumer_offset("%SCHEDULE%", "SCHEDULE_TOPIC_XXXX", 0)
+            .unwrap()
+            .offset,
+        1
+    );
+    broker.shutdown().await.unwrap();
+}
+
+fn heartbeat_body(client_id: &str) -> Vec<u8> {
+    format!(
+        r#"{{"clientID":"{client_id}","producerDataSet":[],"consumerDataSet":[{{"groupName":"G","consumeType":1,"messageModel":1,"consumeFromWhere":0,"subscriptionDataSet":[{{"topic":"O","subString":"*","tagsSet":[],"codeSet":[],"subVersion":"0"}}],"unitMode":false}}]}}"#
+    )
+    .into_bytes()
+}
+
+async fn lock(client: &RemotingClient, client_id: &str, queue_id: i32) -> Vec<i32> {
+    let body = format!(
+        r#"{{"consumerGroup":"G","clientId":"{client_id}","onlyThisBroker":false,"mqSet":[{{"topic":"O","brokerName":"broker-a","queueId":{queue_id}}}]}}"#
+    );
+    let reply = client
+        .invoke(
+            RemotingCommand::new_request(request::LOCK_BATCH_MQ, Default::default())
+                .with_body(body.into_bytes()),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS);
+    let body: serde_json::Value = serde_json::from_slice(reply.body.as_deref().unwrap()).unwrap();
+    body["lockOKMQSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["queueId"].as_i64().unwrap() as i32)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_listed_notified_of_changes_and_queue_locks_are_exclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let a = client(broker.local_addr()).await;
+    let mut a_pushes = a.take_server_requests().unwrap();
+    let beat = |body: Vec<u8>| {
+        RemotingCommand::new_request(request::HEART_BEAT, Default::default()).with_body(body)
+    };
+    // C++-style heartbeat: enums as ordinals, subVersion as a string.
+    let reply = a
+        .invoke(beat(heartbeat_body("10.0.0.1@a")), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(
+        reply
+            .ext_fields
+            .get("IS_SUPPORT_HEART_BEAT_V2")
+            .map(String::as_str),
+        Some("false")
+    );
+    let b = client(broker.local_addr()).await;
+    assert_eq!(
+        b.invoke(beat(heartbeat_body("10.0.0.1@b")), TIMEOUT)
+            .await
+            .unwrap()
+            .code,
+        response::SUCCESS
+    );
+    let push = tokio::time::timeout(TIMEOUT, a_pushes.recv())
+        .await
+        .expect("a is notified")
+        .unwrap();
+    assert_eq!(push.code, request::NOTIFY_CONSUMER_IDS_CHANGED);
+    assert_eq!(
+        push.ext_fields.get("consumerGroup").map(String::as_str),
+        Some("G")
+    );
+    let header = ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader {
+        consumer_group: "G".into(),
+    };
+    let list = a
+        .invoke(
+            RemotingCommand::request_with_header(request::GET_CONSUMER_LIST_BY_GROUP, &header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    let ids: serde_json::Value = serde_json::from_slice(list.body.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        ids["consumerIdList"],
+        serde_json::json!(["10.0.0.1@a", "10.0.0.1@b"])
+    );
+
+    assert_eq!(lock(&a, "10.0.0.1@a", 0).await, vec![0]);
+    assert!(
+        lock(&b, "10.0.0.1@b", 0).await.is_empty(),
+        "a holds queue 0"
+    );
+    assert_eq!(
+        lock(&a, "10.0.0.1@a", 0).await,
+        vec![0],
+        "renewal by the holder"
+    );
+    // b leaves by closing its connection: a is told, and the list shrinks.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), a_pushes.recv()).await
+    {
+    }
+    b.close();
+    let push = tokio::time::timeout(TIMEOUT, a_pushes.recv())
+        .await
+        .expect("a is notified again")
+        .unwrap();
+    assert_eq!(push.code, request::NOTIFY_CONSUMER_IDS_CHANGED);
+    assert_eq!(
+        broker.context().clients.consumer_ids("G"),
+        vec!["10.0.0.1@a".to_string()]
+    );
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_send_stores_each_message_with_consecutive_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    let mut body = Vec::new();
+    for (i, key) in ["u1", "u2", "u3"].iter().enumerate() {
+        let payload = format!("batch-{i}");
+        let props = Properties::encode([("UNIQ_KEY", *key)]);
+        let total = 20 + payload.len() + 2 + props.len();
+        for value in [total as i32, 0, 0, i as i32, payload.len() as i32] {
+            body.extend_from_slice(&value.to_be_bytes());
+        }
+        body.extend_from_slice(payload.as_bytes());
+        body.extend_from_slice(&(props.len() as u16).to_be_bytes());
+        body.extend_from_slice(&props);
+    }
+    let header = SendMessageRequestHeaderV2 {
+        a: "PG".into(),
+        b: "B".into(),
+        c: "TBW102".into(),
+        d: 1,
+        e: 0,
+        g: 1,
+        m: Some(true),
+        ..Default::default()
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::SEND_BATCH_MESSAGE, &header)
+                .with_body(body),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let header: SendMessageResponseHeader = reply.decode_header().unwrap();
+    assert_eq!(header.msg_id.split(',').count(), 3, "one id per message");
+    let records = pull_records(&client, "B", 0, Duration::from_secs(5)).await;
+    let views: Vec<_> = records
+        .iter()
+        .map(|r| RecordView::parse(r).unwrap().clone())
+        .collect();
+    let summary: Vec<(u64, Vec<u8>, i32, Option<&str>)> = views
+        .iter()
+        .map(|v| {
+            (
+                v.queue_offset,
+                v.body.to_vec(),
+                v.flag,
+                v.properties.get_str("UNIQ_KEY"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (0, b"batch-0".to_vec(), 0, Some("u1")),
+            (1, b"batch-1".to_vec(), 1, Some("u2")),
+            (2, b"batch-2".to_vec(), 2, Some("u3")),
+        ]
+    );
+    // A damaged batch is refused as a whole.
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::SEND_BATCH_MESSAGE, &header_v2("B"))
+                .with_body(vec![0, 0, 0, 99, 1]),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::MESSAGE_ILLEGAL);
+    broker.shutdown().await.unwrap();
+}
+
+fn header_v2(topic: &str) -> SendMessageRequestHeaderV2 {
+    SendMessageRequestHeaderV2 {
+        a: "PG".into(),
+        b: topic.into(),
+        c: "TBW102".into(),
+        d: 1,
+        e: 0,
+        g: 1,
+        ..Default::default()
+    }
+}

@@ -10,7 +10,8 @@ use ferromq_protocol::remoting::body::mq_map::{
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::admin::{
     CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader, DeleteTopicRequestHeader,
-    GetTopicConfigRequestHeader, GetTopicStatsInfoRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader, GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader,
 };
 use ferromq_protocol::remoting::headers::client::ViewMessageRequestHeader;
 use ferromq_protocol::remoting::headers::enums::BoundaryType;
@@ -278,6 +279,31 @@ pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     match ctx.groups.upsert(config) {
         Ok(()) => success(command),
         Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    }
+}
+
+pub(super) fn all_groups(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let table: std::collections::BTreeMap<String, SubscriptionGroupConfig> = ctx
+        .groups
+        .all()
+        .into_iter()
+        .map(|g| (g.group_name.clone(), g))
+        .collect();
+    let body = serde_json::json!({ "subscriptionGroupTable": table, "dataVersion": ctx.topics.snapshot().data_version });
+    success(command).with_body(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+pub(super) fn group_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let header = match command.decode_header::<GetSubscriptionGroupConfigRequestHeader>() {
+        Ok(header) => header,
+        Err(error) => return bad_header(command, error),
+    };
+    match ctx.groups.get(&header.group) {
+        Some(config) => success(command).with_body(serde_json::to_vec(&config).unwrap_or_default()),
+        None => command.reply(
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(format!("group {} does not exist", header.group)),
+        ),
     }
 }
 

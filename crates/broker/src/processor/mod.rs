@@ -52,6 +52,8 @@ pub async fn handle(
         request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &command),
         request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &command),
         request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &command),
+        request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &command),
+        request::GET_SUBSCRIPTIONGROUP_CONFIG => admin::group_config(ctx, &command),
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command),
         code => command.reply(
             response::REQUEST_CODE_NOT_SUPPORTED,

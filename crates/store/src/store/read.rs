@@ -305,6 +305,8 @@ impl MessageStore {
     pub fn message_by_id(&self, message_id: &str) -> Result<Option<Bytes>, ReadError> {
         let id =
             MessageId::decode(message_id).map_err(|e| ReadError::BadMessageId(e.to_string()))?;
+        // A message acknowledged moments ago may still be on its way to the dispatcher.
+        self.catch_up_dispatch();
         let dispatched = *self.inner.dispatched.borrow();
         if id.phys_offset < self.inner.log.min_offset() || id.phys_offset >= dispatched {
             return Ok(None);
