@@ -703,7 +703,7 @@ async fn batch_send_stores_each_message_with_consecutive_offsets() {
     let records = pull_records(&client, "B", 0, Duration::from_secs(5)).await;
     let views: Vec<_> = records
         .iter()
-        .map(|r| RecordView::parse(r).unwrap().clone())
+        .map(|r| RecordView::parse(r).unwrap())
         .collect();
     let summary: Vec<(u64, Vec<u8>, i32, Option<&str>)> = views
         .iter()
