@@ -118,7 +118,7 @@ impl BrokerConfig {
         })?;
         let config: BrokerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.message().to_string(),
+            message: describe_toml_error(&text, &e),
         })?;
         config.validate()?;
         Ok(config)
@@ -220,6 +220,25 @@ impl BrokerConfig {
             message: e.to_string(),
         })?;
         Ok(store)
+    }
+}
+
+/// serde's message, prefixed with the key of the line it points at when the message does not
+/// already name it (type errors say "expected u16" without the key).
+fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().to_string();
+    let Some(span) = error.span() else {
+        return message;
+    };
+    let line_start = text[..span.start.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let key = line.split('=').next().unwrap_or("").trim();
+    if key.is_empty() || message.contains(key) {
+        message
+    } else {
+        format!("key {key}: {message}")
     }
 }
 

@@ -167,15 +167,29 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Resolves on SIGINT or SIGTERM with the signal's name.
-pub(crate) async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    use anyhow::Context;
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    Ok(tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-    })
+/// SIGINT and SIGTERM handlers, installed before a server announces itself so that a signal
+/// sent right after the announcement stops it cleanly instead of killing it.
+pub(crate) struct ShutdownSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Installs the handlers (inside the runtime).
+    pub(crate) fn install() -> anyhow::Result<ShutdownSignals> {
+        use anyhow::Context;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// Resolves on SIGINT or SIGTERM with the signal's name.
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
 }

@@ -31,6 +31,7 @@ pub struct BrokerArgs {
 /// Runs `ferromq namesrv`.
 pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
+        let mut signals = crate::ShutdownSignals::install()?;
         let server = NameServer::bind(NamesrvConfig {
             listen: args.listen,
             ..NamesrvConfig::default()
@@ -42,7 +43,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
         }));
-        let reason = crate::shutdown_signal().await?;
+        let reason = signals.recv().await;
         tracing::info!(%reason, "shutting down");
         let _ = stop.send(());
         task.await.context("name server task")?;
@@ -61,9 +62,10 @@ pub fn run_broker(args: &BrokerArgs) -> Result<()> {
     }
     config.validate()?;
     crate::runtime()?.block_on(async {
+        let mut signals = crate::ShutdownSignals::install()?;
         let broker = Broker::start(config).await.context("starting the broker")?;
         println!("ferromq broker: listening on {}", broker.local_addr());
-        let reason = crate::shutdown_signal().await?;
+        let reason = signals.recv().await;
         tracing::info!(%reason, "shutting down");
         broker.shutdown().await.context("stopping the broker")
     })

@@ -68,6 +68,7 @@ fn check(args: &StandaloneArgs) -> Result<()> {
 }
 
 async fn serve(args: &StandaloneArgs) -> Result<()> {
+    let mut signals = crate::ShutdownSignals::install()?;
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let namesrv = NameServer::bind(NamesrvConfig {
         listen: SocketAddr::new(loopback, args.namesrv_port),
@@ -105,7 +106,7 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
     );
     use std::io::Write;
     std::io::stdout().flush().context("writing to stdout")?;
-    let reason = crate::shutdown_signal().await?;
+    let reason = signals.recv().await;
     tracing::info!(%reason, "shutting down");
     let stopped = broker.shutdown().await.context("stopping the broker");
     let _ = stop_namesrv.send(());
