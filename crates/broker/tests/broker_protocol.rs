@@ -748,3 +748,51 @@ fn header_v2(topic: &str) -> SendMessageRequestHeaderV2 {
         ..Default::default()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_stats_report_broker_offset_consumer_offset_and_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    for i in 0..7 {
+        send(&client, "S", i % 2, format!("m{i}").as_bytes(), "a").await;
+    }
+    assert_eq!(commit(&client, "S", 0, 3).await.code, response::SUCCESS);
+    let header = ferromq_protocol::remoting::headers::offset::GetConsumeStatsRequestHeader {
+        consumer_group: "G".into(),
+        topic: Some("S".into()),
+        topic_list: None,
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::GET_CONSUME_STATS, &header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let stats: ferromq_protocol::remoting::body::mq_map::ConsumeStats =
+        ferromq_protocol::remoting::body::decode_json(reply.body.as_deref().unwrap()).unwrap();
+    let table: Vec<(i32, i64, i64)> = stats
+        .offset_table
+        .0
+        .iter()
+        .map(|(q, o)| (q.queue_id, o.broker_offset, o.consumer_offset))
+        .collect();
+    // Queue 0 got messages 0, 2, 4, 6; queue 1 got 1, 3, 5; only queue 0 has a commit.
+    assert_eq!(table, vec![(0, 4, 3), (1, 3, 0)]);
+    let unknown = ferromq_protocol::remoting::headers::offset::GetConsumeStatsRequestHeader {
+        consumer_group: "Nobody".into(),
+        topic: None,
+        topic_list: None,
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::GET_CONSUME_STATS, &unknown),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUBSCRIPTION_GROUP_NOT_EXIST);
+    broker.shutdown().await.unwrap();
+}
