@@ -51,19 +51,28 @@ async fn send(
     body: &[u8],
     tag: &str,
 ) -> RemotingCommand {
-    let properties =
-        String::from_utf8(Properties::encode([("TAGS", tag), ("KEYS", "k1")])).unwrap();
+    send_to(
+        client,
+        topic,
+        queue_id,
+        body,
+        &[("TAGS", tag), ("KEYS", "k1")],
+    )
+    .await
+}
+
+async fn send_to(
+    client: &RemotingClient,
+    topic: &str,
+    queue_id: i32,
+    body: &[u8],
+    properties: &[(&str, &str)],
+) -> RemotingCommand {
+    let properties = String::from_utf8(Properties::encode(properties.iter().copied())).unwrap();
     let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: topic.into(),
-        c: "TBW102".into(),
-        d: 4,
         e: queue_id,
-        f: 0,
-        g: 1,
-        h: 0,
         i: Some(properties),
-        ..Default::default()
+        ..header_v2(topic)
     };
     let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
         .with_body(body.to_vec());
@@ -404,20 +413,7 @@ async fn send_with(
     body: &[u8],
     properties: &[(&str, &str)],
 ) -> RemotingCommand {
-    let properties = String::from_utf8(Properties::encode(properties.iter().copied())).unwrap();
-    let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: topic.into(),
-        c: "TBW102".into(),
-        d: 1,
-        e: 0,
-        g: 1,
-        i: Some(properties),
-        ..Default::default()
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.to_vec());
-    client.invoke(command, TIMEOUT).await.expect("send reply")
+    send_to(client, topic, 0, body, properties).await
 }
 
 /// Pulls `topic`/0 from `offset`, holding up to `hold`, and returns the parsed records' bytes.
@@ -742,7 +738,7 @@ fn header_v2(topic: &str) -> SendMessageRequestHeaderV2 {
         a: "PG".into(),
         b: topic.into(),
         c: "TBW102".into(),
-        d: 1,
+        d: 4,
         e: 0,
         g: 1,
         ..Default::default()

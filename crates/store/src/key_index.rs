@@ -11,12 +11,10 @@
 //!    and re-dispatches from there, so each record is indexed exactly once.
 //! 2. Entries within a file are sorted by physical offset (dispatch follows the log).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{FileError, OpenError};
+use crate::file_set::FileSet;
 use crate::fsutil;
 
 const ENTRY_SIZE: u64 = 16;
@@ -39,10 +37,9 @@ pub fn key_hash(topic: &str, key: &str) -> u64 {
 /// The key index of a store.
 #[derive(Debug)]
 pub struct KeyIndex {
-    dir: PathBuf,
     segment_size: u64,
-    files: BTreeMap<u64, File>,
-    dirty: BTreeSet<u64>,
+    /// Files keyed by the segment start they index.
+    files: FileSet,
     /// Entries not yet written, with the segment they belong to.
     pending: Vec<(u64, [u8; ENTRY_SIZE as usize])>,
 }
@@ -51,46 +48,30 @@ impl KeyIndex {
     /// Opens the index files in `dir`, cutting a torn last entry of each.
     pub fn open(dir: &Path, segment_size: u64) -> Result<KeyIndex, OpenError> {
         fsutil::create_dir_all(dir)?;
-        let mut files = BTreeMap::new();
+        let mut files = FileSet::new(dir, 1);
         let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
         for item in listing {
             let item = item.map_err(|e| FileError::new("list", dir, e))?;
-            let path = item.path();
             let name = item.file_name().to_string_lossy().into_owned();
             let Some(start) =
                 fsutil::parse_offset_file_name(&name).filter(|s| s % segment_size == 0)
             else {
                 return Err(OpenError::ForeignFile {
-                    path,
+                    path: item.path(),
                     reason: "not an index file (expected a 20-digit segment start)".into(),
                 });
             };
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(|e| FileError::new("open", &path, e))?;
-            let len = file
-                .metadata()
-                .map_err(|e| FileError::new("stat", &path, e))?
-                .len();
+            files.open_existing(start)?;
+            let len = files.len_of(start)?;
             if len % ENTRY_SIZE != 0 {
-                file.set_len(len - len % ENTRY_SIZE)
-                    .map_err(|e| FileError::new("truncate", &path, e))?;
+                files.truncate(start, len - len % ENTRY_SIZE)?;
             }
-            files.insert(start, file);
         }
         Ok(KeyIndex {
-            dir: dir.to_path_buf(),
             segment_size,
             files,
-            dirty: BTreeSet::new(),
             pending: Vec::new(),
         })
-    }
-
-    fn path(&self, start: u64) -> PathBuf {
-        self.dir.join(fsutil::offset_file_name(start))
     }
 
     /// Indexes `key` of `topic` for the record at `phys_offset`.
@@ -117,26 +98,8 @@ impl KeyIndex {
                 .take_while(|(s, _)| *s == segment)
                 .count();
             let bytes: Vec<u8> = pending[at..at + run].iter().flat_map(|(_, e)| *e).collect();
-            if !self.files.contains_key(&segment) {
-                let path = self.path(segment);
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(|e| FileError::new("create", &path, e))?;
-                fsutil::sync_dir(&self.dir)?;
-                self.files.insert(segment, file);
-            }
-            let file = &self.files[&segment];
-            let len = file
-                .metadata()
-                .map_err(|e| FileError::new("stat", self.path(segment), e))?
-                .len();
-            file.write_all_at(&bytes, len)
-                .map_err(|e| FileError::new("write", self.path(segment), e))?;
-            self.dirty.insert(segment);
+            let end = self.files.len_of(segment)?;
+            self.files.write_at(segment, end, &bytes)?;
             at += run;
         }
         Ok(())
@@ -145,13 +108,7 @@ impl KeyIndex {
     /// Writes out and fsyncs changed files.
     pub fn sync(&mut self) -> Result<(), FileError> {
         self.write_out()?;
-        for segment in std::mem::take(&mut self.dirty) {
-            if let Some(file) = self.files.get(&segment) {
-                file.sync_data()
-                    .map_err(|e| FileError::new("fsync", self.path(segment), e))?;
-            }
-        }
-        Ok(())
+        self.files.sync_dirty()
     }
 
     /// Candidate record offsets for `key` in `topic`, newest first, at most `max_count`.
@@ -165,17 +122,12 @@ impl KeyIndex {
             .map(|(_, e)| u64::from_be_bytes(e[8..].try_into().expect("8 bytes")))
             .take(max_count)
             .collect();
-        for (segment, file) in self.files.iter().rev() {
+        for segment in self.files.keys().rev() {
             if found.len() >= max_count {
                 break;
             }
-            let len = file
-                .metadata()
-                .map_err(|e| FileError::new("stat", self.path(*segment), e))?
-                .len();
-            let mut bytes = vec![0u8; len as usize];
-            file.read_exact_at(&mut bytes, 0)
-                .map_err(|e| FileError::new("read", self.path(*segment), e))?;
+            let mut bytes = vec![0u8; self.files.len_of(segment)? as usize];
+            self.files.read_exact_at(segment, 0, &mut bytes)?;
             for entry in bytes.chunks_exact(ENTRY_SIZE as usize).rev() {
                 if entry[..8] == hash {
                     found.push(u64::from_be_bytes(entry[8..].try_into().expect("8 bytes")));
@@ -192,54 +144,34 @@ impl KeyIndex {
     pub fn truncate_from_phys(&mut self, phys_offset: u64) -> Result<(), FileError> {
         self.write_out()?;
         let segment = phys_offset - phys_offset % self.segment_size;
-        let doomed: Vec<u64> = self.files.range(segment + 1..).map(|(s, _)| *s).collect();
-        for start in doomed {
-            self.files.remove(&start);
-            self.dirty.remove(&start);
-            fsutil::remove_file(&self.path(start))?;
+        self.files.remove_range(segment + 1..)?;
+        let len = self.files.len_of(segment)?;
+        // Entries are sorted by offset: find the first at or after the cut.
+        let (mut low, mut high) = (0, len / ENTRY_SIZE);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let mut phys = [0u8; 8];
+            self.files
+                .read_exact_at(segment, mid * ENTRY_SIZE + 8, &mut phys)?;
+            if u64::from_be_bytes(phys) < phys_offset {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
         }
-        if let Some(file) = self.files.get(&segment) {
-            let path = self.path(segment);
-            let len = file
-                .metadata()
-                .map_err(|e| FileError::new("stat", &path, e))?
-                .len();
-            // Entries are sorted by offset: find the first at or after the cut.
-            let (mut low, mut high) = (0, len / ENTRY_SIZE);
-            while low < high {
-                let mid = low + (high - low) / 2;
-                let mut phys = [0u8; 8];
-                file.read_exact_at(&mut phys, mid * ENTRY_SIZE + 8)
-                    .map_err(|e| FileError::new("read", &path, e))?;
-                if u64::from_be_bytes(phys) < phys_offset {
-                    low = mid + 1;
-                } else {
-                    high = mid;
-                }
-            }
-            if low * ENTRY_SIZE < len {
-                file.set_len(low * ENTRY_SIZE)
-                    .and_then(|()| file.sync_data())
-                    .map_err(|e| FileError::new("truncate", &path, e))?;
-            }
+        if low * ENTRY_SIZE < len {
+            self.files.truncate(segment, low * ENTRY_SIZE)?;
         }
         Ok(())
     }
 
     /// Drops the files of segments that end at or below `log_min`.
     pub fn delete_below(&mut self, log_min: u64) -> Result<(), FileError> {
-        let doomed: Vec<u64> = self
-            .files
-            .keys()
-            .copied()
-            .filter(|start| start + self.segment_size <= log_min)
-            .collect();
-        for start in doomed {
-            self.files.remove(&start);
-            self.dirty.remove(&start);
-            fsutil::remove_file(&self.path(start))?;
+        // Segment `start` ends at `start + segment_size`; it goes when that is ≤ log_min.
+        match log_min.checked_sub(self.segment_size) {
+            Some(last_doomed) => self.files.remove_range(..=last_doomed),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

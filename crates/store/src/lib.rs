@@ -21,6 +21,7 @@ pub mod consume_queue;
 pub mod dispatch;
 pub mod error;
 pub mod faults;
+mod file_set;
 pub mod flush;
 pub mod fsutil;
 pub mod key_index;

@@ -1,13 +1,11 @@
 //! One ConsumeQueue with a write buffer: new entries are kept in memory until `write_out`
 //! (at a checkpoint or when the buffer fills) and reads see both file and buffer.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::CqError;
 use crate::error::FileError;
+use crate::file_set::FileSet;
 use crate::fsutil;
 
 /// Bytes per entry.
@@ -75,11 +73,9 @@ pub struct CqOpenReport {
 #[derive(Debug)]
 pub struct ConsumeQueue {
     name: String,
-    dir: PathBuf,
     entries_per_file: u64,
-    /// First queue offset in each file -> file.
-    files: BTreeMap<u64, File>,
-    dirty_files: BTreeSet<u64>,
+    /// Files keyed by their first queue offset.
+    files: FileSet,
     min_offset: u64,
     max_offset: u64,
     /// Entries below this are in files; `[written, max)` are in `pending`.
@@ -97,7 +93,7 @@ impl ConsumeQueue {
         fsutil::create_dir_all(dir)?;
         let file_bytes = entries_per_file * CQ_ENTRY_SIZE;
         let mut report = CqOpenReport::default();
-        let mut files = BTreeMap::new();
+        let mut files = FileSet::new(dir, CQ_ENTRY_SIZE);
         let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
         for item in listing {
             let item = item.map_err(|e| FileError::new("list", dir, e))?;
@@ -109,19 +105,12 @@ impl ConsumeQueue {
                     path: path.clone(),
                     reason: format!("not a ConsumeQueue file (20-digit multiple of {file_bytes})"),
                 })?;
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(|e| FileError::new("open", &path, e))?;
-            files.insert(start / CQ_ENTRY_SIZE, file);
+            files.open_existing(start / CQ_ENTRY_SIZE)?;
         }
         let mut queue = ConsumeQueue {
             name,
-            dir: dir.to_path_buf(),
             entries_per_file,
             files,
-            dirty_files: BTreeSet::new(),
             min_offset: 0,
             max_offset: 0,
             written: 0,
@@ -132,10 +121,10 @@ impl ConsumeQueue {
     }
 
     fn load_bounds(&mut self, report: &mut CqOpenReport) -> Result<(), CqError> {
-        let Some((&first, _)) = self.files.iter().next() else {
+        let starts: Vec<u64> = self.files.keys().collect();
+        let Some(&first) = starts.first() else {
             return Ok(());
         };
-        let starts: Vec<u64> = self.files.keys().copied().collect();
         for pair in starts.windows(2) {
             let len = self.file_len(pair[0])?;
             if pair[1] != pair[0] + self.entries_per_file
@@ -148,9 +137,7 @@ impl ConsumeQueue {
         let len = self.file_len(last)?;
         let torn = len % CQ_ENTRY_SIZE;
         if torn != 0 {
-            self.files[&last]
-                .set_len(len - torn)
-                .map_err(|e| FileError::new("truncate", self.file_path(last), e))?;
+            self.files.truncate(last, len - torn)?;
             report.torn_bytes_cut = torn;
         }
         let mut count = (len - torn) / CQ_ENTRY_SIZE;
@@ -169,15 +156,7 @@ impl ConsumeQueue {
     }
 
     fn file_len(&self, start: u64) -> Result<u64, CqError> {
-        Ok(self.files[&start]
-            .metadata()
-            .map_err(|e| FileError::new("stat", self.file_path(start), e))?
-            .len())
-    }
-
-    fn file_path(&self, start: u64) -> PathBuf {
-        self.dir
-            .join(fsutil::offset_file_name(start * CQ_ENTRY_SIZE))
+        Ok(self.files.len_of(start)?)
     }
 
     fn file_start_of(&self, queue_offset: u64) -> u64 {
@@ -206,15 +185,12 @@ impl ConsumeQueue {
 
     fn read_file_entry(&self, queue_offset: u64) -> Result<CqEntry, CqError> {
         let start = self.file_start_of(queue_offset);
-        let Some(file) = self.files.get(&start) else {
-            return Ok(CqEntry::default());
-        };
         let mut buf = [0u8; CQ_ENTRY_SIZE as usize];
         let at = (queue_offset - start) * CQ_ENTRY_SIZE;
-        match file.read_exact_at(&mut buf, at) {
-            Ok(()) => Ok(CqEntry::decode(&buf)),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(CqEntry::default()),
-            Err(e) => Err(FileError::new("read", self.file_path(start), e).into()),
+        if self.files.read_exact_at(start, at, &mut buf)? {
+            Ok(CqEntry::decode(&buf))
+        } else {
+            Ok(CqEntry::default())
         }
     }
 
@@ -290,22 +266,8 @@ impl ConsumeQueue {
             let room = (start + self.entries_per_file - queue_offset) as usize;
             let count = room.min((self.pending.len() - at) / CQ_ENTRY_SIZE as usize);
             let bytes = &self.pending[at..at + count * CQ_ENTRY_SIZE as usize];
-            if !self.files.contains_key(&start) {
-                let path = self.file_path(start);
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(|e| FileError::new("create", &path, e))?;
-                fsutil::sync_dir(&self.dir)?;
-                self.files.insert(start, file);
-            }
-            self.files[&start]
-                .write_all_at(bytes, (queue_offset - start) * CQ_ENTRY_SIZE)
-                .map_err(|e| FileError::new("write", self.file_path(start), e))?;
-            self.dirty_files.insert(start);
+            self.files
+                .write_at(start, (queue_offset - start) * CQ_ENTRY_SIZE, bytes)?;
             queue_offset += count as u64;
             at += count * CQ_ENTRY_SIZE as usize;
         }
@@ -317,12 +279,7 @@ impl ConsumeQueue {
     /// Writes out and fsyncs every file changed since the last sync.
     pub fn sync(&mut self) -> Result<(), CqError> {
         self.write_out()?;
-        for start in std::mem::take(&mut self.dirty_files) {
-            if let Some(file) = self.files.get(&start) {
-                file.sync_data()
-                    .map_err(|e| FileError::new("fsync", self.file_path(start), e))?;
-            }
-        }
+        self.files.sync_dirty()?;
         Ok(())
     }
 
@@ -360,22 +317,9 @@ impl ConsumeQueue {
         } else {
             self.write_out()?;
             let keep_start = self.file_start_of(new_max);
-            let doomed: Vec<u64> = self
-                .files
-                .range(keep_start + 1..)
-                .map(|(s, _)| *s)
-                .collect();
-            for start in doomed {
-                self.files.remove(&start);
-                self.dirty_files.remove(&start);
-                fsutil::remove_file(&self.file_path(start))?;
-            }
-            if let Some(file) = self.files.get(&keep_start) {
-                let path = self.file_path(keep_start);
-                file.set_len((new_max - keep_start) * CQ_ENTRY_SIZE)
-                    .and_then(|()| file.sync_data())
-                    .map_err(|e| FileError::new("truncate", path, e))?;
-            }
+            self.files.remove_range(keep_start + 1..)?;
+            self.files
+                .truncate(keep_start, (new_max - keep_start) * CQ_ENTRY_SIZE)?;
             self.written = new_max;
         }
         self.max_offset = new_max;
@@ -389,21 +333,13 @@ impl ConsumeQueue {
         let new_min = self.first_at_or_after_phys(log_min)?;
         self.min_offset = new_min;
         let keep_start = self.file_start_of(new_min);
-        let doomed: Vec<u64> = self.files.range(..keep_start).map(|(s, _)| *s).collect();
-        for start in doomed {
-            self.files.remove(&start);
-            self.dirty_files.remove(&start);
-            fsutil::remove_file(&self.file_path(start))?;
-        }
+        self.files.remove_range(..keep_start)?;
         Ok(())
     }
 
     /// Removes every file: the queue is rebuilt from the log.
     pub fn clear(&mut self) -> Result<(), CqError> {
-        for start in std::mem::take(&mut self.files).into_keys() {
-            fsutil::remove_file(&self.file_path(start))?;
-        }
-        self.dirty_files.clear();
+        self.files.remove_range(..)?;
         self.pending.clear();
         self.min_offset = 0;
         self.max_offset = 0;
