@@ -28,7 +28,12 @@ const OUTBOUND_QUEUE_MAX: usize = 4096;
 static NEXT_CHANNEL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Serves one connection until the peer closes it, sends a bad frame, or the broker stops.
-pub async fn serve(ctx: Arc<BrokerContext>, stream: TcpStream, peer: SocketAddr) {
+pub async fn serve(
+    ctx: Arc<BrokerContext>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let codec = RemotingCodec::new(ctx.config.max_frame_length);
@@ -51,7 +56,16 @@ pub async fn serve(ctx: Arc<BrokerContext>, stream: TcpStream, peer: SocketAddr)
         }
     });
     tracing::debug!(%peer, channel = channel.id, "connection opened");
-    while let Some(frame) = reader.next().await {
+    loop {
+        let frame = tokio::select! {
+            frame = reader.next() => match frame {
+                Some(frame) => frame,
+                None => break,
+            },
+            // The broker is stopping: drop the connection so clients fail over instead of
+            // talking to a closed store.
+            _ = stop.changed() => break,
+        };
         let command = match frame {
             Ok(command) => command,
             Err(ferromq_protocol::remoting::CodecError::Io(error)) => {

@@ -164,7 +164,7 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    tokio::spawn(connection::serve(ctx.clone(), stream, peer));
+                    tokio::spawn(connection::serve(ctx.clone(), stream, peer, stop.clone()));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");

@@ -165,6 +165,8 @@ async fn send_then_pull_returns_stored_records_filtered_by_tag() {
         assert_eq!(header.queue_offset, i);
         assert_eq!(header.msg_id.len(), 32);
     }
+    // Acknowledged records become visible to pulls within a dispatcher tick.
+    broker.context().store.dispatch_caught_up(TIMEOUT).await;
     let reply = client
         .invoke(pull_command("T", 0, 0, 0, "a"), TIMEOUT)
         .await
@@ -791,4 +793,34 @@ async fn consume_stats_report_broker_offset_consumer_offset_and_lag() {
         .unwrap();
     assert_eq!(reply.code, response::SUBSCRIPTION_GROUP_NOT_EXIST);
     broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_client_connections_instead_of_answering_from_a_closed_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    send(&client, "Q", 0, b"m", "a").await;
+    assert_eq!(commit(&client, "Q", 0, 1).await.code, response::SUCCESS);
+    broker.shutdown().await.unwrap();
+    assert!(
+        client.closed(TIMEOUT).await,
+        "the broker closed the connection"
+    );
+    let header = QueryConsumerOffsetRequestHeader {
+        consumer_group: "G".into(),
+        topic: "Q".into(),
+        queue_id: 0,
+        set_zero_if_not_found: Some(false),
+    };
+    let query = client
+        .invoke(
+            RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header),
+            TIMEOUT,
+        )
+        .await;
+    assert!(
+        query.is_err(),
+        "a stopped broker never answers 'no offset': {query:?}"
+    );
 }

@@ -30,6 +30,9 @@ use crate::context::BrokerContext;
 use crate::groups::SubscriptionGroupConfig;
 use crate::topics::{PERM_READ, PERM_WRITE};
 
+/// Longest an admin query waits for the dispatcher to cover acknowledged records.
+const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn queue_of(command: &RemotingCommand, queue_id: i32) -> Result<u32, RemotingCommand> {
     u32::try_from(queue_id).map_err(|_| {
         command.reply(
@@ -39,7 +42,9 @@ fn queue_of(command: &RemotingCommand, queue_id: i32) -> Result<u32, RemotingCom
     })
 }
 
-pub(super) fn max_offset(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn max_offset(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    // Answer with every record acknowledged before the request.
+    ctx.store.dispatch_caught_up(CATCH_UP_MAX).await;
     let header = match command.decode_header::<GetMaxOffsetRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -221,7 +226,9 @@ pub(super) fn topic_config(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
 }
 
-pub(super) fn topic_stats(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn topic_stats(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    // Answer with every record acknowledged before the request.
+    ctx.store.dispatch_caught_up(CATCH_UP_MAX).await;
     let header = match command.decode_header::<GetTopicStatsInfoRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -322,7 +329,12 @@ pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
 }
 
-pub(super) fn consume_stats(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn consume_stats(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
+    // Answer with every record acknowledged before the request.
+    ctx.store.dispatch_caught_up(CATCH_UP_MAX).await;
     let header = match command.decode_header::<GetConsumeStatsRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),

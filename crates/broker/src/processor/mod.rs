@@ -27,6 +27,13 @@ pub async fn handle(
     channel: &ClientChannel,
     command: RemotingCommand,
 ) -> RemotingCommand {
+    if ctx.store.is_closed() {
+        // Never answer from a stopped store: "no offset" and "could not read" must not mix.
+        return command.reply(
+            response::SERVICE_NOT_AVAILABLE,
+            Some("the broker is shutting down".into()),
+        );
+    }
     match command.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, channel, &command).await
@@ -34,7 +41,7 @@ pub async fn handle(
         request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => pull::handle(ctx, &command).await,
         request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command),
         request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, &command).await,
-        request::GET_MAX_OFFSET => admin::max_offset(ctx, &command),
+        request::GET_MAX_OFFSET => admin::max_offset(ctx, &command).await,
         request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),
         request::SEARCH_OFFSET_BY_TIMESTAMP => admin::search_offset(ctx, &command),
         request::GET_EARLIEST_MSG_STORETIME => admin::earliest_store_time(ctx, &command),
@@ -49,12 +56,12 @@ pub async fn handle(
         request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &command),
         request::GET_ALL_TOPIC_CONFIG => admin::all_topic_config(ctx, &command),
         request::GET_TOPIC_CONFIG => admin::topic_config(ctx, &command),
-        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &command),
+        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &command).await,
         request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &command),
         request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &command),
         request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &command),
         request::GET_SUBSCRIPTIONGROUP_CONFIG => admin::group_config(ctx, &command),
-        request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command),
+        request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command).await,
         code => command.reply(
             response::REQUEST_CODE_NOT_SUPPORTED,
             Some(format!(

@@ -30,6 +30,8 @@ pub const PULL_SYSFLAG_SUSPEND: i32 = 0x2;
 pub const PULL_SYSFLAG_SUBSCRIPTION: i32 = 0x4;
 /// Most messages one pull returns (RocketMQ's `maxTransferCountOnMessageInMemory` is 32).
 const PULL_COUNT_MAX: usize = 64;
+/// Longest a pull waits for the dispatcher before answering "offset out of range".
+const DISPATCH_CATCH_UP_MAX: Duration = Duration::from_millis(500);
 /// Most bytes one pull returns unless the request asks for less.
 const PULL_BYTES_MAX: usize = 256 * 1024;
 
@@ -92,6 +94,15 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(result) => result,
         Err(reply) => return reply.reply(command),
     };
+    if past_the_end(&result, offset) {
+        // The queue may be behind only because a record acknowledged a moment ago is still
+        // being dispatched: catch up before telling the client its offset is out of range.
+        ctx.store.dispatch_caught_up(DISPATCH_CATCH_UP_MAX).await;
+        result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+            Ok(result) => result,
+            Err(reply) => return reply.reply(command),
+        };
+    }
     if let (true, Some(hold)) = (nothing_new(&result, offset), hold) {
         if long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold).await {
             result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
@@ -101,6 +112,15 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         }
     }
     reply_for(ctx, command, offset, result)
+}
+
+/// True when the answer would be "offset out of range" beyond the queue's end.
+fn past_the_end(result: &GetResult, offset: u64) -> bool {
+    match result.status {
+        GetStatus::OffsetOverflowBadly => true,
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset > 0,
+        _ => false,
+    }
 }
 
 /// True when the queue has no message at `offset` yet (the request may be held).

@@ -305,6 +305,11 @@ impl MessageStore {
         self.inner.flush.wait_durable(end)
     }
 
+    /// Whether the store was closed (or abandoned): it serves nothing any more.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
     /// Positions and counters.
     pub fn stats(&self) -> StoreStats {
         let inner = &self.inner;
@@ -354,6 +359,20 @@ impl MessageStore {
     /// Fault points (tests): arm them to make CommitLog writes or fsyncs fail.
     pub fn faults(&self) -> &crate::faults::Faults {
         &self.inner.log.faults
+    }
+
+    /// Resolves once everything acknowledged before the call is visible to readers, or after
+    /// `timeout`. A reader that finds a queue shorter than expected waits for this before
+    /// answering "offset out of range", so a record acknowledged a moment ago is never
+    /// reported missing.
+    pub async fn dispatch_caught_up(&self, timeout: Duration) {
+        if self.inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
+            // A failure poisons the store inside commit_tail; readers then see what is committed.
+            let _ = self.inner.commit_tail();
+        }
+        let target = self.inner.dispatch_limit();
+        let mut dispatched = self.inner.dispatched.subscribe();
+        let _ = tokio::time::timeout(timeout, dispatched.wait_for(|end| *end >= target)).await;
     }
 
     /// A receiver of the dispatched end, for long polling.

@@ -1,0 +1,270 @@
+//! Error types of the client.
+//!
+//! Invariants: a transport failure (connect, timeout, closed connection) is always
+//! distinguishable from a broker's answer; an offset commit the broker refused as stale
+//! (regression, stale generation, past the queue's max) is its own [`RejectReason`], never
+//! folded into a generic failure; every variant names the address or queue involved.
+
+use std::net::SocketAddr;
+
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::ClientError as TransportError;
+use thiserror::Error;
+
+/// Errors of the producer, the pull consumer and route discovery.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The configuration cannot work (e.g. no name server, empty group).
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    /// The message is not valid (topic name, property names, empty body, ...).
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
+    /// The message body exceeds the configured maximum; nothing was sent.
+    #[error(
+        "message body is {size} bytes, more than the maximum of {max} bytes; nothing was sent"
+    )]
+    BodyTooLarge {
+        /// Size of the body (or of the encoded batch).
+        size: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+    /// A server could not be reached, did not answer in time, or closed the connection.
+    #[error("transport to {addr} failed: {source}")]
+    Transport {
+        /// Server address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: TransportError,
+    },
+    /// No name server answered with a route for the topic.
+    #[error("no route for topic {topic}: {reason}")]
+    NoRoute {
+        /// Topic.
+        topic: String,
+        /// Why (every name server's answer or failure).
+        reason: String,
+    },
+    /// The route names no reachable master for a broker group.
+    #[error("no master address known for broker {broker_name}")]
+    NoBrokerAddress {
+        /// Broker group name.
+        broker_name: String,
+    },
+    /// The topic's route has no queue with the needed permission.
+    #[error("topic {topic} has no {kind} queue")]
+    NoQueue {
+        /// Topic.
+        topic: String,
+        /// `writable` or `readable`.
+        kind: &'static str,
+    },
+    /// A broker answered with a failure code.
+    #[error("broker {addr} answered code {code}: {remark}")]
+    Broker {
+        /// Broker address.
+        addr: SocketAddr,
+        /// Response code.
+        code: i32,
+        /// The broker's remark (empty when it gave none).
+        remark: String,
+    },
+    /// A reply could not be decoded.
+    #[error("cannot decode reply from {addr}: {reason}")]
+    Decode {
+        /// Server address.
+        addr: SocketAddr,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Every attempt of a send failed; `last` is the final attempt's error.
+    #[error("send failed after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// Error of the last attempt.
+        #[source]
+        last: Box<ClientError>,
+    },
+    /// An offset operation failed.
+    #[error(transparent)]
+    Offset(Box<OffsetError>),
+}
+
+impl From<OffsetError> for ClientError {
+    fn from(error: OffsetError) -> Self {
+        ClientError::Offset(Box::new(error))
+    }
+}
+
+impl ClientError {
+    /// True for failures where another attempt (possibly on another queue or broker) may
+    /// succeed: transport failures and broker codes for transient or per-broker conditions.
+    pub fn is_retriable(&self) -> bool {
+        use ferromq_protocol::remoting::codes::response;
+        match self {
+            ClientError::Transport { .. } | ClientError::NoBrokerAddress { .. } => true,
+            ClientError::Broker { code, .. } => matches!(
+                *code,
+                response::SYSTEM_ERROR
+                    | response::SYSTEM_BUSY
+                    | response::SERVICE_NOT_AVAILABLE
+                    | response::NO_PERMISSION
+                    | response::TOPIC_NOT_EXIST
+                    | response::FLUSH_DISK_TIMEOUT
+                    | response::FLUSH_SLAVE_TIMEOUT
+                    | response::SLAVE_NOT_AVAILABLE
+                    | crate::error::codes::NOT_DURABLE
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// ferromq's own response codes (assigned by the ferromq broker, reference §6 "pick numbers
+/// unused above"). A RocketMQ broker never sends them.
+pub mod codes {
+    /// A commit lower than the stored offset (offset regression).
+    pub const COMMIT_REGRESSION: i32 = 2101;
+    /// A commit carrying an older reset generation.
+    pub const COMMIT_STALE_GENERATION: i32 = 2102;
+    /// A commit past the queue's max offset.
+    pub const COMMIT_PAST_MAX: i32 = 2103;
+    /// A commit rejected for another reason.
+    pub const COMMIT_REJECTED: i32 = 2104;
+    /// The write was not made durable under the broker's policy; retry.
+    pub const NOT_DURABLE: i32 = 2110;
+}
+
+/// Why a broker rejected an offset commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The commit is lower than the stored offset (another consumer got further, or this one
+    /// is stale after a rebalance).
+    Regression,
+    /// The commit belongs to an older reset generation (a reset or correction superseded it).
+    StaleGeneration,
+    /// The commit is past the queue's max offset.
+    PastMax,
+    /// Any other refusal (unknown topic, group not allowed, ferromq's generic rejection, ...).
+    Other,
+}
+
+impl RejectReason {
+    /// True for the stale kinds (regression, stale generation, past max): retrying the same
+    /// value cannot succeed.
+    pub fn is_stale(self) -> bool {
+        !matches!(self, RejectReason::Other)
+    }
+}
+
+/// Errors of offset stores. "No offset stored" is never an error: it is `Ok(None)`.
+#[derive(Debug, Error)]
+pub enum OffsetError {
+    /// The broker (or name server) could not be asked: connect failure, timeout or closed
+    /// connection. Nothing is known about the stored offset.
+    #[error("offset store for {queue:?} unreachable: {source}")]
+    Unreachable {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// Cause.
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// The broker refused the commit.
+    #[error("broker {addr} rejected commit of offset {offset} for {queue:?} ({reason:?}, code {code}): {remark}")]
+    Rejected {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// Offset that was refused.
+        offset: u64,
+        /// Kind of refusal.
+        reason: RejectReason,
+        /// Response code.
+        code: i32,
+        /// The broker's remark.
+        remark: String,
+        /// Broker address.
+        addr: SocketAddr,
+    },
+    /// The broker accepted the request but could not make it durable (ferromq NOT_DURABLE);
+    /// the commit may or may not be stored: retry it.
+    #[error("broker {addr} could not make the commit of {queue:?} durable: {remark}")]
+    NotDurable {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// Broker address.
+        addr: SocketAddr,
+        /// The broker's remark.
+        remark: String,
+    },
+    /// The broker answered with a code this client does not expect for the request.
+    #[error("broker {addr} answered offset request for {queue:?} with code {code}: {remark}")]
+    Unexpected {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// Broker address.
+        addr: SocketAddr,
+        /// Response code.
+        code: i32,
+        /// The broker's remark.
+        remark: String,
+    },
+    /// The offset cannot be sent over the wire (larger than `i64::MAX`), or a reply carried a
+    /// negative offset.
+    #[error("offset {value} for {queue:?} is out of range: {why}")]
+    OutOfRange {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// The value, as text (it may be negative on the wire).
+        value: String,
+        /// Which side produced it.
+        why: &'static str,
+    },
+    /// A local offset file could not be read or written.
+    #[error("offset file {path}: {source}")]
+    Io {
+        /// File or directory.
+        path: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A local offset file exists but cannot be parsed.
+    #[error("offset file {path} is corrupt: {reason}")]
+    Corrupt {
+        /// File.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Some queues of a `persist_all` failed (see [`crate::PersistReport::into_result`]).
+    #[error("{} of {total} queue offsets failed to persist; first: {first}", .failed)]
+    PersistFailed {
+        /// Number of failed queues.
+        failed: usize,
+        /// Number of queues attempted.
+        total: usize,
+        /// First failure, as text.
+        first: String,
+    },
+}
+
+impl OffsetError {
+    /// True when the broker refused the commit as stale (regression, stale generation, past
+    /// max): the same value will never be accepted.
+    pub fn is_stale(&self) -> bool {
+        matches!(self, OffsetError::Rejected { reason, .. } if reason.is_stale())
+    }
+
+    /// True when the outcome is unknown and the same commit may be retried (transport failure
+    /// or not durable).
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            OffsetError::Unreachable { .. } | OffsetError::NotDurable { .. }
+        )
+    }
+}

@@ -1,0 +1,34 @@
+//! ferromq's Rust client: name-server route discovery, a producer, a pull consumer and
+//! consumer-offset stores.
+//!
+//! The client speaks only the remoting protocol (`ferromq-protocol`), so it works against any
+//! RocketMQ-compatible broker; it knows nothing about ferromq's store or broker internals.
+//!
+//! Invariants kept by every module (DESIGN invariants 2 and 7, offset pitfalls C1–C4, C6, C7):
+//! - every failure reaches the caller as an `Err`; nothing that commits progress returns `()`;
+//! - offset commits are request/response, never one-way;
+//! - "no offset stored" is `Ok(None)`, "could not ask" is `Err`; no public function takes or
+//!   returns a magic negative offset (negative wire values are mapped at the protocol edge);
+//! - every network wait is bounded by a configured timeout.
+
+pub mod connections;
+pub mod error;
+pub mod message;
+pub mod offset_store;
+pub mod producer;
+pub mod pull_consumer;
+pub mod route;
+
+pub use connections::ConnectionPool;
+pub use error::{ClientError, OffsetError, RejectReason};
+pub use ferromq_protocol::remoting::body::misc::MessageQueue;
+pub use message::{Message, MessageExt};
+pub use offset_store::{
+    BrokerOffsetStore, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
+    Persister, ReadMode,
+};
+pub use producer::{
+    BatchSendResult, Producer, ProducerConfig, QueueSelection, QueueSelector, SendResult,
+};
+pub use pull_consumer::{PullConsumer, PullConsumerConfig, PullResult};
+pub use route::{RouteCache, TopicRoute};

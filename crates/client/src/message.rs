@@ -1,0 +1,384 @@
+//! Messages: the [`Message`] a producer sends and the [`MessageExt`] a consumer receives.
+//!
+//! Invariants:
+//! - a `Message` that passed [`Message::validate`] encodes to properties Java's
+//!   `string2messageProperties` reads back identically: no name or value holds the 0x01/0x02
+//!   separators, and user properties never shadow the reserved names the client sets
+//!   (`TAGS`, `KEYS`, `UNIQ_KEY`, `DELAY`, `WAIT`);
+//! - every sent message carries a fresh `UNIQ_KEY` of 32 uppercase hex characters, unique
+//!   within this process and, with overwhelming likelihood, across processes;
+//! - decoding a pull body never panics: malformed bytes are an error naming the record index.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ferromq_protocol::{property_names, MessageId, Properties, RecordView};
+
+/// Property names the client sets itself; user properties may not use them.
+pub const RESERVED_PROPERTIES: &[&str] = &[
+    property_names::TAGS,
+    property_names::KEYS,
+    property_names::UNIQ_KEY,
+    property_names::DELAY,
+    "WAIT",
+    property_names::CRC32,
+];
+
+/// Longest topic name (RocketMQ's limit).
+pub const TOPIC_NAME_MAX: usize = 127;
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Message {
+    /// Topic.
+    pub topic: String,
+    /// Body.
+    pub body: Bytes,
+    /// Tag (one; `||` is not allowed in a tag).
+    pub tags: Option<String>,
+    /// Keys (indexed by the broker; stored space-separated).
+    pub keys: Vec<String>,
+    /// Delay level (1-based, the broker's `messageDelayLevel`); `None` for immediate delivery.
+    pub delay_level: Option<u32>,
+    /// User properties.
+    pub properties: BTreeMap<String, String>,
+    /// Java's `flag` (an opaque int the application may use).
+    pub flag: i32,
+}
+
+impl Message {
+    /// A message with `topic` and `body` and nothing else.
+    pub fn new(topic: impl Into<String>, body: impl Into<Bytes>) -> Self {
+        Message {
+            topic: topic.into(),
+            body: body.into(),
+            ..Message::default()
+        }
+    }
+
+    /// Sets the tag.
+    pub fn with_tags(mut self, tags: impl Into<String>) -> Self {
+        self.tags = Some(tags.into());
+        self
+    }
+
+    /// Adds a key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(key.into());
+        self
+    }
+
+    /// Sets the delay level.
+    pub fn with_delay_level(mut self, level: u32) -> Self {
+        self.delay_level = Some(level);
+        self
+    }
+
+    /// Adds a user property.
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the flag.
+    pub fn with_flag(mut self, flag: i32) -> Self {
+        self.flag = flag;
+        self
+    }
+
+    /// Checks the topic name, tag, keys and properties.
+    ///
+    /// # Errors
+    /// A text naming the first problem found.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_topic(&self.topic)?;
+        if let Some(tags) = &self.tags {
+            if tags.is_empty() || tags.contains("||") {
+                return Err(format!("tag {tags:?} is empty or contains \"||\""));
+            }
+            check_text("tag", tags)?;
+        }
+        for key in &self.keys {
+            if key.is_empty() || key.contains(' ') {
+                return Err(format!("key {key:?} is empty or contains a space"));
+            }
+            check_text("key", key)?;
+        }
+        if self.delay_level == Some(0) {
+            return Err("delay level 0 is not a level; leave it unset".into());
+        }
+        for (name, value) in &self.properties {
+            if name.is_empty() {
+                return Err("empty property name".into());
+            }
+            if RESERVED_PROPERTIES.contains(&name.as_str()) {
+                return Err(format!("property name {name} is reserved"));
+            }
+            check_text("property name", name)?;
+            check_text("property value", value)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the properties string sent in the header, with `uniq_key` as `UNIQ_KEY`.
+    pub(crate) fn encode_properties(&self, uniq_key: &str) -> String {
+        let keys = self.keys.join(" ");
+        let delay = self.delay_level.map(|l| l.to_string());
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        if let Some(tags) = &self.tags {
+            pairs.push((property_names::TAGS, tags));
+        }
+        if !keys.is_empty() {
+            pairs.push((property_names::KEYS, &keys));
+        }
+        if let Some(delay) = &delay {
+            pairs.push((property_names::DELAY, delay));
+        }
+        pairs.push(("WAIT", "true"));
+        pairs.push((property_names::UNIQ_KEY, uniq_key));
+        for (name, value) in &self.properties {
+            pairs.push((name, value));
+        }
+        // Validated text holds no separators and is UTF-8, so the bytes are UTF-8.
+        String::from_utf8(Properties::encode(pairs)).unwrap_or_default()
+    }
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), String> {
+    if text.bytes().any(|b| b == 0x01 || b == 0x02) {
+        return Err(format!(
+            "{what} {text:?} contains a property separator (0x01 or 0x02)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a topic name: 1 to 127 characters of `[A-Za-z0-9_%|-]`.
+///
+/// # Errors
+/// A text naming the problem.
+pub fn validate_topic(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic.len() > TOPIC_NAME_MAX {
+        return Err(format!(
+            "topic name must have 1 to {TOPIC_NAME_MAX} characters, got {}",
+            topic.len()
+        ));
+    }
+    if let Some(c) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '%' | '|' | '-')))
+    {
+        return Err(format!("topic name {topic:?} contains {c:?}"));
+    }
+    Ok(())
+}
+
+/// A fresh client message id (`UNIQ_KEY`): 32 uppercase hex characters made of the process id
+/// (4 bytes), a per-process random-ish start stamp (4 bytes) and a counter (8 bytes).
+pub fn new_uniq_key() -> String {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let stamp = nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        (u64::from(std::process::id()) << 32) | stamp
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix:016X}{n:016X}")
+}
+
+/// A message received from a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageExt {
+    /// Topic.
+    pub topic: String,
+    /// Queue id.
+    pub queue_id: i32,
+    /// Broker group the message was pulled from.
+    pub broker_name: String,
+    /// Offset in the queue.
+    pub queue_offset: u64,
+    /// Offset in the broker's CommitLog.
+    pub commit_log_offset: u64,
+    /// Body as stored (not decompressed: see `sys_flag` bit 0x1).
+    pub body: Bytes,
+    /// Tag.
+    pub tags: Option<String>,
+    /// Keys.
+    pub keys: Vec<String>,
+    /// User properties (reserved names and ferromq's record CRC property excluded).
+    pub properties: BTreeMap<String, String>,
+    /// Client message id: `UNIQ_KEY` when the producer set one, else the offset message id.
+    pub msg_id: String,
+    /// Broker message id (store address + CommitLog offset).
+    pub offset_msg_id: String,
+    /// Producer's timestamp, ms.
+    pub born_timestamp_ms: i64,
+    /// Broker's timestamp, ms.
+    pub store_timestamp_ms: i64,
+    /// Producer address.
+    pub born_host: SocketAddr,
+    /// Broker address.
+    pub store_host: SocketAddr,
+    /// Deliveries so far minus one.
+    pub reconsume_times: i32,
+    /// Message sysFlag (reference §8.3).
+    pub sys_flag: i32,
+    /// Java's `flag`.
+    pub flag: i32,
+    /// Delay level, if the message carried one.
+    pub delay_level: Option<u32>,
+}
+
+/// Decodes a pull body: stored records back to back.
+///
+/// # Errors
+/// A text naming the index of the first record that cannot be parsed.
+pub fn decode_pull_body(body: &[u8], broker_name: &str) -> Result<Vec<MessageExt>, String> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let view = RecordView::parse_structure(rest)
+            .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
+        let size = view.total_size();
+        out.push(message_from_view(&view, broker_name));
+        rest = &rest[size..];
+    }
+    Ok(out)
+}
+
+fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> MessageExt {
+    let props = view.properties;
+    let text = |name: &str| props.get_str(name).map(str::to_string);
+    let offset_msg_id = MessageId {
+        store_host: view.store_host,
+        phys_offset: view.phys_offset,
+    }
+    .encode();
+    let properties = props
+        .iter()
+        .filter_map(|(n, v)| {
+            let n = std::str::from_utf8(n).ok()?;
+            let v = std::str::from_utf8(v).ok()?;
+            (!RESERVED_PROPERTIES.contains(&n)).then(|| (n.to_string(), v.to_string()))
+        })
+        .collect();
+    MessageExt {
+        topic: view.topic_str().to_string(),
+        queue_id: view.queue_id as i32,
+        broker_name: broker_name.to_string(),
+        queue_offset: view.queue_offset,
+        commit_log_offset: view.phys_offset,
+        body: Bytes::copy_from_slice(view.body),
+        tags: text(property_names::TAGS),
+        keys: text(property_names::KEYS)
+            .map(|k| {
+                k.split(' ')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        properties,
+        msg_id: text(property_names::UNIQ_KEY).unwrap_or_else(|| offset_msg_id.clone()),
+        offset_msg_id,
+        born_timestamp_ms: view.born_timestamp_ms,
+        store_timestamp_ms: view.store_timestamp_ms,
+        born_host: view.born_host,
+        store_host: view.store_host,
+        reconsume_times: view.reconsume_times,
+        sys_flag: view.sys_flag,
+        flag: view.flag,
+        delay_level: text(property_names::DELAY).and_then(|d| d.parse().ok()),
+    }
+}
+
+/// Encodes a SEND_BATCH_MESSAGE body (reference §8.6): per message `total i32 | magic 0 |
+/// bodyCRC 0 | flag i32 | bodyLen i32 | body | propLen i16 | props`.
+///
+/// # Errors
+/// A text when a message's properties exceed 32767 bytes.
+pub(crate) fn encode_batch(entries: &[(&Message, String)]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    for (index, (msg, props)) in entries.iter().enumerate() {
+        let props = props.as_bytes();
+        if props.len() > i16::MAX as usize {
+            return Err(format!(
+                "batch message {index}: properties are {} bytes, more than {}",
+                props.len(),
+                i16::MAX
+            ));
+        }
+        let total = 20 + msg.body.len() + 2 + props.len();
+        out.extend_from_slice(&(total as i32).to_be_bytes());
+        out.extend_from_slice(&0i32.to_be_bytes());
+        out.extend_from_slice(&0i32.to_be_bytes());
+        out.extend_from_slice(&msg.flag.to_be_bytes());
+        out.extend_from_slice(&(msg.body.len() as i32).to_be_bytes());
+        out.extend_from_slice(&msg.body);
+        out.extend_from_slice(&(props.len() as i16).to_be_bytes());
+        out.extend_from_slice(props);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniq_keys_are_32_hex_and_distinct() {
+        let a = new_uniq_key();
+        let b = new_uniq_key();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn validation_rejects_reserved_and_separators() {
+        let m = Message::new("T", "x").with_property("KEYS", "v");
+        assert!(m.validate().unwrap_err().contains("reserved"));
+        let m = Message::new("T", "x").with_property("a", "b\u{1}c");
+        assert!(m.validate().unwrap_err().contains("separator"));
+        assert!(Message::new("bad topic", "x").validate().is_err());
+        assert!(Message::new("T", "x").with_tags("a||b").validate().is_err());
+        assert!(Message::new("T", "x").with_key("a b").validate().is_err());
+        assert!(Message::new("T", "x")
+            .with_tags("t")
+            .with_key("k")
+            .with_property("p", "v")
+            .validate()
+            .is_ok());
+    }
+
+    #[test]
+    fn properties_round_trip_through_the_protocol_parser() {
+        let m = Message::new("T", "x")
+            .with_tags("t")
+            .with_key("k1")
+            .with_key("k2")
+            .with_delay_level(3)
+            .with_property("p", "v");
+        let text = m.encode_properties("ABC");
+        let p = Properties(text.as_bytes());
+        assert_eq!(p.get_str("TAGS"), Some("t"));
+        assert_eq!(p.get_str("KEYS"), Some("k1 k2"));
+        assert_eq!(p.get_str("DELAY"), Some("3"));
+        assert_eq!(p.get_str("UNIQ_KEY"), Some("ABC"));
+        assert_eq!(p.get_str("p"), Some("v"));
+    }
+
+    #[test]
+    fn garbage_pull_body_is_an_error_naming_the_record() {
+        let err = decode_pull_body(&[0, 0, 0, 5, 1, 2, 3], "b").unwrap_err();
+        assert!(err.contains("record 0"), "{err}");
+    }
+}

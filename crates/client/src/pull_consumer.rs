@@ -1,0 +1,615 @@
+//! [`PullConsumer`]: the application chooses queues and offsets, pulls, and commits through
+//! its offset store (RocketMQ's `DefaultMQPullConsumer` role, without its silent failures).
+//!
+//! Invariants:
+//! - `pull` maps wire codes exactly (reference §9): 0 → `Found`, 19 → `NoNewMessage`,
+//!   20 → `NoMatchedMessage`, 21 → `OffsetIllegal` with the broker's suggested offset; any
+//!   other code is an `Err` carrying the code and remark; a negative offset from the broker is
+//!   a decode error, never passed on;
+//! - the pull itself never commits (sysFlag COMMIT_OFFSET is not set): progress moves only
+//!   through the offset store, whose failures reach the caller (offset pitfalls C1, C2);
+//! - `commit` is `update` + `persist` and returns the store's error; `read_offset` returns
+//!   `Ok(None)` only when the store has no offset, `Err` when it cannot be asked (C3, C6);
+//! - blocking pulls are bounded: the broker holds at most `hold`, the client waits
+//!   `hold + pull_timeout`;
+//! - the consumer heartbeats to every known master so the broker knows the group is online
+//!   (a commit lower than the stored offset is then a stale commit, not an offline reset).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ferromq_protocol::java_string_hash;
+use ferromq_protocol::remoting::body::encode_json;
+use ferromq_protocol::remoting::body::heartbeat::{
+    ConsumeFromWhere, ConsumeType, ConsumerData, HeartbeatData, MessageModel, SubscriptionData,
+};
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::offset::{
+    GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
+};
+use ferromq_protocol::remoting::headers::pull::{
+    PullMessageRequestHeader, PullMessageResponseHeader,
+};
+use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+
+use crate::connections::ConnectionPool;
+use crate::error::{ClientError, OffsetError};
+use crate::message::{decode_pull_body, MessageExt};
+use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMode};
+use crate::route::RouteCache;
+
+/// Pull sysFlag bits (reference §9).
+const SYSFLAG_SUSPEND: i32 = 0x2;
+const SYSFLAG_SUBSCRIPTION: i32 = 0x4;
+
+/// Pull consumer settings.
+#[derive(Debug, Clone)]
+pub struct PullConsumerConfig {
+    /// Name servers, asked in order.
+    pub namesrv_addrs: Vec<SocketAddr>,
+    /// Consumer group.
+    pub group: String,
+    /// Bound on a non-blocking pull and on offset requests.
+    pub pull_timeout: Duration,
+    /// Bound on connecting to a server.
+    pub connect_timeout: Duration,
+    /// A cached route older than this is refreshed before use.
+    pub route_max_age: Duration,
+    /// Heartbeat period (the broker forgets a silent client after 120 s by default).
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for PullConsumerConfig {
+    fn default() -> Self {
+        PullConsumerConfig {
+            namesrv_addrs: Vec::new(),
+            group: String::new(),
+            pull_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(3),
+            route_max_age: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Outcome of one pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullResult {
+    /// Messages at and after the requested offset (tags re-checked client-side, so the list
+    /// may be shorter than what the broker sent, even empty).
+    Found {
+        /// Messages in queue order.
+        messages: Vec<MessageExt>,
+        /// Offset to pull next.
+        next_offset: u64,
+    },
+    /// No message at the requested offset yet (the queue's tail).
+    NoNewMessage {
+        /// Offset to pull next.
+        next_offset: u64,
+    },
+    /// The offset is outside the queue; the broker suggests where to continue.
+    OffsetIllegal {
+        /// The broker's suggested next offset.
+        suggested_offset: u64,
+    },
+    /// Messages were scanned but none matched the expression.
+    NoMatchedMessage {
+        /// Offset to pull next.
+        next_offset: u64,
+    },
+}
+
+/// A tag expression: `*` (or empty) for all, else `a || b || c`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TagExpression {
+    text: String,
+    tags: Vec<String>,
+}
+
+impl TagExpression {
+    fn parse(expression: &str) -> TagExpression {
+        let text = expression.trim();
+        let tags = if text.is_empty() || text == "*" {
+            Vec::new()
+        } else {
+            text.split("||")
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        TagExpression {
+            text: if tags.is_empty() {
+                "*".into()
+            } else {
+                text.into()
+            },
+            tags,
+        }
+    }
+
+    fn matches(&self, tags: Option<&str>) -> bool {
+        self.tags.is_empty() || tags.is_some_and(|t| self.tags.iter().any(|x| x == t))
+    }
+}
+
+/// A pull consumer. Cheap to clone; clones share connections, routes and the offset store.
+#[derive(Debug, Clone)]
+pub struct PullConsumer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: PullConsumerConfig,
+    client_id: String,
+    pool: Arc<ConnectionPool>,
+    routes: Arc<RouteCache>,
+    offsets: Arc<dyn OffsetStore>,
+    topics: Mutex<BTreeSet<String>>,
+    heartbeat_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .heartbeat_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl PullConsumer {
+    /// Starts a consumer whose offsets live on the brokers ([`BrokerOffsetStore`]).
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for an empty group or no name server.
+    pub fn start(config: PullConsumerConfig) -> Result<PullConsumer, ClientError> {
+        Self::start_with(config, |group, routes, pool, timeout| {
+            Arc::new(BrokerOffsetStore::new(group, routes, pool, timeout))
+        })
+    }
+
+    /// Starts a consumer with the offset store `make` builds from the group, route cache,
+    /// connection pool and request timeout (e.g. a [`crate::LocalFileOffsetStore`] for
+    /// broadcasting, or a user store).
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for an empty group or no name server.
+    pub fn start_with(
+        config: PullConsumerConfig,
+        make: impl FnOnce(&str, Arc<RouteCache>, Arc<ConnectionPool>, Duration) -> Arc<dyn OffsetStore>,
+    ) -> Result<PullConsumer, ClientError> {
+        if config.group.is_empty() {
+            return Err(ClientError::Config("consumer group is empty".into()));
+        }
+        let pool = Arc::new(ConnectionPool::new(ClientOptions {
+            connect_timeout: config.connect_timeout,
+            ..ClientOptions::default()
+        }));
+        let routes = Arc::new(RouteCache::new(
+            config.namesrv_addrs.clone(),
+            pool.clone(),
+            config.pull_timeout,
+            config.route_max_age,
+        )?);
+        let offsets = make(
+            &config.group,
+            routes.clone(),
+            pool.clone(),
+            config.pull_timeout,
+        );
+        let client_id = format!(
+            "127.0.0.1@{}#{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        let consumer = PullConsumer {
+            inner: Arc::new(Inner {
+                config,
+                client_id,
+                pool,
+                routes,
+                offsets,
+                topics: Mutex::new(BTreeSet::new()),
+                heartbeat_task: Mutex::new(None),
+            }),
+        };
+        let weak = Arc::downgrade(&consumer.inner);
+        let period = consumer
+            .inner
+            .config
+            .heartbeat_interval
+            .max(Duration::from_millis(10));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let consumer = PullConsumer { inner };
+                if let Err(error) = consumer.heartbeat().await {
+                    tracing::warn!(%error, "consumer heartbeat failed");
+                }
+            }
+        });
+        *consumer
+            .inner
+            .heartbeat_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(task);
+        Ok(consumer)
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.inner.config.group
+    }
+
+    /// This client's id as sent in heartbeats.
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    /// The offset store.
+    pub fn offset_store(&self) -> &Arc<dyn OffsetStore> {
+        &self.inner.offsets
+    }
+
+    /// The route cache.
+    pub fn routes(&self) -> &Arc<RouteCache> {
+        &self.inner.routes
+    }
+
+    /// The readable queues of `topic` (route refreshed when stale), and registers the topic in
+    /// this consumer's heartbeat subscriptions.
+    ///
+    /// # Errors
+    /// Route errors, or [`ClientError::NoQueue`].
+    pub async fn fetch_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, ClientError> {
+        let queues = self.inner.routes.read_queues(topic).await?;
+        let new = self
+            .inner
+            .topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(topic.to_string());
+        if new {
+            if let Err(error) = self.heartbeat().await {
+                tracing::warn!(%error, "consumer heartbeat failed");
+            }
+        }
+        Ok(queues)
+    }
+
+    /// Sends a heartbeat naming this consumer's group and subscriptions to every known
+    /// master.
+    ///
+    /// # Errors
+    /// The first broker that did not accept it (the others are still tried).
+    pub async fn heartbeat(&self) -> Result<(), ClientError> {
+        let subscriptions = self
+            .inner
+            .topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|topic| SubscriptionData {
+                topic: topic.clone(),
+                sub_string: "*".into(),
+                expression_type: Some("TAG".into()),
+                ..SubscriptionData::default()
+            })
+            .collect();
+        let data = HeartbeatData {
+            client_id: self.inner.client_id.clone(),
+            producer_data_set: Vec::new(),
+            consumer_data_set: vec![ConsumerData {
+                group_name: self.inner.config.group.clone(),
+                consume_type: ConsumeType::ConsumeActively,
+                message_model: MessageModel::Clustering,
+                consume_from_where: ConsumeFromWhere::ConsumeFromLastOffset,
+                subscription_data_set: subscriptions,
+                unit_mode: false,
+            }],
+            heartbeat_fingerprint: None,
+            without_sub: None,
+        };
+        let body = encode_json(&data);
+        let mut first_error = None;
+        for addr in self.inner.routes.known_masters() {
+            let cmd = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+                .with_body(body.clone());
+            let result = self
+                .inner
+                .pool
+                .invoke(addr, cmd, self.inner.config.pull_timeout)
+                .await
+                .and_then(|reply| match reply.code {
+                    response::SUCCESS => Ok(()),
+                    code => Err(ClientError::Broker {
+                        addr,
+                        code,
+                        remark: reply.remark.unwrap_or_default(),
+                    }),
+                });
+            if let Err(error) = result {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Pulls up to `max` messages of `queue` from `offset` matching the tag `expression`;
+    /// answers at once when there is nothing.
+    ///
+    /// # Errors
+    /// Route and transport errors, [`ClientError::Broker`] for codes other than 0/19/20/21,
+    /// [`ClientError::Decode`] for a malformed reply.
+    pub async fn pull(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<PullResult, ClientError> {
+        self.pull_inner(queue, expression, offset, max, None).await
+    }
+
+    /// As [`PullConsumer::pull`], but the broker holds the request up to `hold` (long
+    /// polling) when there is no message at `offset` yet.
+    ///
+    /// # Errors
+    /// As [`PullConsumer::pull`].
+    pub async fn pull_blocking(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: u64,
+        max: u32,
+        hold: Duration,
+    ) -> Result<PullResult, ClientError> {
+        self.pull_inner(queue, expression, offset, max, Some(hold))
+            .await
+    }
+
+    async fn pull_inner(
+        &self,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: u64,
+        max: u32,
+        hold: Option<Duration>,
+    ) -> Result<PullResult, ClientError> {
+        let addr = self
+            .inner
+            .routes
+            .master_addr(&queue.topic, &queue.broker_name)
+            .await?;
+        let wire_offset = i64::try_from(offset)
+            .map_err(|_| ClientError::InvalidMessage(format!("offset {offset} exceeds i64")))?;
+        let expression = TagExpression::parse(expression);
+        let (sys_flag, suspend_ms, timeout) = match hold {
+            Some(hold) => (
+                SYSFLAG_SUBSCRIPTION | SYSFLAG_SUSPEND,
+                hold.as_millis().min(i64::MAX as u128) as i64,
+                hold + self.inner.config.pull_timeout,
+            ),
+            None => (SYSFLAG_SUBSCRIPTION, 0, self.inner.config.pull_timeout),
+        };
+        let header = PullMessageRequestHeader {
+            consumer_group: self.inner.config.group.clone(),
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            queue_offset: wire_offset,
+            max_msg_nums: max.clamp(1, i32::MAX as u32) as i32,
+            sys_flag,
+            commit_offset: 0,
+            suspend_timeout_millis: suspend_ms,
+            subscription: Some(expression.text.clone()),
+            sub_version: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            expression_type: Some("TAG".into()),
+            ..PullMessageRequestHeader::default()
+        };
+        let cmd = RemotingCommand::request_with_header(request::PULL_MESSAGE, &header);
+        let reply = self.inner.pool.invoke(addr, cmd, timeout).await?;
+        let code = reply.code;
+        if !matches!(
+            code,
+            response::SUCCESS
+                | response::PULL_NOT_FOUND
+                | response::PULL_RETRY_IMMEDIATELY
+                | response::PULL_OFFSET_MOVED
+        ) {
+            return Err(ClientError::Broker {
+                addr,
+                code,
+                remark: reply.remark.unwrap_or_default(),
+            });
+        }
+        let decode = |reason: String| ClientError::Decode { addr, reason };
+        let h: PullMessageResponseHeader =
+            reply.decode_header().map_err(|e| decode(e.to_string()))?;
+        let next = u64::try_from(h.next_begin_offset).map_err(|_| {
+            decode(format!(
+                "negative nextBeginOffset {} for {queue:?}",
+                h.next_begin_offset
+            ))
+        })?;
+        Ok(match code {
+            response::SUCCESS => {
+                let messages = decode_pull_body(
+                    reply.body.as_deref().unwrap_or_default(),
+                    &queue.broker_name,
+                )
+                .map_err(decode)?
+                .into_iter()
+                .filter(|m| expression.matches(m.tags.as_deref()))
+                .collect();
+                PullResult::Found {
+                    messages,
+                    next_offset: next,
+                }
+            }
+            response::PULL_NOT_FOUND => PullResult::NoNewMessage { next_offset: next },
+            response::PULL_RETRY_IMMEDIATELY => PullResult::NoMatchedMessage { next_offset: next },
+            _ => PullResult::OffsetIllegal {
+                suggested_offset: next,
+            },
+        })
+    }
+
+    /// The next offset to be written in `queue` (its max, exclusive).
+    ///
+    /// # Errors
+    /// Route and transport errors, or the broker's failure code.
+    pub async fn max_offset(&self, queue: &MessageQueue) -> Result<u64, ClientError> {
+        let header = GetMaxOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+            committed: Some(true),
+        };
+        let (addr, reply) = self
+            .offset_request(
+                queue,
+                RemotingCommand::request_with_header(request::GET_MAX_OFFSET, &header),
+            )
+            .await?;
+        let h: GetMaxOffsetResponseHeader =
+            reply.decode_header().map_err(|e| ClientError::Decode {
+                addr,
+                reason: e.to_string(),
+            })?;
+        non_negative(addr, h.offset)
+    }
+
+    /// The smallest offset still stored in `queue`.
+    ///
+    /// # Errors
+    /// Route and transport errors, or the broker's failure code.
+    pub async fn min_offset(&self, queue: &MessageQueue) -> Result<u64, ClientError> {
+        let header = GetMinOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue.queue_id,
+        };
+        let (addr, reply) = self
+            .offset_request(
+                queue,
+                RemotingCommand::request_with_header(request::GET_MIN_OFFSET, &header),
+            )
+            .await?;
+        let h: GetMinOffsetResponseHeader =
+            reply.decode_header().map_err(|e| ClientError::Decode {
+                addr,
+                reason: e.to_string(),
+            })?;
+        non_negative(addr, h.offset)
+    }
+
+    async fn offset_request(
+        &self,
+        queue: &MessageQueue,
+        cmd: RemotingCommand,
+    ) -> Result<(SocketAddr, RemotingCommand), ClientError> {
+        let addr = self
+            .inner
+            .routes
+            .master_addr(&queue.topic, &queue.broker_name)
+            .await?;
+        let reply = self
+            .inner
+            .pool
+            .invoke(addr, cmd, self.inner.config.pull_timeout)
+            .await?;
+        if reply.code != response::SUCCESS {
+            return Err(ClientError::Broker {
+                addr,
+                code: reply.code,
+                remark: reply.remark.unwrap_or_default(),
+            });
+        }
+        Ok((addr, reply))
+    }
+
+    /// Records `offset` (the next offset to consume) for `queue` and persists it, waiting for
+    /// the store's acknowledgement.
+    ///
+    /// # Errors
+    /// The store's [`OffsetError`]; the value stays in memory for a later `persist`.
+    pub async fn commit(&self, queue: &MessageQueue, offset: u64) -> Result<(), OffsetError> {
+        self.inner.offsets.update(queue, offset);
+        self.inner.offsets.persist(queue).await
+    }
+
+    /// The offset to resume `queue` from: memory first, then the store. `Ok(None)` means the
+    /// group has no offset for the queue; the caller decides where to start.
+    ///
+    /// # Errors
+    /// The store could not be asked.
+    pub async fn read_offset(&self, queue: &MessageQueue) -> Result<Option<u64>, OffsetError> {
+        self.inner
+            .offsets
+            .read(queue, ReadMode::MemoryFirstThenStore)
+            .await
+    }
+
+    /// Persists every offset, stops the heartbeat and closes connections.
+    ///
+    /// # Errors
+    /// The store's `persist_all` error; per-queue failures are listed in the report.
+    pub async fn shutdown(&self) -> Result<PersistReport, OffsetError> {
+        let report = self.inner.offsets.persist_all().await;
+        if let Some(task) = self
+            .inner
+            .heartbeat_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+        self.inner.pool.close_all();
+        report
+    }
+}
+
+fn non_negative(addr: SocketAddr, v: i64) -> Result<u64, ClientError> {
+    u64::try_from(v).map_err(|_| ClientError::Decode {
+        addr,
+        reason: format!("negative offset {v}"),
+    })
+}
+
+/// Java hash of a tag, as brokers store it in the ConsumeQueue (exposed for filters).
+pub fn tag_hash(tag: &str) -> i64 {
+    i64::from(java_string_hash(tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_expressions() {
+        let all = TagExpression::parse(" * ");
+        assert!(all.matches(None) && all.matches(Some("x")));
+        let some = TagExpression::parse("a || b");
+        assert_eq!(some.tags, vec!["a", "b"]);
+        assert!(some.matches(Some("b")));
+        assert!(!some.matches(Some("c")));
+        assert!(!some.matches(None));
+    }
+}

@@ -1,0 +1,206 @@
+//! In-process name server and brokers on 127.0.0.1 for the client's integration tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ferromq_broker::{Broker, BrokerConfig};
+use ferromq_client::{ClientError, ConnectionPool, RouteCache};
+use ferromq_namesrv::{NameServer, NamesrvConfig};
+use ferromq_protocol::remoting::body::route::perm;
+use ferromq_protocol::remoting::body::topic::{
+    RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper,
+};
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
+use ferromq_protocol::remoting::headers::namesrv::RegisterBrokerRequestHeader;
+use ferromq_protocol::remoting::{ClientOptions, RemotingClient, RemotingCommand};
+use tokio::sync::oneshot;
+
+pub const T: Duration = Duration::from_secs(5);
+
+/// A running name server; dropping it stops it.
+pub struct Namesrv {
+    pub addr: SocketAddr,
+    pub registry: std::sync::Arc<ferromq_namesrv::RouteRegistry>,
+    _stop: oneshot::Sender<()>,
+}
+
+pub async fn namesrv() -> Namesrv {
+    let server = NameServer::bind(NamesrvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..NamesrvConfig::default()
+    })
+    .await
+    .expect("name server binds");
+    let addr = server.local_addr();
+    let registry = server.registry();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    Namesrv {
+        addr,
+        registry,
+        _stop: stop,
+    }
+}
+
+/// A broker on its own tokio runtime, so that stopping it also ends every connection it
+/// serves, as the death of a broker process would.
+pub struct BrokerProc {
+    runtime: Option<tokio::runtime::Runtime>,
+    broker: Option<Broker>,
+    addr: SocketAddr,
+}
+
+impl BrokerProc {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Shuts the broker down cleanly (flush, checkpoint, unregister), then drops its runtime
+    /// and with it every open connection.
+    pub async fn shutdown(mut self) -> Result<(), String> {
+        let runtime = self.runtime.take().expect("runtime");
+        let broker = self.broker.take().expect("broker");
+        let result = runtime
+            .spawn(async move { broker.shutdown().await.map_err(|e| e.to_string()) })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        runtime.shutdown_background();
+        result
+    }
+}
+
+impl Drop for BrokerProc {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Starts a SYNC_FLUSH broker named `name` registering with `namesrv`, on `port` (0: any).
+pub async fn broker(dir: &Path, namesrv: SocketAddr, name: &str, port: u16) -> BrokerProc {
+    let config = BrokerConfig {
+        broker_name: name.into(),
+        listen_port: port,
+        namesrv_addr: namesrv.to_string(),
+        store_path_root_dir: dir.to_path_buf(),
+        flush_disk_type: "SYNC_FLUSH".into(),
+        auto_create_topic_enable: false,
+        default_topic_queue_nums: 2,
+        mapped_file_size_commit_log: 4 << 20,
+        max_message_size: 256 * 1024,
+        ..BrokerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("broker runtime");
+    // A restart on the same port may race the old socket's release: retry briefly.
+    let deadline = Instant::now() + T;
+    loop {
+        let started = runtime
+            .spawn(Broker::start(config.clone()))
+            .await
+            .expect("broker start task");
+        match started {
+            Ok(broker) => {
+                let addr = broker.local_addr();
+                return BrokerProc {
+                    runtime: Some(runtime),
+                    broker: Some(broker),
+                    addr,
+                };
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "broker start retry");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("broker starts: {e}"),
+        }
+    }
+}
+
+/// Creates `topic` with `queues` read/write queues on the broker at `addr`.
+pub async fn create_topic(addr: SocketAddr, topic: &str, queues: i32) {
+    let client = RemotingClient::connect(addr, T).await.expect("connect");
+    let header = CreateTopicRequestHeader {
+        topic: topic.into(),
+        default_topic: "TBW102".into(),
+        read_queue_nums: queues,
+        write_queue_nums: queues,
+        perm: perm::READ | perm::WRITE,
+        ..Default::default()
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header),
+            T,
+        )
+        .await
+        .expect("create topic reply");
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+}
+
+/// Waits until the name server's route for `topic` names `brokers` broker groups.
+pub async fn wait_route(namesrv: SocketAddr, topic: &str, brokers: usize) {
+    let pool = std::sync::Arc::new(ConnectionPool::new(ClientOptions::default()));
+    let routes = RouteCache::new(vec![namesrv], pool, T, Duration::ZERO).unwrap();
+    let deadline = Instant::now() + T;
+    loop {
+        match routes.refresh(topic).await {
+            Ok(route) if route.data.broker_datas.len() >= brokers => return,
+            Ok(_) | Err(ClientError::NoRoute { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => panic!("route of {topic} never appeared: {other:?}"),
+        }
+    }
+}
+
+/// Registers a fake broker group `name` at `addr` serving `topic` (2 queues) directly in the
+/// name server's registry.
+pub fn register_fake_broker(ns: &Namesrv, name: &str, addr: SocketAddr, topic: &str) {
+    let header = RegisterBrokerRequestHeader {
+        broker_name: name.into(),
+        broker_addr: addr.to_string(),
+        cluster_name: "DefaultCluster".into(),
+        ha_server_addr: addr.to_string(),
+        broker_id: 0,
+        ..Default::default()
+    };
+    let mut config = TopicConfig::new(topic);
+    config.read_queue_nums = 2;
+    config.write_queue_nums = 2;
+    let mut wrapper = TopicConfigSerializeWrapper::default();
+    wrapper.topic_config_table.insert(topic.into(), config);
+    wrapper.data_version.counter = 1;
+    let body = RegisterBrokerBody {
+        topic_config_serialize_wrapper: wrapper,
+        filter_server_list: Vec::new(),
+    };
+    let _ = ns.registry.register_broker(&header, &body, None);
+}
+
+/// A TCP server that accepts connections and never answers; returns its address and a
+/// counter of accepted connections.
+pub async fn silent_server() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (addr, accepted)
+}
