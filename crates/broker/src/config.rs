@@ -20,6 +20,9 @@ pub enum ConfigError {
     /// The TOML is malformed or names an unknown key.
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    /// The store settings these keys imply are unusable; the message names the key.
+    #[error("{0}")]
+    Store(String),
     /// A key has a value ferromq cannot use.
     #[error("config key {key}: {message}")]
     Invalid { key: &'static str, message: String },
@@ -215,10 +218,9 @@ impl BrokerConfig {
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
         store.store_host = SocketAddr::new(self.broker_ip1, self.listen_port);
-        store.validate().map_err(|e| ConfigError::Invalid {
-            key: "storePathRootDir",
-            message: e.to_string(),
-        })?;
+        store
+            .validate()
+            .map_err(|e| ConfigError::Store(e.to_string()))?;
         Ok(store)
     }
 }

@@ -824,3 +824,54 @@ async fn shutdown_closes_client_connections_instead_of_answering_from_a_closed_s
         "a stopped broker never answers 'no offset': {query:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_commit_under_async_flush_goes_through_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        listen_port: 0,
+        store_path_root_dir: dir.path().to_path_buf(),
+        flush_disk_type: "ASYNC_FLUSH".into(),
+        mapped_file_size_commit_log: 1 << 20,
+        max_message_size: 64 * 1024,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(config).await.unwrap();
+    let client = client(broker.local_addr()).await;
+    for i in 0..3 {
+        send(&client, "A", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    let header = UpdateConsumerOffsetRequestHeader {
+        consumer_group: "G".into(),
+        topic: "A".into(),
+        queue_id: 0,
+        commit_offset: 2,
+    };
+    let mut command =
+        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    command.set_oneway(true);
+    client.invoke_oneway(command).await.unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let reply = query(&client, "A", 0).await;
+        if reply.code == response::SUCCESS {
+            assert_eq!(
+                reply
+                    .decode_header::<QueryConsumerOffsetResponseHeader>()
+                    .unwrap()
+                    .offset,
+                2
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the one-way commit never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let history = broker
+        .context()
+        .store
+        .offset_history("G", "A", Some(0))
+        .unwrap();
+    assert_eq!(history.len(), 1, "the commit is a record in the log");
+    broker.shutdown().await.unwrap();
+}
