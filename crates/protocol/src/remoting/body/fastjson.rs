@@ -41,6 +41,7 @@ pub fn normalize(input: &str) -> Result<String, FastJsonError> {
         text: input,
         pos: 0,
         out: String::with_capacity(input.len() + 16),
+        in_object_key: false,
     };
     p.ws();
     p.value(0)?;
@@ -56,6 +57,9 @@ struct Parser<'a> {
     text: &'a str,
     pos: usize,
     out: String,
+    /// Inside an object used as a key. fastjson's `MessageQueue` keys never nest, and a nested
+    /// key would be escaped once per level (output doubling per level), so it is refused.
+    in_object_key: bool,
 }
 
 impl Parser<'_> {
@@ -103,6 +107,10 @@ impl Parser<'_> {
     }
 
     fn object(&mut self, depth: usize) -> Result<(), FastJsonError> {
+        // Objects are also reached through keys (`key` -> `object`), not only through `value`.
+        if depth > MAX_DEPTH {
+            return Err(FastJsonError::TooDeep);
+        }
         self.expect(b'{')?;
         self.ws();
         if self.peek() == Some(b'}') {
@@ -129,9 +137,12 @@ impl Parser<'_> {
     fn key(&mut self, depth: usize) -> Result<(), FastJsonError> {
         match self.peek() {
             Some(b'"') => self.string(),
+            Some(b'{') if self.in_object_key => Err(self.unexpected()),
             Some(b'{') => {
                 let outer = std::mem::take(&mut self.out);
+                self.in_object_key = true;
                 let inner = self.object(depth + 1);
+                self.in_object_key = false;
                 let key_text = std::mem::replace(&mut self.out, outer);
                 inner?;
                 self.out.push_str(&quote(&key_text));
@@ -230,6 +241,25 @@ fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Found by `cargo fuzz` (fuzz/regressions/json_bodies): object keys recursed past the depth
+    // check and overflowed the stack at about 10,000 `{`.
+    #[test]
+    fn nested_object_keys_hit_the_depth_limit() {
+        assert!(normalize(&"{".repeat(100_000)).is_err());
+    }
+
+    // Found by `cargo fuzz`: each nested object key escaped its text again, doubling the output
+    // per level (118 input bytes asked for 2 GiB).
+    #[test]
+    fn nested_object_keys_are_refused_instead_of_blowing_up() {
+        let n = 40;
+        let input = format!("{}}}{}", "{".repeat(n), ":0}".repeat(n - 1));
+        assert!(normalize(&input).is_err());
+        // One level, as fastjson writes MessageQueue keys, still works.
+        let one = normalize(r#"{{"topic":"T","queueId":0}:5}"#).unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(&one).is_ok());
+    }
 
     #[test]
     fn quotes_integer_keys() {
