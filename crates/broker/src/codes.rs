@@ -14,3 +14,10 @@ pub const COMMIT_REJECTED: i32 = 2104;
 /// The message could not be made durable in time; it may or may not be stored. RocketMQ's
 /// FLUSH_DISK_TIMEOUT counts as "sent" for Java clients, so ferromq does not use it.
 pub const NOT_DURABLE: i32 = 2110;
+
+/// ferromq's own **request** code (not a RocketMQ one; chosen far above RocketMQ's range):
+/// OFFSET_HISTORY. Ext fields `group`, `topic` (required), `queueId`, `since` (store time,
+/// ms; optional). The reply body is a JSON array of the offset changes of (group, topic[,
+/// queue]) still in the log, oldest first: `{"time","queueId","offset","kind","clientId",
+/// "generation","physOffset"}`.
+pub const OFFSET_HISTORY: i32 = 60001;

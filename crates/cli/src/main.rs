@@ -11,6 +11,7 @@
 //! 3. Logs go to stderr, filtered by `RUST_LOG` (default `info`); results go to stdout, and with
 //!    `--json` the last stdout line is one JSON object.
 
+mod admin;
 mod bench;
 mod record;
 mod report;
@@ -48,6 +49,9 @@ enum Command {
     /// Benchmarks that report ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// mqadmin's commands (topics, groups, progress, resets, offset history, cluster).
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
 }
 
 /// How appends become durable (RocketMQ `flushDiskType`).
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Namesrv(args) => servers::run_namesrv(&args),
         Command::Broker(args) => servers::run_broker(&args),
         Command::Bench(command) => bench::run(command),
+        Command::Admin(command) => admin::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,10 @@
 mod admin;
 mod batch;
 mod client;
+mod history;
 mod offset;
 mod pull;
+mod reset;
 mod send;
 mod send_back;
 
@@ -62,6 +64,8 @@ pub async fn handle(
         request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &command),
         request::GET_SUBSCRIPTIONGROUP_CONFIG => admin::group_config(ctx, &command),
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command).await,
+        request::INVOKE_BROKER_TO_RESET_OFFSET => reset::handle(ctx, &command).await,
+        crate::codes::OFFSET_HISTORY => history::handle(ctx, &command).await,
         code => command.reply(
             response::REQUEST_CODE_NOT_SUPPORTED,
             Some(format!(

@@ -1,0 +1,151 @@
+//! Cluster and message commands: `clusterList`, `queryMsgById`.
+
+use anyhow::{Context, Result};
+use ferromq_protocol::remoting::codes::request;
+use ferromq_protocol::remoting::headers::client::ViewMessageRequestHeader;
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::{MessageId, RecordView};
+use serde_json::json;
+
+use super::client::Admin;
+use super::time::format_time;
+use super::{print_json, print_table, Common};
+
+/// Flags of `clusterList`.
+#[derive(Debug, clap::Args)]
+pub struct ClusterListArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Only this cluster.
+    #[arg(short = 'c', long = "clusterName")]
+    cluster: Option<String>,
+}
+
+/// Flags of `queryMsgById`.
+#[derive(Debug, clap::Args)]
+pub struct QueryMsgByIdArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Offset message id (store host + CommitLog offset, hex).
+    #[arg(short = 'i', long = "msgId")]
+    msg_id: String,
+    /// Topic (sent along, as 5.x clients do).
+    #[arg(short = 't', long = "topic")]
+    topic: Option<String>,
+}
+
+pub async fn list(args: ClusterListArgs) -> Result<()> {
+    let admin = Admin::new(&args.common);
+    let info = admin.cluster_info().await?;
+    let mut rows = Vec::new();
+    for (cluster, names) in &info.cluster_addr_table {
+        if args.cluster.as_ref().is_some_and(|c| c != cluster) {
+            continue;
+        }
+        for name in names {
+            let Some(data) = info.broker_addr_table.get(name) else {
+                continue;
+            };
+            for (id, addr) in &data.broker_addrs {
+                rows.push((cluster.clone(), name.clone(), *id, addr.clone()));
+            }
+        }
+    }
+    if let Some(cluster) = &args.cluster {
+        if rows.is_empty() {
+            anyhow::bail!("cluster {cluster} does not exist on the name server");
+        }
+    }
+    if args.common.json {
+        print_json(&json!({
+            "brokers": rows.iter().map(|(c, n, id, addr)| json!({
+                "cluster": c, "brokerName": n, "brokerId": id, "addr": addr,
+            })).collect::<Vec<_>>(),
+        }));
+    } else {
+        let table: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(c, n, id, addr)| vec![c.clone(), n.clone(), id.to_string(), addr.clone()])
+            .collect();
+        print_table(&["Cluster Name", "Broker Name", "BID", "Addr"], &table);
+    }
+    Ok(())
+}
+
+pub async fn query_by_id(args: QueryMsgByIdArgs) -> Result<()> {
+    let id = MessageId::decode(args.msg_id.trim())
+        .with_context(|| format!("bad message id {:?}", args.msg_id))?;
+    let admin = Admin::new(&args.common);
+    let addr = id.store_host.to_string();
+    let header = ViewMessageRequestHeader {
+        offset: id.phys_offset as i64,
+        topic: args.topic.clone(),
+    };
+    let reply = admin
+        .call_ok(
+            &addr,
+            RemotingCommand::request_with_header(request::VIEW_MESSAGE_BY_ID, &header),
+        )
+        .await
+        .with_context(|| format!("looking up message {}", args.msg_id))?;
+    let bytes = reply.body.as_deref().unwrap_or_default();
+    let view = RecordView::parse(bytes).context("the broker returned a malformed message")?;
+    let topic = String::from_utf8_lossy(view.topic).into_owned();
+    let properties: serde_json::Map<String, serde_json::Value> = view
+        .properties
+        .iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(k).into_owned(),
+                json!(String::from_utf8_lossy(v)),
+            )
+        })
+        .collect();
+    let tags = view.properties.get_str("TAGS").unwrap_or("").to_string();
+    let keys = view.properties.get_str("KEYS").unwrap_or("").to_string();
+    let body = String::from_utf8_lossy(view.body).into_owned();
+    if args.common.json {
+        print_json(&json!({
+            "msgId": args.msg_id.trim(),
+            "topic": topic,
+            "tags": tags,
+            "keys": keys,
+            "queueId": view.queue_id,
+            "queueOffset": view.queue_offset,
+            "commitLogOffset": view.phys_offset,
+            "reconsumeTimes": view.reconsume_times,
+            "bornTimestamp": view.born_timestamp_ms,
+            "storeTimestamp": view.store_timestamp_ms,
+            "bornHost": view.born_host.to_string(),
+            "storeHost": view.store_host.to_string(),
+            "sysFlag": view.sys_flag,
+            "properties": properties,
+            "body": body,
+        }));
+    } else {
+        let lines = [
+            ("OffsetID:", args.msg_id.trim().to_string()),
+            ("Topic:", topic),
+            ("Tags:", format!("[{tags}]")),
+            ("Keys:", format!("[{keys}]")),
+            ("Queue ID:", view.queue_id.to_string()),
+            ("Queue Offset:", view.queue_offset.to_string()),
+            ("CommitLog Offset:", view.phys_offset.to_string()),
+            ("Reconsume Times:", view.reconsume_times.to_string()),
+            ("Born Timestamp:", format_time(view.born_timestamp_ms)),
+            ("Store Timestamp:", format_time(view.store_timestamp_ms)),
+            ("Born Host:", view.born_host.to_string()),
+            ("Store Host:", view.store_host.to_string()),
+            ("System Flag:", view.sys_flag.to_string()),
+            (
+                "Properties:",
+                serde_json::Value::Object(properties).to_string(),
+            ),
+            ("Message Body:", body),
+        ];
+        for (name, value) in lines {
+            println!("{name:<20}{value}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! `ferromq admin <command>`: mqadmin's commands, names and flags, against ferromq or RocketMQ
+//! servers over the remoting protocol.
+//!
+//! Conventions (the CLI's, see `main.rs`): human tables on stdout by default; with `--json`
+//! exactly one JSON object, on the last stdout line. Any failure (unknown group or topic, a
+//! server that cannot be reached, a bad time) returns an error that `main` prints as one
+//! `error: ...` line with exit status 1; clap usage errors exit 2. Every network wait is
+//! bounded (connect 3 s, request 10 s).
+//!
+//! Broker addresses come from the name server (`-n`): the topic's route, or the cluster info
+//! for group commands; `-b` names one broker instead.
+
+mod client;
+mod cluster;
+mod group;
+mod progress;
+mod time;
+mod topic;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// Flags every admin command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Name server address(es), `host:port[;host:port]`.
+    #[arg(short = 'n', long = "namesrvAddr", value_name = "ADDR")]
+    pub namesrv: Option<String>,
+    /// Print one JSON object (the last stdout line) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ferromq admin` subcommands (mqadmin's names).
+#[derive(Debug, Subcommand)]
+#[command(rename_all = "camelCase")]
+pub enum AdminCommand {
+    /// Create or update a topic on a broker (-b) or every master of a cluster (-c).
+    UpdateTopic(topic::UpdateTopicArgs),
+    /// Delete a topic from the brokers of a cluster (or one broker) and the name servers.
+    DeleteTopic(topic::DeleteTopicArgs),
+    /// List every topic the name server knows.
+    TopicList(topic::TopicListArgs),
+    /// Print a topic's route.
+    TopicRoute(topic::TopicRouteArgs),
+    /// Per queue min/max offset and last update time of a topic.
+    TopicStatus(topic::TopicStatusArgs),
+    /// Create or update a subscription group.
+    UpdateSubGroup(group::UpdateSubGroupArgs),
+    /// Delete a subscription group.
+    DeleteSubGroup(group::DeleteSubGroupArgs),
+    /// Per queue broker offset, consumer offset and lag of a group; totals.
+    ConsumerProgress(progress::ConsumerProgressArgs),
+    /// Reset a group's offsets on a topic to a time (or one queue to an explicit offset).
+    ResetOffsetByTime(progress::ResetOffsetArgs),
+    /// Reset a group's offsets on a topic to the max offset (skip the backlog).
+    SkipAccumulatedMessage(progress::SkipArgs),
+    /// Every commit, reset and correction of a group's offsets on a topic (ferromq).
+    OffsetHistory(progress::OffsetHistoryArgs),
+    /// Brokers of each cluster.
+    ClusterList(cluster::ClusterListArgs),
+    /// Look a message up by its offset message id.
+    QueryMsgById(cluster::QueryMsgByIdArgs),
+}
+
+/// Runs one admin command.
+pub fn run(command: AdminCommand) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match command {
+            AdminCommand::UpdateTopic(args) => topic::update(args).await,
+            AdminCommand::DeleteTopic(args) => topic::delete(args).await,
+            AdminCommand::TopicList(args) => topic::list(args).await,
+            AdminCommand::TopicRoute(args) => topic::route(args).await,
+            AdminCommand::TopicStatus(args) => topic::status(args).await,
+            AdminCommand::UpdateSubGroup(args) => group::update(args).await,
+            AdminCommand::DeleteSubGroup(args) => group::delete(args).await,
+            AdminCommand::ConsumerProgress(args) => progress::consumer_progress(args).await,
+            AdminCommand::ResetOffsetByTime(args) => progress::reset_by_time(args).await,
+            AdminCommand::SkipAccumulatedMessage(args) => progress::skip(args).await,
+            AdminCommand::OffsetHistory(args) => progress::history(args).await,
+            AdminCommand::ClusterList(args) => cluster::list(args).await,
+            AdminCommand::QueryMsgById(args) => cluster::query_by_id(args).await,
+        }
+    })
+}
+
+/// Prints a table: a header row of `#`-prefixed names, then left-aligned padded rows.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len() + 1).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.len());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(headers.iter().map(|h| format!("#{h}")).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+/// Prints the one JSON object of `--json`.
+pub fn print_json(value: &serde_json::Value) {
+    println!("{value}");
+}
