@@ -1,8 +1,7 @@
 //! `ferromq`: the command line of ferromq.
 //!
-//! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`
-//! and `bench` (store append path and recovery benchmarks). `controller`, `admin` and `chaos`
-//! join as their issues land.
+//! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`,
+//! `admin` (mqadmin's commands) and `bench`. `controller` and `chaos` join as their issues land.
 //!
 //! Conventions at this edge:
 //! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.

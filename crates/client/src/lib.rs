@@ -13,15 +13,18 @@
 
 pub mod connections;
 pub mod error;
+pub mod lite_pull;
 pub mod message;
 pub mod offset_store;
 pub mod producer;
 pub mod pull_consumer;
+pub mod push;
 pub mod route;
 
 pub use connections::ConnectionPool;
 pub use error::{ClientError, OffsetError, RejectReason};
 pub use ferromq_protocol::remoting::body::misc::MessageQueue;
+pub use lite_pull::{LitePullConsumer, LitePullConsumerConfig, LitePullStats, StartPosition};
 pub use message::{Message, MessageExt};
 pub use offset_store::{
     BrokerOffsetStore, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
@@ -31,4 +34,8 @@ pub use producer::{
     BatchSendResult, Producer, ProducerConfig, QueueSelection, QueueSelector, SendResult,
 };
 pub use pull_consumer::{PullConsumer, PullConsumerConfig, PullResult};
+pub use push::{
+    ConsumeFromWhere, ConsumeStatus, MessageListener, MessageModel, PushConsumer,
+    PushConsumerConfig, PushConsumerStats, ShutdownReport,
+};
 pub use route::{RouteCache, TopicRoute};

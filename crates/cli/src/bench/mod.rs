@@ -3,10 +3,13 @@
 //!
 //! - `bench store`: the store's append path (`MessageStore::put`) against plain file writes.
 //! - `bench recovery`: restart time after a crash, from the last checkpoint and from nothing.
+//! - `bench produce|consume|e2e`: the Rust client against a running broker (absolute figures;
+//!   their baseline is `bench store` on the same machine).
 //!
 //! Every run works in a scratch directory of its own (under `--dir`, default the system temp
 //! directory) and removes it at the end, whatever happened.
 
+mod client;
 mod recovery;
 mod stats;
 mod store;
@@ -36,6 +39,29 @@ pub enum BenchCommand {
     /// times opening it (crash recovery from that checkpoint) and, after deleting the files
     /// under checkpoint/, opening it again (full rescan of the log). The page cache is warm.
     Recovery(recovery::RecoveryArgs),
+    /// Send throughput and latency through the Rust client against a running broker.
+    ///
+    /// --producers producers (one connection each) with --in-flight concurrent sends each;
+    /// every send carries --batch messages of --size body bytes; latency is per send call.
+    /// Runs --seconds or until --count messages were acknowledged. Prints msgs/s, MB/s (body
+    /// bytes, 10^6), latency p50/p99/p999/max and errors, with a progress line each second on
+    /// stderr. Figures are absolute: the baseline for client benches is `ferromq bench store`
+    /// (the broker's raw append path) on the same machine.
+    Produce(client::ClientBenchArgs),
+    /// Consume throughput through the Rust client (lite pull consumers).
+    ///
+    /// --consumers consumers in a fresh group (or --group) read --topic from each queue's
+    /// first message for --seconds or until --count messages arrived; latency is the duration
+    /// of each non-empty poll. Final positions are committed; a failed commit is an error.
+    /// Baseline: `ferromq bench store` on the same machine.
+    Consume(client::ClientBenchArgs),
+    /// End-to-end latency: producers stamp the send time into each body, consumers measure
+    /// receive time minus send time.
+    ///
+    /// Consumers start at the queues' ends, then producers send as in `bench produce`;
+    /// msgs/s is the send rate, latency is per message from send to poll. Messages that never
+    /// arrive are errors. Baseline: `ferromq bench store` on the same machine.
+    E2e(client::ClientBenchArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -48,6 +74,9 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Store(args) => store::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::RecoveryFill(args) => recovery::fill(&args),
+        BenchCommand::Produce(args) => client::run(client::Kind::Produce, &args),
+        BenchCommand::Consume(args) => client::run(client::Kind::Consume, &args),
+        BenchCommand::E2e(args) => client::run(client::Kind::E2e, &args),
     }
 }
 

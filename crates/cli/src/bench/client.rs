@@ -1,0 +1,739 @@
+//! `ferromq bench produce|consume|e2e`: throughput and latency through the Rust client
+//! (`ferromq-client`) against any RocketMQ-compatible broker, speaking only the remoting
+//! protocol.
+//!
+//! - produce: `--producers` producers (one connection each), each with `--in-flight`
+//!   concurrent senders; every send is `--batch` messages of `--size` body bytes (a batch of
+//!   one is a plain SEND_MESSAGE_V2, larger ones SEND_BATCH_MESSAGE). Latency is per send
+//!   call (per batch). Runs `--seconds`, or until `--count` messages were acknowledged.
+//! - consume: `--consumers` lite pull consumers in a fresh group (`--group` to choose one)
+//!   starting at each queue's first message; latency is the duration of each non-empty
+//!   `poll`. Runs `--seconds`, or until `--count` messages arrived. Positions are committed
+//!   at the end; a failed commit counts as an error.
+//! - e2e: consumers start at the queues' ends, then producers send; each body starts with a
+//!   run id and the send time, and latency is receive time minus send time per message.
+//!
+//! Figures are absolute: the baseline for client benches is `ferromq bench store` (the
+//! broker's raw append path) run on the same machine. MB/s counts body bytes, 1 MB = 10^6.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::value_parser;
+use ferromq_client::{
+    ClientError, ConnectionPool, LitePullConsumer, LitePullConsumerConfig, Message, MessageQueue,
+    Producer, ProducerConfig, RouteCache, StartPosition,
+};
+use ferromq_protocol::remoting::body::route::perm;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
+use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use serde_json::json;
+
+use super::stats::{ns_to_us, Histogram};
+
+/// Bytes at the start of an e2e body: run id (8) and send time in ns since the run's start
+/// (8).
+const STAMP_LEN: usize = 16;
+
+/// Flags of `ferromq bench produce|consume|e2e`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientBenchArgs {
+    /// Name server address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9876")]
+    namesrv: SocketAddr,
+    /// Topic (auto-created by the first send when the broker allows it).
+    #[arg(long, value_name = "T", default_value = "BenchTopic")]
+    topic: String,
+    /// Body size in bytes (at least 16 for e2e, which stamps the body).
+    #[arg(long, value_name = "BYTES", default_value_t = 128, value_parser = value_parser!(u64).range(1..=4_194_304))]
+    size: u64,
+    /// Producers, one connection each.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=256))]
+    producers: u32,
+    /// Consumers (lite pull consumers in one group).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=256))]
+    consumers: u32,
+    /// Messages per send (1: single sends; more: batch sends).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = value_parser!(u32).range(1..=4096))]
+    batch: u32,
+    /// Concurrent sends per producer.
+    #[arg(long, value_name = "W", default_value_t = 1, value_parser = value_parser!(u32).range(1..=4096))]
+    in_flight: u32,
+    /// Duration of the run (the upper bound when --count is given).
+    #[arg(long, value_name = "S", default_value_t = 10, value_parser = value_parser!(u64).range(1..=86_400))]
+    seconds: u64,
+    /// Stop after this many messages (sent for produce and e2e, received for consume).
+    #[arg(long, value_name = "M")]
+    count: Option<u64>,
+    /// Queues of an auto-created topic.
+    #[arg(long, default_value_t = 8, value_parser = value_parser!(i32).range(1..=1024))]
+    queues: i32,
+    /// Consumer group (default: a fresh group per run).
+    #[arg(long)]
+    group: Option<String>,
+    /// Print the result as one JSON object on the last stdout line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which client bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `bench produce`.
+    Produce,
+    /// `bench consume`.
+    Consume,
+    /// `bench e2e`.
+    E2e,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Produce => "produce",
+            Kind::Consume => "consume",
+            Kind::E2e => "e2e",
+        }
+    }
+}
+
+/// Counters shared by a phase's tasks and the progress printer.
+#[derive(Debug, Default)]
+struct Progress {
+    messages: AtomicU64,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Progress {
+    fn error(&self, error: impl std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            *first = Some(error.to_string());
+        }
+    }
+
+    fn first_error(&self) -> Option<String> {
+        self.first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// What a phase measured.
+struct Outcome {
+    messages: u64,
+    elapsed: Duration,
+    latency: Histogram,
+}
+
+/// Runs a client bench.
+pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
+    if kind == Kind::E2e && (args.size as usize) < STAMP_LEN {
+        bail!("e2e stamps the body: --size must be at least {STAMP_LEN}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        if kind != Kind::Consume {
+            ensure_topic(args).await?;
+        }
+        match kind {
+            Kind::Produce => produce_bench(args).await,
+            Kind::Consume => consume_bench(args).await,
+            Kind::E2e => e2e_bench(args).await,
+        }
+    })
+}
+
+/// Makes sure `--topic` has a route: when the name server knows none, creates the topic with
+/// `--queues` queues (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic` does) on every master
+/// of the auto-create template `TBW102`, and waits (bounded) for the route to appear.
+async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let pool = Arc::new(ConnectionPool::new(ClientOptions::default()));
+    let routes = RouteCache::new(vec![args.namesrv], pool.clone(), TIMEOUT, Duration::ZERO)
+        .context("name server address")?;
+    match routes.refresh(&args.topic).await {
+        Ok(_) => return Ok(()),
+        Err(ClientError::NoRoute { .. }) => {}
+        Err(error) => return Err(error).context("asking the name server for the topic's route"),
+    }
+    let template = routes.refresh("TBW102").await.with_context(|| {
+        format!(
+            "topic {} does not exist and the brokers do not allow automatic creation; create it first",
+            args.topic
+        )
+    })?;
+    let masters: Vec<SocketAddr> = template
+        .data
+        .broker_datas
+        .iter()
+        .filter_map(|b| template.master_addr(&b.broker_name))
+        .collect();
+    if masters.is_empty() {
+        bail!("no broker master is registered with the name server");
+    }
+    for addr in masters {
+        let header = CreateTopicRequestHeader {
+            topic: args.topic.clone(),
+            default_topic: "TBW102".into(),
+            read_queue_nums: args.queues,
+            write_queue_nums: args.queues,
+            perm: perm::READ | perm::WRITE,
+            ..Default::default()
+        };
+        let cmd = RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header);
+        let reply = pool
+            .invoke(addr, cmd, TIMEOUT)
+            .await
+            .with_context(|| format!("creating topic {} on {addr}", args.topic))?;
+        if reply.code != response::SUCCESS {
+            bail!(
+                "broker {addr} refused to create topic {}: code {} {}",
+                args.topic,
+                reply.code,
+                reply.remark.unwrap_or_default()
+            );
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match routes.refresh(&args.topic).await {
+            Ok(_) => break,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => {
+                return Err(error).context("the created topic's route never appeared");
+            }
+        }
+    }
+    pool.close_all();
+    eprintln!("created topic {} with {} queues", args.topic, args.queues);
+    Ok(())
+}
+
+fn producer(args: &ClientBenchArgs) -> Result<Producer> {
+    Producer::start(ProducerConfig {
+        namesrv_addrs: vec![args.namesrv],
+        group: "ferromq-bench-producer".into(),
+        default_topic_queue_nums: args.queues,
+        ..ProducerConfig::default()
+    })
+    .context("starting a producer")
+}
+
+fn run_id() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 40)
+}
+
+/// Prints a progress line to stderr every second until `stop` is set.
+fn spawn_progress(
+    progress: Arc<Progress>,
+    stop: Arc<AtomicBool>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let mut last = 0;
+        let mut last_at = started;
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            let now = Instant::now();
+            let count = progress.messages.load(Ordering::Relaxed);
+            let rate = rate(count - last, now - last_at);
+            eprintln!(
+                "  {:>5.1} s: {count} msgs {what}, {rate:.0} msgs/s, {} errors",
+                (now - started).as_secs_f64(),
+                progress.errors.load(Ordering::Relaxed)
+            );
+            (last, last_at) = (count, now);
+        }
+    })
+}
+
+/// Sends for `--seconds` (or `--count` messages) from every producer and in-flight slot.
+/// With `stamp = Some((run, base))` each body starts with the run id and the send time.
+async fn produce_phase(
+    args: &ClientBenchArgs,
+    producers: &[Producer],
+    stamp: Option<(u64, Instant)>,
+    progress: &Arc<Progress>,
+) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let claimed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for p in producers {
+        for _ in 0..args.in_flight {
+            let (p, progress, claimed) = (p.clone(), progress.clone(), claimed.clone());
+            let (topic, size, batch, count) = (
+                args.topic.clone(),
+                args.size as usize,
+                u64::from(args.batch),
+                args.count,
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut latency = Histogram::default();
+                let filler = vec![b'x'; size];
+                while Instant::now() < deadline {
+                    let n = match count {
+                        Some(max) => {
+                            let at = claimed.fetch_add(batch, Ordering::Relaxed);
+                            if at >= max {
+                                break;
+                            }
+                            batch.min(max - at)
+                        }
+                        None => batch,
+                    };
+                    let begin = Instant::now();
+                    let body = |filler: &[u8]| {
+                        let mut body = filler.to_vec();
+                        if let Some((run, base)) = stamp {
+                            let sent = base.elapsed().as_nanos() as u64;
+                            body[..8].copy_from_slice(&run.to_le_bytes());
+                            body[8..16].copy_from_slice(&sent.to_le_bytes());
+                        }
+                        body
+                    };
+                    let result = if n == 1 {
+                        p.send(Message::new(topic.as_str(), body(&filler)))
+                            .await
+                            .map(|_| ())
+                    } else {
+                        let messages = (0..n)
+                            .map(|_| Message::new(topic.as_str(), body(&filler)))
+                            .collect();
+                        p.send_batch(messages).await.map(|_| ())
+                    };
+                    match result {
+                        Ok(()) => {
+                            latency.record(begin.elapsed().as_nanos() as u64);
+                            progress.messages.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            progress.error(error);
+                            // Do not spin on a dead broker.
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+                latency
+            }));
+        }
+    }
+    let mut latency = Histogram::default();
+    for task in tasks {
+        match task.await {
+            Ok(h) => latency.merge(&h),
+            Err(error) => progress.error(format!("sender task failed: {error}")),
+        }
+    }
+    Outcome {
+        messages: progress.messages.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        latency,
+    }
+}
+
+async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
+    let producers = (0..args.producers)
+        .map(|_| producer(args))
+        .collect::<Result<Vec<_>>>()?;
+    let progress = Arc::new(Progress::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = spawn_progress(progress.clone(), stop.clone(), "sent");
+    let outcome = produce_phase(args, &producers, None, &progress).await;
+    stop.store(true, Ordering::Relaxed);
+    printer.abort();
+    for p in &producers {
+        p.shutdown();
+    }
+    report(
+        Kind::Produce,
+        args,
+        &outcome,
+        &progress,
+        "per send call",
+        None,
+    );
+    Ok(())
+}
+
+fn lite_config(
+    args: &ClientBenchArgs,
+    group: &str,
+    start: StartPosition,
+) -> LitePullConsumerConfig {
+    LitePullConsumerConfig {
+        namesrv_addrs: vec![args.namesrv],
+        group: group.into(),
+        start_position: start,
+        rebalance_interval: Duration::from_millis(500),
+        ..LitePullConsumerConfig::default()
+    }
+}
+
+/// Starts `--consumers` consumers of the topic in one group and waits (bounded) until the
+/// queues are split among them and every queue's start position is known.
+async fn start_consumers(
+    args: &ClientBenchArgs,
+    start: StartPosition,
+) -> Result<Vec<Arc<LitePullConsumer>>> {
+    let group = args
+        .group
+        .clone()
+        .unwrap_or_else(|| format!("ferromq-bench-{}", run_id()));
+    let mut consumers = Vec::new();
+    for _ in 0..args.consumers {
+        let c = LitePullConsumer::start(lite_config(args, &group, start))
+            .context("starting a consumer")?;
+        c.subscribe(&args.topic, "*")
+            .await
+            .with_context(|| format!("subscribing to {}", args.topic))?;
+        consumers.push(Arc::new(c));
+    }
+    let total = consumers[0]
+        .pull_consumer()
+        .fetch_queues(&args.topic)
+        .await
+        .context("fetching the topic's queues")?
+        .len();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let owned: Vec<Vec<MessageQueue>> = consumers.iter().map(|c| c.assignment()).collect();
+        let distinct: HashSet<&MessageQueue> = owned.iter().flatten().collect();
+        let positioned = consumers
+            .iter()
+            .zip(&owned)
+            .all(|(c, qs)| qs.iter().all(|q| c.position(q).is_some()));
+        let sum: usize = owned.iter().map(Vec::len).sum();
+        if distinct.len() == total && sum == total && positioned {
+            return Ok(consumers);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "consumers did not settle within 15 s ({sum} assignments of {total} queues, positions known: {positioned})"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls every consumer until `stop` or `until`, counting what arrives. Without `stamp`,
+/// records the duration of each non-empty poll; with it, counts only this run's messages and
+/// records each one's send-to-receive latency. Returns the merged histograms.
+async fn poll_phase(
+    consumers: Vec<Arc<LitePullConsumer>>,
+    until: Instant,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    stamp: Option<(u64, Instant)>,
+) -> Histogram {
+    let mut tasks = Vec::new();
+    for c in consumers {
+        let (stop, progress) = (stop.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latency = Histogram::default();
+            while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                let begin = Instant::now();
+                match c.poll(Duration::from_millis(100)).await {
+                    Ok(messages) if messages.is_empty() => {}
+                    Ok(messages) => {
+                        let mut counted = 0;
+                        match stamp {
+                            None => {
+                                latency.record(begin.elapsed().as_nanos() as u64);
+                                counted = messages.len() as u64;
+                            }
+                            Some((run, base)) => {
+                                let now = base.elapsed().as_nanos() as u64;
+                                for m in &messages {
+                                    if let Some(sent) = stamp_of(&m.body, run) {
+                                        latency.record(now.saturating_sub(sent));
+                                        counted += 1;
+                                    }
+                                }
+                            }
+                        }
+                        progress.messages.fetch_add(counted, Ordering::Relaxed);
+                    }
+                    Err(error) => progress.error(error),
+                }
+            }
+            latency
+        }));
+    }
+    let mut latency = Histogram::default();
+    for task in tasks {
+        match task.await {
+            Ok(h) => latency.merge(&h),
+            Err(error) => progress.error(format!("consumer task failed: {error}")),
+        }
+    }
+    latency
+}
+
+/// The send time stamped in `body` when it belongs to run `run`.
+fn stamp_of(body: &[u8], run: u64) -> Option<u64> {
+    let id = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+    let sent = u64::from_le_bytes(body.get(8..STAMP_LEN)?.try_into().ok()?);
+    (id == run).then_some(sent)
+}
+
+/// Shuts every consumer down; failed final commits count as errors.
+async fn close_consumers(consumers: Vec<Arc<LitePullConsumer>>, progress: &Progress) {
+    for c in consumers {
+        match Arc::try_unwrap(c) {
+            Ok(c) => {
+                let stats = c.stats();
+                if stats.pull_errors > 0 {
+                    progress.error(format!("{} pulls failed (retried)", stats.pull_errors));
+                }
+                if let Err(error) = c.shutdown().await {
+                    progress.error(format!("final commit failed: {error}"));
+                }
+            }
+            Err(_) => progress.error("a consumer was still in use at shutdown"),
+        }
+    }
+}
+
+async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
+    let consumers = start_consumers(args, StartPosition::First).await?;
+    let progress = Arc::new(Progress::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = spawn_progress(progress.clone(), stop.clone(), "received");
+    let started = Instant::now();
+    let until = started + Duration::from_secs(args.seconds);
+    let watcher = args.count.map(|count| {
+        let (progress, stop) = (progress.clone(), stop.clone());
+        tokio::spawn(async move {
+            while progress.messages.load(Ordering::Relaxed) < count && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            stop.store(true, Ordering::Relaxed);
+            Instant::now()
+        })
+    });
+    let latency = poll_phase(
+        consumers.clone(),
+        until,
+        stop.clone(),
+        progress.clone(),
+        None,
+    )
+    .await;
+    let ended = match watcher {
+        Some(w) => w.await.unwrap_or_else(|_| Instant::now()),
+        None => Instant::now(),
+    };
+    stop.store(true, Ordering::Relaxed);
+    printer.abort();
+    close_consumers(consumers, &progress).await;
+    let outcome = Outcome {
+        messages: progress.messages.load(Ordering::Relaxed),
+        elapsed: ended.min(Instant::now()) - started,
+        latency,
+    };
+    report(
+        Kind::Consume,
+        args,
+        &outcome,
+        &progress,
+        "per non-empty poll",
+        None,
+    );
+    if let Some(count) = args.count {
+        if outcome.messages < count {
+            bail!(
+                "received {} of {count} messages within {} s",
+                outcome.messages,
+                args.seconds
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
+    let producers = (0..args.producers)
+        .map(|_| producer(args))
+        .collect::<Result<Vec<_>>>()?;
+    // One send makes sure the topic exists (auto-creation) before consumers look it up; its
+    // body carries no run id, so consumers ignore it.
+    producers[0]
+        .send(Message::new(
+            args.topic.as_str(),
+            vec![0u8; args.size as usize],
+        ))
+        .await
+        .context("warm-up send")?;
+    let consumers = start_consumers(args, StartPosition::Last).await?;
+    let run = run_id();
+    let base = Instant::now();
+    let received = Arc::new(Progress::default());
+    let receiving = Arc::new(AtomicBool::new(false));
+    let consume_until = Instant::now() + Duration::from_secs(args.seconds + 10);
+    let poller = tokio::spawn(poll_phase(
+        consumers.clone(),
+        consume_until,
+        receiving.clone(),
+        received.clone(),
+        Some((run, base)),
+    ));
+    let sent = Arc::new(Progress::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = spawn_progress(sent.clone(), stop.clone(), "sent");
+    let produced = produce_phase(args, &producers, Some((run, base)), &sent).await;
+    stop.store(true, Ordering::Relaxed);
+    printer.abort();
+    // Let the consumers catch up with everything acknowledged (bounded).
+    while received.messages.load(Ordering::Relaxed) < produced.messages
+        && Instant::now() < consume_until
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    receiving.store(true, Ordering::Relaxed);
+    let latency = poller.await.context("consumer tasks")?;
+    close_consumers(consumers, &received).await;
+    for p in &producers {
+        p.shutdown();
+    }
+    let got = received.messages.load(Ordering::Relaxed);
+    if got < produced.messages {
+        received.error(format!(
+            "{} of {} acknowledged messages never arrived",
+            produced.messages - got,
+            produced.messages
+        ));
+    }
+    let errors = Progress::default();
+    errors.errors.store(
+        sent.errors.load(Ordering::Relaxed) + received.errors.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+    *errors.first_error.lock().unwrap_or_else(|e| e.into_inner()) =
+        sent.first_error().or_else(|| received.first_error());
+    let outcome = Outcome {
+        messages: produced.messages,
+        elapsed: produced.elapsed,
+        latency,
+    };
+    report(
+        Kind::E2e,
+        args,
+        &outcome,
+        &errors,
+        "end to end, send to receive, per message",
+        Some((&produced.latency, got)),
+    );
+    Ok(())
+}
+
+fn rate(count: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+fn report(
+    kind: Kind,
+    args: &ClientBenchArgs,
+    outcome: &Outcome,
+    progress: &Progress,
+    latency_of: &str,
+    e2e: Option<(&Histogram, u64)>,
+) {
+    let msgs_per_sec = rate(outcome.messages, outcome.elapsed);
+    let mb_per_sec = msgs_per_sec * args.size as f64 / 1e6;
+    let h = &outcome.latency;
+    let [p50, p99, p999] = [0.5, 0.99, 0.999].map(|q| ns_to_us(h.percentile(q)));
+    let max = ns_to_us(h.max());
+    let errors = progress.errors.load(Ordering::Relaxed);
+    let first_error = progress.first_error();
+    let clients = match kind {
+        Kind::Produce => format!("{} producers", args.producers),
+        Kind::Consume => format!("{} consumers", args.consumers),
+        Kind::E2e => format!("{} producers, {} consumers", args.producers, args.consumers),
+    };
+    println!(
+        "{:<8} : {} msgs in {:.2} s = {msgs_per_sec:.0} msgs/s, {mb_per_sec:.1} MB/s ({} B bodies, {clients}, batch {}, in-flight {}), {errors} errors",
+        kind.name(),
+        outcome.messages,
+        outcome.elapsed.as_secs_f64(),
+        args.size,
+        args.batch,
+        args.in_flight,
+    );
+    println!("latency  : p50 {p50} us, p99 {p99} us, p999 {p999} us, max {max} us ({latency_of})");
+    if let Some((send, received)) = e2e {
+        println!(
+            "send     : p50 {} us, p99 {} us, p999 {} us, max {} us (per send call); {received} received",
+            ns_to_us(send.percentile(0.5)),
+            ns_to_us(send.percentile(0.99)),
+            ns_to_us(send.percentile(0.999)),
+            ns_to_us(send.max())
+        );
+    }
+    if let Some(error) = &first_error {
+        println!("first error: {error}");
+    }
+    println!("baseline : none in this run; compare with `ferromq bench store` on the same machine");
+    if args.json {
+        let mut out = json!({
+            "bench": kind.name(),
+            "topic": args.topic,
+            "size": args.size,
+            "producers": args.producers,
+            "consumers": args.consumers,
+            "batch": args.batch,
+            "in_flight": args.in_flight,
+            "seconds": round(outcome.elapsed.as_secs_f64(), 3),
+            "messages": outcome.messages,
+            "msgs_per_sec": round(msgs_per_sec, 1),
+            "mb_per_sec": round(mb_per_sec, 3),
+            "p50_us": p50,
+            "p99_us": p99,
+            "p999_us": p999,
+            "max_us": max,
+            "latency": latency_of,
+            "errors": errors,
+            "first_error": first_error,
+            "baseline": "ferromq bench store",
+        });
+        if let Some((send, received)) = e2e {
+            out["received"] = json!(received);
+            out["send_p50_us"] = json!(ns_to_us(send.percentile(0.5)));
+            out["send_p99_us"] = json!(ns_to_us(send.percentile(0.99)));
+            out["send_p999_us"] = json!(ns_to_us(send.percentile(0.999)));
+        }
+        println!("{out}");
+    }
+}

@@ -1,0 +1,155 @@
+//! `ferromq bench produce|consume|e2e` against a `ferromq standalone` process on 127.0.0.1:
+//! each prints one JSON object on its last stdout line, and consume reads back every message
+//! produce acknowledged.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn ferromq() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ferromq"))
+}
+
+/// Kills the child on drop so a failed test leaves no process behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a standalone server and returns it with its name server address.
+fn standalone(data: &str) -> (Running, String) {
+    let mut child = Running(
+        ferromq()
+            .args([
+                "standalone",
+                "--data-dir",
+                data,
+                "--namesrv-port",
+                "0",
+                "--broker-port",
+                "0",
+                "--flush",
+                "async",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server printed its address line");
+    // "ferromq standalone: namesrv 127.0.0.1:P broker 127.0.0.1:Q data DIR"
+    let namesrv = line
+        .split_whitespace()
+        .skip_while(|w| *w != "namesrv")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no namesrv address in {line:?}"))
+        .to_string();
+    (child, namesrv)
+}
+
+/// Runs `ferromq bench <args>` and returns its last stdout line as JSON.
+fn bench(args: &[&str]) -> serde_json::Value {
+    let out = ferromq().arg("bench").args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("some output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+fn check_figures(report: &serde_json::Value) {
+    for key in [
+        "msgs_per_sec",
+        "mb_per_sec",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "errors",
+    ] {
+        assert!(report[key].is_number(), "{key} missing: {report}");
+    }
+    assert_eq!(report["errors"], 0, "{report}");
+    assert!(report["msgs_per_sec"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["p50_us"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+#[test]
+fn produce_then_consume_every_message_then_e2e() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (_server, namesrv) = standalone(data.to_str().unwrap());
+
+    let produced = bench(&[
+        "produce",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "CliBench",
+        "--size",
+        "128",
+        "--in-flight",
+        "4",
+        "--queues",
+        "4",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    check_figures(&produced);
+    assert_eq!(produced["bench"], "produce");
+    let n = produced["messages"].as_u64().unwrap();
+    assert!(n > 0, "{produced}");
+
+    let consumed = bench(&[
+        "consume",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "CliBench",
+        "--consumers",
+        "2",
+        "--count",
+        &n.to_string(),
+        "--seconds",
+        "60",
+        "--json",
+    ]);
+    check_figures(&consumed);
+    assert_eq!(consumed["bench"], "consume");
+    assert!(consumed["messages"].as_u64().unwrap() >= n, "{consumed}");
+
+    let e2e = bench(&[
+        "e2e",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "CliBenchE2e",
+        "--size",
+        "64",
+        "--batch",
+        "4",
+        "--queues",
+        "2",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    check_figures(&e2e);
+    assert_eq!(e2e["received"], e2e["messages"], "{e2e}");
+}

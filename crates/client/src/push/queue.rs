@@ -1,0 +1,742 @@
+//! One assigned queue: its in-flight set, its pull task and the dispatch to the listener.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::client::ConsumerSendMsgBackRequestHeader;
+use ferromq_protocol::remoting::headers::offset::{
+    SearchOffsetRequestHeader, SearchOffsetResponseHeader,
+};
+use ferromq_protocol::remoting::RemotingCommand;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use super::{ConsumeFromWhere, ConsumeStatus, Counters, Inner, RETRY_TOPIC_PREFIX};
+use crate::error::ClientError;
+use crate::message::MessageExt;
+use crate::offset_store::{OffsetStore, ReadMode};
+use crate::pull_consumer::PullResult;
+
+const RETRY_TOPIC_PROPERTY: &str = "RETRY_TOPIC";
+
+#[derive(Debug, Default)]
+struct State {
+    /// Pulled, not yet acknowledged: queue offset → body bytes.
+    in_flight: BTreeMap<u64, usize>,
+    bytes: usize,
+    /// Next offset to pull (`None` until the start offset is known).
+    next: Option<u64>,
+    /// Bumped by a correction; results of older generations are not committed (C8).
+    generation: u64,
+}
+
+/// The client-side state of one assigned queue.
+#[derive(Debug)]
+pub(super) struct ProcessQueue {
+    pub(super) queue: MessageQueue,
+    expression: String,
+    state: Mutex<State>,
+    /// Set to stop pulling and consuming (removal or shutdown).
+    stop: watch::Sender<bool>,
+    /// Set when results must no longer be committed (removal, crash-like drop).
+    dropped: AtomicBool,
+    /// Orderly clustering: the broker lock is trusted until this instant.
+    lock_until: Mutex<Option<Instant>>,
+}
+
+impl ProcessQueue {
+    pub(super) fn new(queue: MessageQueue, expression: String) -> Self {
+        ProcessQueue {
+            queue,
+            expression,
+            state: Mutex::new(State::default()),
+            stop: watch::channel(false).0,
+            dropped: AtomicBool::new(false),
+            lock_until: Mutex::new(None),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Results completing after this are not committed. Taken under the state lock, so a
+    /// completion racing with a removal either lands before the removal's persist or not
+    /// at all (never re-adds the queue to the store afterwards).
+    pub(super) fn drop_results(&self) {
+        let _state = self.state();
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+
+    fn is_stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Sleeps `d`; true when the queue was stopped meanwhile.
+    async fn sleep(&self, d: Duration) -> bool {
+        let mut stop = self.stop.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => self.is_stopped(),
+            _ = stop.wait_for(|s| *s) => true,
+        }
+    }
+
+    pub(super) fn set_locked_until(&self, until: Option<Instant>) {
+        *self.lock_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
+    }
+
+    fn lock_valid(&self) -> bool {
+        self.lock_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    fn cached(&self) -> (usize, usize) {
+        let s = self.state();
+        (s.in_flight.len(), s.bytes)
+    }
+
+    /// Records pulled messages as in flight and the next pull offset; false when the
+    /// generation changed since the pull was sent (the result is stale).
+    fn add(&self, generation: u64, messages: &[MessageExt], next: u64) -> bool {
+        let mut s = self.state();
+        if s.generation != generation || self.dropped.load(Ordering::SeqCst) {
+            return false;
+        }
+        for m in messages {
+            if s.in_flight.insert(m.queue_offset, m.body.len()).is_none() {
+                s.bytes += m.body.len();
+            }
+        }
+        s.next = Some(next);
+        true
+    }
+
+    /// Acknowledges `offsets`: removes them from the in-flight set and sets the store's
+    /// in-memory offset to the smallest one still in flight (or the next pull offset).
+    /// Returns false (the result is stale) when the generation changed or the queue was
+    /// dropped. The store is updated under the queue's lock so commits never regress.
+    fn complete(&self, generation: u64, offsets: &[u64], store: &dyn OffsetStore) -> bool {
+        let mut s = self.state();
+        if s.generation != generation || self.dropped.load(Ordering::SeqCst) {
+            return false;
+        }
+        for offset in offsets {
+            if let Some(bytes) = s.in_flight.remove(offset) {
+                s.bytes -= bytes;
+            }
+        }
+        let commit = s.in_flight.keys().next().copied().or(s.next);
+        if let Some(commit) = commit {
+            store.update(&self.queue, commit);
+        }
+        true
+    }
+
+    /// NO_NEW_MSG / NO_MATCHED_MSG: move the next pull offset; with nothing in flight the
+    /// committed offset follows it.
+    fn advance(&self, generation: u64, next: u64, store: &dyn OffsetStore) {
+        let mut s = self.state();
+        if s.generation != generation || self.dropped.load(Ordering::SeqCst) {
+            return;
+        }
+        s.next = Some(next);
+        if s.in_flight.is_empty() {
+            store.update(&self.queue, next);
+        }
+    }
+
+    /// OFFSET_ILLEGAL: new generation at `offset`, nothing in flight.
+    fn begin_correction(&self, offset: u64) {
+        let mut s = self.state();
+        s.generation += 1;
+        s.in_flight.clear();
+        s.bytes = 0;
+        s.next = Some(offset);
+    }
+
+    fn cursor(&self) -> (u64, Option<u64>) {
+        let s = self.state();
+        (s.generation, s.next)
+    }
+
+    fn set_start(&self, offset: u64) {
+        self.state().next = Some(offset);
+    }
+}
+
+/// The pull task of one queue; returns when the queue is stopped.
+pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
+    let cfg = &inner.config;
+    let orderly = inner.listener.is_orderly();
+    // Orderly clustering: nothing (not even the offset read) before the lock is held, so the
+    // previous owner's last commit is in place.
+    while inner.orderly_locks() && !pq.lock_valid() {
+        if pq.sleep(Duration::from_millis(50)).await {
+            return;
+        }
+    }
+    let Some(start) = start_offset(&inner, &pq).await else {
+        return;
+    };
+    pq.set_start(start);
+    let mut paused = false;
+    loop {
+        if pq.is_stopped() {
+            return;
+        }
+        let (count, bytes) = pq.cached();
+        if count >= cfg.max_cached_messages_per_queue.max(1)
+            || bytes >= cfg.max_cached_bytes_per_queue.max(1)
+        {
+            if !paused {
+                Counters::add(&inner.counters.flow_control_pauses, 1);
+                paused = true;
+            }
+            if pq.sleep(Duration::from_millis(20)).await {
+                return;
+            }
+            continue;
+        }
+        paused = false;
+        if inner.orderly_locks() && !pq.lock_valid() {
+            if pq.sleep(Duration::from_millis(50)).await {
+                return;
+            }
+            continue;
+        }
+        let (generation, next) = pq.cursor();
+        let Some(offset) = next else { return };
+        let mut stop = pq.stop.subscribe();
+        let result = tokio::select! {
+            r = inner.pull.pull_blocking(&pq.queue, &pq.expression, offset, cfg.pull_batch_size, cfg.pull_hold) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match result {
+            Ok(PullResult::Found {
+                messages,
+                next_offset,
+            }) => {
+                if !pq.add(generation, &messages, next_offset) {
+                    Counters::add(&inner.counters.stale_results, messages.len());
+                    continue;
+                }
+                if messages.is_empty() {
+                    pq.advance(generation, next_offset, inner.offsets.as_ref());
+                    continue;
+                }
+                let messages: Vec<MessageExt> =
+                    messages.into_iter().map(restore_retry_topic).collect();
+                if orderly {
+                    if !consume_orderly(&inner, &pq, generation, messages).await {
+                        return;
+                    }
+                } else if !dispatch_concurrently(&inner, &pq, generation, messages).await {
+                    return;
+                }
+            }
+            Ok(PullResult::NoNewMessage { next_offset })
+            | Ok(PullResult::NoMatchedMessage { next_offset }) => {
+                pq.advance(generation, next_offset, inner.offsets.as_ref());
+            }
+            Ok(PullResult::OffsetIllegal { suggested_offset }) => {
+                tracing::warn!(queue = ?pq.queue, offset, suggested_offset, "OFFSET_ILLEGAL; correcting");
+                Counters::add(&inner.counters.corrections, 1);
+                pq.begin_correction(suggested_offset);
+                // Persist the correction at once; in-flight results of the old generation
+                // can no longer overwrite it.
+                loop {
+                    match inner.offsets.correct(&pq.queue, suggested_offset).await {
+                        Ok(()) => break,
+                        Err(error) if error.is_retriable() => {
+                            tracing::warn!(queue = ?pq.queue, %error, "persisting the correction failed; retrying");
+                            if pq.sleep(cfg.pull_error_backoff).await {
+                                return;
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(queue = ?pq.queue, %error, "the store refused the correction");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(queue = ?pq.queue, %error, "pull failed; backing off");
+                if matches!(error, ClientError::Transport { .. }) {
+                    inner.routes.invalidate(&pq.queue.topic);
+                }
+                if pq.sleep(cfg.pull_error_backoff).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The queue's start offset: the store's, else `ConsumeFromWhere`; waits while the store
+/// cannot be asked (C6). `None` when stopped first.
+async fn start_offset(inner: &Inner, pq: &ProcessQueue) -> Option<u64> {
+    loop {
+        match inner.offsets.read(&pq.queue, ReadMode::Store).await {
+            Ok(Some(offset)) => return Some(offset),
+            Ok(None) => match initial_offset(inner, &pq.queue).await {
+                Ok(offset) => {
+                    inner.offsets.update(&pq.queue, offset);
+                    return Some(offset);
+                }
+                Err(error) => {
+                    tracing::warn!(queue = ?pq.queue, %error, "cannot compute the start offset; retrying")
+                }
+            },
+            Err(error) => {
+                tracing::warn!(queue = ?pq.queue, %error, "offset store unreachable; waiting instead of guessing")
+            }
+        }
+        if pq.sleep(inner.config.pull_error_backoff).await {
+            return None;
+        }
+    }
+}
+
+async fn initial_offset(inner: &Inner, queue: &MessageQueue) -> Result<u64, ClientError> {
+    if queue.topic.starts_with(RETRY_TOPIC_PREFIX) {
+        return inner.pull.min_offset(queue).await;
+    }
+    match inner.config.consume_from_where {
+        ConsumeFromWhere::LastOffset => inner.pull.max_offset(queue).await,
+        ConsumeFromWhere::FirstOffset => inner.pull.min_offset(queue).await,
+        ConsumeFromWhere::Timestamp(ms) => {
+            let addr = inner
+                .routes
+                .master_addr(&queue.topic, &queue.broker_name)
+                .await?;
+            let header = SearchOffsetRequestHeader {
+                topic: queue.topic.clone(),
+                queue_id: queue.queue_id,
+                timestamp: ms,
+                boundary_type: None,
+            };
+            let cmd =
+                RemotingCommand::request_with_header(request::SEARCH_OFFSET_BY_TIMESTAMP, &header);
+            let reply = inner
+                .pool
+                .invoke(addr, cmd, inner.config.request_timeout)
+                .await?;
+            if reply.code != response::SUCCESS {
+                return Err(ClientError::Broker {
+                    addr,
+                    code: reply.code,
+                    remark: reply.remark.unwrap_or_default(),
+                });
+            }
+            let h: SearchOffsetResponseHeader =
+                reply.decode_header().map_err(|e| ClientError::Decode {
+                    addr,
+                    reason: e.to_string(),
+                })?;
+            u64::try_from(h.offset).map_err(|_| ClientError::Decode {
+                addr,
+                reason: format!("negative offset {}", h.offset),
+            })
+        }
+    }
+}
+
+/// A message from the retry topic is shown with its original topic (as Java does).
+fn restore_retry_topic(mut m: MessageExt) -> MessageExt {
+    if m.topic.starts_with(RETRY_TOPIC_PREFIX) {
+        if let Some(topic) = m.properties.get(RETRY_TOPIC_PROPERTY) {
+            m.topic = topic.clone();
+        }
+    }
+    m
+}
+
+async fn call_listener(inner: &Inner, messages: Vec<MessageExt>) -> ConsumeStatus {
+    let f = inner.listener.function().clone();
+    match tokio::task::spawn_blocking(move || f(&messages)).await {
+        Ok(status) => status,
+        Err(error) => {
+            tracing::warn!(%error, "listener panicked; reconsuming later");
+            ConsumeStatus::ReconsumeLater
+        }
+    }
+}
+
+/// Hands `messages` to concurrent consume tasks in batches; false when stopped.
+async fn dispatch_concurrently(
+    inner: &Arc<Inner>,
+    pq: &Arc<ProcessQueue>,
+    generation: u64,
+    messages: Vec<MessageExt>,
+) -> bool {
+    for chunk in messages.chunks(inner.config.consume_batch_max.max(1)) {
+        let mut stop = pq.stop.subscribe();
+        let permit = tokio::select! {
+            p = inner.permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return false,
+            },
+            _ = stop.wait_for(|s| *s) => return false,
+        };
+        tokio::spawn(consume_concurrently(
+            inner.clone(),
+            pq.clone(),
+            generation,
+            chunk.to_vec(),
+            permit,
+        ));
+    }
+    true
+}
+
+async fn consume_concurrently(
+    inner: Arc<Inner>,
+    pq: Arc<ProcessQueue>,
+    generation: u64,
+    mut messages: Vec<MessageExt>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let store = inner.offsets.as_ref();
+    let mut attempts = 0;
+    loop {
+        let offsets: Vec<u64> = messages.iter().map(|m| m.queue_offset).collect();
+        match call_listener(&inner, messages.clone()).await {
+            ConsumeStatus::ConsumeSuccess => {
+                Counters::add(&inner.counters.consumed_ok, messages.len());
+                if !pq.complete(generation, &offsets, store) {
+                    Counters::add(&inner.counters.stale_results, offsets.len());
+                }
+                return;
+            }
+            ConsumeStatus::ReconsumeLater => {
+                Counters::add(&inner.counters.reconsume_later, messages.len());
+                attempts += 1;
+                let mut failed = Vec::new();
+                if inner.clustering() {
+                    let mut done = Vec::new();
+                    for m in messages {
+                        match send_back(&inner, &pq.queue, &m, inner.config.send_back_delay_level)
+                            .await
+                        {
+                            Ok(()) => {
+                                Counters::add(&inner.counters.sent_back, 1);
+                                done.push(m.queue_offset);
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, msg_id = %m.msg_id, "send-back failed; retrying locally");
+                                Counters::add(&inner.counters.send_back_failed, 1);
+                                failed.push(m);
+                            }
+                        }
+                    }
+                    if !done.is_empty() && !pq.complete(generation, &done, store) {
+                        Counters::add(&inner.counters.stale_results, done.len());
+                    }
+                } else if attempts > inner.config.max_reconsume_times.max(0) as usize {
+                    tracing::warn!(
+                        count = messages.len(),
+                        "broadcast messages dropped after the local retries"
+                    );
+                    Counters::add(&inner.counters.dropped_after_retries, messages.len());
+                    let all: Vec<u64> = messages.iter().map(|m| m.queue_offset).collect();
+                    if !pq.complete(generation, &all, store) {
+                        Counters::add(&inner.counters.stale_results, all.len());
+                    }
+                } else {
+                    failed = messages;
+                }
+                if failed.is_empty() {
+                    return;
+                }
+                for m in &mut failed {
+                    m.reconsume_times += 1;
+                }
+                messages = failed;
+                // Stopped: the messages stay unacknowledged and are delivered again later.
+                if pq.sleep(inner.config.local_retry_delay).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Consumes `messages` one at a time in order; false when stopped.
+async fn consume_orderly(
+    inner: &Arc<Inner>,
+    pq: &Arc<ProcessQueue>,
+    generation: u64,
+    messages: Vec<MessageExt>,
+) -> bool {
+    let store = inner.offsets.as_ref();
+    for mut m in messages {
+        let mut attempts = 0;
+        loop {
+            if pq.is_stopped() {
+                return false;
+            }
+            if inner.orderly_locks() && !pq.lock_valid() {
+                if pq.sleep(Duration::from_millis(50)).await {
+                    return false;
+                }
+                continue;
+            }
+            let permit = match inner.permits.clone().acquire_owned().await {
+                Ok(p) => p,
+                Err(_) => return false,
+            };
+            let status = call_listener(inner, vec![m.clone()]).await;
+            drop(permit);
+            match status {
+                ConsumeStatus::ConsumeSuccess => {
+                    Counters::add(&inner.counters.consumed_ok, 1);
+                    if !pq.complete(generation, &[m.queue_offset], store) {
+                        Counters::add(&inner.counters.stale_results, 1);
+                    }
+                    break;
+                }
+                ConsumeStatus::ReconsumeLater => {
+                    Counters::add(&inner.counters.reconsume_later, 1);
+                    attempts += 1;
+                    if attempts > inner.config.max_reconsume_times.max(0) {
+                        let gone = if inner.clustering() {
+                            // Straight to the DLQ (negative delay level).
+                            match send_back(inner, &pq.queue, &m, -1).await {
+                                Ok(()) => {
+                                    Counters::add(&inner.counters.sent_back, 1);
+                                    true
+                                }
+                                Err(error) => {
+                                    tracing::warn!(%error, "orderly send-back to the DLQ failed; retrying locally");
+                                    Counters::add(&inner.counters.send_back_failed, 1);
+                                    false
+                                }
+                            }
+                        } else {
+                            Counters::add(&inner.counters.dropped_after_retries, 1);
+                            true
+                        };
+                        if gone {
+                            if !pq.complete(generation, &[m.queue_offset], store) {
+                                Counters::add(&inner.counters.stale_results, 1);
+                            }
+                            break;
+                        }
+                    }
+                    m.reconsume_times += 1;
+                    if pq.sleep(inner.config.orderly_suspend).await {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
+/// CONSUMER_SEND_MSG_BACK of `m` (pulled from `queue`) to the broker that stores it.
+async fn send_back(
+    inner: &Inner,
+    queue: &MessageQueue,
+    m: &MessageExt,
+    delay_level: i32,
+) -> Result<(), ClientError> {
+    let addr = inner
+        .routes
+        .master_addr(&queue.topic, &queue.broker_name)
+        .await?;
+    let offset = i64::try_from(m.commit_log_offset)
+        .map_err(|_| ClientError::InvalidMessage("commit log offset exceeds i64".into()))?;
+    let header = ConsumerSendMsgBackRequestHeader {
+        offset,
+        group: inner.config.group.clone(),
+        delay_level,
+        origin_msg_id: Some(m.msg_id.clone()),
+        origin_topic: Some(m.topic.clone()),
+        unit_mode: Some(false),
+        max_reconsume_times: Some(inner.config.max_reconsume_times),
+    };
+    let cmd = RemotingCommand::request_with_header(request::CONSUMER_SEND_MSG_BACK, &header);
+    let reply = inner
+        .pool
+        .invoke(addr, cmd, inner.config.request_timeout)
+        .await?;
+    if reply.code != response::SUCCESS {
+        return Err(ClientError::Broker {
+            addr,
+            code: reply.code,
+            remark: reply.remark.unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
+
+/// Milliseconds since the epoch.
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::OffsetError;
+    use crate::offset_store::{BoxFuture, OffsetStoreStats, PersistReport};
+
+    #[derive(Debug, Default)]
+    struct MemoryStore(Mutex<BTreeMap<MessageQueue, u64>>);
+
+    impl MemoryStore {
+        fn get(&self, q: &MessageQueue) -> Option<u64> {
+            self.0.lock().unwrap().get(q).copied()
+        }
+    }
+
+    impl OffsetStore for MemoryStore {
+        fn update(&self, queue: &MessageQueue, offset: u64) {
+            self.0.lock().unwrap().insert(queue.clone(), offset);
+        }
+        fn correct<'a>(
+            &'a self,
+            queue: &'a MessageQueue,
+            offset: u64,
+        ) -> BoxFuture<'a, Result<(), OffsetError>> {
+            self.update(queue, offset);
+            Box::pin(async { Ok(()) })
+        }
+        fn persist<'a>(&'a self, _: &'a MessageQueue) -> BoxFuture<'a, Result<(), OffsetError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn persist_all(&self) -> BoxFuture<'_, Result<PersistReport, OffsetError>> {
+            Box::pin(async { Ok(PersistReport::default()) })
+        }
+        fn read<'a>(
+            &'a self,
+            queue: &'a MessageQueue,
+            _: ReadMode,
+        ) -> BoxFuture<'a, Result<Option<u64>, OffsetError>> {
+            let v = self.get(queue);
+            Box::pin(async move { Ok(v) })
+        }
+        fn remove(&self, queue: &MessageQueue) {
+            self.0.lock().unwrap().remove(queue);
+        }
+        fn stats(&self) -> OffsetStoreStats {
+            OffsetStoreStats::default()
+        }
+    }
+
+    fn msg(offset: u64) -> MessageExt {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        MessageExt {
+            topic: "T".into(),
+            queue_id: 0,
+            broker_name: "b".into(),
+            queue_offset: offset,
+            commit_log_offset: 0,
+            body: bytes::Bytes::from_static(b"0123456789"),
+            tags: None,
+            keys: Vec::new(),
+            properties: BTreeMap::new(),
+            msg_id: String::new(),
+            offset_msg_id: String::new(),
+            born_timestamp_ms: 0,
+            store_timestamp_ms: 0,
+            born_host: addr,
+            store_host: addr,
+            reconsume_times: 0,
+            sys_flag: 0,
+            flag: 0,
+            delay_level: None,
+        }
+    }
+
+    fn pq() -> ProcessQueue {
+        ProcessQueue::new(
+            MessageQueue {
+                topic: "T".into(),
+                broker_name: "b".into(),
+                queue_id: 0,
+            },
+            "*".into(),
+        )
+    }
+
+    #[test]
+    fn commits_the_smallest_in_flight_offset() {
+        let store = MemoryStore::default();
+        let pq = pq();
+        pq.set_start(10);
+        let (generation, _) = pq.cursor();
+        assert!(pq.add(generation, &[msg(10), msg(11), msg(12)], 13));
+        assert_eq!(pq.cached(), (3, 30));
+        assert!(pq.complete(generation, &[11], &store));
+        assert_eq!(store.get(&pq.queue), Some(10), "10 is still in flight");
+        assert!(pq.complete(generation, &[10], &store));
+        assert_eq!(store.get(&pq.queue), Some(12));
+        assert!(pq.complete(generation, &[12], &store));
+        assert_eq!(
+            store.get(&pq.queue),
+            Some(13),
+            "nothing in flight: next pull offset"
+        );
+        pq.advance(generation, 20, &store);
+        assert_eq!(store.get(&pq.queue), Some(20));
+    }
+
+    #[test]
+    fn results_from_before_a_correction_cannot_overwrite_it() {
+        let store = MemoryStore::default();
+        let pq = pq();
+        pq.set_start(100);
+        let (old, _) = pq.cursor();
+        assert!(pq.add(old, &[msg(100), msg(101)], 102));
+        pq.begin_correction(40);
+        store.update(&pq.queue, 40);
+        assert!(
+            !pq.complete(old, &[100, 101], &store),
+            "stale result refused"
+        );
+        assert!(!pq.add(old, &[msg(102)], 103), "stale pull refused");
+        pq.advance(old, 103, &store);
+        assert_eq!(store.get(&pq.queue), Some(40));
+        let (new, next) = pq.cursor();
+        assert_eq!(next, Some(40));
+        assert!(pq.add(new, &[msg(40)], 41));
+        assert!(pq.complete(new, &[40], &store));
+        assert_eq!(store.get(&pq.queue), Some(41));
+    }
+
+    #[test]
+    fn dropped_queue_commits_nothing() {
+        let store = MemoryStore::default();
+        let pq = pq();
+        pq.set_start(0);
+        let (generation, _) = pq.cursor();
+        assert!(pq.add(generation, &[msg(0)], 1));
+        pq.drop_results();
+        assert!(!pq.complete(generation, &[0], &store));
+        assert_eq!(store.get(&pq.queue), None);
+    }
+
+    #[test]
+    fn retry_messages_show_their_original_topic() {
+        let mut m = msg(0);
+        m.topic = "%RETRY%g".into();
+        m.properties.insert("RETRY_TOPIC".into(), "T".into());
+        assert_eq!(restore_retry_topic(m).topic, "T");
+    }
+}
