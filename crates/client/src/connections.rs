@@ -95,6 +95,28 @@ impl ConnectionPool {
         }
     }
 
+    /// Like [`ConnectionPool::invoke`], but a reply with any code other than SUCCESS is an
+    /// error carrying the broker's code and remark.
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`] as `invoke`, and [`ClientError::Broker`] for a refusal.
+    pub async fn invoke_success(
+        &self,
+        addr: SocketAddr,
+        cmd: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, ClientError> {
+        let reply = self.invoke(addr, cmd, timeout).await?;
+        if reply.code != ferromq_protocol::remoting::codes::response::SUCCESS {
+            return Err(ClientError::Broker {
+                addr,
+                code: reply.code,
+                remark: reply.remark.unwrap_or_default(),
+            });
+        }
+        Ok(reply)
+    }
+
     /// Sends `cmd` one-way to `addr`.
     ///
     /// # Errors

@@ -654,15 +654,8 @@ async fn offset_for_timestamp(
     let cmd = RemotingCommand::request_with_header(request::SEARCH_OFFSET_BY_TIMESTAMP, &header);
     let reply = shared
         .pool
-        .invoke(addr, cmd, shared.config.request_timeout)
+        .invoke_success(addr, cmd, shared.config.request_timeout)
         .await?;
-    if reply.code != response::SUCCESS {
-        return Err(ClientError::Broker {
-            addr,
-            code: reply.code,
-            remark: reply.remark.unwrap_or_default(),
-        });
-    }
     let h: SearchOffsetResponseHeader = reply.decode_header().map_err(|e| ClientError::Decode {
         addr,
         reason: e.to_string(),

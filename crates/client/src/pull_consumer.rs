@@ -532,15 +532,8 @@ impl PullConsumer {
         let reply = self
             .inner
             .pool
-            .invoke(addr, cmd, self.inner.config.pull_timeout)
+            .invoke_success(addr, cmd, self.inner.config.pull_timeout)
             .await?;
-        if reply.code != response::SUCCESS {
-            return Err(ClientError::Broker {
-                addr,
-                code: reply.code,
-                remark: reply.remark.unwrap_or_default(),
-            });
-        }
         Ok((addr, reply))
     }
 

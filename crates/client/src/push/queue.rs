@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
-use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::codes::request;
 use ferromq_protocol::remoting::headers::client::ConsumerSendMsgBackRequestHeader;
 use ferromq_protocol::remoting::headers::offset::{
     SearchOffsetRequestHeader, SearchOffsetResponseHeader,
@@ -330,15 +330,8 @@ async fn initial_offset(inner: &Inner, queue: &MessageQueue) -> Result<u64, Clie
                 RemotingCommand::request_with_header(request::SEARCH_OFFSET_BY_TIMESTAMP, &header);
             let reply = inner
                 .pool
-                .invoke(addr, cmd, inner.config.request_timeout)
+                .invoke_success(addr, cmd, inner.config.request_timeout)
                 .await?;
-            if reply.code != response::SUCCESS {
-                return Err(ClientError::Broker {
-                    addr,
-                    code: reply.code,
-                    remark: reply.remark.unwrap_or_default(),
-                });
-            }
             let h: SearchOffsetResponseHeader =
                 reply.decode_header().map_err(|e| ClientError::Decode {
                     addr,
@@ -568,17 +561,10 @@ async fn send_back(
         max_reconsume_times: Some(inner.config.max_reconsume_times),
     };
     let cmd = RemotingCommand::request_with_header(request::CONSUMER_SEND_MSG_BACK, &header);
-    let reply = inner
+    inner
         .pool
-        .invoke(addr, cmd, inner.config.request_timeout)
+        .invoke_success(addr, cmd, inner.config.request_timeout)
         .await?;
-    if reply.code != response::SUCCESS {
-        return Err(ClientError::Broker {
-            addr,
-            code: reply.code,
-            remark: reply.remark.unwrap_or_default(),
-        });
-    }
     Ok(())
 }
 
