@@ -90,6 +90,7 @@ pub async fn serve(
             }
         });
     }
+    ctx.fences.channel_closed(channel.id);
     let changed = ctx.clients.channel_closed(channel.id);
     ctx.notify_ids_changed(&changed);
     drop(channel);

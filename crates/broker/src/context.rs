@@ -55,6 +55,8 @@ pub struct BrokerContext {
     pub locks: crate::clients::QueueLocks,
     /// Connections to the name servers.
     pub namesrv_client: ferromq_namesrv::NamesrvClient,
+    /// Consumers fenced off their queues by a reset until they follow it.
+    pub fences: crate::reset_fence::ResetFences,
 }
 
 impl BrokerContext {

@@ -23,6 +23,7 @@ pub mod groups;
 pub mod long_poll;
 pub mod processor;
 pub mod registration;
+pub mod reset_fence;
 pub mod server;
 pub mod topics;
 

@@ -98,6 +98,7 @@ impl Broker {
             counters: BrokerCounters::default(),
             locks: QueueLocks::default(),
             namesrv_client: ferromq_namesrv::NamesrvClient::new(),
+            fences: Default::default(),
             config,
         });
         let (stop, stop_rx) = watch::channel(false);

@@ -875,3 +875,91 @@ async fn one_way_commit_under_async_flush_goes_through_the_log() {
     assert_eq!(history.len(), 1, "the commit is a record in the log");
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_consumer_cannot_undo_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let consumer = client(broker.local_addr()).await;
+    let mut pushes = consumer.take_server_requests().unwrap();
+    for i in 0..6 {
+        send(&consumer, "O", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+        .with_body(heartbeat_body("10.0.0.1@a"));
+    assert_eq!(
+        consumer.invoke(beat, TIMEOUT).await.unwrap().code,
+        response::SUCCESS
+    );
+    assert_eq!(commit(&consumer, "O", 0, 4).await.code, response::SUCCESS);
+
+    // An administrator moves the group back to offset 1 while the consumer runs.
+    let admin = client(broker.local_addr()).await;
+    let header = ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader {
+        group: "G".into(),
+        topic: "O".into(),
+        queue_id: Some(0),
+        offset: Some(1),
+        timestamp: 0,
+        is_force: true,
+    };
+    let reply = admin
+        .invoke(
+            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let push = loop {
+        let push = tokio::time::timeout(TIMEOUT, pushes.recv())
+            .await
+            .expect("reset pushed")
+            .unwrap();
+        if push.code == request::RESET_CONSUMER_CLIENT_OFFSET {
+            break push;
+        }
+    };
+    assert!(push.is_oneway());
+
+    // Its in-flight commit from before the reset is stale, though higher: rejected.
+    let stale = commit(&consumer, "O", 0, 5).await;
+    assert_eq!(
+        stale.code,
+        codes::COMMIT_STALE_GENERATION,
+        "{:?}",
+        stale.remark
+    );
+    // Its next pull, still at the old position, is moved to the reset offset.
+    let moved = consumer
+        .invoke(pull_command("O", 0, 4, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(moved.code, response::PULL_OFFSET_MOVED);
+    assert_eq!(
+        moved
+            .decode_header::<PullMessageResponseHeader>()
+            .unwrap()
+            .next_begin_offset,
+        1
+    );
+    // From there on it commits normally.
+    assert_eq!(commit(&consumer, "O", 0, 2).await.code, response::SUCCESS);
+    let store = &broker.context().store;
+    assert_eq!(store.consumer_offset("G", "O", 0).unwrap().offset, 2);
+    let kinds: Vec<(String, u64)> = store
+        .offset_history("G", "O", Some(0))
+        .unwrap()
+        .iter()
+        .map(|e| (e.kind.as_str().to_string(), e.offset))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("commit".into(), 4),
+            ("reset".into(), 1),
+            ("commit".into(), 2)
+        ]
+    );
+    broker.shutdown().await.unwrap();
+}

@@ -40,9 +40,11 @@ pub async fn handle(
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, channel, &command).await
         }
-        request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => pull::handle(ctx, &command).await,
+        request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
+            pull::handle(ctx, channel, &command).await
+        }
         request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command),
-        request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, &command).await,
+        request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, channel, &command).await,
         request::GET_MAX_OFFSET => admin::max_offset(ctx, &command).await,
         request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),
         request::SEARCH_OFFSET_BY_TIMESTAMP => admin::search_offset(ctx, &command),

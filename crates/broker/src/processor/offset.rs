@@ -67,7 +67,11 @@ pub(super) fn query(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingC
         })
 }
 
-pub(super) async fn update(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn update(
+    ctx: &BrokerContext,
+    channel: &crate::clients::ClientChannel,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<UpdateConsumerOffsetRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -93,6 +97,20 @@ pub(super) async fn update(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         header.queue_id as u32,
     );
     let offset = header.commit_offset as u64;
+    if let Some((reset_offset, generation)) =
+        ctx.fences.blocks_commit(group, topic, queue_id, channel.id)
+    {
+        ctx.counters
+            .commits_rejected
+            .fetch_add(1, Ordering::Relaxed);
+        return command.reply(
+            codes::COMMIT_STALE_GENERATION,
+            Some(format!(
+                "commit of {offset} was made before the reset of {group} on {topic}/{queue_id} to \
+                 {reset_offset} (generation {generation}); pull the queue to follow the reset"
+            )),
+        );
+    }
     let stored = ctx
         .store
         .consumer_offset(group, topic, queue_id)

@@ -35,7 +35,11 @@ const DISPATCH_CATCH_UP_MAX: Duration = Duration::from_millis(500);
 /// Most bytes one pull returns unless the request asks for less.
 const PULL_BYTES_MAX: usize = 256 * 1024;
 
-pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn handle(
+    ctx: &BrokerContext,
+    channel: &crate::clients::ClientChannel,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<PullMessageRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -66,14 +70,44 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
     }
     let queue_id = header.queue_id as u32;
-    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
-        offset::commit_from_pull(
-            ctx,
-            &header.consumer_group,
-            topic,
-            queue_id,
-            header.commit_offset,
-        );
+    let group = header.consumer_group.as_str();
+    // A connection fenced by a reset may not commit, and learns the reset offset now.
+    let fenced = ctx
+        .fences
+        .blocks_commit(group, topic, queue_id, channel.id)
+        .is_some();
+    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 && !fenced {
+        offset::commit_from_pull(ctx, group, topic, queue_id, header.commit_offset);
+    } else if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
+        ctx.counters
+            .commits_rejected
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(moved) = ctx.fences.on_pull(
+        group,
+        topic,
+        queue_id,
+        channel.id,
+        header.queue_offset.max(0) as u64,
+    ) {
+        let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
+        tracing::info!(%group, %topic, queue_id, from = header.queue_offset, to = moved.offset,
+            "consumer moved to its reset offset");
+        return command
+            .reply(
+                response::PULL_OFFSET_MOVED,
+                Some("the group's offset was reset".into()),
+            )
+            .with_header(&PullMessageResponseHeader {
+                suggest_which_broker_id: 0,
+                next_begin_offset: moved.offset as i64,
+                min_offset: min as i64,
+                max_offset: max as i64,
+                offset_delta: None,
+                topic_sys_flag: None,
+                group_sys_flag: None,
+                forbidden_type: None,
+            });
     }
     let filter = match filter_of(ctx, &header) {
         Ok(filter) => filter,

@@ -3,8 +3,9 @@
 //!
 //! - The new offsets are written as ONE reset record through the log, which starts a new
 //!   generation of (group, topic); the reply is sent only once that record is durable, so an
-//!   acknowledged reset survives a crash, and commits a running consumer made before the
-//!   reset are rejected by the generation rule (invariant 3).
+//!   acknowledged reset survives a crash. Consumers online at the time are fenced
+//!   (`reset_fence`): their commits are rejected as stale until they pull the queue and follow
+//!   the reset, so a running consumer cannot undo it (invariant 3).
 //! - Online consumers of the group are told with the one-way RESET_CONSUMER_CLIENT_OFFSET
 //!   (220) push; the body has the list form C++ clients read when the admin request is marked
 //!   CPP (as Java's broker decides) or the consumer's connection is a C++ one (reference §5.5).
@@ -174,6 +175,24 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         return command.reply(
             crate::codes::COMMIT_REJECTED,
             Some(format!("reset rejected: {}", rejected.join("; "))),
+        );
+    }
+    // Consumers online now hold positions from before the reset: fence them per queue until
+    // they follow it (see `reset_fence`).
+    let online: Vec<u64> = ctx
+        .clients
+        .consumers(group)
+        .iter()
+        .map(|c| c.channel.id)
+        .collect();
+    for entry in &entries {
+        ctx.fences.install(
+            group,
+            topic,
+            entry.queue_id,
+            entry.offset,
+            outcome.generation.unwrap_or(0),
+            online.iter().copied(),
         );
     }
     // Java's broker picks the list form when the admin request is marked CPP; ferromq also
