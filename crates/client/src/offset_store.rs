@@ -222,6 +222,38 @@ impl Counters {
     }
 }
 
+/// The read rule both stores share: memory first unless `mode` is `Store`, `Ok(None)` from
+/// memory only for `Memory`; an offset read from the store seeds memory; a failed store read is
+/// counted and returned, never turned into "no offset".
+async fn read_through(
+    table: &Table,
+    counters: &Counters,
+    queue: &MessageQueue,
+    mode: ReadMode,
+    from_store: impl std::future::Future<Output = Result<Option<u64>, OffsetError>>,
+) -> Result<Option<u64>, OffsetError> {
+    if mode != ReadMode::Store {
+        if let Some(entry) = table.get(queue) {
+            return Ok(Some(entry.offset));
+        }
+        if mode == ReadMode::Memory {
+            return Ok(None);
+        }
+    }
+    match from_store.await {
+        Ok(found) => {
+            if let Some(offset) = found {
+                table.seed(queue, offset);
+            }
+            Ok(found)
+        }
+        Err(error) => {
+            counters.reads_failed.fetch_add(1, Ordering::Relaxed);
+            Err(error)
+        }
+    }
+}
+
 /// Cluster-mode offsets kept by the broker that masters each queue.
 #[derive(Debug)]
 pub struct BrokerOffsetStore {
@@ -425,28 +457,13 @@ impl OffsetStore for BrokerOffsetStore {
         queue: &'a MessageQueue,
         mode: ReadMode,
     ) -> BoxFuture<'a, Result<Option<u64>, OffsetError>> {
-        Box::pin(async move {
-            if mode != ReadMode::Store {
-                if let Some(entry) = self.table.get(queue) {
-                    return Ok(Some(entry.offset));
-                }
-                if mode == ReadMode::Memory {
-                    return Ok(None);
-                }
-            }
-            match self.query(queue).await {
-                Ok(found) => {
-                    if let Some(offset) = found {
-                        self.table.seed(queue, offset);
-                    }
-                    Ok(found)
-                }
-                Err(error) => {
-                    self.counters.reads_failed.fetch_add(1, Ordering::Relaxed);
-                    Err(error)
-                }
-            }
-        })
+        Box::pin(read_through(
+            &self.table,
+            &self.counters,
+            queue,
+            mode,
+            self.query(queue),
+        ))
     }
 
     fn remove(&self, queue: &MessageQueue) {
@@ -684,42 +701,29 @@ impl OffsetStore for LocalFileOffsetStore {
         queue: &'a MessageQueue,
         mode: ReadMode,
     ) -> BoxFuture<'a, Result<Option<u64>, OffsetError>> {
-        Box::pin(async move {
-            if mode != ReadMode::Store {
-                if let Some(entry) = self.table.get(queue) {
-                    return Ok(Some(entry.offset));
-                }
-                if mode == ReadMode::Memory {
-                    return Ok(None);
-                }
-            }
+        let from_file = async move {
             let path = self.path.clone();
-            let read = tokio::task::spawn_blocking(move || read_file(&path))
+            let entries = tokio::task::spawn_blocking(move || read_file(&path))
                 .await
                 .unwrap_or_else(|join| {
                     Err(OffsetError::Io {
                         path: self.path.clone(),
                         source: std::io::Error::other(join.to_string()),
                     })
-                });
-            match read {
-                Ok(entries) => {
-                    let found = entries
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|(q, _)| q == queue)
-                        .map(|(_, o)| o);
-                    if let Some(offset) = found {
-                        self.table.seed(queue, offset);
-                    }
-                    Ok(found)
-                }
-                Err(error) => {
-                    self.counters.reads_failed.fetch_add(1, Ordering::Relaxed);
-                    Err(error)
-                }
-            }
-        })
+                })?;
+            Ok(entries
+                .unwrap_or_default()
+                .into_iter()
+                .find(|(q, _)| q == queue)
+                .map(|(_, o)| o))
+        };
+        Box::pin(read_through(
+            &self.table,
+            &self.counters,
+            queue,
+            mode,
+            from_file,
+        ))
     }
 
     fn remove(&self, queue: &MessageQueue) {
