@@ -11,6 +11,7 @@
 //!   returns a magic negative offset (negative wire values are mapped at the protocol edge);
 //! - every network wait is bounded by a configured timeout.
 
+pub mod compression;
 pub mod connections;
 pub mod error;
 pub mod lite_pull;
@@ -19,6 +20,7 @@ pub mod offset_store;
 pub mod producer;
 pub mod pull_consumer;
 pub mod push;
+mod reset_push;
 pub mod route;
 
 pub use connections::ConnectionPool;
@@ -39,3 +41,5 @@ pub use push::{
     PushConsumerConfig, PushConsumerStats, ShutdownReport,
 };
 pub use route::{RouteCache, TopicRoute};
+pub use offset_store::CORRECTION_EXT;
+pub use pull_consumer::ServerRequestHandler;

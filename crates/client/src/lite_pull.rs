@@ -20,6 +20,15 @@
 //!   broker reports (GET_CONSUMER_LIST_BY_GROUP); when the list cannot be fetched the current
 //!   assignment is kept and the failure counted; a queue leaving the assignment has its
 //!   position committed first (failures counted);
+//! - OFFSET_ILLEGAL moves the queue to the broker's suggestion and persists it at once as a
+//!   correction ([`OffsetStore::correct`](crate::OffsetStore::correct)); a refused or failed
+//!   correction is counted ([`LitePullStats::correction_failures`]) and the position still
+//!   follows the broker;
+//! - a RESET_CONSUMER_CLIENT_OFFSET push (an administrator's reset, pitfall C11) discards the
+//!   buffers of the reset queues and any pull in flight, and moves their positions to the
+//!   reset offsets: messages polled before it are never committed over the reset (the
+//!   broker's fence refuses such commits anyway until the queue is pulled);
+//!   NOTIFY_CONSUMER_IDS_CHANGED triggers a rebalance;
 //! - every wait is bounded (pull hold + request timeout, `poll`'s timeout, retry delays).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -132,6 +141,10 @@ pub struct LitePullStats {
     pub pull_errors: u64,
     /// Start-position lookups that failed (each retried after `retry_delay`).
     pub start_lookup_failures: u64,
+    /// OFFSET_ILLEGAL corrections the offset store could not persist (refused or failed).
+    pub correction_failures: u64,
+    /// Queues moved by a RESET_CONSUMER_CLIENT_OFFSET push.
+    pub resets_applied: u64,
 }
 
 #[derive(Debug, Default)]
@@ -142,6 +155,8 @@ struct Counters {
     rebalance_failures: AtomicU64,
     pull_errors: AtomicU64,
     start_lookup_failures: AtomicU64,
+    correction_failures: AtomicU64,
+    resets_applied: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -191,6 +206,8 @@ struct Shared {
     pool: ConnectionPool,
     state: Mutex<Assignment>,
     data: Notify,
+    /// Wakes the rebalance loop early (NOTIFY_CONSUMER_IDS_CHANGED).
+    rebalance_now: Notify,
     counters: Counters,
     last_auto_commit_error: Mutex<Option<String>>,
 }
@@ -245,9 +262,17 @@ impl LitePullConsumer {
             pool,
             state: Mutex::new(Assignment::default()),
             data: Notify::new(),
+            rebalance_now: Notify::new(),
             counters: Counters::default(),
             last_auto_commit_error: Mutex::new(None),
         });
+        let weak = Arc::downgrade(&shared);
+        shared
+            .pull
+            .set_server_request_handler(Arc::new(move |cmd: &RemotingCommand| {
+                weak.upgrade()
+                    .is_some_and(|shared| on_server_request(&shared, cmd))
+            }));
         let consumer = LitePullConsumer {
             shared,
             background: Mutex::new(Vec::new()),
@@ -317,9 +342,15 @@ impl LitePullConsumer {
                 .config
                 .rebalance_interval
                 .max(Duration::from_millis(10));
+            let wake = self.shared.clone();
             self.spawn_background(async move {
+                let wake = Arc::downgrade(&wake);
                 loop {
-                    tokio::time::sleep(period).await;
+                    let Some(notify) = wake.upgrade() else { return };
+                    let notified = async move {
+                        notify.rebalance_now.notified().await;
+                    };
+                    let _ = tokio::time::timeout(period, notified).await;
                     let Some(shared) = weak.upgrade() else { return };
                     if let Err(error) = rebalance(&shared).await {
                         tracing::warn!(%error, "rebalance failed; keeping the current assignment");
@@ -559,6 +590,8 @@ impl LitePullConsumer {
             rebalance_failures: c.rebalance_failures.load(Ordering::Relaxed),
             pull_errors: c.pull_errors.load(Ordering::Relaxed),
             start_lookup_failures: c.start_lookup_failures.load(Ordering::Relaxed),
+            correction_failures: c.correction_failures.load(Ordering::Relaxed),
+            resets_applied: c.resets_applied.load(Ordering::Relaxed),
         }
     }
 
@@ -840,6 +873,14 @@ fn spawn_fetch(shared: &Arc<Shared>, queue: MessageQueue, epoch: u64) -> JoinHan
     tokio::spawn(async move { fetch_loop(shared, queue, epoch).await })
 }
 
+/// What a pull's answer leaves to do once the state lock is released.
+enum AfterPull {
+    Done,
+    Failed(ClientError),
+    /// OFFSET_ILLEGAL: persist the correction to this offset.
+    Correct(u64),
+}
+
 enum Step {
     /// Nothing to do until woken (paused or buffer full).
     Wait(Arc<Notify>),
@@ -921,13 +962,13 @@ async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: u64) {
                             if any {
                                 shared.data.notify_waiters();
                             }
-                            None
+                            AfterPull::Done
                         }
                         Ok(PullResult::NoNewMessage { next_offset })
                         | Ok(PullResult::NoMatchedMessage { next_offset }) => {
                             q.fetch_offset = Some(next_offset);
                             q.settle();
-                            None
+                            AfterPull::Done
                         }
                         Ok(PullResult::OffsetIllegal { suggested_offset }) => {
                             tracing::warn!(
@@ -939,18 +980,77 @@ async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: u64) {
                             q.buffer.clear();
                             q.fetch_offset = Some(suggested_offset);
                             q.consumed = Some(suggested_offset);
-                            None
+                            AfterPull::Correct(suggested_offset)
                         }
-                        Err(error) => Some(error),
+                        Err(error) => AfterPull::Failed(error),
                     }
                 };
-                if let Some(error) = failed {
+                if let AfterPull::Correct(offset) = failed {
+                    correct(&shared, &queue, offset).await;
+                } else if let AfterPull::Failed(error) = failed {
                     bump(&shared.counters.pull_errors);
                     tracing::warn!(?queue, %error, "pull failed; retrying");
                     tokio::time::sleep(config.retry_delay).await;
                 }
             }
         }
+    }
+}
+
+/// Persists an OFFSET_ILLEGAL correction at once; a failure is counted (the position follows
+/// the broker's suggestion either way, and the next commit retries it).
+async fn correct(shared: &Shared, queue: &MessageQueue, offset: u64) {
+    if let Err(error) = shared.pull.offset_store().correct(queue, offset).await {
+        bump(&shared.counters.correction_failures);
+        tracing::warn!(?queue, offset, %error, "persisting the correction failed");
+    }
+}
+
+/// Server-initiated requests of the consumer's broker connections.
+fn on_server_request(shared: &Arc<Shared>, cmd: &RemotingCommand) -> bool {
+    match cmd.code {
+        request::NOTIFY_CONSUMER_IDS_CHANGED => {
+            shared.rebalance_now.notify_one();
+            true
+        }
+        request::RESET_CONSUMER_CLIENT_OFFSET => match crate::reset_push::parse(cmd) {
+            Ok(reset) if reset.group == shared.config.group => {
+                apply_reset(shared, &reset.offsets);
+                true
+            }
+            Ok(reset) => {
+                tracing::warn!(group = %reset.group, "offset reset for another group ignored");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "malformed offset reset push ignored");
+                false
+            }
+        },
+        _ => false,
+    }
+}
+
+/// Moves every assigned queue named by a reset to its reset offset: the buffer and any pull
+/// in flight are discarded (new epoch), and the position a commit writes is the reset offset.
+fn apply_reset(shared: &Arc<Shared>, offsets: &[(MessageQueue, u64)]) {
+    let store = shared.pull.offset_store();
+    let mut state = shared.lock();
+    for (queue, offset) in offsets {
+        let Some(q) = state.queues.get_mut(queue) else {
+            continue;
+        };
+        tracing::info!(?queue, offset, "offset reset by the broker; following it");
+        q.epoch += 1;
+        q.buffer.clear();
+        q.fetch_offset = Some(*offset);
+        q.consumed = Some(*offset);
+        if let Some(task) = q.task.take() {
+            task.abort();
+        }
+        q.task = Some(spawn_fetch(shared, queue.clone(), q.epoch));
+        store.update(queue, *offset);
+        bump(&shared.counters.resets_applied);
     }
 }
 

@@ -40,6 +40,15 @@ use crate::connections::ConnectionPool;
 use crate::error::{codes, OffsetError, RejectReason};
 use crate::route::RouteCache;
 
+/// Ext field with which [`BrokerOffsetStore`] marks the commit sent by
+/// [`OffsetStore::correct`] as a correction (ferromq extension, value `true`). A ferromq
+/// broker records it as a correction with a new reset generation, and fences stale commits of
+/// the old generation, only when the queue's state justifies it (the stored offset is outside
+/// the queue's [min, max] and the new one inside); otherwise it refuses it
+/// ([`OffsetError::Rejected`]). Other RocketMQ brokers ignore unknown ext fields and treat it
+/// as a plain commit.
+pub const CORRECTION_EXT: &str = "ferromqCorrection";
+
 /// A boxed, sendable future (the trait is object-safe so users can plug their own store).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -107,7 +116,10 @@ pub trait OffsetStore: Send + Sync + std::fmt::Debug {
     /// until [`OffsetStore::persist`] or [`OffsetStore::persist_all`].
     fn update(&self, queue: &MessageQueue, offset: u64);
 
-    /// Sets the offset of `queue` and persists it at once (used after OFFSET_ILLEGAL).
+    /// Sets the offset of `queue` and persists it at once (used after OFFSET_ILLEGAL, with
+    /// the broker's suggested offset). [`BrokerOffsetStore`] sends it as a correction
+    /// ([`CORRECTION_EXT`]), which a ferromq broker accepts only when the queue's state
+    /// justifies it.
     ///
     /// # Errors
     /// As [`OffsetStore::persist`].
@@ -181,6 +193,26 @@ impl Table {
         if let Some(e) = self.lock().get_mut(queue) {
             e.persisted = Some(offset);
         }
+    }
+
+    /// Sets the offset and marks it unpersisted, whatever was persisted before.
+    fn force(&self, queue: &MessageQueue, offset: u64) {
+        self.lock().insert(
+            queue.clone(),
+            Entry {
+                offset,
+                persisted: None,
+            },
+        );
+    }
+
+    /// Puts back an entry saved with [`Table::get`] (`None`: removes the queue).
+    fn restore(&self, queue: &MessageQueue, previous: Option<Entry>) {
+        let mut t = self.lock();
+        match previous {
+            Some(entry) => t.insert(queue.clone(), entry),
+            None => t.remove(queue),
+        };
     }
 
     fn seed(&self, queue: &MessageQueue, offset: u64) {
@@ -294,8 +326,14 @@ impl BrokerOffsetStore {
             })
     }
 
-    /// Sends one commit and maps the answer.
-    async fn commit(&self, queue: &MessageQueue, offset: u64) -> Result<(), OffsetError> {
+    /// Sends one commit (with `correction`, marked as ferromq's justified correction, see
+    /// [`CORRECTION_EXT`]) and maps the answer.
+    async fn commit(
+        &self,
+        queue: &MessageQueue,
+        offset: u64,
+        correction: bool,
+    ) -> Result<(), OffsetError> {
         let wire = i64::try_from(offset).map_err(|_| OffsetError::OutOfRange {
             queue: queue.clone(),
             value: offset.to_string(),
@@ -308,7 +346,12 @@ impl BrokerOffsetStore {
             queue_id: queue.queue_id,
             commit_offset: wire,
         };
-        let cmd = RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+        let mut cmd =
+            RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+        if correction {
+            cmd.ext_fields
+                .insert(CORRECTION_EXT.to_string(), "true".to_string());
+        }
         let reply = self
             .pool
             .invoke(addr, cmd, self.timeout)
@@ -396,13 +439,21 @@ impl BrokerOffsetStore {
     }
 
     async fn persist_queue(&self, queue: &MessageQueue) -> Result<Option<u64>, OffsetError> {
+        self.persist_queue_as(queue, false).await
+    }
+
+    async fn persist_queue_as(
+        &self,
+        queue: &MessageQueue,
+        correction: bool,
+    ) -> Result<Option<u64>, OffsetError> {
         let Some(entry) = self.table.get(queue) else {
             return Ok(None);
         };
         if entry.persisted == Some(entry.offset) {
             return Ok(None);
         }
-        let result = self.commit(queue, entry.offset).await;
+        let result = self.commit(queue, entry.offset, correction).await;
         self.counters.persist_outcome(&result);
         match result {
             Ok(()) => {
@@ -428,8 +479,17 @@ impl OffsetStore for BrokerOffsetStore {
         offset: u64,
     ) -> BoxFuture<'a, Result<(), OffsetError>> {
         Box::pin(async move {
-            self.table.update(queue, offset);
-            self.persist_queue(queue).await.map(|_| ())
+            // Forget what was persisted: a correction is sent even when it repeats the last
+            // acknowledged value, since the broker's offset may have moved out of the queue.
+            let previous = self.table.get(queue);
+            self.table.force(queue, offset);
+            let result = self.persist_queue_as(queue, true).await.map(|_| ());
+            if let Err(OffsetError::Rejected { .. }) = &result {
+                // Refused: the broker's offset stands, so memory must not keep a value the
+                // persister would later send as an ordinary commit.
+                self.table.restore(queue, previous);
+            }
+            result
         })
     }
 

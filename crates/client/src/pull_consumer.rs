@@ -6,8 +6,17 @@
 //!   20 → `NoMatchedMessage`, 21 → `OffsetIllegal` with the broker's suggested offset; any
 //!   other code is an `Err` carrying the code and remark; a negative offset from the broker is
 //!   a decode error, never passed on;
-//! - the pull itself never commits (sysFlag COMMIT_OFFSET is not set): progress moves only
-//!   through the offset store, whose failures reach the caller (offset pitfalls C1, C2);
+//! - by default the pull itself never commits: progress moves only through the offset
+//!   store, whose failures reach the caller (offset pitfalls C1, C2). With
+//!   [`PullConsumer::set_commit_on_pull`] a pull also carries the store's in-memory offset of
+//!   the queue (sysFlag COMMIT_OFFSET, as Java's push consumer does); that commit is never
+//!   acknowledged, so it only ever saves a later explicit persist some work;
+//! - with [`PullConsumer::set_correct_offset_illegal`], an OFFSET_ILLEGAL answer is corrected
+//!   through the offset store ([`OffsetStore::correct`], persisted at once) before `pull`
+//!   returns it; a failed correction is the pull's error;
+//! - server-initiated requests (RESET_CONSUMER_CLIENT_OFFSET, NOTIFY_CONSUMER_IDS_CHANGED)
+//!   reach the handler set with [`PullConsumer::set_server_request_handler`]; without one
+//!   they are refused as unsupported;
 //! - `commit` is `update` + `persist` and returns the store's error; `read_offset` returns
 //!   `Ok(None)` only when the store has no offset, `Err` when it cannot be asked (C3, C6);
 //! - blocking pulls are bounded: the broker holds at most `hold`, the client waits
@@ -43,6 +52,7 @@ use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMod
 use crate::route::RouteCache;
 
 /// Pull sysFlag bits (reference §9).
+const SYSFLAG_COMMIT_OFFSET: i32 = 0x1;
 const SYSFLAG_SUSPEND: i32 = 0x2;
 const SYSFLAG_SUBSCRIPTION: i32 = 0x4;
 
@@ -138,6 +148,12 @@ impl TagExpression {
     }
 }
 
+/// Receives the server-initiated requests of a consumer's broker connections (e.g.
+/// RESET_CONSUMER_CLIENT_OFFSET 220); returns true when it handled the request (a two-way
+/// request is then answered SUCCESS, otherwise REQUEST_CODE_NOT_SUPPORTED). Called on a
+/// tokio task, one request at a time per connection; it must not block.
+pub type ServerRequestHandler = Arc<dyn Fn(&RemotingCommand) -> bool + Send + Sync>;
+
 /// A pull consumer. Cheap to clone; clones share connections, routes and the offset store.
 #[derive(Debug, Clone)]
 pub struct PullConsumer {
@@ -153,10 +169,38 @@ struct Inner {
     offsets: Arc<dyn OffsetStore>,
     topics: Mutex<BTreeSet<String>>,
     heartbeat_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    options: Mutex<PullOptions>,
+    /// Tasks relaying server requests to the handler, one per connection.
+    server_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct PullOptions {
+    commit_on_pull: bool,
+    correct_offset_illegal: bool,
+    server_requests: Option<ServerRequestHandler>,
+}
+
+impl std::fmt::Debug for PullOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullOptions")
+            .field("commit_on_pull", &self.commit_on_pull)
+            .field("correct_offset_illegal", &self.correct_offset_illegal)
+            .field("server_requests", &self.server_requests.is_some())
+            .finish()
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        for task in self
+            .server_tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
         if let Some(task) = self
             .heartbeat_task
             .lock()
@@ -225,6 +269,8 @@ impl PullConsumer {
                 offsets,
                 topics: Mutex::new(BTreeSet::new()),
                 heartbeat_task: Mutex::new(None),
+                options: Mutex::new(PullOptions::default()),
+                server_tasks: Mutex::new(Vec::new()),
             }),
         };
         let weak = Arc::downgrade(&consumer.inner);
@@ -249,6 +295,81 @@ impl PullConsumer {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(task);
         Ok(consumer)
+    }
+
+    fn options(&self) -> std::sync::MutexGuard<'_, PullOptions> {
+        // Every critical section is a plain read or write of the options.
+        self.inner.options.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// With `on`, every pull carries the offset store's in-memory offset of its queue as a
+    /// piggy-backed commit (sysFlag COMMIT_OFFSET and `commitOffset`, as Java's push consumer
+    /// sends them); nothing is added when memory has no offset for the queue.
+    ///
+    /// # Durability
+    /// The pull reply has no field for the commit's outcome, so a piggy-backed commit is
+    /// never acknowledged: it may be lost or refused (a ferromq broker refuses stale ones as
+    /// it refuses UPDATE_CONSUMER_OFFSET). Only [`PullConsumer::commit`] and the store's
+    /// `persist` say whether progress is stored.
+    pub fn set_commit_on_pull(&self, on: bool) {
+        self.options().commit_on_pull = on;
+    }
+
+    /// With `on`, a pull answered OFFSET_ILLEGAL first corrects the queue's offset to the
+    /// broker's suggestion through the offset store ([`OffsetStore::correct`]: in memory and
+    /// persisted at once; a ferromq broker records it as a correction with a new generation
+    /// when the queue's state justifies it), then returns [`PullResult::OffsetIllegal`].
+    ///
+    /// # Errors
+    /// A pull whose correction failed returns [`ClientError::Offset`] with the store's
+    /// error; the caller may pull again (the broker suggests the same offset) to retry.
+    pub fn set_correct_offset_illegal(&self, on: bool) {
+        self.options().correct_offset_illegal = on;
+    }
+
+    /// Routes the server-initiated requests of this consumer's broker connections to
+    /// `handler` (connections opened by later heartbeats included). Only one consumer may
+    /// take a connection's requests: set it before the first heartbeat.
+    pub fn set_server_request_handler(&self, handler: ServerRequestHandler) {
+        self.options().server_requests = Some(handler);
+    }
+
+    /// Starts relaying `addr`'s server requests to the handler, once per connection.
+    async fn take_server_requests(&self, addr: SocketAddr) -> Result<(), ClientError> {
+        let Some(handler) = self.options().server_requests.clone() else {
+            return Ok(());
+        };
+        let conn = self
+            .inner
+            .pool
+            .get(addr, self.inner.config.pull_timeout)
+            .await?;
+        let Some(mut requests) = conn.take_server_requests() else {
+            return Ok(());
+        };
+        let task = tokio::spawn(async move {
+            while let Some(cmd) = requests.recv().await {
+                let handled = handler(&cmd);
+                if !cmd.is_oneway() {
+                    let code = if handled {
+                        response::SUCCESS
+                    } else {
+                        response::REQUEST_CODE_NOT_SUPPORTED
+                    };
+                    if let Err(error) = conn.reply(cmd.reply(code, None)).await {
+                        tracing::debug!(%error, "reply to a server request failed");
+                    }
+                }
+            }
+        });
+        let mut tasks = self
+            .inner
+            .server_tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+        Ok(())
     }
 
     /// The consumer group.
@@ -328,6 +449,10 @@ impl PullConsumer {
         let body = encode_json(&data);
         let mut first_error = None;
         for addr in self.inner.routes.known_masters() {
+            if let Err(error) = self.take_server_requests(addr).await {
+                first_error.get_or_insert(error);
+                continue;
+            }
             let cmd = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
                 .with_body(body.clone());
             let result = self
@@ -363,7 +488,8 @@ impl PullConsumer {
         offset: u64,
         max: u32,
     ) -> Result<PullResult, ClientError> {
-        self.pull_inner(queue, expression, offset, max, None).await
+        let result = self.pull_inner(queue, expression, offset, max, None).await;
+        self.after_pull(queue, result).await
     }
 
     /// As [`PullConsumer::pull`], but the broker holds the request up to `hold` (long
@@ -379,8 +505,28 @@ impl PullConsumer {
         max: u32,
         hold: Duration,
     ) -> Result<PullResult, ClientError> {
-        self.pull_inner(queue, expression, offset, max, Some(hold))
-            .await
+        let result = self
+            .pull_inner(queue, expression, offset, max, Some(hold))
+            .await;
+        self.after_pull(queue, result).await
+    }
+
+    /// Applies [`PullConsumer::set_correct_offset_illegal`] to a pull's result.
+    async fn after_pull(
+        &self,
+        queue: &MessageQueue,
+        result: Result<PullResult, ClientError>,
+    ) -> Result<PullResult, ClientError> {
+        let Ok(PullResult::OffsetIllegal { suggested_offset }) = result else {
+            return result;
+        };
+        if !self.options().correct_offset_illegal {
+            return result;
+        }
+        tracing::warn!(group = %self.inner.config.group, ?queue, suggested_offset,
+            "OFFSET_ILLEGAL; correcting the stored offset to the broker's suggestion");
+        self.inner.offsets.correct(queue, suggested_offset).await?;
+        result
     }
 
     async fn pull_inner(
@@ -399,6 +545,17 @@ impl PullConsumer {
         let wire_offset = i64::try_from(offset)
             .map_err(|_| ClientError::InvalidMessage(format!("offset {offset} exceeds i64")))?;
         let expression = TagExpression::parse(expression);
+        let commit_offset = if self.options().commit_on_pull {
+            self.inner
+                .offsets
+                .read(queue, ReadMode::Memory)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| i64::try_from(o).ok())
+        } else {
+            None
+        };
         let (sys_flag, suspend_ms, timeout) = match hold {
             Some(hold) => (
                 SYSFLAG_SUBSCRIPTION | SYSFLAG_SUSPEND,
@@ -413,8 +570,12 @@ impl PullConsumer {
             queue_id: queue.queue_id,
             queue_offset: wire_offset,
             max_msg_nums: max.clamp(1, i32::MAX as u32) as i32,
-            sys_flag,
-            commit_offset: 0,
+            sys_flag: if commit_offset.is_some() {
+                sys_flag | SYSFLAG_COMMIT_OFFSET
+            } else {
+                sys_flag
+            },
+            commit_offset: commit_offset.unwrap_or(0),
             suspend_timeout_millis: suspend_ms,
             subscription: Some(expression.text.clone()),
             sub_version: SystemTime::now()

@@ -9,6 +9,14 @@
 //! - Negative commits (ali-ons sends -1) are ignored and counted, never stored.
 //! - A backward commit for a group with no online consumer is an offline reset (what Java
 //!   mqadmin's offline fallbacks send): recorded as a reset with a new generation.
+//! - ferromq extension, wire-compatible: an UPDATE_CONSUMER_OFFSET carrying the ext field
+//!   [`CORRECTION_EXT`]`=true` is a consumer's correction after OFFSET_ILLEGAL. It is
+//!   recorded as a correction (new generation, reply ext [`GENERATION_EXT`]) only when the
+//!   queue's state justifies it — the stored offset lies outside the queue's [min, max] and
+//!   the proposed one inside — so a correction can never move a healthy offset; the
+//!   group's online consumers (the sender included) are then fenced on the queue like after
+//!   a reset, so their in-flight commits of the old generation are rejected until they pull
+//!   (offset pitfall C8). RocketMQ clients never send the field, so nothing changes for them.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,6 +33,11 @@ use ferromq_store::{CommitOutcome, MessageStore, StoreError};
 use super::bad_header;
 use crate::codes;
 use crate::context::BrokerContext;
+
+/// Ext field of UPDATE_CONSUMER_OFFSET marking the commit as a correction (value `true`).
+pub const CORRECTION_EXT: &str = "ferromqCorrection";
+/// Ext field of a correction's SUCCESS reply: the generation the correction established.
+pub const GENERATION_EXT: &str = "ferromqGeneration";
 
 pub(super) fn query(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
     let header = match command.decode_header::<QueryConsumerOffsetRequestHeader>() {
@@ -80,6 +93,8 @@ pub(super) async fn update(
         ctx.counters
             .negative_commits_ignored
             .fetch_add(1, Ordering::Relaxed);
+        ctx.metrics
+            .commit(crate::metrics::CommitCount::NegativeIgnored);
         return command.reply(response::SUCCESS, Some("negative offset ignored".into()));
     }
     if ctx.topics.get(&header.topic).is_none() {
@@ -103,6 +118,8 @@ pub(super) async fn update(
         ctx.counters
             .commits_rejected
             .fetch_add(1, Ordering::Relaxed);
+        ctx.metrics
+            .commit(crate::metrics::CommitCount::StaleGeneration);
         return command.reply(
             codes::COMMIT_STALE_GENERATION,
             Some(format!(
@@ -115,6 +132,12 @@ pub(super) async fn update(
         .store
         .consumer_offset(group, topic, queue_id)
         .map(|s| s.offset);
+    if is_correction(command) {
+        return correct(
+            ctx, channel, command, group, topic, queue_id, offset, stored,
+        )
+        .await;
+    }
     let offline_backward =
         stored.is_some_and(|s| offset < s) && !ctx.clients.has_online_consumers(group);
     let kind = if offline_backward {
@@ -132,6 +155,8 @@ pub(super) async fn update(
         Ok(outcome) => {
             if offline_backward {
                 ctx.counters.offline_resets.fetch_add(1, Ordering::Relaxed);
+                ctx.metrics
+                    .count_offset_move(OffsetKind::Reset, "offline_commit");
                 tracing::warn!(%group, %topic, queue_id, old = ?stored, new = offset, generation = ?outcome.generation,
                     "backward commit of an offline group recorded as a reset");
             }
@@ -142,6 +167,150 @@ pub(super) async fn update(
             Some(format!("commit not stored durably: {error}")),
         ),
     }
+}
+
+fn is_correction(command: &RemotingCommand) -> bool {
+    command
+        .ext_fields
+        .get(CORRECTION_EXT)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// What a correction request amounts to, given the queue's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CorrectionJudgement {
+    /// The stored offset is outside the queue and the proposal inside: record a correction.
+    Correct,
+    /// Nothing to correct (no stored offset, or already there): an ordinary commit.
+    Commit,
+    /// Not justified by the queue's state: refused with this code and remark.
+    Refuse(i32, String),
+}
+
+/// Judges a correction of the stored offset `stored` to `offset` on a queue holding
+/// `[min, max]` (max = next offset to be written). Pure; see the module header.
+fn judge_correction(
+    stored: Option<u64>,
+    (min, max): (u64, u64),
+    offset: u64,
+) -> CorrectionJudgement {
+    if offset > max {
+        return CorrectionJudgement::Refuse(
+            codes::COMMIT_PAST_MAX,
+            format!("correction to {offset} is past the queue's max offset {max}"),
+        );
+    }
+    if offset < min {
+        return CorrectionJudgement::Refuse(
+            codes::COMMIT_REJECTED,
+            format!("correction to {offset} is below the queue's min offset {min}"),
+        );
+    }
+    match stored {
+        None => CorrectionJudgement::Commit,
+        Some(s) if s == offset => CorrectionJudgement::Commit,
+        Some(s) if s < min || s > max => CorrectionJudgement::Correct,
+        Some(s) => CorrectionJudgement::Refuse(
+            if offset < s {
+                codes::COMMIT_REGRESSION
+            } else {
+                codes::COMMIT_REJECTED
+            },
+            format!(
+                "correction to {offset} is not justified: the stored offset {s} lies inside the \
+                 queue's range [{min}, {max}]"
+            ),
+        ),
+    }
+}
+
+/// A correction request (see the module header).
+#[allow(clippy::too_many_arguments)]
+async fn correct(
+    ctx: &BrokerContext,
+    channel: &crate::clients::ClientChannel,
+    command: &RemotingCommand,
+    group: &str,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    stored: Option<u64>,
+) -> RemotingCommand {
+    let bounds = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
+    let judgement = judge_correction(stored, bounds, offset);
+    let outcome = match judgement {
+        CorrectionJudgement::Refuse(code, remark) => {
+            ctx.counters
+                .commits_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%group, %topic, queue_id, ?stored, offset, ?bounds, %remark, "correction refused");
+            return command.reply(code, Some(remark));
+        }
+        CorrectionJudgement::Commit => {
+            commit(
+                &ctx.store,
+                OffsetKind::Commit,
+                group,
+                "correction",
+                topic,
+                queue_id,
+                offset,
+            )
+            .await
+        }
+        CorrectionJudgement::Correct => {
+            let store = ctx.store.clone();
+            let correction = single(
+                OffsetKind::Correction,
+                group,
+                "correction",
+                topic,
+                queue_id,
+                offset,
+            );
+            // The store re-checks `stored` under its append lock (a commit racing with this
+            // judgement is never undone) and waits for durability: keep it off the workers.
+            match tokio::task::spawn_blocking(move || store.correct_offsets(&correction, &[stored]))
+                .await
+            {
+                Ok(result) => result,
+                Err(join) => Err(StoreError::Durability(
+                    ferromq_store::DurabilityError::FlushFailed(join.to_string()),
+                )),
+            }
+        }
+    };
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            return command.reply(
+                codes::NOT_DURABLE,
+                Some(format!("correction not stored durably: {error}")),
+            )
+        }
+    };
+    let mut reply = verdict_reply(ctx, command, &outcome);
+    let applied = outcome.verdicts.first() == Some(&Verdict::Applied);
+    if judgement == CorrectionJudgement::Correct && applied {
+        let generation = outcome.generation.unwrap_or(0);
+        tracing::warn!(%group, %topic, queue_id, ?stored, new = offset, generation, ?bounds,
+            "consumer offset corrected into the queue's range");
+        // Every consumer online now (the sender included) may still commit results of the
+        // old generation: fence them on this queue until they pull it (`reset_fence`).
+        let mut online: Vec<u64> = ctx
+            .clients
+            .consumers(group)
+            .iter()
+            .map(|c| c.channel.id)
+            .collect();
+        online.push(channel.id);
+        ctx.fences
+            .install(group, topic, queue_id, offset, generation, online);
+        reply
+            .ext_fields
+            .insert(GENERATION_EXT.into(), generation.to_string());
+    }
+    reply
 }
 
 /// Applies the commit a pull carries; its outcome only reaches the log and the counters,
@@ -157,6 +326,8 @@ pub(super) fn commit_from_pull(
         ctx.counters
             .negative_commits_ignored
             .fetch_add(1, Ordering::Relaxed);
+        ctx.metrics
+            .commit(crate::metrics::CommitCount::NegativeIgnored);
         return;
     }
     let store = ctx.store.clone();
@@ -168,7 +339,9 @@ pub(super) fn commit_from_pull(
         queue_id,
         offset as u64,
     );
-    let rejected = tokio::task::spawn_blocking(move || store.commit_offsets(&command));
+    let metrics = ctx.metrics.clone();
+    let rejected =
+        tokio::task::spawn_blocking(move || metrics.count_outcome(store.commit_offsets(&command)));
     let (group, topic) = (group.to_string(), topic.to_string());
     tokio::spawn(async move {
         match rejected.await {
@@ -229,6 +402,7 @@ fn verdict_reply(
     command: &RemotingCommand,
     outcome: &CommitOutcome,
 ) -> RemotingCommand {
+    ctx.metrics.commit_verdicts(&outcome.verdicts);
     match outcome.verdicts.first() {
         Some(Verdict::Applied) | Some(Verdict::Unchanged) | None => {
             command.reply(response::SUCCESS, None)
@@ -245,5 +419,48 @@ fn verdict_reply(
             };
             command.reply(code, Some(format!("commit rejected: {rejection}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_correction_is_justified_only_by_a_stored_offset_outside_the_queue() {
+        use CorrectionJudgement::*;
+        // Trimmed: stored 3 is below min 10; the suggestion (min) and anything in range land.
+        assert_eq!(judge_correction(Some(3), (10, 50), 10), Correct);
+        assert_eq!(judge_correction(Some(3), (10, 50), 50), Correct);
+        // Truncated: stored 80 is past max 50; a backward correction into range lands.
+        assert_eq!(judge_correction(Some(80), (10, 50), 50), Correct);
+        // Nothing to correct: first offset, or already there.
+        assert_eq!(judge_correction(None, (10, 50), 20), Commit);
+        assert_eq!(judge_correction(Some(20), (10, 50), 20), Commit);
+        // Unjustified: the stored offset is healthy, or the proposal leaves the queue.
+        let refused = |j: CorrectionJudgement| match j {
+            Refuse(code, _) => code,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refused(judge_correction(Some(30), (10, 50), 20)),
+            codes::COMMIT_REGRESSION
+        );
+        assert_eq!(
+            refused(judge_correction(Some(30), (10, 50), 40)),
+            codes::COMMIT_REJECTED
+        );
+        assert_eq!(
+            refused(judge_correction(Some(3), (10, 50), 9)),
+            codes::COMMIT_REJECTED
+        );
+        assert_eq!(
+            refused(judge_correction(Some(80), (10, 50), 51)),
+            codes::COMMIT_PAST_MAX
+        );
+        assert_eq!(
+            refused(judge_correction(None, (10, 50), 5)),
+            codes::COMMIT_REJECTED
+        );
     }
 }

@@ -31,6 +31,11 @@
 //! - **OFFSET_ILLEGAL**: the queue adopts the broker's suggested offset, persists it at once
 //!   with [`OffsetStore::correct`], and starts a new generation: results of messages pulled
 //!   before the correction are dropped and counted, never committed over it (pitfall C8).
+//! - **Offset reset** (RESET_CONSUMER_CLIENT_OFFSET, pitfall C11): the queues named by the
+//!   broker's push drop their cached messages, start a new generation (in-flight results are
+//!   not committed over the reset), interrupt the pull in flight and resume at the reset
+//!   offset, which becomes the store's in-memory offset. The broker's reset fence refuses
+//!   this client's older commits anyway until it pulls the queue.
 //! - **ReconsumeLater** (clustering): each message is sent back with CONSUMER_SEND_MSG_BACK;
 //!   the broker stores it in `%RETRY%<group>` (to which this consumer also subscribes) or,
 //!   after [`PushConsumerConfig::max_reconsume_times`], in `%DLQ%<group>`. A message whose
@@ -253,6 +258,8 @@ pub struct PushConsumerStats {
     pub flow_control_pauses: u64,
     /// Rebalances run.
     pub rebalances: u64,
+    /// Queues moved by a RESET_CONSUMER_CLIENT_OFFSET push.
+    pub resets_applied: u64,
 }
 
 #[derive(Debug, Default)]
@@ -266,6 +273,7 @@ struct Counters {
     corrections: AtomicU64,
     flow_control_pauses: AtomicU64,
     rebalances: AtomicU64,
+    resets_applied: AtomicU64,
 }
 
 impl Counters {
@@ -285,6 +293,7 @@ impl Counters {
             corrections: get(&self.corrections),
             flow_control_pauses: get(&self.flow_control_pauses),
             rebalances: get(&self.rebalances),
+            resets_applied: get(&self.resets_applied),
         }
     }
 }
@@ -529,6 +538,17 @@ impl PushConsumer {
     /// Consumer counters.
     pub fn stats(&self) -> PushConsumerStats {
         self.inner.counters.snapshot()
+    }
+
+    /// Messages and body bytes cached (pulled, not yet acknowledged) per assigned queue; the
+    /// flow control keeps them under `max_cached_messages_per_queue` plus one pull batch,
+    /// and under `max_cached_bytes_per_queue` plus one pull's bytes.
+    pub fn cached_per_queue(&self) -> BTreeMap<MessageQueue, (usize, usize)> {
+        self.inner
+            .queues()
+            .iter()
+            .map(|(q, e)| (q.clone(), e.pq.cached()))
+            .collect()
     }
 
     /// Queues currently assigned to this member (sorted).

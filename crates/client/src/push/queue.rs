@@ -16,7 +16,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::{ConsumeFromWhere, ConsumeStatus, Counters, Inner, RETRY_TOPIC_PREFIX};
-use crate::error::ClientError;
+use crate::error::{ClientError, OffsetError};
 use crate::message::MessageExt;
 use crate::offset_store::{OffsetStore, ReadMode};
 use crate::pull_consumer::PullResult;
@@ -46,6 +46,8 @@ pub(super) struct ProcessQueue {
     dropped: AtomicBool,
     /// Orderly clustering: the broker lock is trusted until this instant.
     lock_until: Mutex<Option<Instant>>,
+    /// Wakes the pull task out of a pull in flight (an offset reset moved the queue).
+    interrupt: tokio::sync::Notify,
 }
 
 impl ProcessQueue {
@@ -57,6 +59,7 @@ impl ProcessQueue {
             stop: watch::channel(false).0,
             dropped: AtomicBool::new(false),
             lock_until: Mutex::new(None),
+            interrupt: tokio::sync::Notify::new(),
         }
     }
 
@@ -100,7 +103,7 @@ impl ProcessQueue {
             .is_some_and(|until| Instant::now() < until)
     }
 
-    fn cached(&self) -> (usize, usize) {
+    pub(super) fn cached(&self) -> (usize, usize) {
         let s = self.state();
         (s.in_flight.len(), s.bytes)
     }
@@ -164,6 +167,23 @@ impl ProcessQueue {
         s.next = Some(offset);
     }
 
+    /// An offset reset pushed by the broker: new generation at `offset`, cached messages
+    /// dropped, the store's in-memory offset set to `offset` (under the queue's lock, so no
+    /// result of the old generation lands after it), and the pull in flight interrupted.
+    pub(super) fn reset_to(&self, offset: u64, store: &dyn OffsetStore) {
+        {
+            let mut s = self.state();
+            s.generation += 1;
+            s.in_flight.clear();
+            s.bytes = 0;
+            s.next = Some(offset);
+            if !self.dropped.load(Ordering::SeqCst) {
+                store.update(&self.queue, offset);
+            }
+        }
+        self.interrupt.notify_one();
+    }
+
     fn cursor(&self) -> (u64, Option<u64>) {
         let s = self.state();
         (s.generation, s.next)
@@ -220,6 +240,9 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
         let result = tokio::select! {
             r = inner.pull.pull_blocking(&pq.queue, &pq.expression, offset, cfg.pull_batch_size, cfg.pull_hold) => r,
             _ = stop.wait_for(|s| *s) => return,
+            // A reset moved the queue: this pull's answer is stale, pull again from the
+            // new cursor.
+            _ = pq.interrupt.notified() => continue,
         };
         match result {
             Ok(PullResult::Found {
@@ -257,6 +280,22 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
                 loop {
                     match inner.offsets.correct(&pq.queue, suggested_offset).await {
                         Ok(()) => break,
+                        Err(error)
+                            if error.is_stale()
+                                || matches!(error, OffsetError::Rejected { .. }) =>
+                        {
+                            // The broker's offset is healthy (another member got there, or
+                            // this pull was stale): follow the broker rather than our guess.
+                            tracing::warn!(queue = ?pq.queue, %error, "the broker refused the correction; re-reading its offset");
+                            match inner.offsets.read(&pq.queue, ReadMode::Store).await {
+                                Ok(Some(stored)) => pq.begin_correction(stored),
+                                Ok(None) => {}
+                                Err(error) => {
+                                    tracing::warn!(queue = ?pq.queue, %error, "re-reading the offset failed; keeping the suggestion")
+                                }
+                            }
+                            break;
+                        }
                         Err(error) if error.is_retriable() => {
                             tracing::warn!(queue = ?pq.queue, %error, "persisting the correction failed; retrying");
                             if pq.sleep(cfg.pull_error_backoff).await {

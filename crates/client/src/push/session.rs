@@ -108,12 +108,17 @@ pub(super) async fn heartbeat(inner: &Arc<Inner>) -> Result<(), ClientError> {
                 let task = tokio::spawn(async move {
                     while let Some(cmd) = requests.recv().await {
                         let Some(inner) = weak.upgrade() else { return };
-                        if cmd.code == request::NOTIFY_CONSUMER_IDS_CHANGED {
-                            tracing::debug!("consumer ids changed; rebalancing");
-                            inner.rebalance_now.notify_one();
-                        }
+                        let handled = match cmd.code {
+                            request::NOTIFY_CONSUMER_IDS_CHANGED => {
+                                tracing::debug!("consumer ids changed; rebalancing");
+                                inner.rebalance_now.notify_one();
+                                true
+                            }
+                            request::RESET_CONSUMER_CLIENT_OFFSET => apply_reset(&inner, &cmd),
+                            _ => false,
+                        };
                         if !cmd.is_oneway() {
-                            let code = if cmd.code == request::NOTIFY_CONSUMER_IDS_CHANGED {
+                            let code = if handled {
                                 response::SUCCESS
                             } else {
                                 response::REQUEST_CODE_NOT_SUPPORTED
@@ -137,6 +142,31 @@ pub(super) async fn heartbeat(inner: &Arc<Inner>) -> Result<(), ClientError> {
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// RESET_CONSUMER_CLIENT_OFFSET: moves every assigned queue the push names to its reset
+/// offset ([`ProcessQueue::reset_to`]). False when the push is malformed.
+fn apply_reset(inner: &Inner, cmd: &RemotingCommand) -> bool {
+    let reset = match crate::reset_push::parse(cmd) {
+        Ok(reset) => reset,
+        Err(error) => {
+            tracing::warn!(%error, "malformed offset reset push ignored");
+            return false;
+        }
+    };
+    if reset.group != inner.config.group {
+        tracing::warn!(group = %reset.group, "offset reset for another group ignored");
+        return true;
+    }
+    let queues = inner.queues();
+    for (queue, offset) in &reset.offsets {
+        if let Some(entry) = queues.get(queue) {
+            tracing::info!(?queue, offset, "offset reset by the broker; following it");
+            entry.pq.reset_to(*offset, inner.offsets.as_ref());
+            Counters::add(&inner.counters.resets_applied, 1);
+        }
+    }
+    true
 }
 
 pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {

@@ -45,6 +45,16 @@ pub enum CommitRejection {
     /// assign one (current + 1) before appending it. Every entry of the command is rejected.
     #[error("a stored reset or correction carries no generation")]
     MissingGeneration,
+    /// A conditional correction ([`crate::MessageStore::correct_offsets`]) found the stored
+    /// offset changed since the broker judged the correction justified; nothing was written
+    /// for the entry, so a concurrent commit is never undone.
+    #[error(
+        "the stored offset moved from {expected:?} to {stored:?} after the correction was judged"
+    )]
+    Moved {
+        expected: Option<u64>,
+        stored: Option<u64>,
+    },
 }
 
 /// The outcome for one entry of an offset command.

@@ -14,7 +14,9 @@ use ferromq_protocol::{DraftRecord, RecordView};
 use super::{MessageStore, StoreError};
 use crate::commitlog::writer::Placement;
 use crate::error::{AppendError, ReadError};
-use crate::offsets::{OffsetCommand, OffsetKind, StoredOffset, Verdict, OFFSET_TOPIC};
+use crate::offsets::{
+    CommitRejection, OffsetCommand, OffsetKind, StoredOffset, Verdict, OFFSET_TOPIC,
+};
 
 /// Result of [`MessageStore::commit_offsets`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,45 @@ impl MessageStore {
     /// # Errors
     /// The record could not be written or made durable; nothing was acknowledged.
     pub fn commit_offsets(&self, command: &OffsetCommand) -> Result<CommitOutcome, StoreError> {
+        self.commit_offsets_where(command, None)
+    }
+
+    /// Records a correction only for the entries whose stored offset is still the one the
+    /// caller judged it against: `expected[i]` is entry i's stored offset as the caller saw
+    /// it (`None`: no offset stored). The comparison happens under the append lock against
+    /// the writer's view, so a commit that lands between the caller's judgement and this
+    /// call is never undone; such an entry is rejected as [`CommitRejection::Moved`].
+    /// Otherwise exactly [`MessageStore::commit_offsets`] (new generation, one record).
+    ///
+    /// # Errors
+    /// As [`MessageStore::commit_offsets`].
+    ///
+    /// # Panics
+    /// When `command` is not a correction or `expected` does not have one value per entry
+    /// (a caller bug, not input).
+    pub fn correct_offsets(
+        &self,
+        command: &OffsetCommand,
+        expected: &[Option<u64>],
+    ) -> Result<CommitOutcome, StoreError> {
+        assert_eq!(
+            command.kind,
+            OffsetKind::Correction,
+            "correct_offsets takes a correction"
+        );
+        assert_eq!(
+            command.entries.len(),
+            expected.len(),
+            "one expected offset per entry"
+        );
+        self.commit_offsets_where(command, Some(expected))
+    }
+
+    fn commit_offsets_where(
+        &self,
+        command: &OffsetCommand,
+        expected: Option<&[Option<u64>]>,
+    ) -> Result<CommitOutcome, StoreError> {
         let inner = &self.inner;
         let mut command = command.clone();
         let (outcome, (end, epoch)) = {
@@ -81,10 +122,29 @@ impl MessageStore {
                     Some(next)
                 }
             };
-            let verdicts = {
+            let mut verdicts = {
                 let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
                 writer.offsets.check(&command, &queue_max)
             };
+            if let Some(expected) = expected {
+                for ((entry, verdict), expected) in command
+                    .entries
+                    .iter()
+                    .zip(verdicts.iter_mut())
+                    .zip(expected)
+                {
+                    let stored = writer
+                        .offsets
+                        .get(&command.group, &entry.topic, entry.queue_id)
+                        .map(|s| s.offset);
+                    if stored != *expected && *verdict == Verdict::Applied {
+                        *verdict = Verdict::Rejected(CommitRejection::Moved {
+                            expected: *expected,
+                            stored,
+                        });
+                    }
+                }
+            }
             let rejected = verdicts
                 .iter()
                 .filter(|v| matches!(v, Verdict::Rejected(_)))
@@ -267,5 +327,89 @@ fn split(
                 .copied()
                 .unwrap_or(0)
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferromq_protocol::DraftRecord;
+
+    use super::*;
+    use crate::offsets::OffsetEntry;
+    use crate::StoreConfig;
+
+    fn store(dir: &std::path::Path) -> MessageStore {
+        let mut config = StoreConfig::new(dir);
+        config.segment_size_bytes = 64 * 1024;
+        config.max_message_size_bytes = 16 * 1024;
+        MessageStore::open(config).expect("store opens")
+    }
+
+    fn command(kind: OffsetKind, offset: u64) -> OffsetCommand {
+        OffsetCommand {
+            kind,
+            group: "G".into(),
+            client_id: "test".into(),
+            generation: None,
+            entries: vec![OffsetEntry {
+                topic: "T".into(),
+                queue_id: 0,
+                offset,
+            }],
+        }
+    }
+
+    fn put(store: &MessageStore, count: usize) {
+        let host = "127.0.0.1:10911".parse().unwrap();
+        for _ in 0..count {
+            let draft = DraftRecord {
+                topic: "T",
+                queue_id: 0,
+                flag: 0,
+                sys_flag: 0,
+                born_timestamp_ms: 1,
+                born_host: host,
+                store_host: host,
+                reconsume_times: 0,
+                prepared_tx_offset: 0,
+                body: b"m",
+                properties: &[],
+            };
+            store.put(&[draft]).expect("put");
+        }
+    }
+
+    #[test]
+    fn correction_lands_only_while_the_stored_offset_is_the_judged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        put(&store, 10);
+        store
+            .commit_offsets(&command(OffsetKind::Commit, 8))
+            .unwrap();
+        let before = store.offset_generation("G", "T");
+        // Judged against 5, but 8 is stored: a commit landed in between.
+        let moved = store
+            .correct_offsets(&command(OffsetKind::Correction, 3), &[Some(5)])
+            .unwrap();
+        assert_eq!(
+            moved.verdicts,
+            vec![Verdict::Rejected(CommitRejection::Moved {
+                expected: Some(5),
+                stored: Some(8)
+            })]
+        );
+        assert!(moved.record.is_none());
+        assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 8);
+        assert_eq!(store.offset_generation("G", "T"), before);
+        // Judged against what is stored: a new generation at the corrected offset.
+        let landed = store
+            .correct_offsets(&command(OffsetKind::Correction, 3), &[Some(8)])
+            .unwrap();
+        assert_eq!(landed.verdicts, vec![Verdict::Applied]);
+        assert_eq!(landed.generation, Some(before + 1));
+        let stored = store.consumer_offset("G", "T", 0).unwrap();
+        assert_eq!((stored.offset, stored.generation), (3, before + 1));
+        assert_eq!(store.offset_generation("G", "T"), before + 1);
     }
 }
