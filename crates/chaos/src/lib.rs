@@ -8,5 +8,6 @@
 //! queue offsets, monotone commits, no commit past the log end, duplicates within the stated
 //! bound, and no poll-skip.
 
+pub mod checker;
 pub mod history;
 pub mod proxy;

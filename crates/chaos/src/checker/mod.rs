@@ -1,0 +1,137 @@
+//! The checker: decides whether a recorded [`History`] kept ferromq's promises.
+//!
+//! [`check`] reads the history once, in order (linear in its length: hash maps keyed by value,
+//! queue and (queue, offset), no pairwise scans), and returns a [`Report`] of the Jepsen
+//! total-queue sets and of properties K1–K7 of `offset-pitfalls.md`. Every rule below is the
+//! exact rule implemented; `Report::failures` names each failed property.
+//!
+//! # Sets (Jepsen total-queue)
+//! - *attempted*: values of any send operation; *acked*: values with a `SendOk`; *delivered*:
+//!   distinct values of `Deliver`.
+//! - **K1 lost** = acked − delivered, minus values *skipped by a reset*: a `Reset` that moves a
+//!   queue forward past offsets no consumer had delivered yet skips them on purpose, so a lost
+//!   value whose acked offset lies in `[highest delivered offset + 1, reset offset)` of such a
+//!   reset is reported as `skipped_by_reset`, not lost. Each lost value is classified against
+//!   the delivered values of its producer: `prefix` (counter below the lowest delivered one, or
+//!   nothing of that producer was delivered), `middle` (between the lowest and highest),
+//!   `postfix` (above the highest); counts are kept per producer and per queue.
+//! - **K2 unexpected** = delivered − attempted. A value whose send *failed* (`SendFail`, "the
+//!   broker definitely did not store it") and was delivered anyway is listed as
+//!   `failed_but_delivered` and fails K2 too. *recovered* = delivered values that were attempted
+//!   but neither acked nor failed (indeterminate sends that landed): reported, never failing.
+//!
+//! # K3: dense, unique offsets
+//! Every `SendOk` and `Deliver` observes a value at a (queue, offset) *slot*.
+//! - An acked value observed at two different slots fails (`acked_at_two_positions`). An
+//!   unacked value at two slots (a retried indeterminate send stored twice) is only counted.
+//! - A slot observed with two different values fails (`two_values_at_one_offset`), except in
+//!   [`Durability::Async`] when a broker `Kill` lies between the last observation of the old
+//!   value at that slot and the first observation of the new one: the old value was lost with
+//!   the unflushed tail and the broker reused its offset (`offset_reuses`, reported). The old
+//!   value coming back to that slot later needs another kill to be allowed. Each slot is
+//!   reported once, with the first two values seen there.
+//! - Gaps: per queue, every offset in `0..=highest observed offset` must be observed by some
+//!   `SendOk` or `Deliver`. Offsets inside a forward reset's skipped range (see K1) are not
+//!   gaps: an indeterminate send that landed there is never read.
+//!
+//! # K4: monotone commits
+//! Per queue, the committed offsets of `CommitOk` and `Observe.committed`, in history order,
+//! never decrease. A `Reset` op sets the baseline to its offset for the queue; so does an
+//! `Observe` whose `generation` is higher than any generation seen before for that queue. In
+//! [`Durability::Async`] the first commit observation of a queue after a broker `Kill` also
+//! sets a new baseline (commits are log records and the unflushed tail of the log, commits
+//! included, may be lost); such drops are counted as `async_commit_rollbacks`.
+//!
+//! # K5: no commit past the log end
+//! Per queue, the known max offset at a point of the history is the maximum of every
+//! `Observe.max_offset` and every acked or delivered offset + 1 seen so far. A `CommitOk`
+//! offset, or an `Observe.committed` (checked after taking that observation's `max_offset`
+//! into account), above it fails.
+//!
+//! # K6: bounded duplicates
+//! A delivery of a value already delivered is a duplicate. It is attributed to the most recent
+//! (by history position) of: the latest restart of the delivering consumer (a
+//! `RestartConsumer` fault or the first event of a new session of it: one restart when both
+//! occur) → `consumer_restart`; a `Kill` or `Restart` fault → `broker_restart`; a `QueueStart`
+//! of the queue by a consumer other than the one of the queue's last `QueueStop` →
+//! `rebalance`; a `Reset` op naming the queue or a `Reset` fault → `reset`; none → `other`.
+//!
+//! Restart bound: at each consumer restart the checker snapshots, per queue, `H` = the highest
+//! offset delivered on that queue by any consumer so far and `C` = the last committed offset
+//! of the queue (`CommitOk` or `Reset`; 0 when none). The duplicates attributed to that restart
+//! on queue q must be ≤ `max(H + 1 − C, 0)` (0 when nothing was delivered on q): only messages
+//! delivered but not committed before the restart may come again. `H` counts every consumer,
+//! not only the restarted one, because the new session may take over queues others read. With
+//! [`CheckOptions::duplicate_bound`] set, the total duplicates of one restart must also be ≤
+//! that cap. Restarts over either bound are always listed; they fail K6 only when
+//! `duplicate_bound` is set (duplicates are legal at-least-once otherwise).
+//!
+//! # K7: no poll-skip
+//! Per consumer session and queue: the first `Deliver` after a `QueueStart` must be at the
+//! start offset when any value is ever observed at that slot; every later `Deliver` must be at
+//! the previous offset + 1 (topics are tag-less, so every offset is delivered). Either may
+//! instead land on the offset of a `Reset` of that queue recorded since the session's last
+//! jump, which a fenced consumer follows.
+//!
+//! # Async durability
+//! In [`Durability::Async`] a lost value is attributed to the first `Kill` after its ack (every
+//! `Kill` counts as a broker kill). Losses attributed to a kill are allowed when they are a
+//! suffix: for each (kill, queue), every lost offset must be above every *delivered* value of
+//! that queue acked between the previous kill and this one; a lost offset below a surviving
+//! one is a hole (`async_loss.holes`) and always fails. A loss after the last kill fails K1
+//! as in sync mode.
+//!
+//! # Drain
+//! A history without `DrainEnd` fails (the run was cut short). `DrainEnd { complete: false }`
+//! fails in [`Durability::Sync`]; in async mode it is expected after kill losses and only
+//! reported.
+//!
+//! Lists of offending items in the report are capped at [`LISTED_MAX`] entries; every count is
+//! exact.
+
+mod report;
+mod scan;
+mod verdict;
+
+pub use report::{
+    AsyncLoss, CommitPastMax, CommitRegression, DuplicateCauses, Duplicates, Gap, KillLoss, Listed,
+    LossClass, LostCounts, LostReport, LostValue, OffsetConflict, OffsetViolations, PollSkip,
+    Position, PositionConflict, Report, RestartDuplicates, SuffixHole, ValueList, ValueText,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::History;
+
+/// At most this many offending items are listed per list of a [`Report`].
+pub const LISTED_MAX: usize = 200;
+
+/// The broker's flush policy during the run: what a broker kill may lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// SYNC_FLUSH: acknowledged means fsynced; a kill loses nothing acknowledged.
+    #[default]
+    Sync,
+    /// ASYNC_FLUSH: a kill may lose the unflushed suffix of each queue (never a hole).
+    Async,
+}
+
+/// How to judge a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheckOptions {
+    /// The broker's flush policy during the run.
+    pub durability: Durability,
+    /// When set, K6 fails on a consumer restart whose duplicates exceed the bound computed
+    /// from the history, or exceed this absolute cap.
+    pub duplicate_bound: Option<u64>,
+}
+
+/// Checks `history` against K1–K7; see the module docs for the exact rules.
+pub fn check(history: &History, options: &CheckOptions) -> Report {
+    let mut scan = scan::Scan::new(options.durability);
+    for (index, event) in history.events.iter().enumerate() {
+        scan.observe(index, event);
+    }
+    verdict::finish(scan, options)
+}

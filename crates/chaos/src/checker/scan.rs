@@ -1,0 +1,591 @@
+//! The single pass over a history: per-value, per-queue, per-slot and per-session state, and
+//! the properties that are decided in history order (K4, K5, K7 mid-session, K3 slot
+//! conflicts, duplicate attribution). End-of-run verdicts live in `verdict.rs`.
+
+use std::collections::HashMap;
+
+use super::report::{
+    CommitPastMax, CommitRegression, DuplicateCauses, Listed, OffsetConflict, PollSkip,
+};
+use super::Durability;
+use crate::history::{ConsumerId, Event, Fault, Op, Queue, Value};
+
+/// Index of a queue in `Scan::queues` (queues are interned: keys stay small).
+pub(super) type QueueIndex = u32;
+
+/// A (queue, offset) pair.
+pub(super) type Slot = (QueueIndex, u64);
+
+/// What the history says about one value.
+#[derive(Debug, Default)]
+pub(super) struct ValueState {
+    /// Any send operation named it.
+    pub attempted: bool,
+    /// `SendOk`: the acked slot and the event index of the (first) ack.
+    pub ack: Option<(Slot, usize)>,
+    pub failed: bool,
+    pub indeterminate: bool,
+    /// Number of `Deliver`s.
+    pub deliveries: u64,
+    /// The first slot it was observed at (ack or delivery).
+    pub position: Option<Slot>,
+    /// A second, different slot it was observed at.
+    pub other_position: Option<Slot>,
+}
+
+/// One (queue, offset) slot: the value there now and when it was last observed.
+#[derive(Debug)]
+pub(super) struct SlotState {
+    pub value: Value,
+    pub last_seen: usize,
+    /// A conflict was reported for this slot (each slot is reported once).
+    pub conflicted: bool,
+}
+
+/// Per-queue state.
+#[derive(Debug, Default)]
+pub(super) struct QueueState {
+    /// Offsets below this are known to exist (K5).
+    pub known_max: u64,
+    /// Highest offset any consumer delivered.
+    pub max_delivered: Option<u64>,
+    /// The K4 baseline: the last committed offset seen.
+    pub committed: Option<u64>,
+    /// The highest reset generation seen for this queue.
+    pub generation: Option<u64>,
+    /// The last `CommitOk` or `Reset` offset (the restart bound's `C`).
+    pub last_commit: Option<u64>,
+    /// Index of the last event that reset this queue.
+    pub last_reset: Option<usize>,
+    /// Index of the last rebalance of this queue.
+    pub last_rebalance: Option<usize>,
+    /// Consumer of the last `QueueStop`.
+    pub last_stopped_by: Option<u32>,
+    /// Offsets of every `Reset` of this queue, in order (K7 jump targets).
+    pub reset_targets: Vec<u64>,
+    /// `[from, to)` ranges a forward reset skipped.
+    pub skipped: Vec<(u64, u64)>,
+    /// Async: a kill happened since the last commit observation (next one is a baseline).
+    pub killed_since_commit: bool,
+}
+
+/// Per (consumer session, queue) reading position (K7).
+#[derive(Debug, Default)]
+struct Reading {
+    /// The `QueueStart` offset, until the first delivery.
+    start: Option<u64>,
+    /// The offset the next delivery must have.
+    next: Option<u64>,
+    /// Reset targets of the queue before this index were already used or predate the start.
+    resets_seen: usize,
+}
+
+/// A first delivery after `QueueStart` not at the start offset: a skip when any value is ever
+/// observed at the start slot, decided at the end.
+#[derive(Debug)]
+pub(super) struct StartMismatch {
+    pub skip: PollSkip,
+    pub slot: Slot,
+}
+
+/// One consumer restart and the duplicates attributed to it.
+#[derive(Debug)]
+pub(super) struct Restart {
+    pub consumer: u32,
+    pub session: Option<u32>,
+    pub at_ms: u64,
+    /// Per queue index at the restart: (highest delivered offset, last committed offset).
+    pub snapshot: Vec<(Option<u64>, Option<u64>)>,
+    /// Duplicates attributed to this restart per queue.
+    pub duplicates: HashMap<QueueIndex, u64>,
+}
+
+#[derive(Debug, Default)]
+struct ConsumerState {
+    session: u32,
+    /// Index into `Scan::restarts` of its latest restart.
+    restart: Option<usize>,
+    /// Event index of that restart, for attribution.
+    restart_at: Option<usize>,
+    /// The latest restart came from a fault and awaits its new session.
+    awaiting_session: bool,
+}
+
+/// A `Kill` fault.
+#[derive(Debug)]
+pub(super) struct Kill {
+    pub index: usize,
+    pub at_ms: u64,
+    pub node: String,
+}
+
+/// State of the pass; `verdict::finish` turns it into a report.
+#[derive(Debug)]
+pub(super) struct Scan {
+    pub durability: Durability,
+    pub events: u64,
+    pub queues: Vec<Queue>,
+    queue_index: HashMap<Queue, QueueIndex>,
+    pub queue_states: Vec<QueueState>,
+    pub values: HashMap<Value, ValueState>,
+    pub slots: HashMap<Slot, SlotState>,
+    readings: HashMap<(ConsumerId, QueueIndex), Reading>,
+    consumers: HashMap<u32, ConsumerState>,
+    pub restarts: Vec<Restart>,
+    pub kills: Vec<Kill>,
+    /// Index of the last broker `Kill` or `Restart`.
+    last_broker_fault: Option<usize>,
+    /// Index of the last `Reset` fault (the op is per queue).
+    last_reset_fault: Option<usize>,
+    pub deliveries: u64,
+    pub causes: DuplicateCauses,
+    pub conflicts: Listed<OffsetConflict>,
+    pub reuses: Listed<OffsetConflict>,
+    pub regressions: Listed<CommitRegression>,
+    pub commit_rollbacks: u64,
+    pub past_max: Listed<CommitPastMax>,
+    pub poll_skips: Listed<PollSkip>,
+    pub start_mismatches: Vec<StartMismatch>,
+    pub drain_complete: Option<bool>,
+}
+
+impl Scan {
+    pub fn new(durability: Durability) -> Scan {
+        Scan {
+            durability,
+            events: 0,
+            queues: Vec::new(),
+            queue_index: HashMap::new(),
+            queue_states: Vec::new(),
+            values: HashMap::new(),
+            slots: HashMap::new(),
+            readings: HashMap::new(),
+            consumers: HashMap::new(),
+            restarts: Vec::new(),
+            kills: Vec::new(),
+            last_broker_fault: None,
+            last_reset_fault: None,
+            deliveries: 0,
+            causes: DuplicateCauses::default(),
+            conflicts: Listed::default(),
+            reuses: Listed::default(),
+            regressions: Listed::default(),
+            commit_rollbacks: 0,
+            past_max: Listed::default(),
+            poll_skips: Listed::default(),
+            start_mismatches: Vec::new(),
+            drain_complete: None,
+        }
+    }
+
+    /// Folds one event into the state.
+    pub fn observe(&mut self, index: usize, event: &Event) {
+        self.events += 1;
+        let at_ms = event.at_ms;
+        match &event.op {
+            Op::SendInvoke { value } => self.value(*value).attempted = true,
+            Op::SendOk {
+                value,
+                queue,
+                offset,
+            } => self.send_ok(index, at_ms, *value, queue, *offset),
+            Op::SendFail { value, .. } => {
+                let state = self.value(*value);
+                state.attempted = true;
+                state.failed = true;
+            }
+            Op::SendInfo { value, .. } => {
+                let state = self.value(*value);
+                state.attempted = true;
+                state.indeterminate = true;
+            }
+            Op::QueueStart {
+                consumer,
+                queue,
+                offset,
+                ..
+            } => self.queue_start(index, at_ms, *consumer, queue, *offset),
+            Op::QueueStop { consumer, queue } => {
+                self.note_session(index, at_ms, *consumer);
+                let queue = self.intern(queue);
+                self.readings.remove(&(*consumer, queue));
+                self.queue_states[queue as usize].last_stopped_by = Some(consumer.consumer);
+            }
+            Op::Deliver {
+                consumer,
+                queue,
+                offset,
+                value,
+            } => self.deliver(index, at_ms, *consumer, queue, *offset, *value),
+            Op::CommitOk {
+                consumer,
+                queue,
+                offset,
+            } => {
+                self.note_session(index, at_ms, *consumer);
+                let queue = self.intern(queue);
+                self.queue_states[queue as usize].last_commit = Some(*offset);
+                self.check_commit(queue, *offset, None, at_ms, Some(*consumer));
+            }
+            Op::CommitFail { consumer, .. } => self.note_session(index, at_ms, *consumer),
+            Op::Observe {
+                queue,
+                committed,
+                max_offset,
+                generation,
+            } => {
+                let queue = self.intern(queue);
+                let state = &mut self.queue_states[queue as usize];
+                state.known_max = state.known_max.max(*max_offset);
+                if let Some(committed) = committed {
+                    self.check_commit(queue, *committed, *generation, at_ms, None);
+                }
+            }
+            Op::Reset {
+                offsets,
+                generation,
+            } => self.reset(index, offsets, *generation),
+            Op::Fault(fault) => self.fault(index, at_ms, fault),
+            Op::DrainStart => {}
+            Op::DrainEnd { complete } => self.drain_complete = Some(*complete),
+        }
+    }
+
+    fn intern(&mut self, queue: &Queue) -> QueueIndex {
+        if let Some(index) = self.queue_index.get(queue) {
+            return *index;
+        }
+        let index = self.queues.len() as QueueIndex;
+        self.queues.push(queue.clone());
+        self.queue_states.push(QueueState::default());
+        self.queue_index.insert(queue.clone(), index);
+        index
+    }
+
+    fn value(&mut self, value: Value) -> &mut ValueState {
+        self.values.entry(value).or_default()
+    }
+
+    fn send_ok(&mut self, index: usize, at_ms: u64, value: Value, queue: &Queue, offset: u64) {
+        let queue = self.intern(queue);
+        let slot = (queue, offset);
+        let state = self.value(value);
+        state.attempted = true;
+        if state.ack.is_none() {
+            state.ack = Some((slot, index));
+        }
+        self.observe_slot(index, slot, value, at_ms);
+    }
+
+    /// Records that `value` was seen at `slot`: the value's positions (K3 two positions), the
+    /// slot's value (K3 two values, async reuse) and the queue's known max (K5).
+    fn observe_slot(&mut self, index: usize, slot: Slot, value: Value, at_ms: u64) {
+        let state = self.values.entry(value).or_default();
+        match state.position {
+            None => state.position = Some(slot),
+            Some(position) if position != slot && state.other_position.is_none() => {
+                state.other_position = Some(slot);
+            }
+            Some(_) => {}
+        }
+        let queue_state = &mut self.queue_states[slot.0 as usize];
+        queue_state.known_max = queue_state.known_max.max(slot.1 + 1);
+        let Some(existing) = self.slots.get_mut(&slot) else {
+            self.slots.insert(
+                slot,
+                SlotState {
+                    value,
+                    last_seen: index,
+                    conflicted: false,
+                },
+            );
+            return;
+        };
+        if existing.value != value {
+            let conflict = OffsetConflict {
+                queue: self.queues[slot.0 as usize].clone(),
+                offset: slot.1,
+                first: existing.value,
+                second: value,
+                at_ms,
+            };
+            let killed_between = self
+                .kills
+                .last()
+                .is_some_and(|kill| kill.index > existing.last_seen);
+            if self.durability == Durability::Async && killed_between {
+                self.reuses.push(conflict);
+                existing.value = value;
+            } else {
+                if !existing.conflicted {
+                    existing.conflicted = true;
+                    self.conflicts.push(conflict);
+                }
+                return;
+            }
+        }
+        existing.last_seen = index;
+    }
+
+    fn queue_start(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        consumer: ConsumerId,
+        queue: &Queue,
+        offset: u64,
+    ) {
+        self.note_session(index, at_ms, consumer);
+        let queue = self.intern(queue);
+        let state = &mut self.queue_states[queue as usize];
+        if state
+            .last_stopped_by
+            .is_some_and(|stopped_by| stopped_by != consumer.consumer)
+        {
+            state.last_rebalance = Some(index);
+        }
+        let resets_seen = state.reset_targets.len();
+        self.readings.insert(
+            (consumer, queue),
+            Reading {
+                start: Some(offset),
+                next: None,
+                resets_seen,
+            },
+        );
+    }
+
+    fn deliver(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        consumer: ConsumerId,
+        queue: &Queue,
+        offset: u64,
+        value: Value,
+    ) {
+        self.note_session(index, at_ms, consumer);
+        let queue = self.intern(queue);
+        self.deliveries += 1;
+        let state = self.value(value);
+        state.deliveries += 1;
+        if state.deliveries > 1 {
+            self.attribute_duplicate(consumer.consumer, queue);
+        }
+        let queue_state = &mut self.queue_states[queue as usize];
+        queue_state.max_delivered = queue_state.max_delivered.max(Some(offset));
+        self.observe_slot(index, (queue, offset), value, at_ms);
+        self.check_contiguous(at_ms, consumer, queue, offset);
+    }
+
+    /// K7: the delivery is at the start offset (first after `QueueStart`) or right after the
+    /// previous one, or at a reset target of the queue not yet used by this reading.
+    fn check_contiguous(
+        &mut self,
+        at_ms: u64,
+        consumer: ConsumerId,
+        queue: QueueIndex,
+        offset: u64,
+    ) {
+        let targets = &self.queue_states[queue as usize].reset_targets;
+        let reading = self.readings.entry((consumer, queue)).or_default();
+        let expected = reading.start.take().map(|start| (start, true));
+        let expected = expected.or(reading.next.map(|next| (next, false)));
+        reading.next = Some(offset + 1);
+        let Some((expected, at_start)) = expected else {
+            // No QueueStart recorded for this reading: nothing to hold the first delivery to.
+            return;
+        };
+        if offset == expected {
+            return;
+        }
+        if let Some(position) = targets[reading.resets_seen..]
+            .iter()
+            .position(|target| *target == offset)
+        {
+            reading.resets_seen += position + 1;
+            return;
+        }
+        let skip = PollSkip {
+            consumer,
+            queue: self.queues[queue as usize].clone(),
+            expected,
+            delivered: offset,
+            at_ms,
+            at_start,
+        };
+        if at_start {
+            self.start_mismatches.push(StartMismatch {
+                skip,
+                slot: (queue, expected),
+            });
+        } else {
+            self.poll_skips.push(skip);
+        }
+    }
+
+    /// Attributes a duplicate delivery by `consumer` on `queue` to the latest candidate cause.
+    fn attribute_duplicate(&mut self, consumer: u32, queue: QueueIndex) {
+        let consumer_state = self.consumers.get(&consumer);
+        let queue_state = &self.queue_states[queue as usize];
+        let last_reset = queue_state.last_reset.max(self.last_reset_fault);
+        let candidates = [
+            (consumer_state.and_then(|state| state.restart_at), 0),
+            (self.last_broker_fault, 1),
+            (queue_state.last_rebalance, 2),
+            (last_reset, 3),
+        ];
+        let cause = candidates
+            .iter()
+            .filter_map(|(at, cause)| at.map(|at| (at, *cause)))
+            .max()
+            .map(|(_, cause)| cause);
+        match cause {
+            Some(0) => {
+                self.causes.consumer_restart += 1;
+                let restart = consumer_state.and_then(|state| state.restart);
+                if let Some(restart) = restart {
+                    *self.restarts[restart].duplicates.entry(queue).or_default() += 1;
+                }
+            }
+            Some(1) => self.causes.broker_restart += 1,
+            Some(2) => self.causes.rebalance += 1,
+            Some(3) => self.causes.reset += 1,
+            _ => self.causes.other += 1,
+        }
+    }
+
+    /// Notes the session of `consumer`; a new session is a restart (joined with a pending
+    /// `RestartConsumer` fault when there is one).
+    fn note_session(&mut self, index: usize, at_ms: u64, consumer: ConsumerId) {
+        let Some(state) = self.consumers.get_mut(&consumer.consumer) else {
+            self.consumers.insert(
+                consumer.consumer,
+                ConsumerState {
+                    session: consumer.session,
+                    ..ConsumerState::default()
+                },
+            );
+            return;
+        };
+        if consumer.session <= state.session {
+            return;
+        }
+        state.session = consumer.session;
+        state.restart_at = Some(index);
+        if state.awaiting_session {
+            state.awaiting_session = false;
+            if let Some(restart) = state.restart {
+                self.restarts[restart].session = Some(consumer.session);
+            }
+            return;
+        }
+        let restart = self.new_restart(consumer.consumer, Some(consumer.session), at_ms);
+        let state = self.consumers.entry(consumer.consumer).or_default();
+        state.restart = Some(restart);
+    }
+
+    fn new_restart(&mut self, consumer: u32, session: Option<u32>, at_ms: u64) -> usize {
+        let snapshot = self
+            .queue_states
+            .iter()
+            .map(|state| (state.max_delivered, state.last_commit))
+            .collect();
+        self.restarts.push(Restart {
+            consumer,
+            session,
+            at_ms,
+            snapshot,
+            duplicates: HashMap::new(),
+        });
+        self.restarts.len() - 1
+    }
+
+    fn fault(&mut self, index: usize, at_ms: u64, fault: &Fault) {
+        match fault {
+            Fault::Kill { node } => {
+                self.last_broker_fault = Some(index);
+                self.kills.push(Kill {
+                    index,
+                    at_ms,
+                    node: node.clone(),
+                });
+                for state in &mut self.queue_states {
+                    state.killed_since_commit = true;
+                }
+            }
+            Fault::Restart { .. } => self.last_broker_fault = Some(index),
+            Fault::RestartConsumer { consumer } => {
+                let restart = self.new_restart(*consumer, None, at_ms);
+                let state = self.consumers.entry(*consumer).or_default();
+                state.restart = Some(restart);
+                state.restart_at = Some(index);
+                state.awaiting_session = true;
+            }
+            Fault::Reset => self.last_reset_fault = Some(index),
+            Fault::Pause { .. }
+            | Fault::Resume { .. }
+            | Fault::Partition { .. }
+            | Fault::Heal { .. } => {}
+        }
+    }
+
+    fn reset(&mut self, index: usize, offsets: &[(Queue, u64)], generation: Option<u64>) {
+        for (queue, offset) in offsets {
+            let queue = self.intern(queue);
+            let state = &mut self.queue_states[queue as usize];
+            let first_unread = state.max_delivered.map_or(0, |max| max + 1);
+            if *offset > first_unread {
+                state.skipped.push((first_unread, *offset));
+            }
+            state.reset_targets.push(*offset);
+            state.committed = Some(*offset);
+            state.last_commit = Some(*offset);
+            state.last_reset = Some(index);
+            state.killed_since_commit = false;
+            state.generation = state.generation.max(generation);
+        }
+    }
+
+    /// K4 and K5 for one committed offset (`by` is `None` for an observer).
+    fn check_commit(
+        &mut self,
+        queue: QueueIndex,
+        committed: u64,
+        generation: Option<u64>,
+        at_ms: u64,
+        by: Option<ConsumerId>,
+    ) {
+        let state = &mut self.queue_states[queue as usize];
+        let new_generation = generation.is_some() && generation > state.generation;
+        state.generation = state.generation.max(generation);
+        let rollback_allowed = self.durability == Durability::Async && state.killed_since_commit;
+        state.killed_since_commit = false;
+        match state.committed {
+            Some(before) if committed < before && !new_generation => {
+                if rollback_allowed {
+                    self.commit_rollbacks += 1;
+                } else {
+                    self.regressions.push(CommitRegression {
+                        queue: self.queues[queue as usize].clone(),
+                        from: before,
+                        to: committed,
+                        at_ms,
+                        by,
+                    });
+                }
+            }
+            _ => {}
+        }
+        state.committed = Some(committed);
+        if committed > state.known_max {
+            self.past_max.push(CommitPastMax {
+                queue: self.queues[queue as usize].clone(),
+                committed,
+                known_max: state.known_max,
+                at_ms,
+                by,
+            });
+        }
+    }
+}

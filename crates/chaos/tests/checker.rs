@@ -1,0 +1,875 @@
+//! The checker on hand-made histories: one history per property that violates exactly that
+//! property (the test asserts the checker names it, and only it, with the right values), the
+//! allowed cases that must pass, and a clean run.
+
+use ferromq_chaos::checker::{check, CheckOptions, Durability, LossClass, Report};
+use ferromq_chaos::history::{ConsumerId, ConsumerKind, Fault, History, Op, Queue, Value};
+
+/// Writes histories tersely; every event gets the next millisecond.
+#[derive(Default)]
+struct Builder {
+    history: History,
+    now_ms: u64,
+}
+
+fn queue(queue_id: u32) -> Queue {
+    Queue {
+        broker: "broker-a".into(),
+        queue_id,
+    }
+}
+
+fn consumer(consumer: u32, session: u32) -> ConsumerId {
+    ConsumerId { consumer, session }
+}
+
+fn v(producer: u32, counter: u64) -> Value {
+    Value::new(producer, counter)
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder::default()
+    }
+
+    fn op(&mut self, op: Op) -> &mut Builder {
+        self.now_ms += 1;
+        self.history.push(self.now_ms, op);
+        self
+    }
+
+    /// Invoke and ack `value` at (queue `q`, `offset`).
+    fn send(&mut self, value: Value, q: u32, offset: u64) -> &mut Builder {
+        self.op(Op::SendInvoke { value }).op(Op::SendOk {
+            value,
+            queue: queue(q),
+            offset,
+        })
+    }
+
+    /// Invoke `value`; the outcome is unknown.
+    fn send_info(&mut self, value: Value) -> &mut Builder {
+        self.op(Op::SendInvoke { value }).op(Op::SendInfo {
+            value,
+            error: "timeout".into(),
+        })
+    }
+
+    fn send_fail(&mut self, value: Value) -> &mut Builder {
+        self.op(Op::SendInvoke { value }).op(Op::SendFail {
+            value,
+            error: "SYSTEM_BUSY".into(),
+        })
+    }
+
+    fn start(&mut self, c: ConsumerId, q: u32, offset: u64) -> &mut Builder {
+        self.op(Op::QueueStart {
+            consumer: c,
+            kind: ConsumerKind::Pull,
+            queue: queue(q),
+            offset,
+        })
+    }
+
+    fn stop(&mut self, c: ConsumerId, q: u32) -> &mut Builder {
+        self.op(Op::QueueStop {
+            consumer: c,
+            queue: queue(q),
+        })
+    }
+
+    fn deliver(&mut self, c: ConsumerId, q: u32, offset: u64, value: Value) -> &mut Builder {
+        self.op(Op::Deliver {
+            consumer: c,
+            queue: queue(q),
+            offset,
+            value,
+        })
+    }
+
+    fn commit(&mut self, c: ConsumerId, q: u32, offset: u64) -> &mut Builder {
+        self.op(Op::CommitOk {
+            consumer: c,
+            queue: queue(q),
+            offset,
+        })
+    }
+
+    fn observe(
+        &mut self,
+        q: u32,
+        committed: u64,
+        max_offset: u64,
+        generation: Option<u64>,
+    ) -> &mut Builder {
+        self.op(Op::Observe {
+            queue: queue(q),
+            committed: Some(committed),
+            max_offset,
+            generation,
+        })
+    }
+
+    fn reset(&mut self, q: u32, offset: u64, generation: u64) -> &mut Builder {
+        self.op(Op::Fault(Fault::Reset)).op(Op::Reset {
+            offsets: vec![(queue(q), offset)],
+            generation: Some(generation),
+        })
+    }
+
+    fn fault(&mut self, fault: Fault) -> &mut Builder {
+        self.op(Op::Fault(fault))
+    }
+
+    fn kill_and_restart(&mut self) -> &mut Builder {
+        self.fault(Fault::Kill {
+            node: "standalone".into(),
+        })
+        .fault(Fault::Restart {
+            node: "standalone".into(),
+        })
+    }
+
+    fn drain(&mut self, complete: bool) -> &mut Builder {
+        self.op(Op::DrainStart).op(Op::DrainEnd { complete })
+    }
+
+    /// Producer `producer` sends counters `counters` to queue `q` at offsets from `first`.
+    fn sends(
+        &mut self,
+        producer: u32,
+        counters: std::ops::Range<u64>,
+        q: u32,
+        first: u64,
+    ) -> &mut Builder {
+        for (index, counter) in counters.enumerate() {
+            self.send(v(producer, counter), q, first + index as u64);
+        }
+        self
+    }
+
+    /// `c` delivers offsets `offsets` of queue `q` holding producer `producer`'s counters
+    /// equal to the offsets (the layout `sends(producer, a..b, q, a)` makes).
+    fn delivers(
+        &mut self,
+        c: ConsumerId,
+        q: u32,
+        producer: u32,
+        offsets: std::ops::Range<u64>,
+    ) -> &mut Builder {
+        for offset in offsets {
+            self.deliver(c, q, offset, v(producer, offset));
+        }
+        self
+    }
+
+    fn check(&self, durability: Durability) -> Report {
+        self.check_with(CheckOptions {
+            durability,
+            duplicate_bound: None,
+        })
+    }
+
+    fn check_with(&self, options: CheckOptions) -> Report {
+        let report = check(&self.history, &options);
+        // The printed summary and the JSON form never fail to render.
+        assert!(report.to_string().contains("valid:"));
+        serde_json::to_string(&report).expect("report serialises");
+        report
+    }
+}
+
+/// The names of the failed properties (the text before the first ':').
+fn failed(report: &Report) -> Vec<String> {
+    report
+        .failures()
+        .iter()
+        .map(|failure| failure.split(':').next().unwrap().to_owned())
+        .collect()
+}
+
+fn values(listed: &ferromq_chaos::checker::ValueList) -> Vec<String> {
+    listed.items.iter().map(ToString::to_string).collect()
+}
+
+/// One producer, one queue, one consumer reading it all and committing: nothing wrong.
+fn clean() -> Builder {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..5)
+        .commit(reader, 0, 5)
+        .observe(0, 5, 5, None);
+    builder
+}
+
+#[test]
+fn clean_history_is_valid() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        .sends(1, 0..3, 1, 0)
+        .start(a, 0, 0)
+        .start(b, 1, 0)
+        .delivers(a, 0, 0, 0..3)
+        .commit(a, 0, 2)
+        .observe(0, 2, 3, Some(0))
+        .delivers(b, 1, 1, 0..3)
+        .commit(b, 1, 3)
+        .commit(a, 0, 3)
+        .observe(1, 3, 3, Some(0))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert!(report.failures().is_empty());
+    assert_eq!(report.attempted, 6);
+    assert_eq!(report.acked, 6);
+    assert_eq!(report.delivered, 6);
+    assert_eq!(report.deliveries, 6);
+    assert_eq!(report.lost.count, 0);
+    assert_eq!(report.duplicates.total, 0);
+    assert_eq!(report.offset_violations.count, 0);
+    assert!(report.drain_complete);
+}
+
+#[test]
+fn lost_prefix_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(reader, 0, 2)
+        .delivers(reader, 0, 0, 2..5)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K1 lost"]);
+    assert_eq!(report.lost.count, 2);
+    assert_eq!(report.lost.failing, 2);
+    assert_eq!(report.lost.classes.prefix, 2);
+    let lost: Vec<_> = report.lost.values.iter().map(|lost| lost.value).collect();
+    assert_eq!(lost, [v(0, 0), v(0, 1)]);
+    assert_eq!(report.lost.values[1].offset, 1);
+    assert_eq!(report.lost.per_producer[&0].prefix, 2);
+    assert_eq!(report.lost.per_queue["broker-a#0"].prefix, 2);
+    assert!(!report.valid);
+}
+
+#[test]
+fn lost_middle_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .send(v(0, 0), 0, 0)
+        .send(v(0, 1), 1, 0)
+        .send(v(0, 2), 0, 1)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .deliver(reader, 0, 1, v(0, 2))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K1 lost"]);
+    assert_eq!(report.lost.count, 1);
+    assert_eq!(report.lost.values[0].value, v(0, 1));
+    assert_eq!(report.lost.values[0].class, LossClass::Middle);
+    assert_eq!(report.lost.per_queue["broker-a#1"].middle, 1);
+    assert_eq!(report.lost.classes.middle, 1);
+}
+
+#[test]
+fn lost_postfix_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..4, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..2)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K1 lost"]);
+    assert_eq!(report.lost.classes.postfix, 2);
+    assert_eq!(report.lost.classes.prefix + report.lost.classes.middle, 0);
+    assert!(report.failures()[0].contains("0:2 (broker-a#0@2, postfix)"));
+}
+
+#[test]
+fn unexpected_value_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder.deliver(reader, 0, 5, v(9, 0)).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K2 unexpected"]);
+    assert_eq!(report.unexpected.count, 1);
+    assert_eq!(values(&report.unexpected), ["9:0"]);
+}
+
+#[test]
+fn recovered_indeterminate_sends_do_not_fail() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .send_info(v(0, 5))
+        .send_info(v(0, 6))
+        .deliver(reader, 0, 5, v(0, 5))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(values(&report.recovered), ["0:5"]);
+    assert_eq!(report.indeterminate, 2);
+    assert_eq!(
+        report.lost.count, 0,
+        "an unacked send that never landed is not lost"
+    );
+}
+
+#[test]
+fn failed_send_that_was_delivered_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .send_fail(v(0, 5))
+        .deliver(reader, 0, 5, v(0, 5))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K2 failed sends delivered"]);
+    assert_eq!(values(&report.failed_but_delivered), ["0:5"]);
+    assert_eq!(report.recovered.count, 0);
+}
+
+#[test]
+fn two_values_at_one_offset_are_caught() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .send(v(1, 0), 0, 1)
+        .start(a, 0, 0)
+        .delivers(a, 0, 0, 0..2)
+        .start(b, 0, 1)
+        .deliver(b, 0, 1, v(1, 0))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K3 two values at one offset"]);
+    let conflicts = &report.offset_violations.two_values_at_one_offset;
+    assert_eq!(conflicts.count, 1);
+    assert_eq!(conflicts.items[0].offset, 1);
+    assert_eq!(conflicts.items[0].first, v(0, 1));
+    assert_eq!(conflicts.items[0].second, v(1, 0));
+    // Async mode allows a reused offset only across a kill: there was none.
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K3 two values at one offset"]);
+}
+
+#[test]
+fn acked_send_at_two_offsets_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .deliver(reader, 0, 1, v(0, 1))
+        .deliver(reader, 0, 2, v(0, 1))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K3 acked value at two offsets"]);
+    let conflicts = &report.offset_violations.acked_at_two_positions;
+    assert_eq!(conflicts.count, 1);
+    assert_eq!(conflicts.items[0].value, v(0, 1));
+    assert_eq!(conflicts.items[0].first.offset, 1);
+    assert_eq!(conflicts.items[0].second.offset, 2);
+    assert_eq!(report.duplicates.total, 1);
+}
+
+#[test]
+fn unacked_value_stored_twice_is_only_counted() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .send_info(v(0, 5))
+        .deliver(reader, 0, 5, v(0, 5))
+        .deliver(reader, 0, 6, v(0, 5))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.offset_violations.unacked_at_two_positions, 1);
+}
+
+#[test]
+fn offset_gap_is_caught() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .send(v(0, 0), 0, 0)
+        .send(v(0, 1), 0, 3)
+        .start(a, 0, 0)
+        .deliver(a, 0, 0, v(0, 0))
+        .stop(a, 0)
+        .start(b, 0, 3)
+        .deliver(b, 0, 3, v(0, 1))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K3 offset gaps"]);
+    let gaps = &report.offset_violations.gaps;
+    assert_eq!(gaps.count, 1);
+    assert_eq!((gaps.items[0].from, gaps.items[0].to), (1, 2));
+    assert_eq!(report.offset_violations.gap_offsets, 2);
+}
+
+#[test]
+fn commit_regression_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder.commit(reader, 0, 3).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!((regression.from, regression.to), (5, 3));
+    assert_eq!(regression.by, Some(reader));
+    assert_eq!(report.commit_regressions.count, 1);
+
+    // An observer seeing the committed offset go back is caught too.
+    let mut builder = clean();
+    builder.observe(0, 4, 5, None).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.commit_regressions.items[0].by, None);
+}
+
+#[test]
+fn commit_regression_across_a_reset_is_allowed() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .reset(0, 1, 1)
+        .deliver(reader, 0, 1, v(0, 1))
+        .commit(reader, 0, 2)
+        .observe(0, 2, 5, Some(1))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.reset, 1);
+
+    // Below the reset's new baseline is a regression again.
+    let mut builder = clean();
+    builder.reset(0, 2, 1).commit(reader, 0, 1).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!((regression.from, regression.to), (2, 1));
+
+    // An observation with a higher generation is an acknowledged reset too.
+    let mut builder = clean();
+    builder.observe(0, 2, 5, Some(7)).drain(true);
+    assert!(builder.check(Durability::Sync).valid);
+}
+
+#[test]
+fn commit_past_max_is_caught() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder.commit(reader, 0, 6).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 commits past max offset"]);
+    let past = &report.commits_past_max.items[0];
+    assert_eq!((past.committed, past.known_max), (6, 5));
+
+    // An observed committed offset above every known max, from an observer.
+    let mut builder = clean();
+    builder.observe(0, 7, 6, None).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 commits past max offset"]);
+    assert_eq!(report.commits_past_max.items[0].known_max, 6);
+
+    // A larger observed max makes the same commit fine.
+    let mut builder = clean();
+    builder
+        .observe(0, 5, 6, None)
+        .commit(reader, 0, 6)
+        .drain(true);
+    assert!(builder.check(Durability::Sync).valid);
+}
+
+#[test]
+fn poll_skip_at_session_start_is_caught() {
+    let old = consumer(0, 0);
+    let new = consumer(0, 1);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..4, 0, 0)
+        .start(old, 0, 0)
+        .delivers(old, 0, 0, 0..3)
+        .commit(old, 0, 1)
+        .fault(Fault::RestartConsumer { consumer: 0 })
+        .start(new, 0, 1)
+        .delivers(new, 0, 0, 2..4)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K7 poll skips"]);
+    let skip = &report.poll_skips.items[0];
+    assert!(skip.at_start);
+    assert_eq!((skip.expected, skip.delivered), (1, 2));
+    assert_eq!(skip.consumer, new);
+    assert_eq!(report.poll_skips.count, 1);
+
+    // Starting past the end (nothing ever at the start offset) is no skip.
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..2)
+        .stop(reader, 0)
+        .start(reader, 0, 5)
+        .deliver(reader, 0, 1, v(0, 1))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(report.poll_skips.count, 0, "{report}");
+}
+
+#[test]
+fn poll_skip_mid_session_is_caught() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        .start(a, 0, 0)
+        .deliver(a, 0, 0, v(0, 0))
+        .deliver(a, 0, 2, v(0, 2))
+        .stop(a, 0)
+        .start(b, 0, 1)
+        .delivers(b, 0, 0, 1..3)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K7 poll skips"]);
+    let skip = &report.poll_skips.items[0];
+    assert!(!skip.at_start);
+    assert_eq!((skip.expected, skip.delivered), (1, 2));
+    assert_eq!(skip.consumer, a);
+    assert_eq!(report.duplicates.by_cause.rebalance, 1);
+}
+
+#[test]
+fn jump_to_a_reset_offset_is_no_poll_skip() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..6, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..3)
+        .reset(0, 1, 1)
+        .deliver(reader, 0, 3, v(0, 3))
+        .delivers(reader, 0, 0, 1..6)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.reset, 3);
+    // The reset allows one jump; a second jump back to it is a skip.
+    builder.deliver(reader, 0, 1, v(0, 1));
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K7 poll skips"]);
+}
+
+#[test]
+fn duplicates_are_attributed_to_each_cause() {
+    let a0 = consumer(0, 0);
+    let a1 = consumer(0, 1);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        // other: the same session re-reads offset 0 with nothing in between.
+        .start(a0, 0, 0)
+        .deliver(a0, 0, 0, v(0, 0))
+        .stop(a0, 0)
+        .start(a0, 0, 0)
+        .delivers(a0, 0, 0, 0..2)
+        .commit(a0, 0, 1)
+        // consumer restart: the new session re-reads offset 1.
+        .fault(Fault::RestartConsumer { consumer: 0 })
+        .start(a1, 0, 1)
+        .deliver(a1, 0, 1, v(0, 1))
+        // broker restart: the session re-reads offset 1 once more.
+        .kill_and_restart()
+        .stop(a1, 0)
+        .start(a1, 0, 1)
+        .deliver(a1, 0, 1, v(0, 1))
+        // rebalance: consumer 1 takes the queue over at 1.
+        .stop(a1, 0)
+        .start(b, 0, 1)
+        .delivers(b, 0, 0, 1..3)
+        // reset: back to 0.
+        .reset(0, 0, 1)
+        .deliver(b, 0, 0, v(0, 0))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    let causes = report.duplicates.by_cause;
+    assert_eq!(causes.other, 1);
+    assert_eq!(causes.consumer_restart, 1);
+    assert_eq!(causes.broker_restart, 1);
+    assert_eq!(causes.rebalance, 1);
+    assert_eq!(causes.reset, 1);
+    assert_eq!(report.duplicates.total, 5);
+    assert_eq!(report.duplicates.restarts, 1);
+    assert_eq!(report.duplicates.max_per_restart, 1);
+}
+
+#[test]
+fn new_session_without_a_fault_is_a_consumer_restart() {
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .start(consumer(0, 0), 0, 0)
+        .delivers(consumer(0, 0), 0, 0, 0..2)
+        .start(consumer(0, 1), 0, 0)
+        .delivers(consumer(0, 1), 0, 0, 0..2)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.consumer_restart, 2);
+    assert_eq!(report.duplicates.restarts, 1);
+}
+
+/// Session 0 reads 0..5 and commits `committed`; the restarted session resumes at
+/// `resume` and reads to the end.
+fn restart_history(committed: u64, resume: u64) -> Builder {
+    let old = consumer(0, 0);
+    let new = consumer(0, 1);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(old, 0, 0)
+        .delivers(old, 0, 0, 0..5)
+        .commit(old, 0, committed)
+        .fault(Fault::RestartConsumer { consumer: 0 })
+        .start(new, 0, resume)
+        .delivers(new, 0, 0, resume..5)
+        .drain(true);
+    builder
+}
+
+#[test]
+fn duplicate_bound_exceeded_is_caught() {
+    let bounded = CheckOptions {
+        durability: Durability::Sync,
+        duplicate_bound: Some(100),
+    };
+    // Committed 3 of 5 delivered: at most 2 may come again; 4 came again.
+    let builder = restart_history(3, 1);
+    let report = builder.check_with(bounded);
+    assert_eq!(failed(&report), ["K6 duplicates over bound"]);
+    let exceeded = &report.duplicates.bound_exceeded.items[0];
+    assert_eq!((exceeded.duplicates, exceeded.bound), (4, 2));
+    assert_eq!(exceeded.consumer, 0);
+    assert_eq!(exceeded.session, Some(1));
+    assert_eq!(report.duplicates.max_per_restart, 4);
+
+    // Without a bound the same run is valid, the excess still listed.
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.bound_exceeded.count, 1);
+
+    // Within the computed bound: valid.
+    let report = restart_history(3, 3).check_with(bounded);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.max_per_restart, 2);
+
+    // Within the computed bound but over the absolute cap.
+    let capped = CheckOptions {
+        duplicate_bound: Some(1),
+        ..bounded
+    };
+    let report = restart_history(3, 3).check_with(capped);
+    assert_eq!(failed(&report), ["K6 duplicates over bound"]);
+    let exceeded = &report.duplicates.bound_exceeded.items[0];
+    assert_eq!(exceeded.queue, None);
+    assert_eq!((exceeded.duplicates, exceeded.bound), (2, 1));
+}
+
+/// Values 0..3 acked on queue 0; only offset 0 read before the kill; after it the broker
+/// reuses offsets 1 and 2 for new values 3 and 4.
+fn async_suffix_loss() -> Builder {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .commit(reader, 0, 1)
+        .kill_and_restart()
+        .send(v(0, 3), 0, 1)
+        .send(v(0, 4), 0, 2)
+        .deliver(reader, 0, 1, v(0, 3))
+        .deliver(reader, 0, 2, v(0, 4))
+        .commit(reader, 0, 3)
+        .drain(false);
+    builder
+}
+
+#[test]
+fn async_suffix_loss_is_accepted() {
+    let report = async_suffix_loss().check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.lost.count, 2);
+    assert_eq!(report.lost.failing, 0);
+    let loss = report.async_loss.as_ref().unwrap();
+    assert_eq!(loss.kills.len(), 1);
+    assert_eq!(loss.kills[0].lost, 2);
+    assert_eq!(loss.lost_in_kills, 2);
+    assert_eq!(loss.holes.count, 0);
+    assert_eq!(report.offset_violations.offset_reuses.count, 2);
+    assert!(report
+        .lost
+        .values
+        .iter()
+        .all(|lost| lost.lost_in_kill_at_ms.is_some()));
+
+    // The same history under sync flush loses acknowledged data and reuses offsets.
+    let report = async_suffix_loss().check(Durability::Sync);
+    assert_eq!(
+        failed(&report),
+        ["K1 lost", "K3 two values at one offset", "drain"]
+    );
+    assert_eq!(report.lost.failing, 2);
+}
+
+#[test]
+fn async_loss_after_the_last_kill_is_caught() {
+    let mut builder = async_suffix_loss();
+    builder.send(v(0, 5), 0, 3);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K1 lost"]);
+    assert_eq!(report.lost.failing, 1);
+    assert_eq!(report.lost.values[0].value, v(0, 5));
+}
+
+#[test]
+fn async_middle_hole_is_rejected() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        .start(a, 0, 0)
+        .deliver(a, 0, 0, v(0, 0))
+        .stop(a, 0)
+        .start(b, 0, 2)
+        .deliver(b, 0, 2, v(0, 2))
+        .kill_and_restart()
+        .drain(false);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K1 lost", "K1 async loss not a suffix"]);
+    let holes = &report.async_loss.as_ref().unwrap().holes;
+    assert_eq!(holes.count, 1);
+    let hole = &holes.items[0];
+    assert_eq!((hole.lost, hole.lost_offset), (v(0, 1), 1));
+    assert_eq!((hole.survivor, hole.survivor_offset), (v(0, 2), 2));
+    assert_eq!(report.lost.failing, 1);
+}
+
+#[test]
+fn async_offset_reuse_is_accepted_only_for_values_lost_in_a_kill() {
+    let reader = consumer(0, 0);
+    // Without a kill between them, two values at one offset fail even in async mode.
+    let mut builder = Builder::new();
+    builder
+        .send(v(0, 0), 0, 0)
+        .send(v(0, 1), 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 1))
+        .drain(false);
+    let report = builder.check(Durability::Async);
+    assert!(failed(&report).contains(&"K3 two values at one offset".to_owned()));
+    assert_eq!(report.offset_violations.offset_reuses.count, 0);
+
+    // With a kill between them the first value was lost with the unflushed tail: allowed.
+    let mut builder = Builder::new();
+    builder
+        .send(v(0, 0), 0, 0)
+        .kill_and_restart()
+        .send(v(0, 1), 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 1))
+        .drain(false);
+    let report = builder.check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.offset_violations.offset_reuses.count, 1);
+
+    // The lost value showing up again at its old offset was not lost: caught.
+    let other = consumer(1, 0);
+    builder
+        .start(other, 0, 0)
+        .deliver(other, 0, 0, v(0, 0))
+        .drain(false);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K3 two values at one offset"]);
+    assert_eq!(
+        report.offset_violations.two_values_at_one_offset.items[0].second,
+        v(0, 0)
+    );
+}
+
+#[test]
+fn forward_reset_skips_are_not_lost_nor_gaps() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .send_info(v(0, 2))
+        .sends(0, 3..6, 0, 3)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .reset(0, 4, 1)
+        .delivers(reader, 0, 0, 4..6)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(values(&report.skipped_by_reset), ["0:1", "0:3"]);
+    assert_eq!(report.offset_violations.gaps.count, 0);
+    assert_eq!(report.lost.count, 0);
+}
+
+#[test]
+fn missing_or_incomplete_drain_fails() {
+    let report = clean().check(Durability::Sync);
+    assert_eq!(failed(&report), ["drain"]);
+    assert!(!report.drain_recorded);
+    let mut builder = clean();
+    builder.drain(false);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["drain"]);
+    assert!(report.drain_recorded && !report.drain_complete);
+    assert!(builder.check(Durability::Async).valid);
+}
+
+#[test]
+fn history_round_trips_through_json_lines_then_checks_the_same() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .send(v(1, 0), 0, 5)
+        .send_info(v(1, 1))
+        .commit(reader, 0, 4)
+        .kill_and_restart()
+        .drain(true);
+    let text = builder.history.to_json_lines();
+    let parsed = History::from_json_lines(&text).expect("parses");
+    assert_eq!(parsed, builder.history);
+    let options = CheckOptions::default();
+    let direct = check(&builder.history, &options);
+    let reparsed = check(&parsed, &options);
+    assert_eq!(direct, reparsed);
+    assert_eq!(failed(&reparsed), ["K1 lost", "K4 commit regressions"]);
+    assert_eq!(reparsed.lost.values[0].value, v(1, 0));
+    let json: serde_json::Value = serde_json::to_value(&reparsed).unwrap();
+    assert_eq!(json["lost"]["count"], 1);
+    assert_eq!(json["commit_regressions"]["count"], 1);
+    assert_eq!(json["valid"], false);
+}
