@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use ferromq_store::{FlushDiskType, StoreConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A configuration problem, naming the key or file.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum ConfigError {
 }
 
 /// Broker settings, with RocketMQ's names and defaults.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct BrokerConfig {
     /// Cluster this broker belongs to.
@@ -79,6 +79,10 @@ pub struct BrokerConfig {
     pub channel_expired_timeout: u64,
     /// Largest frame accepted from a client.
     pub max_frame_length: usize,
+    /// Port of the Prometheus metrics endpoint (`GET /metrics` over HTTP on `brokerIP1`);
+    /// absent: no endpoint; 0: any free port, see `Broker::metrics_addr`. ferromq's own key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_port: Option<u16>,
 }
 
 impl Default for BrokerConfig {
@@ -108,6 +112,7 @@ impl Default for BrokerConfig {
                 .into(),
             channel_expired_timeout: 120_000,
             max_frame_length: 16 * 1024 * 1024,
+            metrics_port: None,
         }
     }
 }
@@ -259,6 +264,19 @@ mod tests {
         assert_eq!(config.flush_type().unwrap(), FlushDiskType::SyncFlush);
         let error = toml::from_str::<BrokerConfig>("brokerNam = \"x\"").unwrap_err();
         assert!(error.message().contains("brokerNam"), "{}", error.message());
+    }
+
+    #[test]
+    fn metrics_port_is_off_unless_given() {
+        assert_eq!(BrokerConfig::default().metrics_port, None);
+        let config: BrokerConfig = toml::from_str("metricsPort = 0\n").unwrap();
+        assert_eq!(config.metrics_port, Some(0));
+        let error = toml::from_str::<BrokerConfig>("metricsPort = 70000\n").unwrap_err();
+        assert!(
+            error.message().contains("u16") || error.message().contains("range"),
+            "{}",
+            error.message()
+        );
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub async fn serve(
             }
         }
     });
+    ctx.metrics.connection_opened();
     tracing::debug!(%peer, channel = channel.id, "connection opened");
     loop {
         let frame = tokio::select! {
@@ -95,5 +96,6 @@ pub async fn serve(
     ctx.notify_ids_changed(&changed);
     drop(channel);
     write_task.abort();
+    ctx.metrics.connection_closed();
     tracing::debug!(%peer, "connection closed");
 }

@@ -57,6 +57,12 @@ pub struct BrokerContext {
     pub namesrv_client: ferromq_namesrv::NamesrvClient,
     /// Consumers fenced off their queues by a reset until they follow it.
     pub fences: crate::reset_fence::ResetFences,
+    /// Prometheus metrics (shared with tasks that outlive a request borrow).
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    /// Recent rates for GET_BROKER_RUNTIME_INFO.
+    pub stats: crate::broker_stats::BrokerStats,
+    /// Settings that may change at run time; read these, not `config`, for their keys.
+    pub runtime_config: crate::runtime_config::RuntimeConfig,
 }
 
 impl BrokerContext {

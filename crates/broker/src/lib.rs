@@ -7,6 +7,9 @@
 //! - [`topics`], [`groups`], [`clients`]: topic configs, subscription groups, the registry
 //!   of connected producers and consumers.
 //! - [`long_poll`]: pull requests held until new messages are dispatched.
+//! - [`metrics`], [`metrics_http`], [`broker_stats`]: Prometheus metrics on `metricsPort`
+//!   and the runtime table of `brokerStatus`.
+//! - [`runtime_config`]: the settings `updateBrokerConfig` may change while the broker runs.
 //!
 //! Invariants kept here (DESIGN.md): a send or a commit is answered SUCCESS only when the store
 //! says it is acknowledgeable under the flush policy (invariant 2); commits go through the
@@ -14,6 +17,7 @@
 //! consumers see only dispatched records (invariant 4); magic negative offsets exist only at
 //! this protocol edge (invariant 7). Network input never panics the broker.
 
+pub mod broker_stats;
 pub mod clients;
 pub mod codes;
 pub mod config;
@@ -21,9 +25,12 @@ pub mod connection;
 pub mod context;
 pub mod groups;
 pub mod long_poll;
+pub mod metrics;
+pub mod metrics_http;
 pub mod processor;
 pub mod registration;
 pub mod reset_fence;
+pub mod runtime_config;
 pub mod server;
 pub mod topics;
 

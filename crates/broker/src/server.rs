@@ -15,7 +15,7 @@ use crate::config::{BrokerConfig, ConfigError};
 use crate::context::{BrokerContext, BrokerCounters};
 use crate::groups::{GroupError, GroupManager};
 use crate::topics::{TopicError, TopicManager};
-use crate::{connection, processor, registration};
+use crate::{broker_stats, connection, metrics_http, processor, registration};
 
 /// How often silent clients are looked for.
 const CLIENT_SCAN_PERIOD: Duration = Duration::from_secs(10);
@@ -26,6 +26,12 @@ pub enum BrokerError {
     /// Bad configuration.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The metrics socket could not be opened.
+    #[error("cannot listen for metrics on {addr} (metricsPort): {source}")]
+    MetricsListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -56,6 +62,7 @@ pub enum BrokerError {
 pub struct Broker {
     ctx: Arc<BrokerContext>,
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -72,6 +79,19 @@ impl Broker {
         let local_addr = listener
             .local_addr()
             .map_err(|source| BrokerError::Listen { addr: bind, source })?;
+        let metrics_listener = match config.metrics_port {
+            Some(port) => {
+                let addr = SocketAddr::new(config.broker_ip1, port);
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| BrokerError::MetricsListen { addr, source })?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|source| BrokerError::MetricsListen { addr, source })?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
         let mut store_config = config.store_config()?;
         store_config.store_host = local_addr;
         let store = tokio::task::spawn_blocking(move || MessageStore::open(store_config))
@@ -99,6 +119,9 @@ impl Broker {
             locks: QueueLocks::default(),
             namesrv_client: ferromq_namesrv::NamesrvClient::new(),
             fences: Default::default(),
+            metrics: Default::default(),
+            stats: Default::default(),
+            runtime_config: crate::runtime_config::RuntimeConfig::new(&config),
             config,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -106,7 +129,17 @@ impl Broker {
             tokio::spawn(accept_loop(ctx.clone(), listener, stop_rx.clone())),
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
+            tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
         ];
+        let metrics_addr = metrics_listener.map(|(listener, addr)| {
+            tasks.push(tokio::spawn(metrics_http::serve(
+                ctx.clone(),
+                listener,
+                stop_rx.clone(),
+            )));
+            tracing::info!(%addr, "metrics endpoint listening (GET /metrics)");
+            addr
+        });
         if !namesrvs.is_empty() {
             tasks.push(tokio::spawn(registration::run(
                 ctx.clone(),
@@ -118,6 +151,7 @@ impl Broker {
         Ok(Broker {
             ctx,
             local_addr,
+            metrics_addr,
             stop,
             tasks,
         })
@@ -126,6 +160,12 @@ impl Broker {
     /// The address the broker listens on and advertises.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the metrics endpoint (`http://<addr>/metrics`), when `metricsPort` is
+    /// set; with `metricsPort = 0` this is the port the OS chose.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Shared state (for tests and the admin endpoints).
@@ -178,10 +218,11 @@ async fn accept_loop(
 }
 
 async fn expire_clients(ctx: Arc<BrokerContext>, mut stop: watch::Receiver<bool>) {
-    let timeout = Duration::from_millis(ctx.config.channel_expired_timeout);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(CLIENT_SCAN_PERIOD) => {
+                // channelExpiredTimeout may change at run time (updateBrokerConfig).
+                let timeout = Duration::from_millis(ctx.runtime_config.channel_expired_timeout());
                 let changed = ctx.clients.expire(timeout);
                 ctx.notify_ids_changed(&changed);
             }

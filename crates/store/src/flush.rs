@@ -100,6 +100,8 @@ pub struct FlushControl {
     epoch: AtomicU64,
     /// Number of fsyncs done, for group-commit statistics.
     pub fsync_count: AtomicU64,
+    /// How long the fsyncs take (metrics and `brokerStatus`).
+    pub latency: crate::flush_latency::FlushLatency,
 }
 
 impl FlushControl {
@@ -124,6 +126,7 @@ impl FlushControl {
             timeout,
             epoch: AtomicU64::new(0),
             fsync_count: AtomicU64::new(0),
+            latency: Default::default(),
         }
     }
 
@@ -325,6 +328,7 @@ impl FlushControl {
             return Ok(());
         }
         let first = log.segment_start_of(flushed);
+        let started = Instant::now();
         for segment in log.segments() {
             if segment.start + log.segment_size() > first && segment.start < target {
                 if log.faults.take_sync() {
@@ -335,6 +339,7 @@ impl FlushControl {
             }
         }
         self.fsync_count.fetch_add(1, Ordering::Relaxed);
+        self.latency.record(started.elapsed());
         let mut state = self.state.lock().expect("flush lock");
         if target > state.progress.flushed_end {
             state.progress.flushed_end = target;

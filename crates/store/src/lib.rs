@@ -23,6 +23,7 @@ pub mod error;
 pub mod faults;
 mod file_set;
 pub mod flush;
+pub mod flush_latency;
 pub mod fsutil;
 pub mod key_index;
 pub mod offsets;

@@ -6,6 +6,7 @@
 
 mod admin;
 mod batch;
+mod broker_info;
 mod client;
 mod history;
 mod offset;
@@ -68,6 +69,9 @@ pub async fn handle(
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command).await,
         request::INVOKE_BROKER_TO_RESET_OFFSET => reset::handle(ctx, &command).await,
         crate::codes::OFFSET_HISTORY => history::handle(ctx, &command).await,
+        request::GET_BROKER_RUNTIME_INFO => broker_info::runtime_info(ctx, &command),
+        request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
+        request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),
         code => command.reply(
             response::REQUEST_CODE_NOT_SUPPORTED,
             Some(format!(

@@ -82,6 +82,8 @@ pub(super) async fn handle(
         ctx.counters
             .commits_rejected
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.metrics
+            .commit(crate::metrics::CommitCount::StaleGeneration);
     }
     if let Some(moved) = ctx.fences.on_pull(
         group,
@@ -121,7 +123,7 @@ pub(super) async fn handle(
     let hold = (header.sys_flag & PULL_SYSFLAG_SUSPEND != 0).then(|| {
         Duration::from_millis(
             (header.suspend_timeout_millis.max(0) as u64)
-                .min(ctx.config.broker_suspend_max_time_millis),
+                .min(ctx.runtime_config.broker_suspend_max_time_millis()),
         )
     });
     let mut result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
@@ -145,6 +147,8 @@ pub(super) async fn handle(
             };
         }
     }
+    ctx.metrics
+        .record_pull(group, topic, queue_id, offset, &result);
     reply_for(ctx, command, offset, result)
 }
 

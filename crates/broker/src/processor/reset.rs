@@ -157,6 +157,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Verdict::Applied | Verdict::Unchanged => {
                 tracing::info!(%group, %topic, queue_id = entry.queue_id, old = ?previous, new = entry.offset,
                     generation = ?outcome.generation, %cause, "consumer offset reset");
+                ctx.metrics.count_offset_move(OffsetKind::Reset, "admin");
                 body.offset_table.0.insert(
                     MessageQueue {
                         topic: topic.to_string(),

@@ -356,6 +356,11 @@ impl MessageStore {
         }
     }
 
+    /// Fsync latency of the CommitLog flusher (metrics).
+    pub fn flush_latency(&self) -> &crate::flush_latency::FlushLatency {
+        &self.inner.flush.latency
+    }
+
     /// Fault points (tests): arm them to make CommitLog writes or fsyncs fail.
     pub fn faults(&self) -> &crate::faults::Faults {
         &self.inner.log.faults

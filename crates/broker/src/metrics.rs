@@ -1,0 +1,435 @@
+//! The broker's metrics: counters the request processors bump (one call each), and gauges
+//! computed at scrape time from the store and the registries, rendered in the Prometheus text
+//! format (0.0.4) by `prometheus-client`.
+//!
+//! | metric | kind | labels | source |
+//! |---|---|---|---|
+//! | `ferromq_messages_in_total`, `ferromq_bytes_in_total` | counter | `topic` | sends (bytes: request bodies) |
+//! | `ferromq_messages_out_total`, `ferromq_bytes_out_total` | counter | `topic` | pulls that found messages (bytes: records returned) |
+//! | `ferromq_commits_accepted_total` | counter | | commits applied or already held |
+//! | `ferromq_commits_rejected_total` | counter | `reason` | `regression`, `stale_generation`, `past_max`, `other`, `negative_ignored` |
+//! | `ferromq_offset_resets_total` | counter | `cause` | resets written to the log |
+//! | `ferromq_offset_corrections_total` | counter | `cause` | corrections: a consumer moved off an out-of-range position, or a correction record |
+//! | `ferromq_consumer_lag` | gauge | `group`, `topic`, `queue` | queue max offset - committed offset, per stored offset |
+//! | `ferromq_flush_latency_seconds` | histogram | | the store's CommitLog fsyncs |
+//! | `ferromq_dispatch_behind_bytes` | gauge | | CommitLog bytes written but not yet dispatched |
+//! | `ferromq_client_connections` | gauge | | open remoting connections |
+//! | `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset` | gauge | | CommitLog bounds, bytes |
+//!
+//! Every reset and correction also gets one log line naming group, topic, queue, old and new
+//! offset and the cause ([`BrokerMetrics::offset_moved`]).
+
+use ferromq_store::flush_latency::{FlushLatencySnapshot, FLUSH_LATENCY_BOUNDS_MICROS};
+use ferromq_store::offsets::{CommitRejection, OffsetKind, Verdict};
+use ferromq_store::{GetResult, GetStatus};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::context::BrokerContext;
+
+type TopicLabel = [(&'static str, String); 1];
+type StaticLabel = [(&'static str, &'static str); 1];
+
+/// How a commit ended, as the `reason` label of the rejected counter (or accepted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitCount {
+    /// Applied, or the offset was already stored.
+    Accepted,
+    /// Below the stored offset within the generation (invariant 3).
+    Regression,
+    /// Made before a reset (an old generation, or a fenced connection).
+    StaleGeneration,
+    /// Beyond the queue's max offset.
+    PastMax,
+    /// Any other rejection.
+    Other,
+    /// A negative offset (ali-ons sends -1): answered SUCCESS, never stored.
+    NegativeIgnored,
+}
+
+impl CommitCount {
+    /// The count for a store verdict.
+    pub fn of(verdict: &Verdict) -> CommitCount {
+        match verdict {
+            Verdict::Applied | Verdict::Unchanged => CommitCount::Accepted,
+            Verdict::Rejected(CommitRejection::Regression { .. }) => CommitCount::Regression,
+            Verdict::Rejected(CommitRejection::StaleGeneration { .. }) => {
+                CommitCount::StaleGeneration
+            }
+            Verdict::Rejected(CommitRejection::PastMax { .. }) => CommitCount::PastMax,
+            Verdict::Rejected(_) => CommitCount::Other,
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            CommitCount::Accepted => "accepted",
+            CommitCount::Regression => "regression",
+            CommitCount::StaleGeneration => "stale_generation",
+            CommitCount::PastMax => "past_max",
+            CommitCount::Other => "other",
+            CommitCount::NegativeIgnored => "negative_ignored",
+        }
+    }
+}
+
+/// A consumer offset (or position) moved by a reset or a correction, for the log line and
+/// the counters.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetMove<'a> {
+    /// Reset or correction (a commit is not a move).
+    pub kind: OffsetKind,
+    /// Short cause for the counter label, e.g. `admin`, `offline_commit`, `pull_out_of_range`.
+    pub cause: &'static str,
+    /// Consumer group.
+    pub group: &'a str,
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue.
+    pub queue_id: u32,
+    /// Offset before (`None`: nothing stored).
+    pub old: Option<u64>,
+    /// Offset after.
+    pub new: u64,
+    /// Human explanation for the log line.
+    pub detail: &'a str,
+}
+
+/// Counters and the gauges fed by the processors; scrape-time values come from the context.
+#[derive(Debug)]
+pub struct BrokerMetrics {
+    registry: Registry,
+    messages_in: Family<TopicLabel, Counter>,
+    bytes_in: Family<TopicLabel, Counter>,
+    messages_out: Family<TopicLabel, Counter>,
+    bytes_out: Family<TopicLabel, Counter>,
+    commits_accepted: Counter,
+    commits_rejected: Family<StaticLabel, Counter>,
+    resets: Family<StaticLabel, Counter>,
+    corrections: Family<StaticLabel, Counter>,
+    connections: Gauge,
+}
+
+impl Default for BrokerMetrics {
+    fn default() -> Self {
+        BrokerMetrics::new()
+    }
+}
+
+impl BrokerMetrics {
+    /// Empty counters, registered under their names.
+    pub fn new() -> BrokerMetrics {
+        let metrics = BrokerMetrics {
+            registry: Registry::default(),
+            messages_in: Family::default(),
+            bytes_in: Family::default(),
+            messages_out: Family::default(),
+            bytes_out: Family::default(),
+            commits_accepted: Counter::default(),
+            commits_rejected: Family::default(),
+            resets: Family::default(),
+            corrections: Family::default(),
+            connections: Gauge::default(),
+        };
+        let mut registry = Registry::default();
+        let families = [
+            (
+                "ferromq_messages_in",
+                "Messages stored by sends",
+                &metrics.messages_in,
+            ),
+            (
+                "ferromq_bytes_in",
+                "Message body bytes received by sends",
+                &metrics.bytes_in,
+            ),
+            (
+                "ferromq_messages_out",
+                "Messages returned by pulls",
+                &metrics.messages_out,
+            ),
+            (
+                "ferromq_bytes_out",
+                "Record bytes returned by pulls",
+                &metrics.bytes_out,
+            ),
+        ];
+        for (name, help, family) in families {
+            registry.register(name, help, family.clone());
+        }
+        registry.register(
+            "ferromq_commits_accepted",
+            "Offset commits applied or already stored",
+            metrics.commits_accepted.clone(),
+        );
+        registry.register(
+            "ferromq_commits_rejected",
+            "Offset commits rejected (or ignored), by reason",
+            metrics.commits_rejected.clone(),
+        );
+        registry.register(
+            "ferromq_offset_resets",
+            "Queue offsets moved by resets, by cause",
+            metrics.resets.clone(),
+        );
+        registry.register(
+            "ferromq_offset_corrections",
+            "Queue offsets or consumer positions moved by corrections, by cause",
+            metrics.corrections.clone(),
+        );
+        registry.register(
+            "ferromq_client_connections",
+            "Open remoting connections",
+            metrics.connections.clone(),
+        );
+        BrokerMetrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// A send stored `count` messages of `topic` from a request body of `bytes`.
+    pub fn record_send(&self, topic: &str, count: usize, bytes: usize) {
+        let label = [("topic", topic.to_string())];
+        self.messages_in.get_or_create(&label).inc_by(count as u64);
+        self.bytes_in.get_or_create(&label).inc_by(bytes as u64);
+    }
+
+    /// A pull of `group` on `topic`/`queue_id` from `requested` ended with `result`: counts the
+    /// messages it returns, and logs and counts a correction when the consumer is told to move
+    /// (PULL_OFFSET_MOVED; the same statuses `pull::reply_for` maps to it).
+    pub fn record_pull(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        requested: u64,
+        result: &GetResult,
+    ) {
+        let moved_to = match result.status {
+            GetStatus::Found => {
+                let label = [("topic", topic.to_string())];
+                let count = result.messages.len() as u64;
+                let bytes: usize = result.messages.iter().map(|m| m.bytes.len()).sum();
+                self.messages_out.get_or_create(&label).inc_by(count);
+                self.bytes_out.get_or_create(&label).inc_by(bytes as u64);
+                return;
+            }
+            GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue if requested > 0 => 0,
+            GetStatus::OffsetTooSmall | GetStatus::OffsetOverflowBadly => result.next_begin_offset,
+            _ => return,
+        };
+        let detail = format!(
+            "pull position {requested} is outside the queue's range [{}, {}]",
+            result.min_offset, result.max_offset
+        );
+        self.offset_moved(&OffsetMove {
+            kind: OffsetKind::Correction,
+            cause: "pull_out_of_range",
+            group,
+            topic,
+            queue_id,
+            old: Some(requested),
+            new: moved_to,
+            detail: &detail,
+        });
+    }
+
+    /// Counts one commit outcome.
+    pub fn commit(&self, count: CommitCount) {
+        match count {
+            CommitCount::Accepted => {
+                self.commits_accepted.inc();
+            }
+            other => {
+                self.commits_rejected
+                    .get_or_create(&[("reason", other.reason())])
+                    .inc();
+            }
+        }
+    }
+
+    /// Counts each entry's verdict of a commit.
+    pub fn commit_verdicts(&self, verdicts: &[Verdict]) {
+        for verdict in verdicts {
+            self.commit(CommitCount::of(verdict));
+        }
+    }
+
+    /// Counts each entry's verdict of a commit's outcome, and passes the outcome on.
+    pub fn count_outcome<E>(
+        &self,
+        result: Result<ferromq_store::CommitOutcome, E>,
+    ) -> Result<ferromq_store::CommitOutcome, E> {
+        if let Ok(outcome) = &result {
+            self.commit_verdicts(&outcome.verdicts);
+        }
+        result
+    }
+
+    /// Counts a reset or correction whose caller already logs it (with group, topic, queue,
+    /// old and new offset and cause); see [`BrokerMetrics::offset_moved`] otherwise.
+    pub fn count_offset_move(&self, kind: OffsetKind, cause: &'static str) {
+        let family = match kind {
+            OffsetKind::Correction => &self.corrections,
+            _ => &self.resets,
+        };
+        family.get_or_create(&[("cause", cause)]).inc();
+    }
+
+    /// Logs and counts a reset or a correction. Every path that moves a consumer's offset (or
+    /// tells a consumer to move its position) other than by its own commit calls this once per
+    /// queue.
+    pub fn offset_moved(&self, event: &OffsetMove<'_>) {
+        let OffsetMove {
+            kind,
+            cause,
+            group,
+            topic,
+            queue_id,
+            old,
+            new,
+            detail,
+        } = *event;
+        self.count_offset_move(kind, cause);
+        tracing::info!(%group, %topic, queue_id, old = ?old, new, kind = kind.as_str(), %cause,
+            %detail, "consumer offset {}", if kind == OffsetKind::Correction { "corrected" } else { "reset" });
+    }
+
+    /// A remoting connection opened.
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    /// A remoting connection closed.
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    /// Open remoting connections.
+    pub fn connections(&self) -> i64 {
+        self.connections.get()
+    }
+
+    /// The scrape: every counter, then the values computed now from `ctx`.
+    pub fn render(&self, ctx: &BrokerContext) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoder error would be a library bug, and the
+        // scrape then carries what was written before it.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        let mut live = Registry::default();
+        live.register_collector(Box::new(ScrapeValues::of(ctx)));
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &live);
+        out
+    }
+}
+
+/// Values computed at scrape time.
+#[derive(Debug)]
+struct ScrapeValues {
+    lags: Vec<(String, String, u32, u64)>,
+    flush: FlushLatencySnapshot,
+    dispatch_behind_bytes: u64,
+    log_min_offset: u64,
+    log_max_offset: u64,
+}
+
+impl ScrapeValues {
+    fn of(ctx: &BrokerContext) -> ScrapeValues {
+        let stats = ctx.store.stats();
+        let mut lags = Vec::new();
+        for group in ctx.store.groups() {
+            for (topic, queue_id, stored) in ctx.store.group_offsets(&group) {
+                let max = ctx
+                    .store
+                    .queue_bounds(&topic, queue_id)
+                    .map_or(0, |(_, max)| max);
+                lags.push((
+                    group.clone(),
+                    topic,
+                    queue_id,
+                    max.saturating_sub(stored.offset),
+                ));
+            }
+        }
+        ScrapeValues {
+            lags,
+            flush: ctx.store.flush_latency().snapshot(),
+            dispatch_behind_bytes: stats.written_end.saturating_sub(stats.dispatched_end),
+            log_min_offset: stats.log_min_offset,
+            log_max_offset: stats.written_end,
+        }
+    }
+}
+
+impl Collector for ScrapeValues {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        {
+            let mut lag = encoder.encode_descriptor(
+                "ferromq_consumer_lag",
+                "Messages between a group's committed offset and the queue's max offset",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (group, topic, queue_id, value) in &self.lags {
+                let queue = queue_id.to_string();
+                let labels = [
+                    ("group", group.as_str()),
+                    ("topic", topic.as_str()),
+                    ("queue", queue.as_str()),
+                ];
+                ConstGauge::new(*value as i64).encode(lag.encode_family(&labels)?)?;
+            }
+        }
+        let gauges = [
+            (
+                "ferromq_dispatch_behind_bytes",
+                "CommitLog bytes written but not yet dispatched to consume queues",
+                self.dispatch_behind_bytes,
+            ),
+            (
+                "ferromq_commitlog_min_offset",
+                "First CommitLog byte still stored",
+                self.log_min_offset,
+            ),
+            (
+                "ferromq_commitlog_max_offset",
+                "CommitLog bytes written",
+                self.log_max_offset,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value as i64);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let buckets: Vec<(f64, u64)> = self
+            .flush
+            .bucket_counts
+            .iter()
+            .enumerate()
+            .map(|(i, count)| {
+                let bound = FLUSH_LATENCY_BOUNDS_MICROS
+                    .get(i)
+                    .map_or(f64::INFINITY, |micros| *micros as f64 / 1e6);
+                (bound, *count)
+            })
+            .collect();
+        let mut flush = encoder.encode_descriptor(
+            "ferromq_flush_latency_seconds",
+            "Duration of the CommitLog fsyncs",
+            None,
+            MetricType::Histogram,
+        )?;
+        flush.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.flush.sum_micros as f64 / 1e6,
+            self.flush.count,
+            &buckets,
+            None,
+        )
+    }
+}

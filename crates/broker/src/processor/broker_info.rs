@@ -1,0 +1,83 @@
+//! GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25): what
+//! `brokerStatus`, `getBrokerConfig` and `updateBrokerConfig` ask.
+//!
+//! - 28 answers a `KVTable` body (`{"table":{key: value}}`), keys as in `broker_stats`.
+//! - 26 answers the configuration as Java `Properties` text (`key=value` lines) with the
+//!   `version` ext field holding the `DataVersion` JSON, as RocketMQ does.
+//! - 25 takes `key=value` lines; only the keys of `runtime_config` may change, all or none.
+//!   A refusal is NO_PERMISSION (a key fixed at startup) or INVALID_PARAMETER (an unknown key,
+//!   a bad value, a malformed body), with a remark naming the key and why. Accepted changes
+//!   last until the broker stops (not persisted; see `runtime_config`).
+
+use ferromq_protocol::remoting::body::misc::KvTable;
+use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::remoting::RemotingCommand;
+
+use super::success;
+use crate::context::BrokerContext;
+use crate::runtime_config::ConfigUpdateError;
+
+/// Largest UPDATE_BROKER_CONFIG body read.
+const UPDATE_BODY_MAX: usize = 64 * 1024;
+
+pub(super) fn runtime_info(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let table = KvTable {
+        table: ctx.stats.runtime_info(ctx),
+    };
+    match serde_json::to_vec(&table) {
+        Ok(body) => success(command).with_body(body),
+        Err(error) => command.reply(
+            response::SYSTEM_ERROR,
+            Some(format!("cannot encode the runtime info: {error}")),
+        ),
+    }
+}
+
+pub(super) fn get_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let version = ctx.runtime_config.version();
+    let version_json = serde_json::json!({
+        "stateVersion": 0,
+        "timestamp": version.timestamp_ms,
+        "counter": version.counter,
+    });
+    let mut reply = success(command).with_body(ctx.runtime_config.properties(&ctx.config));
+    reply
+        .ext_fields
+        .insert("version".into(), version_json.to_string());
+    reply
+}
+
+pub(super) fn update_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let body = command.body.as_deref().unwrap_or_default();
+    if body.len() > UPDATE_BODY_MAX {
+        return command.reply(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "config update body of {} bytes exceeds {UPDATE_BODY_MAX}",
+                body.len()
+            )),
+        );
+    }
+    let Ok(text) = std::str::from_utf8(body) else {
+        return command.reply(
+            response::INVALID_PARAMETER,
+            Some("config update body is not UTF-8 properties text".into()),
+        );
+    };
+    match ctx.runtime_config.update_from_properties(text) {
+        Ok(applied) => {
+            for (key, value) in &applied {
+                tracing::info!(%key, %value, "broker config changed at run time (not persisted)");
+            }
+            success(command)
+        }
+        Err(error) => {
+            let code = match error {
+                ConfigUpdateError::Fixed { .. } => response::NO_PERMISSION,
+                _ => response::INVALID_PARAMETER,
+            };
+            tracing::warn!(%error, "broker config update refused");
+            command.reply(code, Some(error.to_string()))
+        }
+    }
+}
