@@ -455,9 +455,14 @@ fn commit_regression_across_a_reset_is_allowed() {
     assert!(report.valid, "{report}");
     assert_eq!(report.duplicates.by_cause.reset, 1);
 
-    // Below the reset's new baseline is a regression again.
+    // Below the reset's new baseline is a regression again, once the session committed
+    // after the reset (its first commit after it may have been sent before it).
     let mut builder = clean();
-    builder.reset(0, 2, 1).commit(reader, 0, 1).drain(true);
+    builder
+        .reset(0, 2, 1)
+        .commit(reader, 0, 2)
+        .commit(reader, 0, 1)
+        .drain(true);
     let report = builder.check(Durability::Sync);
     assert_eq!(failed(&report), ["K4 commit regressions"]);
     let regression = &report.commit_regressions.items[0];
@@ -467,6 +472,77 @@ fn commit_regression_across_a_reset_is_allowed() {
     let mut builder = clean();
     builder.observe(0, 2, 5, Some(7)).drain(true);
     assert!(builder.check(Durability::Sync).valid);
+}
+
+#[test]
+fn commit_reply_recorded_late_is_no_regression_but_a_stored_regression_is() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(a, 0, 0)
+        .delivers(a, 0, 0, 0..3)
+        .commit(a, 0, 3)
+        .observe(0, 3, 5, None)
+        // b took the queue over at 3 and committed 5 ...
+        .stop(a, 0)
+        .start(b, 0, 3)
+        .delivers(b, 0, 0, 3..5)
+        .commit(b, 0, 5)
+        // ... while a's commit of 4, sent before b's, was applied first; its reply came late.
+        .commit(a, 0, 4)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+
+    // The observer still reading 4 after having seen 5 is a stored regression.
+    builder
+        .observe(0, 5, 5, None)
+        .observe(0, 4, 5, None)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!(
+        (regression.from, regression.to, regression.by),
+        (5, 4, None)
+    );
+}
+
+#[test]
+fn commit_during_a_pending_reset_is_no_regression() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .commit(reader, 0, 5)
+        .fault(Fault::Reset)
+        .commit(reader, 0, 2)
+        .op(Op::Reset {
+            offsets: vec![(queue(0), 2)],
+            generation: Some(1),
+        })
+        .commit(reader, 0, 2)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+}
+
+#[test]
+fn async_commit_rollback_across_a_kill_is_allowed() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .kill_and_restart()
+        .commit(reader, 0, 3)
+        .observe(0, 3, 5, None)
+        .drain(true);
+    let report = builder.check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.async_loss.as_ref().unwrap().commit_rollbacks, 2);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.commit_regressions.count, 2);
 }
 
 #[test]

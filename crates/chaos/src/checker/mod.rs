@@ -35,12 +35,25 @@
 //!   gaps: an indeterminate send that landed there is never read.
 //!
 //! # K4: monotone commits
-//! Per queue, the committed offsets of `CommitOk` and `Observe.committed`, in history order,
-//! never decrease. A `Reset` op sets the baseline to its offset for the queue; so does an
-//! `Observe` whose `generation` is higher than any generation seen before for that queue. In
-//! [`Durability::Async`] the first commit observation of a queue after a broker `Kill` also
-//! sets a new baseline (commits are log records and the unflushed tail of the log, commits
-//! included, may be lost); such drops are counted as `async_commit_rollbacks`.
+//! Per queue, the committed offsets of `CommitOk` and `Observe.committed` never go below the
+//! highest committed offset known *at the recorder's reference point*: an event recorded
+//! certainly before that commit was sent or that read was made. For a `CommitOk` it is the
+//! session's previous `CommitOk`/`CommitFail` (a session commits one at a time), or for its
+//! first commit its `QueueStart` of the queue; for an `Observe`, the previous `Observe` (the
+//! observer reads queues one after another). Comparing with the state at the reply instead
+//! would flag a commit the broker applied before another one whose reply was recorded first.
+//! A persistent regression is still caught by the next observation. Allowed lower offsets:
+//! - a reset recorded after the reference point (`Fault::Reset` or the `Reset` op naming the
+//!   queue), or pending (its `Fault::Reset` recorded, its op not yet: the harness records
+//!   the fault before asking); the `Reset` op's offset starts a new baseline;
+//! - an `Observe` whose `generation` is higher than any seen for that queue: a new baseline;
+//! - in [`Durability::Async`], a `Kill` after the reference point: commits are log records
+//!   and the unflushed tail may be lost with them; the offset is a new baseline, counted in
+//!   `async_loss.commit_rollbacks`.
+//!
+//! A commit or observation with no reference point is not compared (it still raises the
+//! running maximum). After a regression the maximum stays, so later commits below it are
+//! listed too.
 //!
 //! # K5: no commit past the log end
 //! Per queue, the known max offset at a point of the history is the maximum of every

@@ -49,8 +49,9 @@ pub(super) struct QueueState {
     pub known_max: u64,
     /// Highest offset any consumer delivered.
     pub max_delivered: Option<u64>,
-    /// The K4 baseline: the last committed offset seen.
-    pub committed: Option<u64>,
+    /// K4: after each commit observation or reset of this queue (event index), the highest
+    /// committed offset since the last baseline. Appended in history order.
+    pub commit_maxima: Vec<(usize, u64)>,
     /// The highest reset generation seen for this queue.
     pub generation: Option<u64>,
     /// The last `CommitOk` or `Reset` offset (the restart bound's `C`).
@@ -65,13 +66,13 @@ pub(super) struct QueueState {
     pub reset_targets: Vec<u64>,
     /// `[from, to)` ranges a forward reset skipped.
     pub skipped: Vec<(u64, u64)>,
-    /// Async: a kill happened since the last commit observation (next one is a baseline).
-    pub killed_since_commit: bool,
 }
 
 /// Per (consumer session, queue) reading position (K7).
 #[derive(Debug, Default)]
 struct Reading {
+    /// Event index of the `QueueStart` (K4 reference for the session's first commit).
+    started_at: Option<usize>,
     /// The `QueueStart` offset, until the first delivery.
     start: Option<u64>,
     /// The offset the next delivery must have.
@@ -137,6 +138,12 @@ pub(super) struct Scan {
     last_broker_fault: Option<usize>,
     /// Index of the last `Reset` fault (the op is per queue).
     last_reset_fault: Option<usize>,
+    /// A `Reset` fault was recorded and its `Reset` op not yet.
+    reset_pending: bool,
+    /// Per consumer session, the index of its last `CommitOk`/`CommitFail`.
+    last_commit_event: HashMap<ConsumerId, usize>,
+    /// Index of the last `Observe` (the observer reads one queue after another).
+    last_observe: Option<usize>,
     pub deliveries: u64,
     pub causes: DuplicateCauses,
     pub conflicts: Listed<OffsetConflict>,
@@ -165,6 +172,9 @@ impl Scan {
             kills: Vec::new(),
             last_broker_fault: None,
             last_reset_fault: None,
+            reset_pending: false,
+            last_commit_event: HashMap::new(),
+            last_observe: None,
             deliveries: 0,
             causes: DuplicateCauses::default(),
             conflicts: Listed::default(),
@@ -225,9 +235,21 @@ impl Scan {
                 self.note_session(index, at_ms, *consumer);
                 let queue = self.intern(queue);
                 self.queue_states[queue as usize].last_commit = Some(*offset);
-                self.check_commit(queue, *offset, None, at_ms, Some(*consumer));
+                let reference = self.commit_reference(*consumer, queue);
+                self.last_commit_event.insert(*consumer, index);
+                let seen = CommitSeen {
+                    offset: *offset,
+                    generation: None,
+                    at_ms,
+                    by: Some(*consumer),
+                    reference,
+                };
+                self.check_commit(index, queue, seen);
             }
-            Op::CommitFail { consumer, .. } => self.note_session(index, at_ms, *consumer),
+            Op::CommitFail { consumer, .. } => {
+                self.note_session(index, at_ms, *consumer);
+                self.last_commit_event.insert(*consumer, index);
+            }
             Op::Observe {
                 queue,
                 committed,
@@ -237,8 +259,16 @@ impl Scan {
                 let queue = self.intern(queue);
                 let state = &mut self.queue_states[queue as usize];
                 state.known_max = state.known_max.max(*max_offset);
+                let reference = self.last_observe.replace(index);
                 if let Some(committed) = committed {
-                    self.check_commit(queue, *committed, *generation, at_ms, None);
+                    let seen = CommitSeen {
+                        offset: *committed,
+                        generation: *generation,
+                        at_ms,
+                        by: None,
+                        reference,
+                    };
+                    self.check_commit(index, queue, seen);
                 }
             }
             Op::Reset {
@@ -348,6 +378,7 @@ impl Scan {
         self.readings.insert(
             (consumer, queue),
             Reading {
+                started_at: Some(index),
                 start: Some(offset),
                 next: None,
                 resets_seen,
@@ -502,6 +533,9 @@ impl Scan {
     }
 
     fn fault(&mut self, index: usize, at_ms: u64, fault: &Fault) {
+        // The harness records `Fault::Reset` before asking for the reset and `Op::Reset` once
+        // it is acknowledged; the next fault closes the window even when the reset failed.
+        self.reset_pending = matches!(fault, Fault::Reset);
         match fault {
             Fault::Kill { node } => {
                 self.last_broker_fault = Some(index);
@@ -510,9 +544,6 @@ impl Scan {
                     at_ms,
                     node: node.clone(),
                 });
-                for state in &mut self.queue_states {
-                    state.killed_since_commit = true;
-                }
             }
             Fault::Restart { .. } => self.last_broker_fault = Some(index),
             Fault::RestartConsumer { consumer } => {
@@ -531,6 +562,7 @@ impl Scan {
     }
 
     fn reset(&mut self, index: usize, offsets: &[(Queue, u64)], generation: Option<u64>) {
+        self.reset_pending = false;
         for (queue, offset) in offsets {
             let queue = self.intern(queue);
             let state = &mut self.queue_states[queue as usize];
@@ -539,53 +571,93 @@ impl Scan {
                 state.skipped.push((first_unread, *offset));
             }
             state.reset_targets.push(*offset);
-            state.committed = Some(*offset);
+            state.commit_maxima.push((index, *offset));
             state.last_commit = Some(*offset);
             state.last_reset = Some(index);
-            state.killed_since_commit = false;
             state.generation = state.generation.max(generation);
         }
     }
 
-    /// K4 and K5 for one committed offset (`by` is `None` for an observer).
-    fn check_commit(
-        &mut self,
-        queue: QueueIndex,
-        committed: u64,
-        generation: Option<u64>,
-        at_ms: u64,
-        by: Option<ConsumerId>,
-    ) {
+    /// The K4 reference point of a commit by `consumer` on `queue`: an event recorded
+    /// certainly before the commit was sent. A session sends its commits one after another,
+    /// so its previous `CommitOk`/`CommitFail` qualifies; for its first commit, the
+    /// `QueueStart` of the queue (a session commits only queues it started).
+    fn commit_reference(&self, consumer: ConsumerId, queue: QueueIndex) -> Option<usize> {
+        self.last_commit_event.get(&consumer).copied().or_else(|| {
+            self.readings
+                .get(&(consumer, queue))
+                .and_then(|reading| reading.started_at)
+        })
+    }
+
+    /// K4 and K5 for one committed offset seen at event `index`.
+    ///
+    /// K4 compares the offset with the highest committed offset known at the reference point
+    /// (not at `index`: a reply recorded late may stand for a commit the broker applied
+    /// before others recorded earlier). A reset recorded after the reference point (its
+    /// `Fault` or its `Op`), or pending, excuses a lower offset; a new generation, or in async
+    /// mode a kill after the reference point, makes the offset the new baseline.
+    fn check_commit(&mut self, index: usize, queue: QueueIndex, seen: CommitSeen) {
+        let after = |at: Option<usize>| move |reference: usize| at.is_some_and(|at| at > reference);
+        let killed = self.durability == Durability::Async
+            && seen
+                .reference
+                .is_some_and(after(self.kills.last().map(|kill| kill.index)));
         let state = &mut self.queue_states[queue as usize];
-        let new_generation = generation.is_some() && generation > state.generation;
-        state.generation = state.generation.max(generation);
-        let rollback_allowed = self.durability == Durability::Async && state.killed_since_commit;
-        state.killed_since_commit = false;
-        match state.committed {
-            Some(before) if committed < before && !new_generation => {
-                if rollback_allowed {
-                    self.commit_rollbacks += 1;
-                } else {
-                    self.regressions.push(CommitRegression {
-                        queue: self.queues[queue as usize].clone(),
-                        from: before,
-                        to: committed,
-                        at_ms,
-                        by,
-                    });
-                }
+        let new_generation = seen.generation.is_some() && seen.generation > state.generation;
+        state.generation = state.generation.max(seen.generation);
+        let reset_since = self.reset_pending
+            || seen.reference.is_some_and(after(self.last_reset_fault))
+            || seen.reference.is_some_and(after(state.last_reset));
+        let baseline = seen
+            .reference
+            .and_then(|reference| maximum_at(&state.commit_maxima, reference));
+        if let Some(before) = baseline.filter(|before| seen.offset < *before) {
+            if new_generation || reset_since {
+                // An acknowledged reset moved it: allowed.
+            } else if killed {
+                self.commit_rollbacks += 1;
+            } else {
+                self.regressions.push(CommitRegression {
+                    queue: self.queues[queue as usize].clone(),
+                    from: before,
+                    to: seen.offset,
+                    at_ms: seen.at_ms,
+                    by: seen.by,
+                });
             }
-            _ => {}
         }
-        state.committed = Some(committed);
-        if committed > state.known_max {
+        let running = state.commit_maxima.last().map(|(_, maximum)| *maximum);
+        let maximum = match running {
+            Some(running) if !(new_generation || killed) => running.max(seen.offset),
+            _ => seen.offset,
+        };
+        state.commit_maxima.push((index, maximum));
+        if seen.offset > state.known_max {
             self.past_max.push(CommitPastMax {
                 queue: self.queues[queue as usize].clone(),
-                committed,
+                committed: seen.offset,
                 known_max: state.known_max,
-                at_ms,
-                by,
+                at_ms: seen.at_ms,
+                by: seen.by,
             });
         }
     }
+}
+
+/// A committed offset seen by a consumer (`CommitOk`) or an observer (`Observe`).
+struct CommitSeen {
+    offset: u64,
+    generation: Option<u64>,
+    at_ms: u64,
+    /// `None` for an observer.
+    by: Option<ConsumerId>,
+    /// An event recorded before the commit was sent or the read was made.
+    reference: Option<usize>,
+}
+
+/// The running maximum in force at event `index`.
+fn maximum_at(maxima: &[(usize, u64)], index: usize) -> Option<u64> {
+    let count = maxima.partition_point(|(at, _)| *at <= index);
+    count.checked_sub(1).map(|last| maxima[last].1)
 }
