@@ -1049,6 +1049,9 @@ fn apply_reset(shared: &Arc<Shared>, offsets: &[(MessageQueue, u64)]) {
             task.abort();
         }
         q.task = Some(spawn_fetch(shared, queue.clone(), q.epoch));
+        // Forget what was persisted: the broker's offset moved, so the next commit must be
+        // sent even if it repeats a value acknowledged before the reset.
+        store.remove(queue);
         store.update(queue, *offset);
         bump(&shared.counters.resets_applied);
     }

@@ -704,6 +704,10 @@ impl PullConsumer {
     /// # Errors
     /// The store's [`OffsetError`]; the value stays in memory for a later `persist`.
     pub async fn commit(&self, queue: &MessageQueue, offset: u64) -> Result<(), OffsetError> {
+        // An explicit commit is always sent, even when it repeats the last acknowledged
+        // value: the broker's offset may have moved since (a reset), and `Ok` must mean the
+        // broker holds `offset` now.
+        self.inner.offsets.remove(queue);
         self.inner.offsets.update(queue, offset);
         self.inner.offsets.persist(queue).await
     }

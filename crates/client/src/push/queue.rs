@@ -178,6 +178,9 @@ impl ProcessQueue {
             s.bytes = 0;
             s.next = Some(offset);
             if !self.dropped.load(Ordering::SeqCst) {
+                // Forget what was persisted: the broker's offset moved, so the next persist
+                // must be sent even if it repeats a value acknowledged before the reset.
+                store.remove(&self.queue);
                 store.update(&self.queue, offset);
             }
         }

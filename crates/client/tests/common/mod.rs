@@ -204,3 +204,83 @@ pub async fn silent_server() -> (SocketAddr, std::sync::Arc<std::sync::atomic::A
     });
     (addr, accepted)
 }
+
+// --- additions by client-consumer: brokers with a custom configuration ---
+
+impl BrokerProc {
+    /// The running broker's shared state (store, counters, fences), for assertions.
+    pub fn context(&self) -> std::sync::Arc<ferromq_broker::BrokerContext> {
+        self.broker.as_ref().expect("broker").context().clone()
+    }
+}
+
+/// The configuration [`broker`] uses, for tests that change a few settings and start it with
+/// [`broker_with`].
+pub fn broker_config(dir: &Path, namesrv: SocketAddr, name: &str, port: u16) -> BrokerConfig {
+    BrokerConfig {
+        broker_name: name.into(),
+        listen_port: port,
+        namesrv_addr: namesrv.to_string(),
+        store_path_root_dir: dir.to_path_buf(),
+        flush_disk_type: "SYNC_FLUSH".into(),
+        auto_create_topic_enable: false,
+        default_topic_queue_nums: 2,
+        mapped_file_size_commit_log: 4 << 20,
+        max_message_size: 256 * 1024,
+        ..BrokerConfig::default()
+    }
+}
+
+/// Starts a broker with `config` on its own runtime, as [`broker`] does.
+pub async fn broker_with(config: BrokerConfig) -> BrokerProc {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("broker runtime");
+    let deadline = Instant::now() + T;
+    loop {
+        let started = runtime
+            .spawn(Broker::start(config.clone()))
+            .await
+            .expect("broker start task");
+        match started {
+            Ok(broker) => {
+                let addr = broker.local_addr();
+                return BrokerProc {
+                    runtime: Some(runtime),
+                    broker: Some(broker),
+                    addr,
+                };
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "broker start retry");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("broker starts: {e}"),
+        }
+    }
+}
+
+/// Resets `group`'s offsets of every queue of `topic` to the first message stored at or
+/// after `timestamp_ms` (INVOKE_BROKER_TO_RESET_OFFSET, as `mqadmin resetOffsetByTime`).
+pub async fn reset_offsets_by_time(addr: SocketAddr, group: &str, topic: &str, timestamp_ms: i64) {
+    use ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader;
+    let client = RemotingClient::connect(addr, T).await.expect("connect");
+    let header = ResetOffsetRequestHeader {
+        group: group.into(),
+        topic: topic.into(),
+        queue_id: None,
+        offset: None,
+        timestamp: timestamp_ms,
+        is_force: true,
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
+            T,
+        )
+        .await
+        .expect("reset reply");
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+}
