@@ -62,6 +62,21 @@ struct Registry {
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
     registry: Mutex<Registry>,
+    pulls: Mutex<PullProgress>,
+}
+
+/// Seconds of pull counts kept per (group, topic) for the consume rate.
+pub const CONSUME_RATE_WINDOW_SECS: u64 = 60;
+
+/// What pulls tell about a group's consumption (for `consumerProgress`): where the latest
+/// pull of each queue ended, and how many messages the group pulled per second recently.
+///
+/// Bounded: one offset per (group, topic, queue) pulled and at most
+/// [`CONSUME_RATE_WINDOW_SECS`] buckets per (group, topic).
+#[derive(Debug, Default)]
+struct PullProgress {
+    next_offsets: HashMap<(String, String, u32), u64>,
+    rates: HashMap<(String, String), std::collections::VecDeque<(u64, u64)>>,
 }
 
 impl ClientRegistry {
@@ -201,6 +216,73 @@ impl ClientRegistry {
             .flat_map(|c| c.subscriptions.iter())
             .find(|s| s.topic == topic)
             .cloned()
+    }
+
+    /// Records a pull of (group, topic, queue) that returned `message_count` messages and
+    /// ended at `next_offset` (the offset the consumer pulls next).
+    pub fn record_pull(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        next_offset: u64,
+        message_count: usize,
+    ) {
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut pulls = self.pulls.lock().expect("pulls lock");
+        pulls.next_offsets.insert(
+            (group.to_string(), topic.to_string(), queue_id),
+            next_offset,
+        );
+        if message_count == 0 {
+            return;
+        }
+        let buckets = pulls
+            .rates
+            .entry((group.to_string(), topic.to_string()))
+            .or_default();
+        match buckets.back_mut() {
+            Some((at, count)) if *at == second => *count += message_count as u64,
+            _ => buckets.push_back((second, message_count as u64)),
+        }
+        while buckets
+            .front()
+            .is_some_and(|(at, _)| *at + CONSUME_RATE_WINDOW_SECS <= second)
+        {
+            buckets.pop_front();
+        }
+    }
+
+    /// Where the latest pull of (group, topic, queue) ended; `None` if none was seen since
+    /// the broker started.
+    pub fn pulled_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        let pulls = self.pulls.lock().expect("pulls lock");
+        pulls
+            .next_offsets
+            .get(&(group.to_string(), topic.to_string(), queue_id))
+            .copied()
+    }
+
+    /// Messages of `topic` the group pulled per second, averaged over the last
+    /// [`CONSUME_RATE_WINDOW_SECS`] seconds.
+    pub fn consume_tps(&self, group: &str, topic: &str) -> f64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let pulls = self.pulls.lock().expect("pulls lock");
+        let total: u64 = pulls
+            .rates
+            .get(&(group.to_string(), topic.to_string()))
+            .map_or(0, |buckets| {
+                buckets
+                    .iter()
+                    .filter(|(at, _)| *at + CONSUME_RATE_WINDOW_SECS > now)
+                    .map(|(_, count)| count)
+                    .sum()
+            });
+        total as f64 / CONSUME_RATE_WINDOW_SECS as f64
     }
 
     /// Consumer groups with members.

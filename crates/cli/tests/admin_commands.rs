@@ -1,6 +1,8 @@
 //! `ferromq admin` against a running `ferromq standalone`: every command's human and JSON
 //! output, resets of an offline group (with `consumerProgress` and `offsetHistory` showing
-//! their effect), and bad input (one `error:` line, non-zero exit).
+//! their effect), a reset under a running push consumer, message queries, group connections
+//! and clones, lag of a scripted run, and bad input (one `error:` line, non-zero exit).
+//! Every command runs with `TZ=UTC` unless a test says otherwise.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -72,8 +74,13 @@ fn start() -> Standalone {
 }
 
 fn admin(args: &[&str]) -> Output {
+    admin_in_zone(args, "UTC")
+}
+
+/// Runs `ferromq admin` with `TZ` set (times are read and printed in that zone).
+fn admin_in_zone(args: &[&str], zone: &str) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
-    command.arg("admin").args(args);
+    command.arg("admin").args(args).env("TZ", zone);
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -637,6 +644,12 @@ fn resets_of_an_offline_group_show_in_progress_and_history() {
     assert_eq!(later["events"].as_array().unwrap().len(), 0, "{later}");
 }
 
+/// The name server of the bad-input table: nothing listens on port 1.
+const UNREACHABLE: &str = "127.0.0.1:1";
+
+/// Bad input for every command, old and new: a missing flag (clap's usage error, status 2),
+/// an unknown topic or group, an unreachable name server or broker, a bad value (status 1).
+/// Each failure is exactly one stderr line and never a panic or a backtrace.
 #[test]
 fn bad_input_is_one_line_and_a_non_zero_exit() {
     let server = start();
@@ -656,14 +669,23 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         "1",
     ]);
     wait_route(n, "BadTopic");
+    // A group that exists (it committed) but has no member online.
+    runtime().block_on(async {
+        let client = connect(b).await;
+        send(&client, "BadTopic", 0, "m").await;
+        commit(&client, "KnownGroup", "BadTopic", 0, 1).await;
+    });
 
     // Missing flags: clap's usage error, status 2.
-    for args in [
-        vec!["resetOffsetByTime", "-n", n, "-g", "G"],
-        vec!["consumerProgress", "-n", n],
+    let missing: Vec<Vec<&str>> = vec![
         vec!["updateTopic", "-n", n, "-t", "X"],
-        vec!["offsetHistory", "-n", n, "-t", "BadTopic"],
-        vec!["queryMsgById", "-n", n],
+        vec!["updateTopic", "-n", n, "-c", "DefaultCluster"],
+        vec!["deleteTopic", "-n", n, "-t", "X"],
+        vec!["topicRoute", "-n", n],
+        vec!["topicStatus", "-n", n],
+        vec!["updateSubGroup", "-n", n, "-g", "G"],
+        vec!["deleteSubGroup", "-n", n, "-b", b],
+        vec!["resetOffsetByTime", "-n", n, "-g", "G"],
         vec![
             "resetOffsetByTime",
             "-n",
@@ -675,15 +697,49 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             "-o",
             "3",
         ],
-    ] {
-        let line = fails(&args, 2);
+        vec!["skipAccumulatedMessage", "-n", n, "-g", "G"],
+        vec!["offsetHistory", "-n", n, "-t", "BadTopic"],
+        vec!["queryMsgById", "-n", n],
+        vec!["queryMsgByKey", "-n", n, "-t", "BadTopic"],
+        vec!["queryMsgByUniqueKey", "-n", n, "-t", "BadTopic"],
+        vec![
+            "queryMsgByOffset",
+            "-n",
+            n,
+            "-t",
+            "BadTopic",
+            "-b",
+            "broker-a",
+            "-i",
+            "0",
+        ],
+        vec!["printMsg", "-n", n],
+        vec!["consumerConnection", "-n", n],
+        vec!["cloneGroupOffset", "-n", n, "-s", "A", "-t", "BadTopic"],
+        vec!["consumerProgress", "-n", n, "-g"],
+        vec![
+            "queryMsgByOffset",
+            "-n",
+            n,
+            "-t",
+            "BadTopic",
+            "-b",
+            "broker-a",
+            "-i",
+            "x",
+            "-o",
+            "0",
+        ],
+    ];
+    for args in &missing {
+        let line = fails(args, 2);
         assert!(
-            line.contains("required") || line.contains("--queue"),
+            line.contains("required") || line.contains("--queue") || line.contains("value"),
             "{args:?}: {line}"
         );
     }
     // Unknown topic.
-    for args in [
+    let unknown_topic: Vec<Vec<&str>> = vec![
         vec!["topicStatus", "-n", n, "-t", "NoSuchTopic"],
         vec!["topicRoute", "-n", n, "-t", "NoSuchTopic"],
         vec![
@@ -697,16 +753,70 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             "-s",
             "now",
         ],
+        vec![
+            "skipAccumulatedMessage",
+            "-n",
+            n,
+            "-g",
+            "G",
+            "-t",
+            "NoSuchTopic",
+        ],
         vec!["offsetHistory", "-n", n, "-g", "G", "-t", "NoSuchTopic"],
-    ] {
-        let line = fails(&args, 1);
+        vec![
+            "consumerProgress",
+            "-n",
+            n,
+            "-g",
+            "KnownGroup",
+            "-t",
+            "NoSuchTopic",
+        ],
+        vec!["queryMsgByKey", "-n", n, "-t", "NoSuchTopic", "-k", "k"],
+        vec![
+            "queryMsgByUniqueKey",
+            "-n",
+            n,
+            "-t",
+            "NoSuchTopic",
+            "-i",
+            "u",
+        ],
+        vec![
+            "queryMsgByOffset",
+            "-n",
+            n,
+            "-t",
+            "NoSuchTopic",
+            "-b",
+            "broker-a",
+            "-i",
+            "0",
+            "-o",
+            "0",
+        ],
+        vec!["printMsg", "-n", n, "-t", "NoSuchTopic"],
+        vec![
+            "cloneGroupOffset",
+            "-n",
+            n,
+            "-s",
+            "KnownGroup",
+            "-d",
+            "D",
+            "-t",
+            "NoSuchTopic",
+        ],
+    ];
+    for args in &unknown_topic {
+        let line = fails(args, 1);
         assert!(
             line.starts_with("error: ") && line.contains("NoSuchTopic does not exist"),
             "{args:?}: {line}"
         );
     }
-    // Unknown group.
-    for args in [
+    // Unknown group (and a known one that is not online, for consumerConnection).
+    let unknown_group: Vec<Vec<&str>> = vec![
         vec!["consumerProgress", "-n", n, "-g", "NoSuchGroup"],
         vec![
             "resetOffsetByTime",
@@ -720,6 +830,15 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             "now",
         ],
         vec![
+            "skipAccumulatedMessage",
+            "-n",
+            n,
+            "-g",
+            "NoSuchGroup",
+            "-t",
+            "BadTopic",
+        ],
+        vec![
             "offsetHistory",
             "-n",
             n,
@@ -728,17 +847,37 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             "-t",
             "BadTopic",
         ],
-    ] {
-        let line = fails(&args, 1);
+        vec!["deleteSubGroup", "-n", n, "-b", b, "-g", "NoSuchGroup"],
+        vec![
+            "cloneGroupOffset",
+            "-n",
+            n,
+            "-s",
+            "NoSuchGroup",
+            "-d",
+            "D",
+            "-t",
+            "BadTopic",
+        ],
+    ];
+    for args in &unknown_group {
+        let line = fails(args, 1);
         assert!(
             line.starts_with("error: ") && line.contains("NoSuchGroup does not exist"),
             "{args:?}: {line}"
         );
     }
-    // Bad time format.
+    for group in ["NoSuchGroup", "KnownGroup"] {
+        let line = fails(&["consumerConnection", "-n", n, "-g", group], 1);
+        assert!(
+            line.starts_with("error: ") && line.contains(&format!("{group} is not online")),
+            "{line}"
+        );
+    }
+    // Bad values: time formats, ids, offsets, charsets.
     for time in ["yesterday", "2026-01-01 00:00:00", "-5y"] {
-        let line = fails(
-            &[
+        for args in [
+            vec![
                 "resetOffsetByTime",
                 "-n",
                 n,
@@ -749,40 +888,171 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
                 "-s",
                 time,
             ],
-            1,
-        );
-        assert!(line.starts_with("error: bad time format"), "{line}");
+            vec!["printMsg", "-n", n, "-t", "BadTopic", "-b", time],
+            vec![
+                "queryMsgByKey",
+                "-n",
+                n,
+                "-t",
+                "BadTopic",
+                "-k",
+                "k",
+                "-e",
+                time,
+            ],
+            vec![
+                "offsetHistory",
+                "-n",
+                n,
+                "-g",
+                "G",
+                "-t",
+                "BadTopic",
+                "--since",
+                time,
+            ],
+        ] {
+            let line = fails(&args, 1);
+            assert!(
+                line.starts_with("error: bad time format"),
+                "{args:?}: {line}"
+            );
+        }
     }
-    // A bad message id, a queue the topic lacks, no name server at all.
-    let line = fails(&["queryMsgById", "-n", n, "-i", "XYZ"], 1);
-    assert!(line.starts_with("error: bad message id"), "{line}");
-    let line = fails(&["topicList"], 1);
-    assert!(line.contains("no name server"), "{line}");
+    let bad_values: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["queryMsgById", "-n", n, "-i", "XYZ"], "bad message id"),
+        (
+            vec![
+                "queryMsgByOffset",
+                "-n",
+                n,
+                "-t",
+                "BadTopic",
+                "-b",
+                "broker-a",
+                "-i",
+                "0",
+                "-o",
+                "-1",
+            ],
+            "must not be negative",
+        ),
+        (
+            vec![
+                "queryMsgByOffset",
+                "-n",
+                n,
+                "-t",
+                "BadTopic",
+                "-b",
+                "broker-a",
+                "-i",
+                "5",
+                "-o",
+                "0",
+            ],
+            "queue",
+        ),
+        (
+            vec![
+                "queryMsgByKey",
+                "-n",
+                n,
+                "-t",
+                "BadTopic",
+                "-k",
+                "k",
+                "-m",
+                "0",
+            ],
+            "maxNum",
+        ),
+        (
+            vec![
+                "printMsg", "-n", n, "-t", "BadTopic", "-b", "now", "-e", "-1h",
+            ],
+            "begin time is after the end time",
+        ),
+        (
+            vec![
+                "cloneGroupOffset",
+                "-n",
+                n,
+                "-s",
+                "A",
+                "-d",
+                "A",
+                "-t",
+                "BadTopic",
+            ],
+            "are the same",
+        ),
+        (vec!["topicList"], "no name server"),
+    ];
+    for (args, what) in &bad_values {
+        let line = fails(args, 1);
+        assert!(
+            line.starts_with("error: ") && line.contains(what),
+            "{args:?}: {line}"
+        );
+    }
 
-    // An unreachable name server: a port nothing listens on.
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().to_string()
-    };
-    for args in [
-        vec!["topicList", "-n", &closed],
-        vec!["clusterList", "-n", &closed],
-        vec!["consumerProgress", "-n", &closed, "-g", "G"],
+    // An unreachable name server: every command that asks it says so.
+    let unreachable: Vec<Vec<&str>> = vec![
+        vec!["updateTopic", "-c", "DefaultCluster", "-t", "T"],
+        vec!["deleteTopic", "-c", "DefaultCluster", "-t", "T"],
+        vec!["topicList"],
+        vec!["topicRoute", "-t", "T"],
+        vec!["topicStatus", "-t", "T"],
+        vec!["updateSubGroup", "-c", "DefaultCluster", "-g", "G"],
+        vec!["deleteSubGroup", "-c", "DefaultCluster", "-g", "G"],
+        vec!["consumerProgress", "-g", "G"],
+        vec!["consumerProgress"],
+        vec!["resetOffsetByTime", "-g", "G", "-t", "T", "-s", "now"],
+        vec!["skipAccumulatedMessage", "-g", "G", "-t", "T"],
+        vec!["offsetHistory", "-g", "G", "-t", "T"],
+        vec!["clusterList"],
+        vec!["queryMsgByKey", "-t", "T", "-k", "k"],
+        vec!["queryMsgByUniqueKey", "-t", "T", "-i", "u"],
         vec![
-            "resetOffsetByTime",
-            "-n",
-            &closed,
-            "-g",
-            "G",
+            "queryMsgByOffset",
             "-t",
             "T",
-            "-s",
-            "now",
+            "-b",
+            "broker-a",
+            "-i",
+            "0",
+            "-o",
+            "0",
         ],
+        vec!["printMsg", "-t", "T"],
+        vec!["consumerConnection", "-g", "G"],
+        vec!["cloneGroupOffset", "-s", "A", "-d", "B", "-t", "T"],
+    ];
+    for args in &unreachable {
+        let mut all = args.clone();
+        all.extend(["-n", UNREACHABLE]);
+        let line = fails(&all, 1);
+        assert!(
+            line.starts_with(&format!("error: name server {UNREACHABLE}"))
+                && line.contains("cannot connect"),
+            "{all:?}: {line}"
+        );
+    }
+    // An unreachable broker: a message id naming it, or -b.
+    let id = ferromq_protocol::MessageId {
+        store_host: UNREACHABLE.parse().unwrap(),
+        phys_offset: 0,
+    }
+    .encode();
+    for args in [
+        vec!["queryMsgById", "-i", id.as_str()],
+        vec!["consumerConnection", "-g", "G", "-b", UNREACHABLE],
+        vec!["updateSubGroup", "-g", "G", "-b", UNREACHABLE],
     ] {
         let line = fails(&args, 1);
         assert!(
-            line.starts_with("error: name server ") && line.contains("cannot connect"),
+            line.starts_with("error: ") && line.contains("cannot connect"),
             "{args:?}: {line}"
         );
     }
@@ -915,5 +1185,1230 @@ fn online_consumers_are_told_of_a_reset() {
         assert_eq!(list["offsetTable"][0]["queueId"], 0, "{list}");
         assert_eq!(list["offsetTable"][1]["offset"], 2, "{list}");
         assert_eq!(list["offsetTable"][1]["brokerName"], "broker-a", "{list}");
+    });
+}
+
+/// A producer of the client library, through the name server.
+fn producer(namesrv: &str) -> ferromq_client::Producer {
+    ferromq_client::Producer::start(ferromq_client::ProducerConfig {
+        namesrv_addrs: vec![namesrv.parse().unwrap()],
+        group: "AdminTestProducer".into(),
+        send_timeout: TIMEOUT,
+        ..ferromq_client::ProducerConfig::default()
+    })
+    .unwrap()
+}
+
+/// Sends one message with a key and a tag to one queue; returns (unique key, queue offset).
+async fn send_keyed(
+    producer: &ferromq_client::Producer,
+    topic: &str,
+    queue_id: i32,
+    key: &str,
+    tag: &str,
+    body: &str,
+) -> (String, u64) {
+    let queue = ferromq_client::MessageQueue {
+        topic: topic.into(),
+        broker_name: "broker-a".into(),
+        queue_id,
+    };
+    let message = ferromq_client::Message::new(topic, body.to_string())
+        .with_key(key)
+        .with_tags(tag);
+    let sent = producer.send_to_queue(message, &queue).await.unwrap();
+    (sent.msg_id, sent.queue_offset)
+}
+
+fn utc(ms: i64, pattern: &str) -> String {
+    use chrono::TimeZone;
+    chrono::Utc
+        .timestamp_millis_opt(ms)
+        .unwrap()
+        .format(pattern)
+        .to_string()
+}
+
+fn messages(value: &Value) -> &Vec<Value> {
+    value["messages"].as_array().unwrap()
+}
+
+#[test]
+fn message_queries_by_key_unique_key_offset_and_time_range() {
+    let server = start();
+    let n = server.namesrv.as_str();
+    let b = server.broker.as_str();
+    ok(&[
+        "updateTopic",
+        "-n",
+        n,
+        "-b",
+        b,
+        "-t",
+        "MsgTopic",
+        "-r",
+        "2",
+        "-w",
+        "2",
+    ]);
+    wait_route(n, "MsgTopic");
+    let rt = runtime();
+    let (early, middle, late) = rt.block_on(async {
+        let producer = producer(n);
+        let mut early = Vec::new();
+        for i in 0..3 {
+            early.push(
+                send_keyed(
+                    &producer,
+                    "MsgTopic",
+                    i % 2,
+                    "order-1",
+                    "tagA",
+                    &format!("early-{i}"),
+                )
+                .await,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let middle = now_ms();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let mut late = Vec::new();
+        for i in 0..4 {
+            late.push(
+                send_keyed(
+                    &producer,
+                    "MsgTopic",
+                    i % 2,
+                    "order-2",
+                    if i % 2 == 0 { "tagA" } else { "tagB" },
+                    &format!("late-{i}"),
+                )
+                .await,
+            );
+        }
+        producer.shutdown();
+        (early, middle, late)
+    });
+
+    // By key: every message with the key, bodies and positions as sent.
+    let found = ok_json(&["queryMsgByKey", "-n", n, "-t", "MsgTopic", "-k", "order-1"]);
+    let list = messages(&found);
+    assert_eq!(list.len(), 3, "{found}");
+    let mut bodies: Vec<&str> = list.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["early-0", "early-1", "early-2"], "{found}");
+    for message in list {
+        assert_eq!(message["keys"], "order-1", "{found}");
+        assert_eq!(message["tags"], "tagA", "{found}");
+        assert_eq!(message["brokerName"], "broker-a", "{found}");
+        let sent = early
+            .iter()
+            .find(|(id, _)| message["msgId"] == id.as_str())
+            .unwrap_or_else(|| panic!("unknown msgId in {found}"));
+        assert_eq!(message["queueOffset"], sent.1, "{found}");
+    }
+    let human = ok(&["queryMsgByKey", "-n", n, "-t", "MsgTopic", "-k", "order-2"]);
+    assert!(human.starts_with("#Message ID"), "{human}");
+    let (id, offset) = &late[1];
+    let row: Vec<&str> = human
+        .lines()
+        .find(|l| l.starts_with(id.as_str()))
+        .unwrap_or_else(|| panic!("{human}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[1..6],
+        ["broker-a", "1", &offset.to_string(), "order-2", "tagB"],
+        "{human}"
+    );
+    assert_eq!(row.last(), Some(&"late-1"), "{human}");
+    // A time range: only messages stored in it.
+    let line = fails(
+        &[
+            "queryMsgByKey",
+            "-n",
+            n,
+            "-t",
+            "MsgTopic",
+            "-k",
+            "order-2",
+            "--end",
+            &middle.to_string(),
+        ],
+        1,
+    );
+    assert!(
+        line.starts_with("error: no message of topic MsgTopic has key order-2"),
+        "{line}"
+    );
+    let after = ok_json(&[
+        "queryMsgByKey",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-k",
+        "order-1",
+        "-b",
+        "-1h",
+        "-e",
+        &middle.to_string(),
+    ]);
+    assert_eq!(messages(&after).len(), 3, "{after}");
+    let none = fails(
+        &[
+            "queryMsgByKey",
+            "-n",
+            n,
+            "-t",
+            "MsgTopic",
+            "-k",
+            "order-1",
+            "-b",
+            &middle.to_string(),
+        ],
+        1,
+    );
+    assert!(none.contains("no message"), "{none}");
+
+    // By unique key: the detail block, and JSON.
+    let (unique, unique_offset) = &late[2];
+    let found = ok_json(&[
+        "queryMsgByUniqueKey",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-i",
+        unique,
+    ]);
+    assert_eq!(messages(&found).len(), 1, "{found}");
+    let message = &messages(&found)[0];
+    assert_eq!(message["body"], "late-2", "{found}");
+    assert_eq!(message["queueId"], 0, "{found}");
+    assert_eq!(message["queueOffset"], *unique_offset, "{found}");
+    assert_eq!(message["msgId"], unique.as_str(), "{found}");
+    let store_time = message["storeTimestamp"].as_i64().unwrap();
+    assert!(store_time > middle, "{found}");
+    let human = ok(&[
+        "queryMsgByUniqueKey",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-i",
+        unique,
+    ]);
+    let field = |name: &str| -> String {
+        human
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {human}"))[name.len()..]
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field("Message Body:"), "late-2", "{human}");
+    assert_eq!(field("Keys:"), "[order-2]", "{human}");
+    assert_eq!(field("Queue Offset:"), unique_offset.to_string(), "{human}");
+    // Times print in the local zone: TZ=UTC here.
+    assert_eq!(
+        field("Store Timestamp:"),
+        utc(store_time, "%Y-%m-%d %H:%M:%S%.3f"),
+        "{human}"
+    );
+    let line = fails(
+        &[
+            "queryMsgByUniqueKey",
+            "-n",
+            n,
+            "-t",
+            "MsgTopic",
+            "-i",
+            "0A0B0C",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("no message of topic MsgTopic has unique key 0A0B0C"),
+        "{line}"
+    );
+
+    // By offset: the message at (broker, queue, offset); past the end is an error.
+    let at = ok_json(&[
+        "queryMsgByOffset",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-b",
+        "broker-a",
+        "-i",
+        "1",
+        "-o",
+        "1",
+    ]);
+    assert_eq!(at["queueId"], 1, "{at}");
+    assert_eq!(at["queueOffset"], 1, "{at}");
+    assert_eq!(at["body"], "late-1", "{at}");
+    let human = ok(&[
+        "queryMsgByOffset",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-b",
+        "broker-a",
+        "-i",
+        "0",
+        "-o",
+        "0",
+    ]);
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("Message Body:") && l.ends_with("early-0")),
+        "{human}"
+    );
+    let line = fails(
+        &[
+            "queryMsgByOffset",
+            "-n",
+            n,
+            "-t",
+            "MsgTopic",
+            "-b",
+            "broker-a",
+            "-i",
+            "0",
+            "-o",
+            "9",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("no message at offset 9") && line.contains("[0, 4)"),
+        "{line}"
+    );
+    let line = fails(
+        &[
+            "queryMsgByOffset",
+            "-n",
+            n,
+            "-t",
+            "MsgTopic",
+            "-b",
+            "broker-z",
+            "-i",
+            "0",
+            "-o",
+            "0",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("broker broker-z does not serve topic MsgTopic"),
+        "{line}"
+    );
+
+    // printMsg: every queue in a store-time range, with a tag filter.
+    let all = ok_json(&["printMsg", "-n", n, "-t", "MsgTopic"]);
+    assert_eq!(messages(&all).len(), 7, "{all}");
+    let late_only = ok_json(&[
+        "printMsg",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-b",
+        &middle.to_string(),
+    ]);
+    let mut bodies: Vec<&str> = messages(&late_only)
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        ["late-0", "late-1", "late-2", "late-3"],
+        "{late_only}"
+    );
+    let early_only = ok_json(&[
+        "printMsg",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-e",
+        &middle.to_string(),
+    ]);
+    assert_eq!(messages(&early_only).len(), 3, "{early_only}");
+    let tagged = ok_json(&[
+        "printMsg",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-b",
+        &middle.to_string(),
+        "-s",
+        "tagB",
+    ]);
+    let bodies: Vec<&str> = messages(&tagged)
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["late-1", "late-3"], "{tagged}");
+    let human = ok(&[
+        "printMsg",
+        "-n",
+        n,
+        "-t",
+        "MsgTopic",
+        "-b",
+        &middle.to_string(),
+    ]);
+    assert!(
+        human.starts_with("#Message ID  ")
+            && human.contains("#Store Time")
+            && human.contains("#Body"),
+        "{human}"
+    );
+    assert_eq!(
+        human.lines().filter(|l| l.contains("late-")).count(),
+        4,
+        "{human}"
+    );
+    let row = human.lines().find(|l| l.ends_with("late-2")).unwrap();
+    assert!(
+        row.contains(&utc(store_time, "%Y-%m-%d %H:%M:%S%.3f")),
+        "{row}"
+    );
+    let hidden = ok(&["printMsg", "-n", n, "-t", "MsgTopic", "-d", "false"]);
+    assert!(
+        !hidden.contains("early-0") && hidden.contains("NOT PRINT BODY"),
+        "{hidden}"
+    );
+    let line = fails(&["printMsg", "-n", n, "-t", "MsgTopic", "-c", "GBK"], 1);
+    assert!(line.contains("charset GBK is not supported"), "{line}");
+}
+
+/// Commits through UPDATE_CONSUMER_OFFSET and returns the reply code (rejections included).
+async fn commit_code(
+    client: &RemotingClient,
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+) -> i32 {
+    let header = UpdateConsumerOffsetRequestHeader {
+        consumer_group: group.into(),
+        topic: topic.into(),
+        queue_id,
+        commit_offset: offset,
+    };
+    let command = RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    client.invoke(command, TIMEOUT).await.unwrap().code
+}
+
+#[test]
+fn consumer_connection_and_clone_group_offset() {
+    let server = start();
+    let n = server.namesrv.clone();
+    let b = server.broker.clone();
+    ok(&[
+        "updateTopic",
+        "-n",
+        &n,
+        "-b",
+        &b,
+        "-t",
+        "CloneTopic",
+        "-r",
+        "2",
+        "-w",
+        "2",
+    ]);
+    wait_route(&n, "CloneTopic");
+    let rt = runtime();
+    rt.block_on(async {
+        let client = connect(&b).await;
+        for i in 0..8 {
+            send(&client, "CloneTopic", i % 2, "m").await;
+        }
+        // The source group: offline, with progress.
+        commit(&client, "CloneSrc", "CloneTopic", 0, 3).await;
+        commit(&client, "CloneSrc", "CloneTopic", 1, 4).await;
+        // The destination group: online on its own connection, with older progress.
+        let dest = connect(&b).await;
+        heartbeat(&dest, "127.0.0.1@clone-dest", "CloneDest", "CloneTopic").await;
+        commit(&dest, "CloneDest", "CloneTopic", 0, 1).await;
+
+        // consumerConnection: the destination's member, JSON and human.
+        let n2 = n.clone();
+        let (json, human) = tokio::task::spawn_blocking(move || {
+            (
+                ok_json(&["consumerConnection", "-n", &n2, "-g", "CloneDest"]),
+                ok(&["consumerConnection", "-n", &n2, "-g", "CloneDest"]),
+            )
+        })
+        .await
+        .unwrap();
+        let connection = &json["connectionSet"][0];
+        assert_eq!(connection["clientId"], "127.0.0.1@clone-dest", "{json}");
+        assert_eq!(connection["language"], "RUST", "{json}");
+        assert_eq!(connection["version"], 479, "{json}");
+        assert_eq!(connection["versionDesc"], "V5_3_3", "{json}");
+        assert!(
+            connection["clientAddr"]
+                .as_str()
+                .unwrap()
+                .starts_with("127.0.0.1:"),
+            "{json}"
+        );
+        assert_eq!(
+            json["subscriptionTable"][0]["topic"], "CloneTopic",
+            "{json}"
+        );
+        assert_eq!(json["subscriptionTable"][0]["subString"], "*", "{json}");
+        assert_eq!(json["consumeType"], "CONSUME_PASSIVELY", "{json}");
+        assert_eq!(json["messageModel"], "CLUSTERING", "{json}");
+        assert_eq!(
+            json["consumeFromWhere"], "CONSUME_FROM_LAST_OFFSET",
+            "{json}"
+        );
+        assert!(human.starts_with("#ClientId"), "{human}");
+        assert!(
+            human.lines().any(|l| l.starts_with("127.0.0.1@clone-dest")
+                && l.contains("RUST")
+                && l.ends_with("V5_3_3")),
+            "{human}"
+        );
+        assert!(human.contains("Below is subscription:"), "{human}");
+        assert!(
+            human
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["CloneTopic", "*"]),
+            "{human}"
+        );
+        assert!(human.contains("ConsumeType: CONSUME_PASSIVELY"), "{human}");
+        assert!(human.contains("MessageModel: CLUSTERING"), "{human}");
+
+        // cloneGroupOffset: per queue old -> new, as a reset of the destination.
+        let n2 = n.clone();
+        let (json, human) = tokio::task::spawn_blocking(move || {
+            let json = ok_json(&[
+                "cloneGroupOffset",
+                "-n",
+                &n2,
+                "-s",
+                "CloneSrc",
+                "-d",
+                "CloneDest",
+                "-t",
+                "CloneTopic",
+            ]);
+            let human = ok(&[
+                "cloneGroupOffset",
+                "-n",
+                &n2,
+                "-s",
+                "CloneSrc",
+                "-d",
+                "CloneDest2",
+                "-t",
+                "CloneTopic",
+                "-o",
+                "true",
+            ]);
+            (json, human)
+        })
+        .await
+        .unwrap();
+        assert_eq!(queue(&json, 0)["oldOffset"], 1, "{json}");
+        assert_eq!(queue(&json, 0)["newOffset"], 3, "{json}");
+        assert_eq!(queue(&json, 1)["oldOffset"], Value::Null, "{json}");
+        assert_eq!(queue(&json, 1)["newOffset"], 4, "{json}");
+        let generation = json["generation"].as_u64().unwrap();
+        assert!(generation > 0, "{json}");
+        assert!(human.starts_with("#brokerName  #topic"), "{human}");
+        assert!(
+            human
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                    == ["broker-a", "CloneTopic", "1", "-", "4"]),
+            "{human}"
+        );
+        assert!(
+            human
+                .contains("clone consumer offset from group CloneSrc to group CloneDest2 success."),
+            "{human}"
+        );
+
+        // The running destination member is fenced like after any reset: its stale commit
+        // is rejected and the clone stands.
+        assert_eq!(
+            commit_code(&dest, "CloneDest", "CloneTopic", 0, 2).await,
+            2102
+        );
+        let n2 = n.clone();
+        let (progress, history) = tokio::task::spawn_blocking(move || {
+            (
+                ok_json(&[
+                    "consumerProgress",
+                    "-n",
+                    &n2,
+                    "-g",
+                    "CloneDest",
+                    "-t",
+                    "CloneTopic",
+                ]),
+                ok_json(&[
+                    "offsetHistory",
+                    "-n",
+                    &n2,
+                    "-g",
+                    "CloneDest",
+                    "-t",
+                    "CloneTopic",
+                    "-q",
+                    "0",
+                ]),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(queue(&progress, 0)["consumerOffset"], 3, "{progress}");
+        assert_eq!(queue(&progress, 1)["consumerOffset"], 4, "{progress}");
+        let events = history["events"].as_array().unwrap();
+        let kinds: Vec<(&str, u64, &str)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["kind"].as_str().unwrap(),
+                    e["offset"].as_u64().unwrap(),
+                    e["clientId"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds[kinds.len() - 1],
+            ("reset", 3, "admin-clone"),
+            "{history}"
+        );
+        assert_eq!(kinds[0].0, "commit", "{history}");
+        assert_eq!(
+            events.last().unwrap()["generation"],
+            generation,
+            "{history}"
+        );
+    });
+
+    // Unknown groups, nothing to clone, and the source equal to the destination.
+    let line = fails(&["consumerConnection", "-n", &n, "-g", "NoSuchGroup"], 1);
+    assert!(
+        line.contains("consumer group NoSuchGroup is not online"),
+        "{line}"
+    );
+    let line = fails(&["consumerConnection", "-n", &n, "-g", "CloneSrc"], 1);
+    assert!(line.contains("CloneSrc is not online"), "{line}");
+    let line = fails(
+        &[
+            "cloneGroupOffset",
+            "-n",
+            &n,
+            "-s",
+            "NoSuchGroup",
+            "-d",
+            "X",
+            "-t",
+            "CloneTopic",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("consumer group NoSuchGroup does not exist"),
+        "{line}"
+    );
+    ok(&["updateSubGroup", "-n", &n, "-b", &b, "-g", "EmptyGroup"]);
+    let line = fails(
+        &[
+            "cloneGroupOffset",
+            "-n",
+            &n,
+            "-s",
+            "EmptyGroup",
+            "-d",
+            "X",
+            "-t",
+            "CloneTopic",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("EmptyGroup has no committed offset on topic CloneTopic"),
+        "{line}"
+    );
+    let line = fails(
+        &[
+            "cloneGroupOffset",
+            "-n",
+            &n,
+            "-s",
+            "CloneSrc",
+            "-d",
+            "CloneSrc",
+            "-t",
+            "CloneTopic",
+        ],
+        1,
+    );
+    assert!(line.contains("are the same"), "{line}");
+}
+
+/// Pulls up to `count` messages of a queue as `group` (no commit, no hold); returns how many
+/// came back.
+async fn pull_count(
+    client: &RemotingClient,
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    count: i32,
+) -> usize {
+    use ferromq_protocol::remoting::headers::pull::PullMessageRequestHeader;
+    let header = PullMessageRequestHeader {
+        consumer_group: group.into(),
+        topic: topic.into(),
+        queue_id,
+        queue_offset: offset,
+        max_msg_nums: count,
+        sys_flag: 0,
+        commit_offset: 0,
+        suspend_timeout_millis: 0,
+        subscription: None,
+        sub_version: 0,
+        expression_type: None,
+        max_msg_bytes: None,
+        request_source: None,
+        proxy_forward_client_id: None,
+    };
+    let command = RemotingCommand::request_with_header(request::PULL_MESSAGE, &header);
+    let reply = client.invoke(command, TIMEOUT).await.unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let mut body = reply.body.as_deref().unwrap_or_default();
+    let mut pulled = 0;
+    while !body.is_empty() {
+        let view = ferromq_protocol::RecordView::parse(body).unwrap();
+        body = &body[view.total_size()..];
+        pulled += 1;
+    }
+    pulled
+}
+
+#[test]
+fn consumer_progress_lag_is_produced_minus_consumed() {
+    let server = start();
+    let n = server.namesrv.clone();
+    let b = server.broker.clone();
+    ok(&[
+        "updateTopic",
+        "-n",
+        &n,
+        "-b",
+        &b,
+        "-t",
+        "LagTopic",
+        "-r",
+        "3",
+        "-w",
+        "3",
+    ]);
+    wait_route(&n, "LagTopic");
+    // Produced per queue, pulled per queue, committed per queue.
+    let produced = [7_i64, 5, 0];
+    let pulled = [5_i64, 5, 0];
+    let committed = [4_i64, 2, 0];
+    let rt = runtime();
+    rt.block_on(async {
+        let client = connect(&b).await;
+        for (queue_id, count) in produced.iter().enumerate() {
+            for i in 0..*count {
+                send(
+                    &client,
+                    "LagTopic",
+                    queue_id as i32,
+                    &format!("q{queue_id}-{i}"),
+                )
+                .await;
+            }
+        }
+        heartbeat(&client, "127.0.0.1@lag-test", "LagGroup", "LagTopic").await;
+        for queue_id in 0..3 {
+            if pulled[queue_id] > 0 {
+                let got = pull_count(
+                    &client,
+                    "LagGroup",
+                    "LagTopic",
+                    queue_id as i32,
+                    0,
+                    pulled[queue_id] as i32,
+                )
+                .await;
+                assert_eq!(got as i64, pulled[queue_id]);
+            }
+            if committed[queue_id] > 0 {
+                commit(
+                    &client,
+                    "LagGroup",
+                    "LagTopic",
+                    queue_id as i32,
+                    committed[queue_id],
+                )
+                .await;
+            }
+        }
+        let n2 = n.clone();
+        let (json, human, all, all_human) = tokio::task::spawn_blocking(move || {
+            (
+                ok_json(&["consumerProgress", "-n", &n2, "-g", "LagGroup"]),
+                ok(&[
+                    "consumerProgress",
+                    "-n",
+                    &n2,
+                    "-g",
+                    "LagGroup",
+                    "-t",
+                    "LagTopic",
+                ]),
+                ok_json(&["consumerProgress", "-n", &n2]),
+                ok(&["consumerProgress", "-n", &n2]),
+            )
+        })
+        .await
+        .unwrap();
+        let mut total = 0;
+        for queue_id in 0..3 {
+            let q = queue(&json, queue_id as i64);
+            let lag = produced[queue_id] - committed[queue_id];
+            total += lag;
+            assert_eq!(q["brokerOffset"], produced[queue_id], "{json}");
+            assert_eq!(q["consumerOffset"], committed[queue_id], "{json}");
+            assert_eq!(q["lag"], lag, "{json}");
+            assert_eq!(q["diff"], lag, "{json}");
+            assert_eq!(
+                q["inflight"],
+                pulled[queue_id] - committed[queue_id],
+                "{json}"
+            );
+        }
+        assert_eq!(json["totalLag"], total, "{json}");
+        assert_eq!(json["diffTotal"], total, "{json}");
+        assert_eq!(json["totalInflight"], 1 + 3, "{json}");
+        assert!(json["consumeTps"].as_f64().unwrap() > 0.0, "{json}");
+        // Last consume time: the store time of the message just before the committed offset.
+        let last = queue(&json, 0)["lastTimestamp"].as_i64().unwrap();
+        let n2 = n.clone();
+        let at = tokio::task::spawn_blocking(move || {
+            ok_json(&[
+                "queryMsgByOffset",
+                "-n",
+                &n2,
+                "-t",
+                "LagTopic",
+                "-b",
+                "broker-a",
+                "-i",
+                "0",
+                "-o",
+                "3",
+            ])
+        })
+        .await
+        .unwrap();
+        assert_eq!(at["storeTimestamp"], last, "{at}");
+        assert_eq!(queue(&json, 2)["lastTimestamp"], 0, "{json}");
+        assert_eq!(
+            queue(&json, 0)["lastTime"],
+            utc(last, "%Y-%m-%d %H:%M:%S"),
+            "{json}"
+        );
+
+        assert!(human.starts_with("#Topic  "), "{human}");
+        let row: Vec<&str> = human
+            .lines()
+            .find(|l| l.starts_with("LagTopic") && l.split_whitespace().nth(2) == Some("0"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let last_utc = utc(last, "%Y-%m-%d %H:%M:%S");
+        let expected: Vec<&str> = ["LagTopic", "broker-a", "0", "7", "4", "3", "1"]
+            .into_iter()
+            .chain(last_utc.split(' '))
+            .collect();
+        assert_eq!(row, expected, "{human}");
+        assert!(
+            human.contains(&format!("Consume Diff Total: {total}")),
+            "{human}"
+        );
+        assert!(human.contains("Consume Inflight Total: 4"), "{human}");
+        assert!(
+            human
+                .lines()
+                .any(|l| l.starts_with("LagTopic") && l.ends_with("N/A")),
+            "{human}"
+        );
+
+        // Without -g: one line per group, with its members and total lag.
+        let line = all["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["group"] == "LagGroup")
+            .unwrap_or_else(|| panic!("{all}"));
+        assert_eq!(line["count"], 1, "{all}");
+        assert_eq!(line["versionDesc"], "V5_3_3", "{all}");
+        assert_eq!(line["consumeType"], "CONSUME_PASSIVELY", "{all}");
+        assert_eq!(line["messageModel"], "CLUSTERING", "{all}");
+        assert_eq!(line["diffTotal"], total, "{all}");
+        assert!(line["consumeTps"].as_f64().unwrap() > 0.0, "{all}");
+        assert!(
+            all["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|g| g["group"] != "TOOLS_CONSUMER"),
+            "{all}"
+        );
+        assert!(all_human.starts_with("#Group  "), "{all_human}");
+        let row: Vec<&str> = all_human
+            .lines()
+            .find(|l| l.starts_with("LagGroup"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row[..5],
+            ["LagGroup", "1", "V5_3_3", "PUSH", "CLUSTERING"],
+            "{all_human}"
+        );
+        assert_eq!(row[6], total.to_string(), "{all_human}");
+    });
+
+    // Times follow TZ: the same LastTime eight hours later in UTC-8's reading of the clock.
+    let utc_human = ok(&[
+        "consumerProgress",
+        "-n",
+        &n,
+        "-g",
+        "LagGroup",
+        "-t",
+        "LagTopic",
+    ]);
+    let shifted = admin_in_zone(
+        &[
+            "consumerProgress",
+            "-n",
+            &n,
+            "-g",
+            "LagGroup",
+            "-t",
+            "LagTopic",
+        ],
+        "XXX-8",
+    );
+    assert!(shifted.status.success(), "{shifted:?}");
+    let shifted = String::from_utf8(shifted.stdout).unwrap();
+    let time_of = |text: &str| -> String {
+        let row: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("LagTopic") && l.split_whitespace().nth(2) == Some("0"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        row[7..].join(" ")
+    };
+    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").unwrap();
+    assert_eq!(
+        parse(&time_of(&shifted)) - parse(&time_of(&utc_human)),
+        chrono::TimeDelta::hours(8),
+        "{utc_human}\n{shifted}"
+    );
+}
+
+/// Every delivery to the push consumer: (queue id, queue offset).
+type Deliveries = std::sync::Arc<std::sync::Mutex<Vec<(i32, u64)>>>;
+
+fn delivered(log: &Deliveries, queue_id: i32, offset: u64) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|d| **d == (queue_id, offset))
+        .count()
+}
+
+fn highest(log: &Deliveries, queue_id: i32) -> Option<u64> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|d| d.0 == queue_id)
+        .map(|d| d.1)
+        .max()
+}
+
+async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The issue's end-to-end reset: `resetOffsetByTime` (the binary) moves a running push
+/// consumer back to an earlier time. The consumer continues from the reset offset (it
+/// receives those messages again), every commit it had in flight from before the reset is
+/// rejected (counted by its offset store), and `offsetHistory` shows the commits, the reset,
+/// and the commits after it starting at the reset offset.
+#[test]
+fn reset_under_a_running_push_consumer_is_followed_and_fences_stale_commits() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use ferromq_client::{
+        ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, PushConsumer,
+        PushConsumerConfig,
+    };
+
+    const PER_PHASE: u64 = 15;
+    let server = start();
+    let n = server.namesrv.clone();
+    let b = server.broker.clone();
+    ok(&[
+        "updateTopic",
+        "-n",
+        &n,
+        "-b",
+        &b,
+        "-t",
+        "LiveTopic",
+        "-r",
+        "2",
+        "-w",
+        "2",
+    ]);
+    wait_route(&n, "LiveTopic");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let producer = producer(&n);
+        for i in 0..PER_PHASE * 2 {
+            send_keyed(
+                &producer,
+                "LiveTopic",
+                (i % 2) as i32,
+                "early",
+                "t",
+                &format!("early-{i}"),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let middle = now_ms();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        for i in 0..PER_PHASE * 2 {
+            send_keyed(
+                &producer,
+                "LiveTopic",
+                (i % 2) as i32,
+                "late",
+                "t",
+                &format!("late-{i}"),
+            )
+            .await;
+        }
+        producer.shutdown();
+
+        // A slow listener that the test can hold, so that the reset lands mid-run.
+        let log: Deliveries = Arc::new(Mutex::new(Vec::new()));
+        let hold = Arc::new(AtomicBool::new(false));
+        let listener = {
+            let (log, hold) = (log.clone(), hold.clone());
+            MessageListener::concurrently(move |msgs: &[MessageExt]| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while hold.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                std::thread::sleep(Duration::from_millis(25));
+                let mut log = log.lock().unwrap();
+                for m in msgs {
+                    log.push((m.queue_id, m.queue_offset));
+                }
+                ConsumeStatus::ConsumeSuccess
+            })
+        };
+        let config = PushConsumerConfig {
+            namesrv_addrs: vec![n.parse().unwrap()],
+            group: "LiveGroup".into(),
+            consume_from_where: ConsumeFromWhere::FirstOffset,
+            consume_threads: 1,
+            pull_hold: Duration::from_secs(3),
+            pull_error_backoff: Duration::from_millis(100),
+            rebalance_interval: Duration::from_secs(5),
+            persist_interval: Duration::from_millis(50),
+            heartbeat_interval: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(3),
+            ..PushConsumerConfig::default()
+        };
+        let consumer =
+            PushConsumer::start(config, vec![("LiveTopic".into(), "*".into())], listener)
+                .await
+                .unwrap();
+
+        // Mid-run: both queues are past the reset point; hold the listener and reset.
+        wait_for(
+            "consumption past the reset point",
+            Duration::from_secs(20),
+            || (0..2).all(|q| highest(&log, q).is_some_and(|o| o >= PER_PHASE + 3)),
+        )
+        .await;
+        hold.store(true, Ordering::SeqCst);
+        let first_pass = log.lock().unwrap().len();
+        assert!(
+            first_pass < (PER_PHASE * 4) as usize,
+            "the run ended before the reset"
+        );
+        let n2 = n.clone();
+        let reset = tokio::task::spawn_blocking(move || {
+            ok_json(&[
+                "resetOffsetByTime",
+                "-n",
+                &n2,
+                "-g",
+                "LiveGroup",
+                "-t",
+                "LiveTopic",
+                "-s",
+                &middle.to_string(),
+            ])
+        })
+        .await
+        .unwrap();
+        hold.store(false, Ordering::SeqCst);
+        let generation = reset["generation"].as_u64().unwrap();
+        for q in 0..2 {
+            assert_eq!(queue(&reset, q)["newOffset"], PER_PHASE, "{reset}");
+            assert!(
+                queue(&reset, q)["oldOffset"].as_u64().unwrap() > PER_PHASE,
+                "{reset}"
+            );
+        }
+
+        // The consumer follows the reset: the first late message of each queue comes again,
+        // and everything is consumed and committed in the end.
+        wait_for(
+            "re-delivery from the reset offset",
+            Duration::from_secs(20),
+            || (0..2).all(|q| delivered(&log, q, PER_PHASE) >= 2),
+        )
+        .await;
+        let n2 = n.clone();
+        let mut progress = Value::Null;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let n3 = n2.clone();
+            progress = tokio::task::spawn_blocking(move || {
+                ok_json(&[
+                    "consumerProgress",
+                    "-n",
+                    &n3,
+                    "-g",
+                    "LiveGroup",
+                    "-t",
+                    "LiveTopic",
+                ])
+            })
+            .await
+            .unwrap();
+            if progress["totalLag"] == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(progress["totalLag"], 0, "{progress}");
+        for q in 0..2 {
+            assert_eq!(
+                queue(&progress, q)["consumerOffset"],
+                PER_PHASE * 2,
+                "{progress}"
+            );
+        }
+        // After the reset every queue is consumed from the reset offset on, never below it.
+        let after_reset: Vec<(i32, u64)> = log.lock().unwrap()[first_pass..].to_vec();
+        for q in 0..2 {
+            let offsets: std::collections::BTreeSet<u64> = after_reset
+                .iter()
+                .filter(|d| d.0 == q)
+                .map(|d| d.1)
+                .collect();
+            assert!(
+                (PER_PHASE..PER_PHASE * 2).all(|o| offsets.contains(&o)),
+                "queue {q} after the reset: {offsets:?}"
+            );
+            assert!(
+                offsets.iter().all(|o| *o >= PER_PHASE),
+                "queue {q} after the reset: {offsets:?}"
+            );
+        }
+        let rejected = consumer.offset_stats().stale_rejections;
+        let stats = consumer.stats();
+        println!("reset under a running consumer: {rejected} stale commits rejected; {stats:?}");
+        assert!(rejected >= 1, "in-flight commits rejected: {rejected}");
+        let report = consumer.shutdown().await.unwrap();
+        assert!(report.is_complete(), "{report:?}");
+
+        // The history of each queue: commits, the reset, then commits from the reset offset
+        // up, never a stale one.
+        for q in 0..2 {
+            let n3 = n.clone();
+            let history = tokio::task::spawn_blocking(move || {
+                ok_json(&[
+                    "offsetHistory",
+                    "-n",
+                    &n3,
+                    "-g",
+                    "LiveGroup",
+                    "-t",
+                    "LiveTopic",
+                    "-q",
+                    &q.to_string(),
+                ])
+            })
+            .await
+            .unwrap();
+            let events = history["events"].as_array().unwrap();
+            let at = events
+                .iter()
+                .position(|e| e["kind"] == "reset")
+                .unwrap_or_else(|| panic!("no reset in {history}"));
+            assert_eq!(events[at]["offset"], PER_PHASE, "{history}");
+            assert_eq!(events[at]["generation"], generation, "{history}");
+            assert!(
+                events[..at].iter().any(|e| e["kind"] == "commit"),
+                "{history}"
+            );
+            let after: Vec<u64> = events[at + 1..]
+                .iter()
+                .map(|e| {
+                    assert_eq!(e["kind"], "commit", "{history}");
+                    e["offset"].as_u64().unwrap()
+                })
+                .collect();
+            assert!(!after.is_empty(), "{history}");
+            assert!(after[0] >= PER_PHASE, "{history}");
+            assert!(after.windows(2).all(|w| w[0] <= w[1]), "{history}");
+            assert_eq!(*after.last().unwrap(), PER_PHASE * 2, "{history}");
+        }
     });
 }

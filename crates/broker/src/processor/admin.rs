@@ -357,6 +357,7 @@ pub(super) async fn consume_stats(
         offset_table: MqMap::default(),
     };
     for topic in &topics {
+        stats.consume_tps += ctx.clients.consume_tps(group, topic);
         let queues = ctx
             .topics
             .get(topic)
@@ -384,7 +385,12 @@ pub(super) async fn consume_stats(
                 OffsetWrapper {
                     broker_offset: broker_offset as i64,
                     consumer_offset: consumer_offset as i64,
-                    pull_offset: consumer_offset as i64,
+                    // Pulled but not committed yet: the in-flight span.
+                    pull_offset: ctx
+                        .clients
+                        .pulled_offset(group, topic, queue_id)
+                        .map_or(consumer_offset, |pulled| pulled.max(consumer_offset))
+                        as i64,
                     last_timestamp: last,
                 },
             );

@@ -8,9 +8,12 @@ mod admin;
 mod batch;
 mod broker_info;
 mod client;
+mod clone;
+mod connection;
 mod history;
 mod offset;
 mod pull;
+mod query;
 mod reset;
 mod send;
 mod send_back;
@@ -72,6 +75,9 @@ pub async fn handle(
         request::GET_BROKER_RUNTIME_INFO => broker_info::runtime_info(ctx, &command),
         request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
         request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),
+        request::QUERY_MESSAGE => query::handle(ctx, &command).await,
+        request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
+        request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
         code => command.reply(
             response::REQUEST_CODE_NOT_SUPPORTED,
             Some(format!(

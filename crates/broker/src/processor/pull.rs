@@ -82,8 +82,7 @@ pub(super) async fn handle(
         ctx.counters
             .commits_rejected
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ctx.metrics
-            .commit(crate::metrics::CommitCount::StaleGeneration);
+        ctx.metrics.commit(crate::metrics::CommitCount::StaleGeneration);
     }
     if let Some(moved) = ctx.fences.on_pull(
         group,
@@ -147,8 +146,20 @@ pub(super) async fn handle(
             };
         }
     }
-    ctx.metrics
-        .record_pull(group, topic, queue_id, offset, &result);
+    if matches!(
+        result.status,
+        GetStatus::Found | GetStatus::NoMatchedMessage
+    ) {
+        // For consumerProgress: in-flight = where this pull ended - the committed offset.
+        ctx.clients.record_pull(
+            group,
+            topic,
+            queue_id,
+            result.next_begin_offset,
+            result.messages.len(),
+        );
+    }
+    ctx.metrics.record_pull(group, topic, queue_id, offset, &result);
     reply_for(ctx, command, offset, result)
 }
 

@@ -85,7 +85,6 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         None => format!("admin reset to store time {} ms", header.timestamp),
     };
     let mut entries = Vec::with_capacity(queues.len());
-    let mut old = BTreeMap::new();
     for queue_id in queues {
         let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
         let offset = match explicit {
@@ -119,39 +118,108 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
                 }
             },
         };
-        old.insert(
-            queue_id,
-            ctx.store
-                .consumer_offset(group, topic, queue_id)
-                .map(|s| s.offset),
-        );
         entries.push(OffsetEntry {
             topic: topic.to_string(),
             queue_id,
             offset,
         });
     }
+    let plan = ResetPlan {
+        group,
+        topic,
+        entries,
+        client_id: ADMIN_CLIENT_ID,
+        cause,
+        timestamp: header.timestamp,
+        // Java's broker picks the list form when the admin request is marked CPP.
+        cpp_request: command.language == LanguageCode::Cpp,
+    };
+    let done = match apply(ctx, plan).await {
+        Ok(done) => done,
+        Err((code, remark)) => return command.reply(code, Some(remark)),
+    };
+    let old_text = done
+        .old
+        .iter()
+        .map(|(q, o)| format!("{q}:{}", o.map_or(-1, |o| o as i64)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut reply = success(command).with_body(encode_fastjson(&done.body));
+    reply
+        .ext_fields
+        .insert("generation".into(), done.generation.to_string());
+    reply.ext_fields.insert("oldOffsets".into(), old_text);
+    reply
+}
+
+/// A reset of one (group, topic) to explicit per-queue offsets, and why.
+pub(super) struct ResetPlan<'a> {
+    /// Consumer group.
+    pub group: &'a str,
+    /// Topic.
+    pub topic: &'a str,
+    /// The new offset of each queue.
+    pub entries: Vec<OffsetEntry>,
+    /// Client id recorded on the reset record.
+    pub client_id: &'a str,
+    /// Logged with every moved queue.
+    pub cause: String,
+    /// Time put in the RESET_CONSUMER_CLIENT_OFFSET push (negative: max offset).
+    pub timestamp: i64,
+    /// Push the C++ list form to every consumer.
+    pub cpp_request: bool,
+}
+
+/// What [`apply`] did.
+pub(super) struct ResetDone {
+    /// The generation the reset record established.
+    pub generation: u64,
+    /// Each queue's stored offset before the reset (`None`: there was none).
+    pub old: BTreeMap<u32, Option<u64>>,
+    /// The new offsets, as told to the consumers.
+    pub body: ResetOffsetBody,
+}
+
+/// Writes `plan` as one reset record (a new generation) and waits until it is durable, logs
+/// every moved queue, fences the consumers online now and tells them (the 220 push). Any
+/// other writer of offsets on behalf of an administrator (CLONE_GROUP_OFFSET) goes through
+/// here, so every admin move of offsets has the same guarantees.
+///
+/// # Errors
+/// `(response code, remark)`: not durable (NOT_DURABLE) or refused by the offset rules
+/// (COMMIT_REJECTED); nothing was acknowledged.
+pub(super) async fn apply(
+    ctx: &BrokerContext,
+    plan: ResetPlan<'_>,
+) -> Result<ResetDone, (i32, String)> {
+    let (group, topic) = (plan.group, plan.topic);
+    let old: BTreeMap<u32, Option<u64>> = plan
+        .entries
+        .iter()
+        .map(|entry| {
+            let stored = ctx.store.consumer_offset(group, topic, entry.queue_id);
+            (entry.queue_id, stored.map(|s| s.offset))
+        })
+        .collect();
     let reset = OffsetCommand {
         kind: OffsetKind::Reset,
         group: group.to_string(),
-        client_id: ADMIN_CLIENT_ID.to_string(),
+        client_id: plan.client_id.to_string(),
         generation: None,
-        entries: entries.clone(),
+        entries: plan.entries.clone(),
     };
-    let outcome = match write(&ctx.store, reset).await {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            return command.reply(
-                crate::codes::NOT_DURABLE,
-                Some(format!("reset not stored durably: {error}")),
-            )
-        }
-    };
+    let outcome = write(&ctx.store, reset).await.map_err(|error| {
+        (
+            crate::codes::NOT_DURABLE,
+            format!("reset not stored durably: {error}"),
+        )
+    })?;
+    let cause = &plan.cause;
     let mut body = ResetOffsetBody {
         offset_table: MqMap::default(),
     };
     let mut rejected = Vec::new();
-    for (entry, verdict) in entries.iter().zip(&outcome.verdicts) {
+    for (entry, verdict) in plan.entries.iter().zip(&outcome.verdicts) {
         let previous = old.get(&entry.queue_id).copied().flatten();
         match verdict {
             Verdict::Applied | Verdict::Unchanged => {
@@ -173,10 +241,10 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         }
     }
     if !rejected.is_empty() {
-        return command.reply(
+        return Err((
             crate::codes::COMMIT_REJECTED,
-            Some(format!("reset rejected: {}", rejected.join("; "))),
-        );
+            format!("reset rejected: {}", rejected.join("; ")),
+        ));
     }
     // Consumers online now hold positions from before the reset: fence them per queue until
     // they follow it (see `reset_fence`).
@@ -186,7 +254,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         .iter()
         .map(|c| c.channel.id)
         .collect();
-    for entry in &entries {
+    for entry in &plan.entries {
         ctx.fences.install(
             group,
             topic,
@@ -196,22 +264,20 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             online.iter().copied(),
         );
     }
-    // Java's broker picks the list form when the admin request is marked CPP; ferromq also
-    // picks it for a consumer whose connection is known to be a C++ client.
-    let cpp_request = command.language == LanguageCode::Cpp;
-    notify_consumers(ctx, &header, &body, cpp_request);
-    let old_text = old
-        .iter()
-        .map(|(q, o)| format!("{q}:{}", o.map_or(-1, |o| o as i64)))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut reply = success(command).with_body(encode_fastjson(&body));
-    reply.ext_fields.insert(
-        "generation".into(),
-        outcome.generation.unwrap_or(0).to_string(),
-    );
-    reply.ext_fields.insert("oldOffsets".into(), old_text);
-    reply
+    let push_header = ResetOffsetRequestHeader {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        queue_id: None,
+        offset: None,
+        timestamp: plan.timestamp,
+        is_force: true,
+    };
+    notify_consumers(ctx, &push_header, &body, plan.cpp_request);
+    Ok(ResetDone {
+        generation: outcome.generation.unwrap_or(0),
+        old,
+        body,
+    })
 }
 
 async fn write(

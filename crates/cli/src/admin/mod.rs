@@ -13,6 +13,7 @@
 mod client;
 mod cluster;
 mod group;
+mod message;
 mod progress;
 mod time;
 mod topic;
@@ -61,6 +62,18 @@ pub enum AdminCommand {
     ClusterList(cluster::ClusterListArgs),
     /// Look a message up by its offset message id.
     QueryMsgById(cluster::QueryMsgByIdArgs),
+    /// Messages of a topic by a word of their KEYS.
+    QueryMsgByKey(message::QueryMsgByKeyArgs),
+    /// Messages of a topic by unique key (client message id).
+    QueryMsgByUniqueKey(message::QueryMsgByUniqueKeyArgs),
+    /// The message at a queue offset.
+    QueryMsgByOffset(message::QueryMsgByOffsetArgs),
+    /// Messages of every queue of a topic in a store-time range.
+    PrintMsg(message::PrintMsgArgs),
+    /// Connections and subscriptions of an online consumer group.
+    ConsumerConnection(group::ConsumerConnectionArgs),
+    /// Copy a group's committed offsets on a topic to another group (a reset of it).
+    CloneGroupOffset(group::CloneGroupOffsetArgs),
 }
 
 /// Runs one admin command.
@@ -83,6 +96,12 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::OffsetHistory(args) => progress::history(args).await,
             AdminCommand::ClusterList(args) => cluster::list(args).await,
             AdminCommand::QueryMsgById(args) => cluster::query_by_id(args).await,
+            AdminCommand::QueryMsgByKey(args) => message::by_key(args).await,
+            AdminCommand::QueryMsgByUniqueKey(args) => message::by_unique_key(args).await,
+            AdminCommand::QueryMsgByOffset(args) => message::by_offset(args).await,
+            AdminCommand::PrintMsg(args) => message::print(args).await,
+            AdminCommand::ConsumerConnection(args) => group::consumer_connection(args).await,
+            AdminCommand::CloneGroupOffset(args) => group::clone_offsets(args).await,
         }
     })
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use ferromq_broker::codes::OFFSET_HISTORY;
 use ferromq_protocol::remoting::body::decode_json;
-use ferromq_protocol::remoting::body::mq_map::{ConsumeStats, ResetOffsetBody};
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::body::mq_map::{ConsumeStats, OffsetWrapper, ResetOffsetBody};
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::offset::{
     GetConsumeStatsRequestHeader, ResetOffsetRequestHeader,
@@ -15,7 +16,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::{json, Value};
 
 use super::client::{check, Admin, BrokerRef};
-use super::time::{format_time, now_ms, parse_time};
+use super::group::{connections, version_desc};
+use super::message::TOOLS_CONSUMER_GROUP;
+use super::time::{format_time, format_time_seconds, now_ms, parse_time};
 use super::{print_json, print_table, Common};
 
 /// Flags of `consumerProgress`.
@@ -23,9 +26,9 @@ use super::{print_json, print_table, Common};
 pub struct ConsumerProgressArgs {
     #[command(flatten)]
     common: Common,
-    /// Consumer group.
+    /// Consumer group; without it, one line per group of the brokers.
     #[arg(short = 'g', long = "groupName")]
-    group: String,
+    group: Option<String>,
     /// Only this topic.
     #[arg(short = 't', long = "topicName")]
     topic: Option<String>,
@@ -48,7 +51,7 @@ pub struct ResetOffsetArgs {
     /// Topic.
     #[arg(short = 't', long = "topic")]
     topic: String,
-    /// Time: now, epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (UTC) or -1h/-30m/-10s.
+    /// Time: now, epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or -1h/-30m/-10s.
     #[arg(
         short = 's',
         long = "timestamp",
@@ -119,39 +122,19 @@ pub struct OffsetHistoryArgs {
 
 pub async fn consumer_progress(args: ConsumerProgressArgs) -> Result<()> {
     let admin = Admin::new(&args.common);
+    let Some(group) = args.group.clone() else {
+        return all_groups_progress(&admin, &args).await;
+    };
     let brokers = match (&args.broker, &args.topic) {
         (Some(addr), _) => vec![admin.named(addr).await],
         (None, Some(topic)) => admin.topic_masters(topic, args.cluster.as_deref()).await?,
         (None, None) => admin.targets(None, args.cluster.as_deref()).await?,
     };
-    let header = GetConsumeStatsRequestHeader {
-        consumer_group: args.group.clone(),
-        topic: args.topic.clone(),
-        topic_list: None,
+    let Some((tps, mut rows)) =
+        consume_stats(&admin, &brokers, &group, args.topic.as_deref()).await?
+    else {
+        bail!("consumer group {group} does not exist");
     };
-    let mut rows = Vec::new();
-    let mut tps = 0.0;
-    let mut known = false;
-    for broker in &brokers {
-        let reply = admin
-            .call(
-                &broker.addr,
-                RemotingCommand::request_with_header(request::GET_CONSUME_STATS, &header),
-            )
-            .await?;
-        if reply.code == response::SUBSCRIPTION_GROUP_NOT_EXIST {
-            continue;
-        }
-        check(&reply, &format!("broker {}", broker.addr))?;
-        known = true;
-        let stats: ConsumeStats =
-            decode_json(reply.body.as_deref().unwrap_or_default()).context("bad consume stats")?;
-        tps += stats.consume_tps;
-        rows.extend(stats.offset_table.0);
-    }
-    if !known {
-        bail!("consumer group {} does not exist", args.group);
-    }
     rows.sort_by(|a, b| {
         (&a.0.topic, &a.0.broker_name, a.0.queue_id).cmp(&(
             &b.0.topic,
@@ -159,29 +142,29 @@ pub async fn consumer_progress(args: ConsumerProgressArgs) -> Result<()> {
             b.0.queue_id,
         ))
     });
-    let lag = |o: &ferromq_protocol::remoting::body::mq_map::OffsetWrapper| {
-        (o.broker_offset - o.consumer_offset.max(0)).max(0)
-    };
-    let inflight = |o: &ferromq_protocol::remoting::body::mq_map::OffsetWrapper| {
-        (o.pull_offset - o.consumer_offset.max(0)).max(0)
-    };
+    let lag = |o: &OffsetWrapper| (o.broker_offset - o.consumer_offset.max(0)).max(0);
+    let inflight = |o: &OffsetWrapper| (o.pull_offset - o.consumer_offset.max(0)).max(0);
     let total_lag: i64 = rows.iter().map(|(_, o)| lag(o)).sum();
     let total_inflight: i64 = rows.iter().map(|(_, o)| inflight(o)).sum();
     if args.common.json {
         print_json(&json!({
-            "group": args.group,
+            "group": group,
             "queues": rows.iter().map(|(mq, o)| json!({
                 "topic": mq.topic,
                 "brokerName": mq.broker_name,
                 "queueId": mq.queue_id,
                 "brokerOffset": o.broker_offset,
                 "consumerOffset": o.consumer_offset.max(0),
+                "pullOffset": o.pull_offset.max(o.consumer_offset.max(0)),
                 "lag": lag(o),
+                "diff": lag(o),
                 "inflight": inflight(o),
                 "lastTimestamp": o.last_timestamp,
+                "lastTime": format_time_seconds(o.last_timestamp),
             })).collect::<Vec<_>>(),
             "consumeTps": tps,
             "totalLag": total_lag,
+            "diffTotal": total_lag,
             "totalInflight": total_inflight,
         }));
     } else {
@@ -196,7 +179,7 @@ pub async fn consumer_progress(args: ConsumerProgressArgs) -> Result<()> {
                     o.consumer_offset.max(0).to_string(),
                     lag(o).to_string(),
                     inflight(o).to_string(),
-                    format_time(o.last_timestamp),
+                    format_time_seconds(o.last_timestamp),
                 ]
             })
             .collect();
@@ -218,6 +201,154 @@ pub async fn consumer_progress(args: ConsumerProgressArgs) -> Result<()> {
         println!("Consume Diff Total: {total_lag}");
         println!("Consume Inflight Total: {total_inflight}");
     }
+    Ok(())
+}
+
+/// GET_CONSUME_STATS (208) of `group` from every broker, merged; `Ok(None)` when no broker
+/// knows the group.
+async fn consume_stats(
+    admin: &Admin,
+    brokers: &[BrokerRef],
+    group: &str,
+    topic: Option<&str>,
+) -> Result<Option<(f64, Vec<(MessageQueue, OffsetWrapper)>)>> {
+    let header = GetConsumeStatsRequestHeader {
+        consumer_group: group.to_string(),
+        topic: topic.map(str::to_string),
+        topic_list: None,
+    };
+    let mut rows = Vec::new();
+    let mut tps = 0.0;
+    let mut known = false;
+    for broker in brokers {
+        let reply = admin
+            .call(
+                &broker.addr,
+                RemotingCommand::request_with_header(request::GET_CONSUME_STATS, &header),
+            )
+            .await?;
+        if reply.code == response::SUBSCRIPTION_GROUP_NOT_EXIST {
+            continue;
+        }
+        check(&reply, &format!("broker {}", broker.addr))?;
+        known = true;
+        let stats: ConsumeStats =
+            decode_json(reply.body.as_deref().unwrap_or_default()).context("bad consume stats")?;
+        tps += stats.consume_tps;
+        rows.extend(stats.offset_table.0);
+    }
+    Ok(known.then_some((tps, rows)))
+}
+
+/// `consumerProgress` without `-g`: one line per subscription group of the brokers
+/// (`#Group #Count #Version #Type #Model #TPS #Diff Total`, as mqadmin prints).
+async fn all_groups_progress(admin: &Admin, args: &ConsumerProgressArgs) -> Result<()> {
+    let brokers = match (&args.broker, &args.topic) {
+        (Some(addr), _) => vec![admin.named(addr).await],
+        (None, Some(topic)) => admin.topic_masters(topic, args.cluster.as_deref()).await?,
+        (None, None) => admin.targets(None, args.cluster.as_deref()).await?,
+    };
+    let mut groups = std::collections::BTreeSet::new();
+    for broker in &brokers {
+        let reply = admin
+            .call_ok(
+                &broker.addr,
+                RemotingCommand::new_request(
+                    request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                    Default::default(),
+                ),
+            )
+            .await?;
+        let body: Value = serde_json::from_slice(reply.body.as_deref().unwrap_or_default())
+            .context("bad subscription group list")?;
+        if let Some(table) = body["subscriptionGroupTable"].as_object() {
+            groups.extend(table.keys().cloned());
+        }
+    }
+    groups.remove(TOOLS_CONSUMER_GROUP);
+    let mut lines = Vec::new();
+    for group in &groups {
+        let Some((tps, rows)) =
+            consume_stats(admin, &brokers, group, args.topic.as_deref()).await?
+        else {
+            continue;
+        };
+        let diff: i64 = rows
+            .iter()
+            .map(|(_, o)| (o.broker_offset - o.consumer_offset.max(0)).max(0))
+            .sum();
+        let online = connections(admin, &brokers, group).await?;
+        lines.push((group.clone(), online, tps, diff));
+    }
+    if args.common.json {
+        print_json(&json!({
+            "groups": lines.iter().map(|(group, online, tps, diff)| {
+                let (count, version, consume_type, model) = match online {
+                    Some(c) => (
+                        c.connections.len(),
+                        c.connections.values().map(|(_, _, v)| *v).max(),
+                        Some(c.consume_type.clone()),
+                        Some(c.message_model.clone()),
+                    ),
+                    None => (0, None, None, None),
+                };
+                json!({
+                    "group": group,
+                    "count": count,
+                    "version": version,
+                    "versionDesc": version.map_or("OFFLINE".to_string(), version_desc),
+                    "consumeType": consume_type,
+                    "messageModel": model,
+                    "consumeTps": tps,
+                    "diffTotal": diff,
+                })
+            }).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = lines
+        .iter()
+        .map(|(group, online, tps, diff)| {
+            let (count, version, consume_type, model) = match online {
+                Some(c) => (
+                    c.connections.len().to_string(),
+                    c.connections
+                        .values()
+                        .map(|(_, _, v)| *v)
+                        .max()
+                        .map_or("OFFLINE".into(), version_desc),
+                    match c.consume_type.as_str() {
+                        "CONSUME_ACTIVELY" => "PULL".to_string(),
+                        "CONSUME_POP" => "POP".to_string(),
+                        _ => "PUSH".to_string(),
+                    },
+                    c.message_model.clone(),
+                ),
+                None => ("0".into(), "OFFLINE".into(), "-".into(), "-".into()),
+            };
+            vec![
+                group.clone(),
+                count,
+                version,
+                consume_type,
+                model,
+                format!("{tps:.2}"),
+                diff.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "Group",
+            "Count",
+            "Version",
+            "Type",
+            "Model",
+            "TPS",
+            "Diff Total",
+        ],
+        &rows,
+    );
     Ok(())
 }
 

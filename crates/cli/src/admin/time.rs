@@ -1,14 +1,21 @@
-//! Time arguments of `ferromq admin` (`-s`, `--since`) and time columns.
+//! Time arguments of `ferromq admin` (`-s`, `--since`, `--begin`, `--end`) and time columns.
 //!
 //! Accepted forms: `now`; epoch milliseconds (`1767225600000`); mqadmin's
-//! `yyyy-MM-dd#HH:mm:ss:SSS` (read as UTC: the CLI carries no time zone database, where
-//! mqadmin uses the local zone); and ferromq's relative forms `-<n><unit>` with unit `ms`,
-//! `s`, `m`, `h` or `d` (`-1h`, `-30m`, `-10s`), meaning that long before now.
+//! `yyyy-MM-dd#HH:mm:ss:SSS` in the **local time zone**, as mqadmin reads it; and ferromq's
+//! relative forms `-<n><unit>` with unit `ms`, `s`, `m`, `h` or `d` (`-1h`, `-30m`, `-10s`),
+//! meaning that long before now. Times are printed in the local time zone too. The local
+//! zone is the one `TZ` names (`TZ=UTC` for scripts and tests), else the system's.
 
 use anyhow::Result;
+use chrono::{Local, NaiveDate, NaiveDateTime, TimeZone};
 
 /// Parses a time argument into epoch milliseconds; `now_ms` anchors `now` and relative forms.
 pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
+    parse_time_in(text, now_ms, &Local)
+}
+
+/// [`parse_time`] with dates read in `zone`.
+pub fn parse_time_in<Z: TimeZone>(text: &str, now_ms: i64, zone: &Z) -> Result<i64> {
     let text = text.trim();
     let bad = || {
         anyhow::anyhow!(
@@ -41,11 +48,15 @@ pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
             .map(|delta| now_ms - delta)
             .ok_or_else(bad);
     }
-    parse_datetime(text).ok_or_else(bad)
+    let naive = parse_datetime(text).ok_or_else(bad)?;
+    zone.from_local_datetime(&naive)
+        .earliest()
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(|| anyhow::anyhow!("time {text:?} does not exist in the local time zone"))
 }
 
-/// `yyyy-MM-dd#HH:mm:ss:SSS` as UTC epoch milliseconds.
-fn parse_datetime(text: &str) -> Option<i64> {
+/// `yyyy-MM-dd#HH:mm:ss:SSS` as a date and time without a zone.
+fn parse_datetime(text: &str) -> Option<NaiveDateTime> {
     let (date, time) = text.split_once('#')?;
     let date: Vec<&str> = date.split('-').collect();
     let time: Vec<&str> = time.split(':').collect();
@@ -64,66 +75,38 @@ fn parse_datetime(text: &str) -> Option<i64> {
         num(time[2], 2)?,
         num(time[3], 3)?,
     );
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
-    let days = days_from_civil(year, month, day);
-    Some((((days * 24 + hour) * 60 + minute) * 60 + second) * 1000 + milli)
+    NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?.and_hms_milli_opt(
+        hour as u32,
+        minute as u32,
+        second as u32,
+        milli as u32,
+    )
 }
 
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// `yyyy-MM-dd HH:mm:ss.SSS` (UTC) for a positive time, `N/A` otherwise.
+/// `yyyy-MM-dd HH:mm:ss.SSS` in the local time zone for a positive time, `N/A` otherwise.
 pub fn format_time(ms: i64) -> String {
+    format_in(ms, &Local, "%Y-%m-%d %H:%M:%S%.3f")
+}
+
+/// `yyyy-MM-dd HH:mm:ss` in the local time zone (mqadmin's `#LastTime`), `N/A` for 0.
+pub fn format_time_seconds(ms: i64) -> String {
+    format_in(ms, &Local, "%Y-%m-%d %H:%M:%S")
+}
+
+fn format_in<Z: TimeZone>(ms: i64, zone: &Z, pattern: &str) -> String
+where
+    Z::Offset: std::fmt::Display,
+{
     if ms <= 0 {
         return "N/A".into();
     }
-    let (days, rest) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute, second, milli) = (
-        rest / 3_600_000,
-        rest / 60_000 % 60,
-        rest / 1000 % 60,
-        rest % 1000,
-    );
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}.{milli:03}")
+    match zone.timestamp_millis_opt(ms).single() {
+        Some(time) => time.format(pattern).to_string(),
+        None => "N/A".into(),
+    }
 }
 
 /// Milliseconds since the epoch now.
@@ -140,6 +123,7 @@ mod tests {
     #[test]
     fn forms() {
         let now = 1_767_225_600_000;
+        let parse_time = |text: &str, now: i64| parse_time_in(text, now, &chrono::Utc);
         assert_eq!(parse_time("now", now).unwrap(), now);
         assert_eq!(parse_time("1767225600000", 0).unwrap(), now);
         assert_eq!(parse_time("2026-01-01#00:00:00:000", 0).unwrap(), now);
@@ -161,7 +145,18 @@ mod tests {
         ] {
             assert!(parse_time(bad, now).is_err(), "{bad}");
         }
-        assert_eq!(format_time(now + 1250), "2026-01-01 00:00:01.250");
+        let utc = |ms| format_in(ms, &chrono::Utc, "%Y-%m-%d %H:%M:%S%.3f");
+        assert_eq!(utc(now + 1250), "2026-01-01 00:00:01.250");
+        assert_eq!(utc(0), "N/A");
         assert_eq!(format_time(0), "N/A");
+        let plus_eight = chrono::FixedOffset::east_opt(8 * 3600).unwrap();
+        assert_eq!(
+            parse_time_in("2026-01-01#08:00:00:000", 0, &plus_eight).unwrap(),
+            now
+        );
+        assert_eq!(
+            format_in(now, &plus_eight, "%Y-%m-%d %H:%M:%S"),
+            "2026-01-01 08:00:00"
+        );
     }
 }

@@ -68,3 +68,35 @@ header! {
         topic: Option<String> = "topic",
     }
 }
+
+/// Ext field that marks a QUERY_MESSAGE (12) as a unique-key lookup (Java's
+/// `MixAll.UNIQUE_MSG_QUERY_FLAG`); its value is `"true"`.
+pub const UNIQUE_KEY_QUERY_FLAG: &str = "_UNIQUE_KEY_QUERY";
+
+header! {
+    /// QUERY_MESSAGE (12) request: messages of a topic by `KEYS` word, or by `UNIQ_KEY` when
+    /// the ext field [`UNIQUE_KEY_QUERY_FLAG`] is `"true"`. The reply body is the matching
+    /// stored records, concatenated.
+    pub struct QueryMessageRequestHeader {
+        /// Topic.
+        topic: String = "topic",
+        /// The key (a `KEYS` word or a `UNIQ_KEY`).
+        key: String = "key",
+        /// Most messages to return.
+        max_num: i32 = "maxNum",
+        /// Earliest store time, ms.
+        begin_timestamp: i64 = "beginTimestamp",
+        /// Latest store time, ms.
+        end_timestamp: i64 = "endTimestamp",
+    }
+}
+
+header! {
+    /// QUERY_MESSAGE (12) reply.
+    pub struct QueryMessageResponseHeader {
+        /// CommitLog offset the index covers up to.
+        index_last_update_phyoffset: i64 = "indexLastUpdatePhyoffset",
+        /// Store time of the last indexed message, ms.
+        index_last_update_timestamp: i64 = "indexLastUpdateTimestamp",
+    }
+}
