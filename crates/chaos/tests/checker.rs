@@ -949,3 +949,119 @@ fn history_round_trips_through_json_lines_then_checks_the_same() {
     assert_eq!(json["commit_regressions"]["count"], 1);
     assert_eq!(json["valid"], false);
 }
+
+#[test]
+fn async_ack_recorded_after_the_kill_still_belongs_to_it() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .send(v(0, 0), 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .op(Op::SendInvoke { value: v(0, 1) })
+        .fault(Fault::Kill {
+            node: "standalone".into(),
+        })
+        // The reply left the broker before it died.
+        .op(Op::SendOk {
+            value: v(0, 1),
+            queue: queue(0),
+            offset: 1,
+        })
+        .fault(Fault::Restart {
+            node: "standalone".into(),
+        })
+        .send(v(0, 2), 0, 1)
+        .deliver(reader, 0, 1, v(0, 2))
+        .drain(false);
+    let report = builder.check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.async_loss.as_ref().unwrap().kills[0].lost, 1);
+    assert_eq!(report.offset_violations.offset_reuses.count, 1);
+    assert_eq!(
+        failed(&builder.check(Durability::Sync)),
+        ["K1 lost", "K3 two values at one offset", "drain"]
+    );
+}
+
+/// A run-sized history: 8 queues, 4 producers, 2 consumers with a restart, ~1M events.
+#[test]
+fn large_history_is_checked_in_linear_time() {
+    const QUEUES: u32 = 8;
+    const PER_PRODUCER: u64 = 80_000;
+    let mut history = History::new();
+    let mut next_offset = [0u64; QUEUES as usize];
+    let mut stored = Vec::new();
+    for counter in 0..PER_PRODUCER {
+        for producer in 0..4 {
+            let value = v(producer, counter);
+            let q = ((counter + u64::from(producer)) % u64::from(QUEUES)) as u32;
+            let offset = next_offset[q as usize];
+            next_offset[q as usize] += 1;
+            history.push(0, Op::SendInvoke { value });
+            history.push(
+                0,
+                Op::SendOk {
+                    value,
+                    queue: queue(q),
+                    offset,
+                },
+            );
+            stored.push((q, offset, value));
+        }
+    }
+    let mut per_queue: Vec<Vec<Value>> = vec![Vec::new(); QUEUES as usize];
+    for (q, _, value) in &stored {
+        per_queue[*q as usize].push(*value);
+    }
+    for (q, values) in per_queue.iter().enumerate() {
+        let q = q as u32;
+        let owner = consumer(q % 2, 0);
+        history.push(0, start_op(owner, q, 0));
+        for (offset, value) in values.iter().enumerate() {
+            let offset = offset as u64;
+            history.push(0, deliver_op(owner, q, offset, *value));
+            if offset % 32 == 31 {
+                history.push(0, commit_op(owner, q, offset + 1));
+            }
+        }
+    }
+    history.push(0, Op::DrainEnd { complete: true });
+    let events = history.events.len();
+    assert!(events > 900_000, "{events}");
+    let started = std::time::Instant::now();
+    let report = check(&history, &CheckOptions::default());
+    let elapsed = started.elapsed();
+    eprintln!("checked {events} events in {elapsed:?}");
+    assert!(report.valid, "{report}");
+    assert_eq!(report.acked, 4 * PER_PRODUCER);
+    assert_eq!(report.delivered, 4 * PER_PRODUCER);
+    // Generous: a quadratic pass over this many events would take hours.
+    assert!(elapsed < std::time::Duration::from_secs(60), "{elapsed:?}");
+}
+
+fn start_op(c: ConsumerId, q: u32, offset: u64) -> Op {
+    Op::QueueStart {
+        consumer: c,
+        kind: ConsumerKind::Pull,
+        queue: queue(q),
+        offset,
+    }
+}
+
+fn deliver_op(c: ConsumerId, q: u32, offset: u64, value: Value) -> Op {
+    Op::Deliver {
+        consumer: c,
+        queue: queue(q),
+        offset,
+        value,
+    }
+}
+
+fn commit_op(c: ConsumerId, q: u32, offset: u64) -> Op {
+    Op::CommitOk {
+        consumer: c,
+        queue: queue(q),
+        offset,
+    }
+}

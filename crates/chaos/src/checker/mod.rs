@@ -25,10 +25,11 @@
 //! - An acked value observed at two different slots fails (`acked_at_two_positions`). An
 //!   unacked value at two slots (a retried indeterminate send stored twice) is only counted.
 //! - A slot observed with two different values fails (`two_values_at_one_offset`), except in
-//!   [`Durability::Async`] when a broker `Kill` lies between the last observation of the old
-//!   value at that slot and the first observation of the new one: the old value was lost with
-//!   the unflushed tail and the broker reused its offset (`offset_reuses`, reported). The old
-//!   value coming back to that slot later needs another kill to be allowed. Each slot is
+//!   [`Durability::Async`] when a broker `Kill` was recorded after the old value may have been
+//!   stored (its `SendInvoke`, else its first observation at the slot) and before the new
+//!   value's observation: the old value was lost with the unflushed tail and the broker reused
+//!   its offset (`offset_reuses`, reported). The old value coming back to that slot later
+//!   needs another kill to be allowed. Each slot is
 //!   reported once, with the first two values seen there.
 //! - Gaps: per queue, every offset in `0..=highest observed offset` must be observed by some
 //!   `SendOk` or `Deliver`. Offsets inside a forward reset's skipped range (see K1) are not
@@ -87,12 +88,14 @@
 //! jump, which a fenced consumer follows.
 //!
 //! # Async durability
-//! In [`Durability::Async`] a lost value is attributed to the first `Kill` after its ack (every
-//! `Kill` counts as a broker kill). Losses attributed to a kill are allowed when they are a
-//! suffix: for each (kill, queue), every lost offset must be above every *delivered* value of
-//! that queue acked between the previous kill and this one; a lost offset below a surviving
-//! one is a hole (`async_loss.holes`) and always fails. A loss after the last kill fails K1
-//! as in sync mode.
+//! In [`Durability::Async`] a lost value is attributed to the first `Kill` recorded after its
+//! `SendInvoke` (its ack may be recorded just after the kill record: the reply was on its
+//! way); every `Kill` counts as a broker kill. Losses attributed to a kill are allowed when
+//! they are a suffix: for each (kill, queue), every lost offset must be above every
+//! *delivered* value of that queue whose ack was recorded between the previous kill and this
+//! one (certainly stored before it); a lost offset below such a survivor is a hole
+//! (`async_loss.holes`) and always fails. A loss invoked after the last kill fails K1 as in
+//! sync mode.
 //!
 //! # Drain
 //! A history without `DrainEnd` fails (the run was cut short). `DrainEnd { complete: false }`

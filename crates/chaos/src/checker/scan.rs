@@ -21,6 +21,8 @@ pub(super) type Slot = (QueueIndex, u64);
 pub(super) struct ValueState {
     /// Any send operation named it.
     pub attempted: bool,
+    /// Event index of its first `SendInvoke`.
+    pub invoked_at: Option<usize>,
     /// `SendOk`: the acked slot and the event index of the (first) ack.
     pub ack: Option<(Slot, usize)>,
     pub failed: bool,
@@ -33,11 +35,12 @@ pub(super) struct ValueState {
     pub other_position: Option<Slot>,
 }
 
-/// One (queue, offset) slot: the value there now and when it was last observed.
+/// One (queue, offset) slot: the value there now and since when.
 #[derive(Debug)]
 pub(super) struct SlotState {
     pub value: Value,
-    pub last_seen: usize,
+    /// Event index of the first observation of `value` at this slot.
+    pub first_seen: usize,
     /// A conflict was reported for this slot (each slot is reported once).
     pub conflicted: bool,
 }
@@ -193,7 +196,11 @@ impl Scan {
         self.events += 1;
         let at_ms = event.at_ms;
         match &event.op {
-            Op::SendInvoke { value } => self.value(*value).attempted = true,
+            Op::SendInvoke { value } => {
+                let state = self.value(*value);
+                state.attempted = true;
+                state.invoked_at.get_or_insert(index);
+            }
             Op::SendOk {
                 value,
                 queue,
@@ -325,7 +332,7 @@ impl Scan {
                 slot,
                 SlotState {
                     value,
-                    last_seen: index,
+                    first_seen: index,
                     conflicted: false,
                 },
             );
@@ -339,22 +346,30 @@ impl Scan {
                 second: value,
                 at_ms,
             };
-            let killed_between = self
+            // The old value may have been stored from its invocation on (its ack can be
+            // recorded after a kill that it preceded: the reply was already on its way).
+            let stored_from = self
+                .values
+                .get(&existing.value)
+                .and_then(|old| old.invoked_at)
+                .map_or(existing.first_seen, |invoked| {
+                    invoked.min(existing.first_seen)
+                });
+            let killed_since = self
                 .kills
                 .last()
-                .is_some_and(|kill| kill.index > existing.last_seen);
-            if self.durability == Durability::Async && killed_between {
+                .is_some_and(|kill| kill.index > stored_from);
+            if self.durability == Durability::Async && killed_since {
                 self.reuses.push(conflict);
                 existing.value = value;
+                existing.first_seen = index;
             } else {
                 if !existing.conflicted {
                     existing.conflicted = true;
                     self.conflicts.push(conflict);
                 }
-                return;
             }
         }
-        existing.last_seen = index;
     }
 
     fn queue_start(

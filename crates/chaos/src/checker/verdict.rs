@@ -24,7 +24,7 @@ struct Sets {
     unexpected: Vec<Value>,
     failed_but_delivered: Vec<Value>,
     recovered: Vec<Value>,
-    /// Acked, never delivered: (value, acked slot, ack event index).
+    /// Acked, never delivered: (value, acked slot, index of its invoke, else of its ack).
     lost: Vec<(Value, Slot, usize)>,
     /// Acked at two slots: (value, first, second).
     two_positions: Vec<(Value, Slot, Slot)>,
@@ -108,7 +108,8 @@ fn sort_values(scan: &Scan) -> Sets {
             Some((slot, index)) => {
                 sets.acked += 1;
                 if !delivered {
-                    sets.lost.push((value, slot, index));
+                    let since = state.invoked_at.unwrap_or(index).min(index);
+                    sets.lost.push((value, slot, since));
                 }
             }
             None if state.failed => {
@@ -168,13 +169,13 @@ fn judge_lost(scan: &Scan, sets: &Sets) -> (LostReport, Vec<Value>, Option<Async
     };
     let mut kill_losses = vec![0u64; scan.kills.len()];
     let mut allowed = Vec::new();
-    for (value, (queue, offset), ack_index) in &sets.lost {
+    for (value, (queue, offset), stored_from) in &sets.lost {
         if in_ranges(&scan.queue_states[*queue as usize].skipped, *offset) {
             skipped.push(*value);
             continue;
         }
         let class = class_of(*value, sets);
-        let kill = kill_after(scan, *ack_index).filter(|_| asynchronous);
+        let kill = kill_after(scan, *stored_from).filter(|_| asynchronous);
         let mut lost = LostValue {
             value: *value,
             queue: scan.queues[*queue as usize].clone(),
@@ -239,9 +240,9 @@ fn count_lost(report: &mut LostReport, lost: &LostValue) {
         .add(lost.class);
 }
 
-/// The first kill recorded after the event at `ack_index`, as an index into `scan.kills`.
-fn kill_after(scan: &Scan, ack_index: usize) -> Option<usize> {
-    let kill = scan.kills.partition_point(|kill| kill.index < ack_index);
+/// The first kill recorded after the event at `index`, as an index into `scan.kills`.
+fn kill_after(scan: &Scan, index: usize) -> Option<usize> {
+    let kill = scan.kills.partition_point(|kill| kill.index < index);
     (kill < scan.kills.len()).then_some(kill)
 }
 
