@@ -148,6 +148,23 @@ impl Shared {
 /// A running TCP fault proxy. Dropping it stops the listener and every connection.
 ///
 /// Must be started inside a tokio runtime with the time and net drivers enabled.
+///
+/// # Example
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use ferromq_chaos::proxy::{FaultProxy, ProxyMode};
+///
+/// let server = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let proxy = FaultProxy::start(server.local_addr()?).await?;
+/// // Clients connect to `proxy.local_addr()` instead of the server.
+/// proxy.set_mode(ProxyMode::Stall);
+/// assert_eq!(proxy.mode().name(), "stall");
+/// proxy.set_mode(ProxyMode::Pass);
+/// proxy.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct FaultProxy {
     local_addr: SocketAddr,

@@ -144,6 +144,23 @@ pub struct CheckOptions {
 }
 
 /// Checks `history` against K1–K7; see the module docs for the exact rules.
+///
+/// # Example
+/// ```
+/// use ferromq_chaos::checker::{check, CheckOptions};
+/// use ferromq_chaos::history::{History, Op, Queue, Value};
+///
+/// let queue = Queue { broker: "broker-a".into(), queue_id: 0 };
+/// let value = Value::new(0, 0);
+/// let mut history = History::new();
+/// history.push(0, Op::SendInvoke { value });
+/// history.push(1, Op::SendOk { value, queue, offset: 0 });
+/// history.push(2, Op::DrainEnd { complete: false });
+/// let report = check(&history, &CheckOptions::default());
+/// assert!(!report.valid);
+/// assert_eq!(report.lost.count, 1);
+/// assert!(report.failures()[0].starts_with("K1 lost"));
+/// ```
 pub fn check(history: &History, options: &CheckOptions) -> Report {
     let mut scan = scan::Scan::new(options.durability);
     for (index, event) in history.events.iter().enumerate() {
