@@ -615,36 +615,9 @@ impl Report {
     }
 }
 
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "history: {} events; attempted {}, acked {} (failed {}, indeterminate {}); \
-             delivered {} distinct in {} deliveries",
-            self.events,
-            self.attempted,
-            self.acked,
-            self.failed,
-            self.indeterminate,
-            self.delivered,
-            self.deliveries
-        )?;
-        let classes = &self.lost.classes;
-        writeln!(
-            f,
-            "K1 lost: {} (failing {}; prefix {}, middle {}, postfix {}); skipped by reset {}",
-            self.lost.count,
-            self.lost.failing,
-            classes.prefix,
-            classes.middle,
-            classes.postfix,
-            self.skipped_by_reset.count
-        )?;
-        writeln!(
-            f,
-            "K2 unexpected: {}; failed but delivered: {}; recovered: {}",
-            self.unexpected.count, self.failed_but_delivered.count, self.recovered.count
-        )?;
+impl Report {
+    /// The K3–K6 lines of the summary.
+    fn fmt_properties(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let offsets = &self.offset_violations;
         writeln!(
             f,
@@ -678,6 +651,41 @@ impl fmt::Display for Report {
             duplicates.max_per_restart,
             duplicates.bound_exceeded.count
         )?;
+        Ok(())
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "history: {} events; attempted {}, acked {} (failed {}, indeterminate {}); \
+             delivered {} distinct in {} deliveries",
+            self.events,
+            self.attempted,
+            self.acked,
+            self.failed,
+            self.indeterminate,
+            self.delivered,
+            self.deliveries
+        )?;
+        let classes = &self.lost.classes;
+        writeln!(
+            f,
+            "K1 lost: {} (failing {}; prefix {}, middle {}, postfix {}); skipped by reset {}",
+            self.lost.count,
+            self.lost.failing,
+            classes.prefix,
+            classes.middle,
+            classes.postfix,
+            self.skipped_by_reset.count
+        )?;
+        writeln!(
+            f,
+            "K2 unexpected: {}; failed but delivered: {}; recovered: {}",
+            self.unexpected.count, self.failed_but_delivered.count, self.recovered.count
+        )?;
+        self.fmt_properties(f)?;
         writeln!(f, "K7 poll skips: {}", self.poll_skips.count)?;
         let drain = match (self.drain_recorded, self.drain_complete) {
             (false, _) => "not recorded",

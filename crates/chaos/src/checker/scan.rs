@@ -238,21 +238,7 @@ impl Scan {
                 consumer,
                 queue,
                 offset,
-            } => {
-                self.note_session(index, at_ms, *consumer);
-                let queue = self.intern(queue);
-                self.queue_states[queue as usize].last_commit = Some(*offset);
-                let reference = self.commit_reference(*consumer, queue);
-                self.last_commit_event.insert(*consumer, index);
-                let seen = CommitSeen {
-                    offset: *offset,
-                    generation: None,
-                    at_ms,
-                    by: Some(*consumer),
-                    reference,
-                };
-                self.check_commit(index, queue, seen);
-            }
+            } => self.commit_ok(index, at_ms, *consumer, queue, *offset),
             Op::CommitFail { consumer, .. } => {
                 self.note_session(index, at_ms, *consumer);
                 self.last_commit_event.insert(*consumer, index);
@@ -286,6 +272,29 @@ impl Scan {
             Op::DrainStart => {}
             Op::DrainEnd { complete } => self.drain_complete = Some(*complete),
         }
+    }
+
+    fn commit_ok(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        consumer: ConsumerId,
+        queue: &Queue,
+        offset: u64,
+    ) {
+        self.note_session(index, at_ms, consumer);
+        let queue = self.intern(queue);
+        self.queue_states[queue as usize].last_commit = Some(offset);
+        let reference = self.commit_reference(consumer, queue);
+        self.last_commit_event.insert(consumer, index);
+        let seen = CommitSeen {
+            offset,
+            generation: None,
+            at_ms,
+            by: Some(consumer),
+            reference,
+        };
+        self.check_commit(index, queue, seen);
     }
 
     fn intern(&mut self, queue: &Queue) -> QueueIndex {
