@@ -39,6 +39,10 @@ pub struct StandaloneArgs {
     /// Refuse sends to topics that do not exist (RocketMQ autoCreateTopicEnable=false).
     #[arg(long)]
     no_auto_create_topic: bool,
+    /// Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0 picks a free port; the
+    /// address is printed on stderr). Off unless given.
+    #[arg(long, value_name = "PORT")]
+    metrics_port: Option<u16>,
     /// Open the store, print its recovery report as one JSON line, close it and exit.
     #[arg(long)]
     check: bool,
@@ -91,9 +95,13 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
             Flush::Async => "ASYNC_FLUSH".into(),
         },
         auto_create_topic_enable: !args.no_auto_create_topic,
+        metrics_port: args.metrics_port,
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;
+    if let Some(addr) = broker.metrics_addr() {
+        eprintln!("ferromq standalone: metrics http://{addr}/metrics");
+    }
     let report = broker.context().store.recovery_report().clone();
     for line in report::recovery_lines(&report) {
         eprintln!("{line}");

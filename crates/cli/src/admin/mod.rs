@@ -10,6 +10,7 @@
 //! Broker addresses come from the name server (`-n`): the topic's route, or the cluster info
 //! for group commands; `-b` names one broker instead.
 
+mod broker;
 mod client;
 mod cluster;
 mod group;
@@ -62,6 +63,12 @@ pub enum AdminCommand {
     ClusterList(cluster::ClusterListArgs),
     /// Look a message up by its offset message id.
     QueryMsgById(cluster::QueryMsgByIdArgs),
+    /// Runtime statistics of a broker (-b) or of every master of a cluster (-c).
+    BrokerStatus(broker::BrokerStatusArgs),
+    /// Configuration of a broker (-b) or of every master of a cluster (-c).
+    GetBrokerConfig(broker::GetBrokerConfigArgs),
+    /// Change one run-time key of a broker's configuration (others are refused).
+    UpdateBrokerConfig(broker::UpdateBrokerConfigArgs),
     /// Messages of a topic by a word of their KEYS.
     QueryMsgByKey(message::QueryMsgByKeyArgs),
     /// Messages of a topic by unique key (client message id).
@@ -96,6 +103,9 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::OffsetHistory(args) => progress::history(args).await,
             AdminCommand::ClusterList(args) => cluster::list(args).await,
             AdminCommand::QueryMsgById(args) => cluster::query_by_id(args).await,
+            AdminCommand::BrokerStatus(args) => broker::status(args).await,
+            AdminCommand::GetBrokerConfig(args) => broker::get_config(args).await,
+            AdminCommand::UpdateBrokerConfig(args) => broker::update_config(args).await,
             AdminCommand::QueryMsgByKey(args) => message::by_key(args).await,
             AdminCommand::QueryMsgByUniqueKey(args) => message::by_unique_key(args).await,
             AdminCommand::QueryMsgByOffset(args) => message::by_offset(args).await,

@@ -1,0 +1,306 @@
+//! `ferromq admin brokerStatus | getBrokerConfig | updateBrokerConfig` against a running
+//! `ferromq standalone`: human and JSON output, a run-time key changed and visible after, a
+//! key fixed at startup refused, and bad input (unreachable name server, missing flag) as one
+//! `error:` line with a non-zero exit.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A standalone server, killed on drop.
+struct Standalone {
+    child: Child,
+    namesrv: String,
+    broker: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Standalone {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("standalone printed no address line within 30 s");
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
+    Standalone {
+        namesrv: words[3].to_string(),
+        broker: words[5].to_string(),
+        child,
+        _dir: dir,
+    }
+}
+
+fn admin(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .arg("admin")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ferromq admin {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = admin(args);
+    assert!(
+        out.status.success(),
+        "ferromq admin {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn ok_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let stdout = ok(&all);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{args:?}: last line {last:?}: {e}"))
+}
+
+/// Asserts a failure with the given exit code and one stderr line; returns that line.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = admin(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "ferromq admin {args:?}: {out:?}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one stderr line expected: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_string()
+}
+
+/// Waits (bounded) until the broker has registered with the name server.
+fn wait_registered(namesrv: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = admin(&["clusterList", "-n", namesrv, "--json"]);
+        let listed =
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DefaultCluster");
+        if listed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broker did not register within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn broker_status_and_config_read_and_change_a_running_broker() {
+    let server = start();
+    let (ns, broker) = (server.namesrv.as_str(), server.broker.as_str());
+    wait_registered(ns);
+
+    let human = ok(&["brokerStatus", "-n", ns, "-b", broker]);
+    let line = human
+        .lines()
+        .find(|l| l.starts_with("commitLogMaxOffset"))
+        .unwrap_or_else(|| panic!("no commitLogMaxOffset line: {human}"));
+    assert!(line.contains(": "), "{line}");
+    assert!(human.contains("putTps"), "{human}");
+    let status = ok_json(&["brokerStatus", "-n", ns, "-c", "DefaultCluster"]);
+    let brokers = status["brokers"].as_array().expect("brokers");
+    assert_eq!(brokers.len(), 1, "{status}");
+    assert_eq!(brokers[0]["addr"], broker);
+    assert_eq!(brokers[0]["brokerName"], "broker-a");
+    let table = &brokers[0]["table"];
+    assert_eq!(
+        table["putTps"].as_str().unwrap().split(' ').count(),
+        3,
+        "{table}"
+    );
+    let max: u64 = table["commitLogMaxOffset"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let min: u64 = table["commitLogMinOffset"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(max >= min, "{table}");
+    assert!(table["flushLatencyP99Micros"].as_str().is_some(), "{table}");
+
+    let human = ok(&["getBrokerConfig", "-n", ns, "-b", broker]);
+    assert!(
+        human.contains(&format!("============{broker}============")),
+        "{human}"
+    );
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("autoCreateTopicEnable") && l.ends_with("true")),
+        "{human}"
+    );
+    let config = ok_json(&["getBrokerConfig", "-n", ns, "-b", broker]);
+    assert_eq!(
+        config["brokers"][0]["config"]["autoCreateTopicEnable"], "true",
+        "{config}"
+    );
+    assert_eq!(config["brokers"][0]["version"]["counter"], 0, "{config}");
+
+    // A run-time key: accepted and visible after, on -b and through -c.
+    let updated = ok(&[
+        "updateBrokerConfig",
+        "-n",
+        ns,
+        "-b",
+        broker,
+        "-k",
+        "autoCreateTopicEnable",
+        "-v",
+        "false",
+    ]);
+    assert!(
+        updated.contains(&format!("update broker config success, {broker}")),
+        "{updated}"
+    );
+    let updated = ok_json(&[
+        "updateBrokerConfig",
+        "-n",
+        ns,
+        "-c",
+        "DefaultCluster",
+        "-k",
+        "defaultTopicQueueNums",
+        "-v",
+        "3",
+    ]);
+    assert_eq!(updated["updated"][0]["addr"], broker, "{updated}");
+    let config = ok_json(&["getBrokerConfig", "-n", ns, "-c", "DefaultCluster"]);
+    let values = &config["brokers"][0]["config"];
+    assert_eq!(values["autoCreateTopicEnable"], "false", "{config}");
+    assert_eq!(values["defaultTopicQueueNums"], "3", "{config}");
+    assert_eq!(config["brokers"][0]["version"]["counter"], 2, "{config}");
+
+    // A key fixed at startup, an unknown key and a bad value: one line each, naming the key.
+    let fixed = fails(
+        &[
+            "updateBrokerConfig",
+            "-n",
+            ns,
+            "-b",
+            broker,
+            "-k",
+            "listenPort",
+            "-v",
+            "1",
+        ],
+        1,
+    );
+    assert!(fixed.starts_with("error: "), "{fixed}");
+    assert!(fixed.contains("listenPort"), "{fixed}");
+    assert!(fixed.contains("NO_PERMISSION"), "{fixed}");
+    let unknown = fails(
+        &[
+            "updateBrokerConfig",
+            "-n",
+            ns,
+            "-b",
+            broker,
+            "-k",
+            "noSuchKey",
+            "-v",
+            "1",
+        ],
+        1,
+    );
+    assert!(unknown.contains("noSuchKey"), "{unknown}");
+    let bad = fails(
+        &[
+            "updateBrokerConfig",
+            "-n",
+            ns,
+            "-b",
+            broker,
+            "-k",
+            "defaultTopicQueueNums",
+            "-v",
+            "0",
+        ],
+        1,
+    );
+    assert!(bad.contains("defaultTopicQueueNums"), "{bad}");
+    let config = ok_json(&["getBrokerConfig", "-n", ns, "-b", broker]);
+    assert_eq!(
+        config["brokers"][0]["config"]["defaultTopicQueueNums"], "3",
+        "refusals change nothing: {config}"
+    );
+}
+
+#[test]
+fn unreachable_servers_and_missing_flags_are_one_line_errors() {
+    // Nothing listens on port 1 of the loopback.
+    let dead = "127.0.0.1:1";
+    for command in ["brokerStatus", "getBrokerConfig"] {
+        let line = fails(&[command, "-n", dead, "-c", "DefaultCluster"], 1);
+        assert!(line.starts_with("error: "), "{line}");
+        assert!(line.contains(dead), "{line}");
+        let line = fails(&[command, "-n", dead, "-b", dead], 1);
+        assert!(line.contains(dead), "{line}");
+    }
+    let line = fails(
+        &[
+            "updateBrokerConfig",
+            "-n",
+            dead,
+            "-c",
+            "DefaultCluster",
+            "-k",
+            "autoCreateTopicEnable",
+            "-v",
+            "true",
+        ],
+        1,
+    );
+    assert!(line.contains(dead), "{line}");
+    let line = fails(
+        &["updateBrokerConfig", "-n", dead, "-b", dead, "-k", "x"],
+        2,
+    );
+    assert!(line.contains("--value"), "{line}");
+    let line = fails(&["brokerStatus", "-b", "a:1", "-c", "c"], 2);
+    assert!(line.contains("cannot be used with"), "{line}");
+}
