@@ -8,6 +8,13 @@
 //! queue offsets, monotone commits, no commit past the log end, duplicates within the stated
 //! bound, and no poll-skip.
 
+pub mod admin;
 pub mod checker;
+pub mod faults;
 pub mod history;
+pub mod nodes;
+pub mod observer;
 pub mod proxy;
+pub mod recorder;
+pub mod run;
+pub mod workload;

@@ -12,6 +12,7 @@
 
 mod admin;
 mod bench;
+mod chaos;
 mod record;
 mod report;
 mod servers;
@@ -51,6 +52,9 @@ enum Command {
     /// mqadmin's commands (topics, groups, progress, resets, offset history, cluster).
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Seeded fault injection against a standalone it starts itself, checked for loss,
+    /// unexpected values, offset regressions and poll skips.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// How appends become durable (RocketMQ `flushDiskType`).
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Broker(args) => servers::run_broker(&args),
         Command::Bench(command) => bench::run(command),
         Command::Admin(command) => admin::run(command),
+        Command::Chaos(args) => chaos::run_chaos(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,298 @@
+//! `ferromq chaos`: a seeded fault-injection run against a `ferromq standalone` this command
+//! starts itself, checked for ferromq's promises (properties K1–K7 of offset-pitfalls.md).
+//!
+//! Output: the fault schedule and a progress line each second on stderr; a human report on
+//! stdout; with `--json`, the last stdout line is one JSON object with the run's figures and
+//! the checker's full report. Exit status 1 when the checker (or the broker's own offset
+//! history) finds a violation, 2 for bad flags. Ctrl-C or SIGTERM stops the run: the servers
+//! are killed and the run's directory removed before the command exits.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use ferromq_chaos::checker::{check, CheckOptions, Durability, Report};
+use ferromq_chaos::faults::{parse_kinds, FaultKind};
+use ferromq_chaos::nodes::Flush as NodeFlush;
+use ferromq_chaos::run::{run, RunConfig, RunOutcome};
+use serde_json::{json, Value};
+
+use crate::Flush;
+
+/// Flags of `ferromq chaos`.
+#[derive(Debug, clap::Args)]
+pub struct ChaosArgs {
+    /// Seed of the fault schedule (default: drawn from the clock, and printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Length of the fault phase, seconds (the drain comes after it).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: u64,
+    /// Fault kinds to inject, comma-separated: kill, pause, partition, restart-consumer, reset.
+    #[arg(long, value_name = "LIST", default_value = "kill,pause,partition,restart-consumer,reset",
+          value_parser = parse_fault_list)]
+    faults: FaultList,
+    /// The broker's flush policy.
+    #[arg(long, value_enum, default_value_t = Flush::Sync)]
+    flush: Flush,
+    /// Producers.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    producers: u32,
+    /// Consumers of the group (even-numbered ones pull, odd-numbered ones push).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    consumers: u32,
+    /// Queues of the topic.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    queues: u32,
+    /// Longest drain, seconds.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..))]
+    drain_seconds: u64,
+    /// Most duplicates one consumer restart may cause (on top of the checker's own bound:
+    /// what was delivered but not committed before the restart).
+    #[arg(long, default_value_t = 2000)]
+    duplicate_bound: u64,
+    /// Print the fault schedule and exit without running.
+    #[arg(long)]
+    schedule_only: bool,
+    /// Save the recorded history as JSON lines.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// Print one JSON object (the last stdout line) after the human report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The parsed `--faults` list.
+#[derive(Debug, Clone)]
+pub struct FaultList(Vec<FaultKind>);
+
+fn parse_fault_list(text: &str) -> Result<FaultList, String> {
+    parse_kinds(text)
+        .map(FaultList)
+        .map_err(|error| error.to_string())
+}
+
+/// Runs `ferromq chaos`.
+pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
+    let program = std::env::current_exe().context("finding the ferromq binary")?;
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let mut config = RunConfig::new(program, seed, args.seconds);
+    config.faults = args.faults.0.clone();
+    config.flush = match args.flush {
+        Flush::Sync => NodeFlush::Sync,
+        Flush::Async => NodeFlush::Async,
+    };
+    config.producers = args.producers;
+    config.consumers = args.consumers;
+    config.queues = args.queues;
+    config.drain_timeout = Duration::from_secs(args.drain_seconds);
+    config.progress = true;
+    config.validate()?;
+    eprintln!(
+        "ferromq chaos: seed {seed}, {} s, faults {}, flush {}",
+        args.seconds,
+        kinds_text(&config.faults),
+        args.flush.name()
+    );
+    for planned in config.schedule() {
+        eprintln!("  {planned}");
+    }
+    if args.schedule_only {
+        return Ok(());
+    }
+    let runtime = crate::runtime()?;
+    let outcome = runtime.block_on(async {
+        let mut signals = crate::ShutdownSignals::install()?;
+        tokio::select! {
+            outcome = run(&config) => outcome.context("chaos run"),
+            reason = signals.recv() => bail!("interrupted by {reason}; servers killed, run directory removed"),
+        }
+    })?;
+    // Background client tasks end with the runtime.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    if let Some(path) = &args.history {
+        std::fs::write(path, outcome.history.to_json_lines())
+            .with_context(|| format!("writing the history to {}", path.display()))?;
+    }
+    let durability = match args.flush {
+        Flush::Sync => Durability::Sync,
+        Flush::Async => Durability::Async,
+    };
+    let report = check(
+        &outcome.history,
+        &CheckOptions {
+            durability,
+            duplicate_bound: Some(args.duplicate_bound),
+        },
+    );
+    let summary = summary(&config, &outcome, &report)?;
+    print_human(&summary, &report.failures());
+    if args.json {
+        println!("{summary}");
+    }
+    if summary["valid"] != json!(true) {
+        bail!(
+            "chaos run (seed {seed}) failed: {}",
+            failure_text(&summary, &report.failures())
+        );
+    }
+    Ok(())
+}
+
+fn kinds_text(kinds: &[FaultKind]) -> String {
+    kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
+}
+
+fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<Value> {
+    let report_json = serde_json::to_value(report).context("serialising the checker report")?;
+    let history = &outcome.offset_history;
+    let history_ok = history.regressions.is_empty() && history.offline_resets.is_empty();
+    let faults: BTreeMap<&str, u64> = FaultKind::ALL
+        .iter()
+        .map(|k| (k.name(), outcome.faults.get(k.name()).copied().unwrap_or(0)))
+        .collect();
+    let t = &outcome.totals;
+    Ok(json!({
+        "valid": report.valid && history_ok,
+        "seed": config.seed,
+        "flush": config.flush.name(),
+        "seconds": config.seconds,
+        "producers": config.producers,
+        "consumers": config.consumers,
+        "attempted": t.attempted,
+        "acked": t.acked,
+        "send_failed": t.failed,
+        "indeterminate": t.indeterminate,
+        "delivered": t.delivered,
+        "deliveries": t.deliveries,
+        "commits": t.commits_ok,
+        "commits_failed": t.commits_failed,
+        "lost": report.lost.count,
+        "lost_failing": report.lost.failing,
+        "lost_holes": report.async_loss.as_ref().map_or(0, |a| a.holes.count),
+        "unexpected": report.unexpected.count,
+        "failed_but_delivered": report.failed_but_delivered.count,
+        "recovered": report.recovered.count,
+        "duplicates": report.duplicates.total,
+        "duplicates_max_per_restart": report.duplicates.max_per_restart,
+        "offset_violations": report.offset_violations.count,
+        "commit_regressions": report.commit_regressions.count,
+        "commits_past_max": report.commits_past_max.count,
+        "poll_skips": report.poll_skips.count,
+        "faults": faults,
+        "faults_total": t.faults,
+        "fault_errors": outcome.fault_errors,
+        "drain_complete": outcome.drain_complete,
+        "drain_ms": outcome.drain.as_millis() as u64,
+        "elapsed_ms": outcome.elapsed.as_millis() as u64,
+        "foreign_messages": outcome.foreign_messages,
+        "offset_history": {
+            "events": history.events,
+            "regressions": history.regressions.iter()
+                .map(|(q, from, to)| json!({"queue": q.to_string(), "from": from, "to": to}))
+                .collect::<Vec<_>>(),
+            "offline_resets": history.offline_resets.iter()
+                .map(|(q, offset)| json!({"queue": q.to_string(), "offset": offset}))
+                .collect::<Vec<_>>(),
+            "error": history.error,
+        },
+        "report": report_json,
+    }))
+}
+
+fn failure_text(summary: &Value, failures: &[String]) -> String {
+    let mut parts: Vec<String> = failures.to_vec();
+    let history = &summary["offset_history"];
+    for (key, what) in [
+        (
+            "regressions",
+            "backward commits in the broker's offset history",
+        ),
+        (
+            "offline_resets",
+            "backward commits the broker took as offline resets",
+        ),
+    ] {
+        let n = history[key].as_array().map_or(0, Vec::len);
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    if parts.is_empty() {
+        "see the report".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn print_human(summary: &Value, failures: &[String]) {
+    let s = |key: &str| summary[key].to_string();
+    println!(
+        "seed {} flush {} seconds {}: {}",
+        s("seed"),
+        summary["flush"].as_str().unwrap_or("?"),
+        s("seconds"),
+        if summary["valid"] == json!(true) {
+            "VALID"
+        } else {
+            "INVALID"
+        }
+    );
+    println!(
+        "sends: {} attempted, {} acknowledged, {} failed, {} indeterminate",
+        s("attempted"),
+        s("acked"),
+        s("send_failed"),
+        s("indeterminate")
+    );
+    println!(
+        "deliveries: {} ({} distinct values); commits {} ok, {} failed",
+        s("deliveries"),
+        s("delivered"),
+        s("commits"),
+        s("commits_failed")
+    );
+    println!(
+        "lost {} unexpected {} duplicates {} commit_regressions {} commits_past_max {} poll_skips {}",
+        s("lost"),
+        s("unexpected"),
+        s("duplicates"),
+        s("commit_regressions"),
+        s("commits_past_max"),
+        s("poll_skips")
+    );
+    println!(
+        "faults: {} ({}); drain {} in {} ms",
+        s("faults_total"),
+        summary["faults"],
+        if summary["drain_complete"] == json!(true) {
+            "complete"
+        } else {
+            "incomplete"
+        },
+        s("drain_ms")
+    );
+    let history = &summary["offset_history"];
+    println!(
+        "broker offset history: {} events, {} regressions, {} offline resets{}",
+        history["events"],
+        history["regressions"].as_array().map_or(0, Vec::len),
+        history["offline_resets"].as_array().map_or(0, Vec::len),
+        history["error"]
+            .as_str()
+            .map(|e| format!(" (unreadable: {e})"))
+            .unwrap_or_default()
+    );
+    for error in summary["fault_errors"].as_array().into_iter().flatten() {
+        println!("fault not carried out: {}", error.as_str().unwrap_or(""));
+    }
+    for failure in failures {
+        println!("FAIL {failure}");
+    }
+}
