@@ -6,9 +6,10 @@
 //! included).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferromq_protocol::remoting::{ClientOptions, RemotingClient, RemotingCommand};
 
@@ -148,5 +149,81 @@ impl ConnectionPool {
         for (_, conn) in self.lock().drain() {
             conn.close();
         }
+    }
+}
+
+/// The local IP address this host uses to reach `addr`: the local address of a UDP socket
+/// connected to it. Connecting a UDP socket sends no packet; the kernel only chooses the
+/// route and with it the source address a TCP connection to `addr` would get.
+///
+/// # Errors
+/// The socket error when no route to `addr` exists.
+pub fn local_ip_toward(addr: SocketAddr) -> std::io::Result<IpAddr> {
+    let unspecified: SocketAddr = match addr {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = UdpSocket::bind(unspecified)?;
+    socket.connect(addr)?;
+    Ok(socket.local_addr()?.ip())
+}
+
+/// A client id as Java builds it (`ClientConfig.buildMQClientId`): `<ip>@<instance name>`,
+/// where `ip` is the local address used to reach the first name server that has a route
+/// ([`local_ip_toward`]) and the instance name defaults to `<pid>#<nanoseconds>` (Java's
+/// `changeInstanceNameToPID`), so two clients of one process get distinct ids.
+///
+/// Brokers key producer and consumer registrations by this id, and consumers allocate queues
+/// by its sorted position, so it must differ between live clients of one group.
+pub fn client_id(namesrvs: &[SocketAddr], instance_name: Option<&str>) -> String {
+    let ip = namesrvs
+        .iter()
+        .find_map(|&addr| local_ip_toward(addr).ok())
+        .unwrap_or_else(|| {
+            tracing::debug!(
+                ?namesrvs,
+                "no route to any name server; client id uses 127.0.0.1"
+            );
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        });
+    match instance_name {
+        Some(name) => format!("{ip}@{name}"),
+        None => {
+            // Strictly increasing within the process, so two clients never share an id even
+            // on a coarse clock.
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let previous = LAST
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                    Some(now.max(last + 1))
+                })
+                .unwrap_or(now);
+            let nanos = now.max(previous + 1);
+            format!("{ip}@{}#{nanos}", std::process::id())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_id_uses_the_address_that_reaches_the_name_server() {
+        let namesrv: SocketAddr = "127.0.0.1:9876".parse().unwrap();
+        assert_eq!(
+            local_ip_toward(namesrv).unwrap(),
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        );
+        let id = client_id(&[namesrv], None);
+        let (ip, instance) = id.split_once('@').unwrap();
+        assert_eq!(ip, "127.0.0.1");
+        let (pid, nanos) = instance.split_once('#').unwrap();
+        assert_eq!(pid, std::process::id().to_string());
+        assert!(nanos.parse::<u128>().is_ok(), "{id}");
+        assert_ne!(id, client_id(&[namesrv], None), "ids of two clients differ");
+        assert_eq!(client_id(&[namesrv], Some("app-1")), "127.0.0.1@app-1");
     }
 }

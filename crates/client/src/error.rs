@@ -91,6 +91,18 @@ pub enum ClientError {
     /// An offset operation failed.
     #[error(transparent)]
     Offset(Box<OffsetError>),
+    /// The producer's bound on outstanding asynchronous sends was reached and no send
+    /// finished within the wait; nothing was sent (backpressure).
+    #[error("{max} asynchronous sends are outstanding, the maximum; none finished within {waited:?}; nothing was sent")]
+    AsyncSendsFull {
+        /// The configured bound.
+        max: usize,
+        /// How long the call waited for a slot.
+        waited: std::time::Duration,
+    },
+    /// The producer was shut down; nothing was sent.
+    #[error("the producer is shut down; nothing was sent")]
+    Shutdown,
 }
 
 impl From<OffsetError> for ClientError {

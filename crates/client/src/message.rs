@@ -7,7 +7,10 @@
 //!   (`TAGS`, `KEYS`, `UNIQ_KEY`, `DELAY`, `WAIT`);
 //! - every sent message carries a fresh `UNIQ_KEY` of 32 uppercase hex characters, unique
 //!   within this process and, with overwhelming likelihood, across processes;
-//! - decoding a pull body never panics: malformed bytes are an error naming the record index.
+//! - decoding a pull body never panics: malformed bytes, including a compressed body that
+//!   cannot be decompressed, are an error naming the record index;
+//! - every consumer path gets bodies decompressed from [`decode_pull_body`], so no consumer
+//!   ever sees zlib bytes in place of what the producer sent.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +20,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ferromq_protocol::{property_names, MessageId, Properties, RecordView};
+
+use crate::compression;
 
 /// Property names the client sets itself; user properties may not use them.
 pub const RESERVED_PROPERTIES: &[&str] = &[
@@ -207,7 +212,7 @@ pub struct MessageExt {
     pub queue_offset: u64,
     /// Offset in the broker's CommitLog.
     pub commit_log_offset: u64,
-    /// Body as stored (not decompressed: see `sys_flag` bit 0x1).
+    /// Body, decompressed when it was stored compressed (see `sys_flag`).
     pub body: Bytes,
     /// Tag.
     pub tags: Option<String>,
@@ -229,7 +234,8 @@ pub struct MessageExt {
     pub store_host: SocketAddr,
     /// Deliveries so far minus one.
     pub reconsume_times: i32,
-    /// Message sysFlag (reference §8.3).
+    /// Message sysFlag (reference §8.3) as stored, except that the COMPRESSED bit (0x1) is
+    /// cleared once the body is decompressed; the compression type bits (0x700) stay.
     pub sys_flag: i32,
     /// Java's `flag`.
     pub flag: i32,
@@ -248,13 +254,34 @@ pub fn decode_pull_body(body: &[u8], broker_name: &str) -> Result<Vec<MessageExt
         let view = RecordView::parse_structure(rest)
             .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
         let size = view.total_size();
-        out.push(message_from_view(&view, broker_name));
+        let message = message_from_view(&view, broker_name)
+            .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
+        out.push(message);
         rest = &rest[size..];
     }
     Ok(out)
 }
 
-fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> MessageExt {
+/// Builds a [`MessageExt`] from a stored record; a compressed body (sysFlag bit 0x1) is
+/// decompressed here, the one place every consumer path decodes records, and the bit cleared,
+/// as Java's decoder does.
+fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<MessageExt, String> {
+    let (body, sys_flag) = if view.sys_flag & compression::COMPRESSED_FLAG != 0 {
+        let body = compression::decompress(view.body, view.sys_flag).map_err(|e| {
+            format!(
+                "message at queue offset {} of {}-{}: {e}",
+                view.queue_offset,
+                view.topic_str(),
+                view.queue_id
+            )
+        })?;
+        (
+            Bytes::from(body),
+            view.sys_flag & !compression::COMPRESSED_FLAG,
+        )
+    } else {
+        (Bytes::copy_from_slice(view.body), view.sys_flag)
+    };
     let props = view.properties;
     let text = |name: &str| props.get_str(name).map(str::to_string);
     let offset_msg_id = MessageId {
@@ -270,13 +297,13 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> MessageExt {
             (!RESERVED_PROPERTIES.contains(&n)).then(|| (n.to_string(), v.to_string()))
         })
         .collect();
-    MessageExt {
+    Ok(MessageExt {
         topic: view.topic_str().to_string(),
         queue_id: view.queue_id as i32,
         broker_name: broker_name.to_string(),
         queue_offset: view.queue_offset,
         commit_log_offset: view.phys_offset,
-        body: Bytes::copy_from_slice(view.body),
+        body,
         tags: text(property_names::TAGS),
         keys: text(property_names::KEYS)
             .map(|k| {
@@ -294,10 +321,10 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> MessageExt {
         born_host: view.born_host,
         store_host: view.store_host,
         reconsume_times: view.reconsume_times,
-        sys_flag: view.sys_flag,
+        sys_flag,
         flag: view.flag,
         delay_level: text(property_names::DELAY).and_then(|d| d.parse().ok()),
-    }
+    })
 }
 
 /// Encodes a SEND_BATCH_MESSAGE body (reference §8.6): per message `total i32 | magic 0 |

@@ -10,10 +10,15 @@
 //!   data with the WRITE permission whose broker group has a master, readable ones from
 //!   queue data with READ permission;
 //! - broker addresses are masters only (broker id 0): commits and sends never go to a slave
-//!   (offset pitfall R3).
+//!   (offset pitfall R3);
+//! - a background refresh ([`RouteCache::spawn_refresher`]) replaces a route only with a
+//!   fetched one: a failed refresh keeps the last good route and is counted;
+//! - a route derived from the auto-create template (`TBW102`) is only ever built for a
+//!   producer ([`RouteCache::publish_route`]); consumers never read through one.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -40,6 +45,10 @@ pub struct TopicRoute {
     pub read_queues: Vec<MessageQueue>,
     /// When this route was fetched.
     pub fetched_at: Instant,
+    /// `Some(template)` when the name server had no route for the topic and this one was
+    /// derived from the auto-create template topic's route (`TBW102`): sends go to brokers
+    /// that create the topic on first use. `None` for a route the name server published.
+    pub template: Option<String>,
 }
 
 impl TopicRoute {
@@ -76,6 +85,25 @@ impl TopicRoute {
             write_queues,
             read_queues,
             fetched_at: Instant::now(),
+            template: None,
+        }
+    }
+
+    /// The route a producer uses for `topic` when the name server has none: the brokers of
+    /// `template`'s route (those that allow automatic topic creation), each with
+    /// `min(queue_nums, template's read queue count)` queues for reading and writing, as
+    /// Java's `MQClientInstance.updateTopicRouteInfoFromNameServer(topic, true, producer)`
+    /// derives it. The broker creates the topic on the first send that names `template`.
+    pub fn derived_from_template(topic: &str, template: &TopicRoute, queue_nums: i32) -> Self {
+        let mut data = template.data.clone();
+        for q in &mut data.queue_datas {
+            let nums = queue_nums.max(1).min(q.read_queue_nums);
+            q.read_queue_nums = nums;
+            q.write_queue_nums = nums;
+        }
+        TopicRoute {
+            template: Some(template.topic.clone()),
+            ..TopicRoute::new(topic, data)
         }
     }
 
@@ -100,6 +128,17 @@ pub struct RouteCache {
     routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
     /// Master address per broker name, from every route seen (newest wins).
     brokers: RwLock<HashMap<String, SocketAddr>>,
+    refreshes_ok: AtomicU64,
+    refresh_failures: AtomicU64,
+}
+
+/// Counters of a [`RouteCache`]'s background refreshes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteStats {
+    /// Routes fetched successfully by [`RouteCache::refresh_all`].
+    pub refreshes_ok: u64,
+    /// Routes [`RouteCache::refresh_all`] could not fetch; the last good route was kept.
+    pub refresh_failures: u64,
 }
 
 impl RouteCache {
@@ -124,6 +163,8 @@ impl RouteCache {
             max_age,
             routes: RwLock::new(HashMap::new()),
             brokers: RwLock::new(HashMap::new()),
+            refreshes_ok: AtomicU64::new(0),
+            refresh_failures: AtomicU64::new(0),
         })
     }
 
@@ -196,19 +237,7 @@ impl RouteCache {
                     continue;
                 }
             };
-            let route = Arc::new(TopicRoute::new(topic, data));
-            {
-                let mut brokers = self.brokers.write().unwrap_or_else(|e| e.into_inner());
-                for b in &route.data.broker_datas {
-                    if let Some(master) = b.master_addr().and_then(|a| a.parse().ok()) {
-                        brokers.insert(b.broker_name.clone(), master);
-                    }
-                }
-            }
-            self.routes
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(topic.to_string(), route.clone());
+            let route = self.store(TopicRoute::new(topic, data));
             tracing::debug!(%topic, namesrv = %addr, write = route.write_queues.len(), read = route.read_queues.len(), "route fetched");
             return Ok(route);
         }
@@ -216,6 +245,114 @@ impl RouteCache {
             topic: topic.to_string(),
             reason: failures.join("; "),
         })
+    }
+
+    /// Caches `route` and learns its brokers' master addresses.
+    fn store(&self, route: TopicRoute) -> Arc<TopicRoute> {
+        let route = Arc::new(route);
+        {
+            let mut brokers = self.brokers.write().unwrap_or_else(|e| e.into_inner());
+            for b in &route.data.broker_datas {
+                if let Some(master) = b.master_addr().and_then(|a| a.parse().ok()) {
+                    brokers.insert(b.broker_name.clone(), master);
+                }
+            }
+        }
+        self.routes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(route.topic.clone(), route.clone());
+        route
+    }
+
+    /// The route a producer sends `topic` through: [`RouteCache::route`] when the name
+    /// server has one; otherwise a route derived from `template`'s
+    /// ([`TopicRoute::derived_from_template`], with `queue_nums` queues per broker), which is
+    /// cached until the topic's own route appears.
+    ///
+    /// # Errors
+    /// [`ClientError::NoRoute`] naming both failures when neither `topic` nor `template` has
+    /// a route (the topic does not exist and no broker allows automatic creation, or no name
+    /// server answers).
+    pub async fn publish_route(
+        &self,
+        topic: &str,
+        template: &str,
+        queue_nums: i32,
+    ) -> Result<Arc<TopicRoute>, ClientError> {
+        let error = match self.route(topic).await {
+            Ok(route) => return Ok(route),
+            Err(error @ ClientError::NoRoute { .. }) => error,
+            Err(error) => return Err(error),
+        };
+        let template_route = match self.route(template).await {
+            Ok(route) => route,
+            Err(template_error) => {
+                return Err(ClientError::NoRoute {
+                    topic: topic.to_string(),
+                    reason: format!(
+                        "{error}; and no broker allows automatic topic creation ({template_error}): create the topic first"
+                    ),
+                })
+            }
+        };
+        let route = TopicRoute::derived_from_template(topic, &template_route, queue_nums);
+        tracing::info!(%topic, %template, queues = route.write_queues.len(), "no route for the topic; sending through the auto-create template's brokers");
+        Ok(self.store(route))
+    }
+
+    /// Fetches every cached topic's route again. A topic whose fetch fails keeps its last
+    /// good route; the failure is logged and counted ([`RouteStats::refresh_failures`]). A
+    /// derived route ([`TopicRoute::template`]) is replaced as soon as the name server has
+    /// the topic's own route.
+    pub async fn refresh_all(&self) {
+        let topics: Vec<(String, bool)> = self
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|r| (r.topic.clone(), r.template.is_some()))
+            .collect();
+        for (topic, derived) in topics {
+            match self.refresh(&topic).await {
+                Ok(_) => {
+                    self.refreshes_ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    self.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                    if derived {
+                        tracing::debug!(%topic, %error, "topic not yet published; keeping the route derived from its template");
+                    } else {
+                        tracing::warn!(%topic, %error, "route refresh failed; keeping the last good route");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts a task that calls [`RouteCache::refresh_all`] every `interval` (Java's
+    /// `pollNameServerInterval`, 30 s) until the cache is dropped or the handle aborted.
+    /// Must be called within a tokio runtime.
+    pub fn spawn_refresher(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let period = interval.max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(cache) = weak.upgrade() else { return };
+                cache.refresh_all().await;
+            }
+        })
+    }
+
+    /// Counters of background refreshes.
+    pub fn stats(&self) -> RouteStats {
+        RouteStats {
+            refreshes_ok: self.refreshes_ok.load(Ordering::Relaxed),
+            refresh_failures: self.refresh_failures.load(Ordering::Relaxed),
+        }
     }
 
     /// Marks the route of `topic` as due for refresh (e.g. after a send failure).

@@ -415,3 +415,538 @@ async fn pull_maps_offset_illegal_no_new_message_and_long_polls() {
     assert!(started.elapsed() >= Duration::from_millis(250));
     b.shutdown().await.unwrap();
 }
+
+/// Starts an in-process broker named `name` that creates topics on first send, with
+/// `default_topic_queue_nums` as its cap on auto-created queues.
+async fn auto_create_broker(
+    dir: &std::path::Path,
+    namesrv: std::net::SocketAddr,
+    name: &str,
+) -> ferromq_broker::Broker {
+    ferromq_broker::Broker::start(ferromq_broker::BrokerConfig {
+        broker_name: name.into(),
+        listen_port: 0,
+        namesrv_addr: namesrv.to_string(),
+        store_path_root_dir: dir.to_path_buf(),
+        flush_disk_type: "ASYNC_FLUSH".into(),
+        auto_create_topic_enable: true,
+        default_topic_queue_nums: 8,
+        mapped_file_size_commit_log: 4 << 20,
+        max_message_size: 256 * 1024,
+        ..ferromq_broker::BrokerConfig::default()
+    })
+    .await
+    .expect("broker starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_topic_is_created_through_the_tbw102_route_with_default_queue_nums() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let b = auto_create_broker(dir.path(), ns.addr, "broker-auto").await;
+    wait_route(ns.addr, "TBW102", 1).await;
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG".into(),
+        default_topic_queue_nums: 3,
+        route_max_age: Duration::from_secs(600),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let first = p.send(Message::new("AUTO_NEW", "hello")).await.unwrap();
+    assert_eq!(first.queue.broker_name, "broker-auto");
+    let derived = p.routes().cached("AUTO_NEW").expect("route cached");
+    assert_eq!(derived.template.as_deref(), Some("TBW102"));
+    assert_eq!(
+        derived.write_queues.len(),
+        3,
+        "min(defaultTopicQueueNums, TBW102's)"
+    );
+    for i in 0..5 {
+        p.send(Message::new("AUTO_NEW", format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    // The broker created the topic with the requested 3 queues and published it.
+    let route = p
+        .routes()
+        .refresh("AUTO_NEW")
+        .await
+        .expect("published route");
+    assert_eq!(route.template, None);
+    assert_eq!(route.write_queues.len(), 3);
+    let c = consumer(ns.addr);
+    let mut bodies = Vec::new();
+    for q in c.fetch_queues("AUTO_NEW").await.unwrap() {
+        bodies.extend(pull_all(&c, &q, "*").await.into_iter().map(|m| m.body));
+    }
+    assert_eq!(bodies.len(), 6);
+    p.shutdown();
+    c.shutdown().await.ok();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_topic_without_auto_create_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    // This broker does not allow automatic creation, so it registers no TBW102.
+    let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
+    create_topic(b.local_addr(), "KNOWN", 2).await;
+    wait_route(ns.addr, "KNOWN", 1).await;
+    let p = producer_with(ns.addr, 2);
+    let err = p.send(Message::new("NOPE", "x")).await.unwrap_err();
+    assert!(matches!(err, ClientError::NoRoute { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("NOPE"), "{text}");
+    assert!(text.contains("automatic topic creation"), "{text}");
+    assert!(text.contains("TBW102"), "{text}");
+    b.shutdown().await.unwrap();
+}
+
+/// What a [`recording_broker`] received: every command, in arrival order.
+type Received = Arc<std::sync::Mutex<Vec<ferromq_protocol::remoting::RemotingCommand>>>;
+
+/// A fake broker that records every request and answers SUCCESS (sends get a send response
+/// header with a growing queue offset).
+async fn recording_broker() -> (std::net::SocketAddr, Received) {
+    use bytes::BytesMut;
+    use ferromq_protocol::remoting::codes::{request, response};
+    use ferromq_protocol::remoting::headers::send::SendMessageResponseHeader;
+    use ferromq_protocol::remoting::{RawFrame, RemotingCommand, DEFAULT_MAX_FRAME_LENGTH};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let log = received.clone();
+    tokio::spawn(async move {
+        let offsets = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (log, offsets) = (log.clone(), offsets.clone());
+            tokio::spawn(async move {
+                let mut buf = BytesMut::new();
+                loop {
+                    while let Ok(Some(frame)) = RawFrame::decode(&mut buf, DEFAULT_MAX_FRAME_LENGTH)
+                    {
+                        let cmd = RemotingCommand::from_frame(frame).unwrap();
+                        log.lock().unwrap().push(cmd.clone());
+                        if cmd.is_oneway() {
+                            continue;
+                        }
+                        let mut reply = cmd.reply(response::SUCCESS, None);
+                        if cmd.code == request::SEND_MESSAGE_V2 {
+                            reply = reply.with_header(&SendMessageResponseHeader {
+                                msg_id: "7F00000100002A9F0000000000000000".into(),
+                                queue_id: cmd.ext_fields["e"].parse().unwrap(),
+                                queue_offset: offsets.fetch_add(1, Ordering::SeqCst),
+                                ..Default::default()
+                            });
+                        }
+                        if stream.write_all(&reply.to_bytes().unwrap()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read_buf(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    (addr, received)
+}
+
+fn codes_of(received: &Received, code: i32) -> Vec<ferromq_protocol::remoting::RemotingCommand> {
+    received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.code == code)
+        .cloned()
+        .collect()
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_heartbeats_its_brokers_and_unregisters_on_close() {
+    use ferromq_protocol::remoting::body::heartbeat::HeartbeatData;
+    use ferromq_protocol::remoting::codes::request;
+
+    let ns = namesrv().await;
+    let (fake, received) = recording_broker().await;
+    common::register_fake_broker(&ns, "broker-fake", fake, "HB");
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG-HB".into(),
+        heartbeat_interval: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let id = p.client_id().to_string();
+    assert!(
+        id.starts_with(&format!("127.0.0.1@{}#", std::process::id())),
+        "client id is <local ip toward the name server>@<pid>#<nanos>: {id}"
+    );
+    p.send(Message::new("HB", "x")).await.unwrap();
+    // The first send registers the producer, then the interval keeps it registered.
+    wait_for("three heartbeats", || {
+        codes_of(&received, request::HEART_BEAT).len() >= 3
+    })
+    .await;
+    for hb in codes_of(&received, request::HEART_BEAT) {
+        let data: HeartbeatData = serde_json::from_slice(hb.body.as_deref().unwrap()).unwrap();
+        assert_eq!(data.client_id, id);
+        assert_eq!(data.producer_data_set.len(), 1);
+        assert_eq!(data.producer_data_set[0].group_name, "PG-HB");
+        assert!(data.consumer_data_set.is_empty());
+    }
+    assert!(p.stats().heartbeats_ok >= 3, "{:?}", p.stats());
+    p.close().await.unwrap();
+    let unregister = codes_of(&received, request::UNREGISTER_CLIENT);
+    assert_eq!(unregister.len(), 1);
+    assert_eq!(unregister[0].ext_fields["clientID"], id);
+    assert_eq!(unregister[0].ext_fields["producerGroup"], "PG-HB");
+    // Closed means closed: no more heartbeats, and sends are refused.
+    let beats = codes_of(&received, request::HEART_BEAT).len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(codes_of(&received, request::HEART_BEAT).len(), beats);
+    let err = p.send(Message::new("HB", "x")).await.unwrap_err();
+    assert!(matches!(err, ClientError::Shutdown), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_threshold_go_out_compressed_with_sysflag_zlib() {
+    use ferromq_protocol::remoting::codes::request;
+
+    let ns = namesrv().await;
+    let (fake, received) = recording_broker().await;
+    common::register_fake_broker(&ns, "broker-fake", fake, "ZIP");
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG".into(),
+        compress_over_bytes: 1024,
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let big = text_body(8 * 1024);
+    p.send(Message::new("ZIP", big.clone())).await.unwrap();
+    p.send(Message::new("ZIP", vec![b'a'; 1024])).await.unwrap();
+    p.send_batch(vec![Message::new("ZIP", big.clone())])
+        .await
+        .ok();
+    let sends = codes_of(&received, request::SEND_MESSAGE_V2);
+    assert_eq!(sends.len(), 2);
+    assert_eq!(sends[0].ext_fields["f"], "769", "COMPRESSED | ZLIB (0x301)");
+    assert!(sends[0].body.as_ref().unwrap().len() < big.len() / 2);
+    assert_eq!(
+        sends[1].ext_fields["f"], "0",
+        "at the threshold: not compressed"
+    );
+    assert_eq!(sends[1].body.as_ref().unwrap().len(), 1024);
+    let batches = codes_of(&received, request::SEND_BATCH_MESSAGE);
+    assert_eq!(batches.len(), 1);
+    assert_eq!(
+        batches[0].ext_fields["f"], "0",
+        "batches are never compressed"
+    );
+    p.shutdown();
+}
+
+/// `len` bytes of words: compressible, but not trivially.
+fn text_body(len: usize) -> Vec<u8> {
+    let words = [
+        "ferromq ", "offsets ", "never ", "lie ", "queue ", "broker ",
+    ];
+    let mut x: u32 = 12345;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        out.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Pulls `queue` from offset 0 with a raw PULL_MESSAGE and returns the stored records'
+/// (sysFlag, stored body length).
+async fn raw_stored_records(
+    broker: std::net::SocketAddr,
+    queue: &MessageQueue,
+) -> Vec<(i32, usize)> {
+    use ferromq_protocol::remoting::codes::{request, response};
+    use ferromq_protocol::remoting::headers::pull::PullMessageRequestHeader;
+    use ferromq_protocol::remoting::{RemotingClient, RemotingCommand};
+    use ferromq_protocol::RecordView;
+
+    let client = RemotingClient::connect(broker, common::T).await.unwrap();
+    let header = PullMessageRequestHeader {
+        consumer_group: "RAW".into(),
+        topic: queue.topic.clone(),
+        queue_id: queue.queue_id,
+        queue_offset: 0,
+        max_msg_nums: 32,
+        sys_flag: 0,
+        ..PullMessageRequestHeader::default()
+    };
+    let reply = client
+        .invoke(
+            RemotingCommand::request_with_header(request::PULL_MESSAGE, &header),
+            common::T,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let body = reply.body.unwrap();
+    let mut rest = &body[..];
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let view = RecordView::parse_structure(rest).unwrap();
+        out.push((view.sys_flag, view.body.len()));
+        rest = &rest[view.total_size()..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_kib_body_round_trips_compressed_and_a_corrupt_one_is_a_clear_error() {
+    use ferromq_protocol::remoting::codes::{request, response};
+    use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+    use ferromq_protocol::remoting::{RemotingClient, RemotingCommand};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
+    create_topic(b.local_addr(), "ZIPPED", 1).await;
+    wait_route(ns.addr, "ZIPPED", 1).await;
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG".into(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let big = text_body(64 * 1024);
+    let sent = p
+        .send(Message::new("ZIPPED", big.clone()).with_key("big"))
+        .await
+        .unwrap();
+    // The broker stored the compressed bytes with the flag untouched.
+    let stored = raw_stored_records(b.local_addr(), &sent.queue).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].0 & 0x1, 0x1, "stored sysFlag {:#x}", stored[0].0);
+    assert_eq!(stored[0].0 & 0x700, 0x300, "zlib type");
+    assert!(stored[0].1 < big.len() / 2, "stored {} bytes", stored[0].1);
+    // A pull consumer gets the original body.
+    let c = consumer(ns.addr);
+    let got = pull_all(&c, &sent.queue, "*").await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body.len(), big.len());
+    assert!(got[0].body == big, "decompressed body equals the sent one");
+    assert_eq!(got[0].keys, vec!["big".to_string()]);
+    assert_eq!(
+        got[0].sys_flag & 0x1,
+        0,
+        "the compressed bit is cleared after decoding"
+    );
+
+    // A record that claims compression but holds garbage: an error naming it, no panic.
+    let raw = RemotingClient::connect(b.local_addr(), common::T)
+        .await
+        .unwrap();
+    let header = SendMessageRequestHeaderV2 {
+        a: "PG".into(),
+        b: "ZIPPED".into(),
+        c: "TBW102".into(),
+        d: 4,
+        e: 0,
+        f: 0x1,
+        g: 0,
+        h: 0,
+        i: Some(String::new()),
+        ..Default::default()
+    };
+    let reply = raw
+        .invoke(
+            RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
+                .with_body(&b"this is not zlib"[..]),
+            common::T,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    // Dispatch to the consume queue is asynchronous: pull until the record shows up.
+    let deadline = Instant::now() + common::T;
+    let err = loop {
+        match c.pull(&sent.queue, "*", 1, 32).await {
+            Err(err) => break err,
+            Ok(PullResult::NoNewMessage { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Ok(other) => panic!("the corrupt record was delivered: {other:?}"),
+        }
+    };
+    assert!(matches!(err, ClientError::Decode { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("corrupt"), "{text}");
+    assert!(text.contains("queue offset 1"), "{text}");
+    p.shutdown();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_refresh_sees_new_queues_and_keeps_the_last_route_when_the_namesrv_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
+    create_topic(b.local_addr(), "GROWS", 2).await;
+    wait_route(ns.addr, "GROWS", 1).await;
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG".into(),
+        route_max_age: Duration::from_secs(600),
+        poll_name_server_interval: Duration::from_millis(100),
+        send_timeout: Duration::from_secs(1),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    p.send(Message::new("GROWS", "x")).await.unwrap();
+    assert_eq!(p.routes().cached("GROWS").unwrap().write_queues.len(), 2);
+    // The topic grows to 6 queues; no send and no restart is needed to see it.
+    create_topic(b.local_addr(), "GROWS", 6).await;
+    wait_for("the refreshed route with 6 queues", || {
+        p.routes()
+            .cached("GROWS")
+            .is_some_and(|r| r.write_queues.len() == 6)
+    })
+    .await;
+    assert!(p.stats().route_refreshes_ok > 0);
+    // The name server goes away: refreshes fail, are counted, and the route stays.
+    drop(ns);
+    let failures = p.stats().route_refresh_failures;
+    wait_for("failed refreshes", || {
+        p.stats().route_refresh_failures >= failures + 2
+    })
+    .await;
+    assert_eq!(p.routes().cached("GROWS").unwrap().write_queues.len(), 6);
+    let r = p.send(Message::new("GROWS", "still")).await.unwrap();
+    assert_eq!(r.attempts, 1);
+    p.shutdown();
+    // The broker cannot unregister from the stopped name server; that error is expected.
+    let _ = b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_and_async_handles_report_every_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
+    create_topic(b.local_addr(), "CB", 2).await;
+    wait_route(ns.addr, "CB", 1).await;
+    let p = producer_with(ns.addr, 2);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..200 {
+        let tx = tx.clone();
+        p.send_with_callback(Message::new("CB", format!("m{i}")), move |r| {
+            let _ = tx.send(r);
+        })
+        .await
+        .unwrap();
+    }
+    let handles: Vec<_> = futures_handles(&p, 50).await;
+    let mut positions = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let r = tokio::time::timeout(common::T, rx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(positions.insert((r.queue.queue_id, r.queue_offset)));
+    }
+    for h in handles {
+        let r = h.await.unwrap();
+        assert!(positions.insert((r.queue.queue_id, r.queue_offset)));
+    }
+    assert_eq!(
+        positions.len(),
+        250,
+        "every send got its own queue position"
+    );
+    assert_eq!(p.stats().async_sends_outstanding, 0);
+    let err = p
+        .send_with_callback(Message::new("bad topic", "x"), |_| panic!("not called"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::InvalidMessage(_)), "{err:?}");
+    p.shutdown();
+    b.shutdown().await.unwrap();
+}
+
+async fn futures_handles(p: &Producer, n: usize) -> Vec<ferromq_client::producer::SendHandle> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(
+            p.send_async(Message::new("CB", format!("a{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outstanding_async_sends_are_bounded() {
+    let ns = namesrv().await;
+    // A broker that accepts connections and never answers: sends stay outstanding.
+    let (silent, _) = silent_server().await;
+    common::register_fake_broker(&ns, "broker-silent", silent, "SLOW");
+    let p = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: "PG".into(),
+        async_sends_max: 2,
+        send_timeout: Duration::from_millis(500),
+        retries_max: 3,
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..2 {
+        let tx = tx.clone();
+        p.send_with_callback(Message::new("SLOW", "x"), move |r| {
+            let _ = tx.send(r);
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(p.stats().async_sends_outstanding, 2);
+    let started = Instant::now();
+    let err = p
+        .send_with_callback(Message::new("SLOW", "x"), |_| panic!("not called"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::AsyncSendsFull { max: 2, .. }),
+        "{err:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    // The outstanding sends end in their callbacks, as errors.
+    for _ in 0..2 {
+        let r = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(r, Err(ClientError::RetriesExhausted { .. })),
+            "{r:?}"
+        );
+    }
+    assert_eq!(p.stats().async_sends_outstanding, 0);
+    p.shutdown();
+}
