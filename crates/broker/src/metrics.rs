@@ -8,8 +8,8 @@
 //! | `ferromq_messages_out_total`, `ferromq_bytes_out_total` | counter | `topic` | pulls that found messages (bytes: records returned) |
 //! | `ferromq_commits_accepted_total` | counter | | commits applied or already held |
 //! | `ferromq_commits_rejected_total` | counter | `reason` | `regression`, `stale_generation`, `past_max`, `other`, `negative_ignored` |
-//! | `ferromq_offset_resets_total` | counter | `cause` | resets written to the log |
-//! | `ferromq_offset_corrections_total` | counter | `cause` | corrections: a consumer moved off an out-of-range position, or a correction record |
+//! | `ferromq_offset_resets_total` | counter | `cause` | resets written to the log: `admin` (222, clone), `offline_commit` (a backward commit of an offline group) |
+//! | `ferromq_offset_corrections_total` | counter | `cause` | `offset_outside_queue` (a correction record), `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED) |
 //! | `ferromq_consumer_lag` | gauge | `group`, `topic`, `queue` | queue max offset - committed offset, per stored offset |
 //! | `ferromq_flush_latency_seconds` | histogram | | the store's CommitLog fsyncs |
 //! | `ferromq_dispatch_behind_bytes` | gauge | | CommitLog bytes written but not yet dispatched |
@@ -63,6 +63,16 @@ impl CommitCount {
             }
             Verdict::Rejected(CommitRejection::PastMax { .. }) => CommitCount::PastMax,
             Verdict::Rejected(_) => CommitCount::Other,
+        }
+    }
+
+    /// The count for a rejection answered with one of ferromq's commit codes (`codes`).
+    pub fn of_code(code: i32) -> CommitCount {
+        match code {
+            crate::codes::COMMIT_REGRESSION => CommitCount::Regression,
+            crate::codes::COMMIT_STALE_GENERATION => CommitCount::StaleGeneration,
+            crate::codes::COMMIT_PAST_MAX => CommitCount::PastMax,
+            _ => CommitCount::Other,
         }
     }
 
