@@ -1968,7 +1968,7 @@ fn consumer_progress_lag_is_produced_minus_consumed() {
             }
         }
         let n2 = n.clone();
-        let (json, human, all, all_human) = tokio::task::spawn_blocking(move || {
+        let (json, human, all, all_human, of_topic) = tokio::task::spawn_blocking(move || {
             (
                 ok_json(&["consumerProgress", "-n", &n2, "-g", "LagGroup"]),
                 ok(&[
@@ -1982,6 +1982,7 @@ fn consumer_progress_lag_is_produced_minus_consumed() {
                 ]),
                 ok_json(&["consumerProgress", "-n", &n2]),
                 ok(&["consumerProgress", "-n", &n2]),
+                ok_json(&["consumerProgress", "-n", &n2, "-t", "LagTopic"]),
             )
         })
         .await
@@ -2079,6 +2080,13 @@ fn consumer_progress_lag_is_produced_minus_consumed() {
                 .all(|g| g["group"] != "TOOLS_CONSUMER"),
             "{all}"
         );
+        let of_topic: Vec<&str> = of_topic["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["group"].as_str().unwrap())
+            .collect();
+        assert_eq!(of_topic, ["LagGroup"], "groups of LagTopic");
         assert!(all_human.starts_with("#Group  "), "{all_human}");
         let row: Vec<&str> = all_human
             .lines()

@@ -268,11 +268,17 @@ async fn all_groups_progress(admin: &Admin, args: &ConsumerProgressArgs) -> Resu
     groups.remove(TOOLS_CONSUMER_GROUP);
     let mut lines = Vec::new();
     for group in &groups {
-        let Some((tps, rows)) =
-            consume_stats(admin, &brokers, group, args.topic.as_deref()).await?
-        else {
+        // All of the group's topics, then only `-t`'s: a group that never consumed the topic
+        // is not listed with the topic's whole backlog as its lag.
+        let Some((tps, mut rows)) = consume_stats(admin, &brokers, group, None).await? else {
             continue;
         };
+        if let Some(topic) = &args.topic {
+            rows.retain(|(mq, _)| &mq.topic == topic);
+            if rows.is_empty() {
+                continue;
+            }
+        }
         let diff: i64 = rows
             .iter()
             .map(|(_, o)| (o.broker_offset - o.consumer_offset.max(0)).max(0))
