@@ -749,6 +749,27 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_drops_the_cache_and_freezes_results_of_the_old_generation() {
+        let store = MemoryStore::default();
+        let pq = pq();
+        pq.set_start(10);
+        let (old, _) = pq.cursor();
+        assert!(pq.add(old, &[msg(10), msg(11)], 12));
+        assert!(pq.complete(old, &[10], &store));
+        assert_eq!(store.get(&pq.queue), Some(11));
+        pq.reset_to(3, &store);
+        assert_eq!(pq.cached(), (0, 0), "cached messages dropped");
+        assert_eq!(store.get(&pq.queue), Some(3), "memory follows the reset");
+        assert!(!pq.complete(old, &[11], &store), "old result frozen");
+        assert_eq!(store.get(&pq.queue), Some(3));
+        let (new, next) = pq.cursor();
+        assert_eq!(next, Some(3));
+        assert!(pq.add(new, &[msg(3)], 4));
+        assert!(pq.complete(new, &[3], &store));
+        assert_eq!(store.get(&pq.queue), Some(4));
+    }
+
+    #[test]
     fn dropped_queue_commits_nothing() {
         let store = MemoryStore::default();
         let pq = pq();
