@@ -1,7 +1,7 @@
 //! `ferromq admin brokerStatus | getBrokerConfig | updateBrokerConfig` against a running
 //! `ferromq standalone`: human and JSON output, a run-time key changed and visible after, a
 //! key fixed at startup refused, and bad input (unreachable name server, missing flag) as one
-//! `error:` line with a non-zero exit.
+//! `error:` line with a non-zero exit; `standalone --metrics-port 0` serves a scrapeable endpoint.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -267,6 +267,52 @@ fn broker_status_and_config_read_and_change_a_running_broker() {
     assert_eq!(
         config["brokers"][0]["config"]["defaultTopicQueueNums"], "3",
         "refusals change nothing: {config}"
+    );
+}
+
+#[test]
+fn standalone_serves_metrics_on_metrics_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+        .args(["--metrics-port", "0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The address line is on stderr; keep draining it so the server never blocks on a pipe.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("ferromq standalone: metrics http://") {
+                let _ = tx.send(url.trim_end_matches("/metrics").to_string());
+            }
+        }
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(30));
+    let scraped = addr.as_ref().ok().map(|addr| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr.as_str()).expect("connect to metrics");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).expect("read the scrape");
+        reply
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let reply = scraped.expect("standalone printed its metrics address within 30 s");
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(reply.contains("\nferromq_client_connections "), "{reply}");
+    assert!(
+        reply.contains("ferromq_flush_latency_seconds_count"),
+        "{reply}"
     );
 }
 
