@@ -2,19 +2,26 @@
 //! computed at scrape time from the store and the registries, rendered in the Prometheus text
 //! format (0.0.4) by `prometheus-client`.
 //!
-//! | metric | kind | labels | source |
-//! |---|---|---|---|
-//! | `ferromq_messages_in_total`, `ferromq_bytes_in_total` | counter | `topic` | sends (bytes: request bodies) |
-//! | `ferromq_messages_out_total`, `ferromq_bytes_out_total` | counter | `topic` | pulls that found messages (bytes: records returned) |
-//! | `ferromq_commits_accepted_total` | counter | | commits applied or already held |
-//! | `ferromq_commits_rejected_total` | counter | `reason` | `regression`, `stale_generation`, `past_max`, `other`, `negative_ignored` |
-//! | `ferromq_offset_resets_total` | counter | `cause` | resets written to the log: `admin` (222, clone), `offline_commit` (a backward commit of an offline group) |
-//! | `ferromq_offset_corrections_total` | counter | `cause` | `offset_outside_queue` (a correction record), `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED) |
-//! | `ferromq_consumer_lag` | gauge | `group`, `topic`, `queue` | queue max offset - committed offset, per stored offset |
-//! | `ferromq_flush_latency_seconds` | histogram | | the store's CommitLog fsyncs |
-//! | `ferromq_dispatch_behind_bytes` | gauge | | CommitLog bytes written but not yet dispatched |
-//! | `ferromq_client_connections` | gauge | | open remoting connections |
-//! | `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset` | gauge | | CommitLog bounds, bytes |
+//! Counters (all `_total`):
+//! - `ferromq_messages_in_total{topic}`, `ferromq_bytes_in_total{topic}`: messages stored by
+//!   sends and the request body bytes that carried them.
+//! - `ferromq_messages_out_total{topic}`, `ferromq_bytes_out_total{topic}`: messages returned
+//!   by pulls and their record bytes.
+//! - `ferromq_commits_accepted_total`: commits applied or already stored.
+//! - `ferromq_commits_rejected_total{reason}`: `regression`, `stale_generation`, `past_max`,
+//!   `other`, and `negative_ignored` (answered SUCCESS, never stored).
+//! - `ferromq_offset_resets_total{cause}`: `admin` (INVOKE_BROKER_TO_RESET_OFFSET, clone),
+//!   `offline_commit` (a backward commit of a group with no consumer online).
+//! - `ferromq_offset_corrections_total{cause}`: `offset_outside_queue` (a correction record),
+//!   `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED).
+//!
+//! Computed at scrape time:
+//! - `ferromq_consumer_lag{group,topic,queue}`: queue max offset - committed offset, for every
+//!   stored offset of the offset view.
+//! - `ferromq_flush_latency_seconds`: histogram of the store's CommitLog fsyncs.
+//! - `ferromq_dispatch_behind_bytes`: CommitLog bytes written but not yet dispatched.
+//! - `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset`: CommitLog bounds, bytes.
+//! - `ferromq_client_connections`: open remoting connections (a gauge kept by `connection`).
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -307,8 +314,12 @@ impl BrokerMetrics {
             detail,
         } = *event;
         self.count_offset_move(kind, cause);
+        let verb = match kind {
+            OffsetKind::Correction => "corrected",
+            _ => "reset",
+        };
         tracing::info!(%group, %topic, queue_id, old = ?old, new, kind = kind.as_str(), %cause,
-            %detail, "consumer offset {}", if kind == OffsetKind::Correction { "corrected" } else { "reset" });
+            %detail, "consumer offset {verb}");
     }
 
     /// A remoting connection opened.

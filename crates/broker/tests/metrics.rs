@@ -77,9 +77,21 @@ async fn pull(client: &RemotingClient, offset: i64) -> RemotingCommand {
 
 /// Registers a consumer of the group on this connection, so the group is online.
 async fn heartbeat(client: &RemotingClient) {
-    let body = format!(
-        r#"{{"clientID":"127.0.0.1@metrics","producerDataSet":[],"consumerDataSet":[{{"groupName":"{GROUP}","consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","subscriptionDataSet":[{{"topic":"{TOPIC}","subString":"*","tagsSet":[],"codeSet":[],"subVersion":0}}],"unitMode":false}}]}}"#
-    );
+    let body = serde_json::json!({
+        "clientID": "127.0.0.1@metrics",
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": GROUP,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "subscriptionDataSet": [{
+                "topic": TOPIC, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0,
+            }],
+            "unitMode": false,
+        }],
+    })
+    .to_string();
     let command = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
         .with_body(body.into_bytes());
     let reply = client.invoke(command, TIMEOUT).await.expect("heartbeat");

@@ -1,7 +1,7 @@
 //! `ferromq admin brokerStatus | getBrokerConfig | updateBrokerConfig` against a running
 //! `ferromq standalone`: human and JSON output, a run-time key changed and visible after, a
 //! key fixed at startup refused, and bad input (unreachable name server, missing flag) as one
-//! `error:` line with a non-zero exit; `standalone --metrics-port 0` serves a scrapeable endpoint.
+//! `error:` line with a non-zero exit. Also `standalone --metrics-port 0` serves a scrape.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
