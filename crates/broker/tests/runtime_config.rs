@@ -158,6 +158,12 @@ async fn runtime_info_has_rocketmq_keys_with_real_values() {
     assert_eq!(number("putMessageTimesTotal"), 3.0);
     assert!(number("clientConnections") >= 1.0);
     assert!(number("flushCountTotal") >= 1.0, "SYNC_FLUSH sends fsync");
+    assert!(
+        number("flushCountLastMinute") >= 1.0,
+        "the broker is younger than a minute"
+    );
+    assert!(number("flushLatencyP99Micros") > 0.0, "{table:?}");
+    assert!(number("flushLatencyP99Micros") >= number("flushLatencyP50Micros"));
     assert!(number("dispatchBehindBytes") >= 0.0);
     for key in ["putTps", "getTransferredTps"] {
         let rates: Vec<f64> = table[key]
