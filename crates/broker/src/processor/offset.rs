@@ -243,7 +243,8 @@ async fn correct(
             ctx.counters
                 .commits_rejected
                 .fetch_add(1, Ordering::Relaxed);
-            ctx.metrics.commit(crate::metrics::CommitCount::of_code(code));
+            ctx.metrics
+                .commit(crate::metrics::CommitCount::of_code(code));
             tracing::info!(%group, %topic, queue_id, ?stored, offset, ?bounds, %remark, "correction refused");
             return command.reply(code, Some(remark));
         }
@@ -296,7 +297,8 @@ async fn correct(
         let generation = outcome.generation.unwrap_or(0);
         tracing::warn!(%group, %topic, queue_id, ?stored, new = offset, generation, ?bounds,
             "consumer offset corrected into the queue's range");
-        ctx.metrics.count_offset_move(OffsetKind::Correction, "offset_outside_queue");
+        ctx.metrics
+            .count_offset_move(OffsetKind::Correction, "offset_outside_queue");
         // Every consumer online now (the sender included) may still commit results of the
         // old generation: fence them on this queue until they pull it (`reset_fence`).
         let mut online: Vec<u64> = ctx

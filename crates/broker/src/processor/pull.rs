@@ -82,7 +82,8 @@ pub(super) async fn handle(
         ctx.counters
             .commits_rejected
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ctx.metrics.commit(crate::metrics::CommitCount::StaleGeneration);
+        ctx.metrics
+            .commit(crate::metrics::CommitCount::StaleGeneration);
     }
     if let Some(moved) = ctx.fences.on_pull(
         group,
@@ -159,7 +160,8 @@ pub(super) async fn handle(
             result.messages.len(),
         );
     }
-    ctx.metrics.record_pull(group, topic, queue_id, offset, &result);
+    ctx.metrics
+        .record_pull(group, topic, queue_id, offset, &result);
     reply_for(ctx, command, offset, result)
 }
 

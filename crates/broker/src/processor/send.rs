@@ -138,7 +138,8 @@ async fn send(
         receipt.placements.len() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    ctx.metrics.record_send(topic, receipt.placements.len(), body.len());
+    ctx.metrics
+        .record_send(topic, receipt.placements.len(), body.len());
     Ok((receipt, queue_id))
 }
 
@@ -159,8 +160,8 @@ pub(crate) fn writable_queue_nums(
     let config = match ctx.topics.get(topic) {
         Some(config) => config,
         None if ctx.runtime_config.auto_create_topic_enable() => {
-            let queue_nums =
-                (requested_queue_nums.max(1) as u32).min(ctx.runtime_config.default_topic_queue_nums());
+            let queue_nums = (requested_queue_nums.max(1) as u32)
+                .min(ctx.runtime_config.default_topic_queue_nums());
             let created = ctx
                 .topics
                 .put_if_absent(topic_with_queues(topic, queue_nums))
