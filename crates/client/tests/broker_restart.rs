@@ -4,6 +4,8 @@
 //! - Offset pitfall C6: RocketMQ clients have turned "could not read the offset" into "no
 //!   offset" and rewound to the queue's min (or jumped to its max). The first poll after the
 //!   restart must start exactly at the committed offset: no rewind, no skip.
+//!   A consumer started while the broker is down waits (its offset reads fail, counted) and
+//!   then starts at the committed offset too.
 //! - A push consumer running through the restart resumes by itself; nothing is lost and the
 //!   duplicates are bounded by the messages in flight since the last acknowledged commit
 //!   (counted and asserted).
@@ -247,5 +249,78 @@ async fn push_consumer_resumes_after_a_broker_restart_with_bounded_duplicates() 
         })
         .collect();
     assert_eq!(stored(&broker, group, topic), ends, "commits reach the end");
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn consumer_started_while_the_broker_is_down_waits_then_starts_at_the_committed_offset() {
+    let topic = "DownLite";
+    let group = "DownLiteG";
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
+    let port = broker.local_addr().port();
+    create_topic(broker.local_addr(), topic, 2).await;
+    wait_route(ns.addr, topic, 1).await;
+    produce(&producer(ns.addr), topic, 0, 40).await;
+    let config = LitePullConsumerConfig {
+        namesrv_addrs: vec![ns.addr],
+        group: group.into(),
+        start_position: StartPosition::Last,
+        pull_hold: Duration::from_millis(200),
+        request_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        route_max_age: Duration::from_secs(600),
+        retry_delay: Duration::from_millis(50),
+        ..LitePullConsumerConfig::default()
+    };
+    let a = LitePullConsumer::start(config.clone()).unwrap();
+    let queues = a.pull_consumer().fetch_queues(topic).await.unwrap();
+    for q in &queues {
+        a.pull_consumer()
+            .commit(q, 7)
+            .await
+            .expect("commit mid-queue");
+    }
+    drop(a);
+    // The broker dies; the name server forgets it with its connection, so publish its route
+    // again as it was (a name server that has not noticed yet).
+    let addr = broker.local_addr();
+    drop(broker);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    common::register_fake_broker(&ns, "b0", addr, topic);
+    let b = LitePullConsumer::start(config).unwrap();
+    b.assign(queues).await.unwrap();
+    // Every offset read fails while the broker is down: B must wait, not guess.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.stats().start_lookup_failures < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "B never tried to read its offsets"
+        );
+        assert!(b.poll(Duration::from_millis(50)).await.unwrap().is_empty());
+    }
+    let broker = common::broker(dir.path(), ns.addr, "b0", port).await;
+    let mut first: BTreeMap<i32, u64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while first.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "B polled nothing from some queue: {first:?}"
+        );
+        for m in b.poll(Duration::from_millis(100)).await.unwrap() {
+            first.entry(m.queue_id).or_insert(m.queue_offset);
+        }
+    }
+    println!(
+        "broker down at start: {} failed offset lookups, then first polls {first:?}",
+        b.stats().start_lookup_failures
+    );
+    assert_eq!(
+        first,
+        BTreeMap::from([(0, 7), (1, 7)]),
+        "no rewind to min, no jump to max"
+    );
+    assert!(b.shutdown().await.expect("B stops").is_complete());
     broker.shutdown().await.unwrap();
 }
