@@ -403,9 +403,7 @@ impl Cluster<'_> {
                 self.recorder.record(Op::Fault(Fault::Heal { node }));
             }
             FaultAction::RestartConsumer { consumer } => {
-                record(Fault::RestartConsumer {
-                    consumer: *consumer,
-                });
+                // Records the fault itself, once the old session is gone.
                 self.consumers.restart(*consumer).await?;
             }
             FaultAction::Reset { back } => {

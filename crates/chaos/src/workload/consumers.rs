@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::pull::PullSession;
 use super::{push, ActiveQueues, Shared, Target};
-use crate::history::{ConsumerId, ConsumerKind};
+use crate::history::{ConsumerId, ConsumerKind, Fault, Op};
 use crate::recorder::Recorder;
 
 /// Longest wait for a graceful stop of one consumer.
@@ -27,7 +27,7 @@ enum Running {
         stop: watch::Sender<bool>,
         task: JoinHandle<()>,
     },
-    Push(PushConsumer),
+    Push(PushConsumer, push::Alive),
 }
 
 struct Slot {
@@ -113,20 +113,23 @@ impl Consumers {
                 Ok(Running::Pull { stop, task })
             }
             ConsumerKind::Push => {
+                let alive: push::Alive = Arc::new(std::sync::Mutex::new(true));
                 let consumer = push::start(
                     slot.id,
                     &self.target,
                     self.recorder.clone(),
                     self.shared.clone(),
                     slot.active.clone(),
+                    alive.clone(),
                 )
                 .await?;
-                Ok(Running::Push(consumer))
+                Ok(Running::Push(consumer, alive))
             }
         }
     }
 
-    /// Crashes consumer `index` (no final commit) and starts its next session.
+    /// Crashes consumer `index` (no final commit), records the `RestartConsumer` fault once the
+    /// old session can record no more deliveries, and starts its next session.
     ///
     /// # Errors
     /// The new session's configuration error (the slot is then left stopped).
@@ -141,9 +144,14 @@ impl Consumers {
                 task.abort();
                 let _ = tokio::time::timeout(STOP_WAIT, task).await;
             }
-            Some(Running::Push(consumer)) => drop(consumer),
+            Some(Running::Push(consumer, alive)) => {
+                *alive.lock().unwrap_or_else(|poison| poison.into_inner()) = false;
+                drop(consumer);
+            }
             None => {}
         }
+        self.recorder
+            .record(Op::Fault(Fault::RestartConsumer { consumer: index }));
         let slot = &mut self.slots[position];
         slot.active.stop_all(&self.recorder, slot.id);
         slot.id.session += 1;
@@ -166,7 +174,7 @@ impl Consumers {
                         task.abort();
                     }
                 }
-                Some(Running::Push(consumer)) => {
+                Some(Running::Push(consumer, _)) => {
                     match tokio::time::timeout(STOP_WAIT, consumer.shutdown()).await {
                         Ok(Ok(report)) if !report.is_complete() => {
                             tracing::warn!(?report, "push consumer shutdown was incomplete")

@@ -18,6 +18,10 @@ use super::{record_delivery, Active, Shared, Target, REQUEST_TIMEOUT};
 use crate::history::ConsumerId;
 use crate::recorder::Recorder;
 
+/// A push session's gate: true while the session is alive. A crash closes it before the
+/// consumer is dropped, so no delivery of the dead session is recorded after the crash.
+pub type Alive = Arc<std::sync::Mutex<bool>>;
+
 /// Largest in-flight backlog per queue (bounds the duplicates of a crash).
 pub const CACHED_MESSAGES_MAX: usize = 64;
 
@@ -31,6 +35,7 @@ pub async fn start(
     recorder: Arc<Recorder>,
     shared: Arc<Shared>,
     active: Active,
+    alive: Alive,
 ) -> Result<PushConsumer, ClientError> {
     let config = PushConsumerConfig {
         namesrv_addrs: vec![target.namesrv],
@@ -51,8 +56,13 @@ pub async fn start(
     };
     let listener_recorder = recorder.clone();
     let listener = MessageListener::concurrently(move |messages| {
-        for message in messages {
-            record_delivery(&listener_recorder, &shared, consumer, message);
+        // Deliveries are recorded under the gate: once a crash closed it, a listener call
+        // still in flight on the blocking pool is not a delivery (the process is gone).
+        let open = alive.lock().unwrap_or_else(|poison| poison.into_inner());
+        if *open {
+            for message in messages {
+                record_delivery(&listener_recorder, &shared, consumer, message);
+            }
         }
         ConsumeStatus::ConsumeSuccess
     });
