@@ -1779,6 +1779,22 @@ fn consumer_connection_and_clone_group_offset() {
         .unwrap();
         assert_eq!(queue(&progress, 0)["consumerOffset"], 3, "{progress}");
         assert_eq!(queue(&progress, 1)["consumerOffset"], 4, "{progress}");
+        // A destination that never consumed becomes a known group with the copied offsets.
+        let n2 = n.clone();
+        let groups = tokio::task::spawn_blocking(move || {
+            ok_json(&["consumerProgress", "-n", &n2, "-t", "CloneTopic"])
+        })
+        .await
+        .unwrap();
+        let fresh = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["group"] == "CloneDest2")
+            .unwrap_or_else(|| panic!("{groups}"));
+        assert_eq!(fresh["diffTotal"], 8 - 3 - 4, "{groups}");
+        assert_eq!(fresh["count"], 0, "{groups}");
+        assert_eq!(fresh["versionDesc"], "OFFLINE", "{groups}");
         let events = history["events"].as_array().unwrap();
         let kinds: Vec<(&str, u64, &str)> = events
             .iter()

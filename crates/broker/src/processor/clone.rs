@@ -62,6 +62,10 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     };
     topics.sort();
     topics.dedup();
+    // The destination becomes a known group, as a commit would make it.
+    if let Err(error) = ctx.groups.ensure(destination) {
+        return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
+    }
     let offline = header.offline.unwrap_or(false);
     let mut cloned = Vec::new();
     let mut generation = 0;
