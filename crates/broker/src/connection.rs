@@ -1,15 +1,17 @@
 //! One client connection: frames in, replies out.
 //!
-//! The reader decodes frames and spawns one task per request, so a held pull never blocks a
-//! send on the same connection; replies (and server-initiated pushes) go through one writer
-//! task fed by a bounded channel. A frame that cannot be decoded (too long, garbage, bad
+//! The reader decodes frames and runs each request until it has to wait, then moves it to a
+//! task of its own, so a held pull never blocks a send on the same connection; replies (and
+//! server-initiated pushes) go through one writer task fed by a bounded channel, which writes
+//! every reply already queued in one flush. A frame that cannot be decoded (too long, garbage, bad
 //! header) closes only this connection, with a log line; the broker keeps serving others.
 //!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ferromq_protocol::remoting::{LanguageCode, RemotingCodec, RemotingCommand};
@@ -47,9 +49,40 @@ pub async fn serve(
         language: LanguageCode::Java,
         version: 0,
     };
+    // Requests of this connection being handled (read, reply not yet queued).
+    let busy = Arc::new(AtomicUsize::new(0));
+    let busy_writer = busy.clone();
     let write_task = tokio::spawn(async move {
+        let busy = busy_writer;
+        // Every reply already queued goes out in one flush: under load one write syscall
+        // carries many replies instead of one each.
         while let Some(command) = rx.recv().await {
-            if let Err(error) = writer.send(command).await {
+            let mut result = writer.feed(command).await;
+            let mut fed = 1;
+            for round in 0..2 {
+                while result.is_ok() {
+                    match rx.try_recv() {
+                        Ok(command) => {
+                            fed += 1;
+                            result = writer.feed(command).await;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if round == 0 && fed == 1 && result.is_ok() && busy.load(Ordering::Relaxed) > 0 {
+                    // One reply was waiting but other requests are being handled: let them
+                    // finish first, so that under load one write carries many replies. A
+                    // lone request (the latency case) is answered at once.
+                    tokio::task::yield_now().await;
+                } else {
+                    break;
+                }
+            }
+            let result = match result {
+                Ok(()) => SinkExt::<RemotingCommand>::flush(&mut writer).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = result {
                 tracing::debug!(%peer, %error, "write failed; closing connection");
                 break;
             }
@@ -82,14 +115,25 @@ pub async fn serve(
             // Replies to the broker's one-way pushes; nothing waits for them.
             continue;
         }
-        let (ctx, channel) = (ctx.clone(), channel.clone());
-        tokio::spawn(async move {
+        let (ctx, channel, busy) = (ctx.clone(), channel.clone(), busy.clone());
+        busy.fetch_add(1, Ordering::Relaxed);
+        let mut request = Box::pin(async move {
             let oneway = command.is_oneway();
             let reply = processor::handle(&ctx, &channel, command).await;
+            busy.fetch_sub(1, Ordering::Relaxed);
             if !oneway && channel.tx.send(reply).await.is_err() {
                 tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
             }
         });
+        // Most requests (a send under async flush, a heartbeat, an offset query) finish
+        // without waiting: run them here and save a task per request. One that has to wait (a
+        // held pull, a send waiting for its fsync) moves to a task of its own, so it never
+        // blocks this reader. Polling it first with a no-op waker is sound: the spawned task
+        // polls it again at once, and a future re-registers its waker on every poll.
+        let mut inline = std::task::Context::from_waker(std::task::Waker::noop());
+        if request.as_mut().poll(&mut inline).is_pending() {
+            tokio::spawn(request);
+        }
     }
     ctx.fences.channel_closed(channel.id);
     let changed = ctx.clients.channel_closed(channel.id);

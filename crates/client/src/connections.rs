@@ -1,7 +1,7 @@
 //! `ConnectionPool`: one shared [`RemotingClient`] per server address, reopened on demand.
 //!
-//! Invariants: at most one live connection per address is handed out at a time (a racing
-//! second connect is dropped in favour of the first); a closed connection is never returned
+//! Invariants: at most one live connection per address is handed out at a time, and at most
+//! one connect per address is under way (racing callers wait for it, within their timeout); a closed connection is never returned
 //! again — the next request reconnects; every request is bounded by its timeout (connect
 //! included).
 
@@ -20,6 +20,9 @@ use crate::error::ClientError;
 pub struct ConnectionPool {
     options: ClientOptions,
     connections: Mutex<HashMap<SocketAddr, Arc<RemotingClient>>>,
+    /// One connect at a time per address: callers racing to the same server wait for the
+    /// first connect instead of each opening (and then dropping) their own.
+    connecting: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ConnectionPool {
@@ -28,6 +31,7 @@ impl ConnectionPool {
         ConnectionPool {
             options,
             connections: Mutex::new(HashMap::new()),
+            connecting: Mutex::new(HashMap::new()),
         }
     }
 
@@ -46,11 +50,36 @@ impl ConnectionPool {
         addr: SocketAddr,
         timeout: Duration,
     ) -> Result<Arc<RemotingClient>, ClientError> {
-        if let Some(conn) = self.lock().get(&addr) {
-            if !conn.is_closed() {
-                return Ok(conn.clone());
-            }
+        if let Some(conn) = self.open(addr) {
+            return Ok(conn);
         }
+        let gate = self
+            .connecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(addr)
+            .or_default()
+            .clone();
+        let started = tokio::time::Instant::now();
+        let _turn = tokio::time::timeout(timeout, gate.lock())
+            .await
+            .map_err(|_| ClientError::Transport {
+                addr,
+                source: ferromq_protocol::remoting::ClientError::Connect {
+                    addr,
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {timeout:?} (another connect was under way)"),
+                    ),
+                },
+            })?;
+        // The caller ahead of us may have connected.
+        if let Some(conn) = self.open(addr) {
+            return Ok(conn);
+        }
+        let timeout = timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
         let options = ClientOptions {
             connect_timeout: self.options.connect_timeout.min(timeout),
             ..self.options
@@ -67,6 +96,11 @@ impl ConnectionPool {
                 Ok(conn)
             }
         }
+    }
+
+    /// The pooled connection to `addr` if it is open.
+    fn open(&self, addr: SocketAddr) -> Option<Arc<RemotingClient>> {
+        self.lock().get(&addr).filter(|c| !c.is_closed()).cloned()
     }
 
     /// Sends `cmd` to `addr` and waits up to `timeout` for the reply (any code).

@@ -44,7 +44,7 @@ use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::send::{
     SendMessageRequestHeaderV2, SendMessageResponseHeader,
 };
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::{ClientOptions, RemotingCommand, SerializeType};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -96,6 +96,12 @@ pub struct ProducerConfig {
     /// Bound on outstanding [`Producer::send_async`] / [`Producer::send_with_callback`]
     /// sends (Java's `backPressureForAsyncSendNum`, 10000).
     pub async_sends_max: usize,
+    /// Send requests carry RocketMQ's compact binary header (serialize type `ROCKETMQ`, what
+    /// Java clients send with `rocketmq.serialize.type=ROCKETMQ`) instead of JSON. Every
+    /// RocketMQ broker reads both and answers in the request's type; the binary form saves
+    /// the JSON encode and parse of the send header and its reply on both sides. A header the
+    /// binary form cannot carry exactly (an empty value) goes as JSON.
+    pub binary_header: bool,
 }
 
 impl Default for ProducerConfig {
@@ -116,6 +122,7 @@ impl Default for ProducerConfig {
             compress_over_bytes: compression::COMPRESS_OVER_BYTES_DEFAULT,
             compress_level: compression::COMPRESS_LEVEL_DEFAULT,
             async_sends_max: 10_000,
+            binary_header: true,
         }
     }
 }
@@ -863,8 +870,12 @@ impl Producer {
             n: Some(queue.broker_name.clone()),
         };
         debug_assert!(!(prepared.batch && prepared.delay));
-        RemotingCommand::request_with_header(prepared.code, &header)
-            .with_body(prepared.body.clone())
+        let mut cmd = RemotingCommand::request_with_header(prepared.code, &header)
+            .with_body(prepared.body.clone());
+        if config.binary_header {
+            cmd.serialize_type = SerializeType::RocketMq;
+        }
+        cmd
     }
 }
 

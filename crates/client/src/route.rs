@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ferromq_protocol::remoting::body::decode_json;
@@ -130,6 +130,9 @@ pub struct RouteCache {
     brokers: RwLock<HashMap<String, SocketAddr>>,
     refreshes_ok: AtomicU64,
     refresh_failures: AtomicU64,
+    /// One on-use fetch at a time per topic: concurrent sends that find no fresh route wait
+    /// for the first one's fetch instead of each asking the name server.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Counters of a [`RouteCache`]'s background refreshes.
@@ -165,6 +168,7 @@ impl RouteCache {
             brokers: RwLock::new(HashMap::new()),
             refreshes_ok: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
+            fetching: Mutex::new(HashMap::new()),
         })
     }
 
@@ -174,12 +178,23 @@ impl RouteCache {
     /// # Errors
     /// [`ClientError::NoRoute`] when nothing is cached and no name server has a route.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
-        let cached = self.cached(topic);
-        if let Some(route) = &cached {
-            if route.fetched_at.elapsed() < self.max_age {
-                return Ok(route.clone());
-            }
+        if let Some(route) = self.fresh(topic) {
+            return Ok(route);
         }
+        let gate = self
+            .fetching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(topic.to_string())
+            .or_default()
+            .clone();
+        // Bounded: the holder's fetch is bounded by the name server timeouts.
+        let _turn = gate.lock().await;
+        // The caller ahead of us may have fetched it.
+        if let Some(route) = self.fresh(topic) {
+            return Ok(route);
+        }
+        let cached = self.cached(topic);
         match self.refresh(topic).await {
             Ok(route) => Ok(route),
             Err(error) => match cached {
@@ -190,6 +205,12 @@ impl RouteCache {
                 None => Err(error),
             },
         }
+    }
+
+    /// The cached route of `topic` if it is younger than `max_age`.
+    fn fresh(&self, topic: &str) -> Option<Arc<TopicRoute>> {
+        self.cached(topic)
+            .filter(|route| route.fetched_at.elapsed() < self.max_age)
     }
 
     /// The cached route of `topic`, whatever its age.

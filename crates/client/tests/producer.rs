@@ -646,6 +646,11 @@ async fn bodies_over_the_threshold_go_out_compressed_with_sysflag_zlib() {
     let sends = codes_of(&received, request::SEND_MESSAGE_V2);
     assert_eq!(sends.len(), 2);
     assert_eq!(sends[0].ext_fields["f"], "769", "COMPRESSED | ZLIB (0x301)");
+    assert_eq!(
+        sends[0].serialize_type,
+        ferromq_protocol::remoting::SerializeType::RocketMq,
+        "sends use the binary header by default"
+    );
     assert!(sends[0].body.as_ref().unwrap().len() < big.len() / 2);
     assert_eq!(
         sends[1].ext_fields["f"], "0",

@@ -438,11 +438,13 @@ async fn write_loop(
         let Some(first) = first else { break };
         batch.clear();
         batch.extend_from_slice(&first);
-        while batch.len() < 256 * 1024 {
-            match queue.try_recv() {
-                Ok(frame) => batch.extend_from_slice(&frame),
-                Err(_) => break,
-            }
+        drain_into(&mut batch, &mut queue);
+        if batch.len() == first.len() && shared.lock().waiters.len() > 1 {
+            // Only one frame was waiting but other requests are in flight: let the tasks
+            // about to queue theirs run first, so that under concurrency one write carries
+            // many frames. A lone request (the latency case) is written at once.
+            tokio::task::yield_now().await;
+            drain_into(&mut batch, &mut queue);
         }
         let write = async {
             socket.write_all(&batch).await?;
@@ -470,6 +472,19 @@ async fn write_loop(
     // Best effort: tell the peer we are done writing. Bounded, since the peer may not read.
     let _ = tokio::time::timeout(Duration::from_millis(100), socket.shutdown()).await;
 }
+
+/// Appends the frames already queued to `batch`, up to [`WRITE_BATCH_BYTES_MAX`].
+fn drain_into(batch: &mut BytesMut, queue: &mut mpsc::Receiver<Bytes>) {
+    while batch.len() < WRITE_BATCH_BYTES_MAX {
+        match queue.try_recv() {
+            Ok(frame) => batch.extend_from_slice(&frame),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Bound on the bytes one socket write gathers from the write queue.
+const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
 
 /// Reads frames: replies go to their waiters, requests to the server-request channel.
 async fn read_loop(

@@ -12,8 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-use serde_json::{Map, Number, Value};
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Number, Value};
 use thiserror::Error;
 
 use super::command::RemotingCommand;
@@ -43,27 +46,224 @@ pub enum JsonHeaderError {
 }
 
 /// Decodes a JSON header into a command without body (serialize type JSON).
+///
+/// The object is read field by field ([`HeaderIn`]) rather than through a `serde_json::Value`
+/// tree: keys are matched without allocating and ext fields go straight into the command's
+/// map, which roughly halves the allocations of the hottest decode on every connection.
 pub fn decode(header: &[u8]) -> Result<RemotingCommand, JsonHeaderError> {
-    let value: Value =
-        serde_json::from_slice(header).map_err(|e| JsonHeaderError::NotJson(e.to_string()))?;
-    let Value::Object(obj) = value else {
-        return Err(JsonHeaderError::NotObject);
-    };
-    let code = match obj.get("code") {
+    let parsed: Parsed = serde_json::from_slice(header).map_err(|e| {
+        if e.to_string().starts_with(NOT_OBJECT) {
+            JsonHeaderError::NotObject
+        } else {
+            JsonHeaderError::NotJson(e.to_string())
+        }
+    })?;
+    let obj = parsed.0;
+    let code = match &obj.code {
         None | Some(Value::Null) => return Err(JsonHeaderError::MissingCode),
         Some(v) => int_field("code", v)?,
     };
     Ok(RemotingCommand {
         code,
-        language: language_field(obj.get("language"))?,
-        version: opt_int_field(&obj, "version")?,
-        opaque: opt_int_field(&obj, "opaque")?,
-        flag: opt_int_field(&obj, "flag")?,
-        remark: remark_field(obj.get("remark"))?,
-        ext_fields: ext_fields(obj.get("extFields"))?,
+        language: language_field(obj.language.as_ref())?,
+        version: opt_int_field(obj.version.as_ref(), "version")?,
+        opaque: opt_int_field(obj.opaque.as_ref(), "opaque")?,
+        flag: opt_int_field(obj.flag.as_ref(), "flag")?,
+        remark: remark_field(obj.remark.as_ref())?,
+        ext_fields: match obj.ext_fields {
+            ExtIn::Absent => BTreeMap::new(),
+            ExtIn::Map(map) => map,
+            ExtIn::Other(kind) => {
+                return Err(JsonHeaderError::InvalidField {
+                    field: "extFields",
+                    reason: format!("expected an object or null, got {kind}"),
+                })
+            }
+        },
         body: None,
         serialize_type: SerializeType::Json,
     })
+}
+
+/// Text of the custom error raised when the header is JSON but not an object.
+const NOT_OBJECT: &str = "ferromq: header is not an object";
+
+/// The header's fields as read; values other than `extFields` stay JSON values (scalars in
+/// practice, so cheap) and are checked by the same lenient helpers as before.
+#[derive(Default)]
+struct HeaderIn {
+    code: Option<Value>,
+    language: Option<Value>,
+    version: Option<Value>,
+    opaque: Option<Value>,
+    flag: Option<Value>,
+    remark: Option<Value>,
+    ext_fields: ExtIn,
+}
+
+struct Parsed(HeaderIn);
+
+/// `extFields` as read: absent or null, an object of texts, or something else (an error).
+#[derive(Default)]
+enum ExtIn {
+    #[default]
+    Absent,
+    Map(BTreeMap<String, String>),
+    Other(&'static str),
+}
+
+/// Known top-level keys, matched on the borrowed key text.
+enum Key {
+    Code,
+    Language,
+    Version,
+    Opaque,
+    Flag,
+    Remark,
+    ExtFields,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a header field name")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "code" => Key::Code,
+                    "language" => Key::Language,
+                    "version" => Key::Version,
+                    "opaque" => Key::Opaque,
+                    "flag" => Key::Flag,
+                    "remark" => Key::Remark,
+                    "extFields" => Key::ExtFields,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Parsed {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(HeaderVisitor)
+    }
+}
+
+struct HeaderVisitor;
+
+impl<'de> Visitor<'de> for HeaderVisitor {
+    type Value = Parsed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+        let mut h = HeaderIn::default();
+        // A repeated key keeps its last value, as a JSON object parsed into a map does.
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Code => h.code = Some(map.next_value()?),
+                Key::Language => h.language = Some(map.next_value()?),
+                Key::Version => h.version = Some(map.next_value()?),
+                Key::Opaque => h.opaque = Some(map.next_value()?),
+                Key::Flag => h.flag = Some(map.next_value()?),
+                Key::Remark => h.remark = Some(map.next_value()?),
+                Key::ExtFields => h.ext_fields = map.next_value::<ExtInSeed>()?.0,
+                Key::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Parsed(h))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Parsed, A::Error> {
+        Err(de::Error::custom(NOT_OBJECT))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Parsed, E> {
+        Err(E::custom(NOT_OBJECT))
+    }
+}
+
+/// Reads `extFields`: an object's values become texts as [`ext_value_text`] gives them.
+struct ExtInSeed(ExtIn);
+
+impl<'de> Deserialize<'de> for ExtInSeed {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ExtVisitor).map(ExtInSeed)
+    }
+}
+
+struct ExtVisitor;
+
+impl<'de> Visitor<'de> for ExtVisitor {
+    type Value = ExtIn;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object or null")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtIn, A::Error> {
+        let mut out = BTreeMap::new();
+        while let Some((key, value)) = map.next_entry::<String, Value>()? {
+            match ext_value_into_text(value) {
+                Some(text) => {
+                    out.insert(key, text);
+                }
+                // A null value is absent; a later null for a repeated key removes it, as
+                // parsing into a map and then filtering nulls would.
+                None => {
+                    out.remove(&key);
+                }
+            }
+        }
+        Ok(ExtIn::Map(out))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<ExtIn, E> {
+        Ok(ExtIn::Absent)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ExtIn, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(ExtIn::Other("an array"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<ExtIn, E> {
+        Ok(ExtIn::Other("a boolean"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<ExtIn, E> {
+        Ok(ExtIn::Other("a number"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<ExtIn, E> {
+        Ok(ExtIn::Other("a number"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ExtIn, E> {
+        Ok(ExtIn::Other("a number"))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<ExtIn, E> {
+        Ok(ExtIn::Other("a string"))
+    }
 }
 
 #[derive(Serialize)]
@@ -95,7 +295,11 @@ pub fn encode(cmd: &RemotingCommand) -> Vec<u8> {
     };
     // Serialising plain integers, strings and a string-keyed map cannot fail; an empty object
     // would only ever be written if serde_json changed that contract.
-    serde_json::to_vec(&out).unwrap_or_else(|_| b"{}".to_vec())
+    let mut buf = Vec::with_capacity(128 + 48 * cmd.ext_fields.len());
+    match serde_json::to_writer(&mut buf, &out) {
+        Ok(()) => buf,
+        Err(_) => b"{}".to_vec(),
+    }
 }
 
 fn int_field(field: &'static str, v: &Value) -> Result<i32, JsonHeaderError> {
@@ -113,8 +317,8 @@ fn int_field(field: &'static str, v: &Value) -> Result<i32, JsonHeaderError> {
     }
 }
 
-fn opt_int_field(obj: &Map<String, Value>, field: &'static str) -> Result<i32, JsonHeaderError> {
-    match obj.get(field) {
+fn opt_int_field(v: Option<&Value>, field: &'static str) -> Result<i32, JsonHeaderError> {
+    match v {
         None | Some(Value::Null) => Ok(0),
         Some(v) => int_field(field, v),
     }
@@ -149,26 +353,13 @@ fn remark_field(v: Option<&Value>) -> Result<Option<String>, JsonHeaderError> {
     }
 }
 
-fn ext_fields(v: Option<&Value>) -> Result<BTreeMap<String, String>, JsonHeaderError> {
-    match v {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(map)) => Ok(map
-            .iter()
-            .filter_map(|(k, v)| ext_value_text(v).map(|t| (k.clone(), t)))
-            .collect()),
-        Some(other) => Err(JsonHeaderError::InvalidField {
-            field: "extFields",
-            reason: format!("expected an object or null, got {}", kind(other)),
-        }),
-    }
-}
-
 /// Text of one ext value: scalars as Java's `toString()` would give them, nested JSON as its
-/// JSON text, null as absent.
-fn ext_value_text(v: &Value) -> Option<String> {
+/// JSON text, null as absent. A string is moved, not copied.
+fn ext_value_into_text(v: Value) -> Option<String> {
     match v {
+        Value::String(s) => Some(s),
         Value::Array(_) | Value::Object(_) => Some(v.to_string()),
-        scalar => scalar_text(scalar),
+        scalar => scalar_text(&scalar),
     }
 }
 
