@@ -255,6 +255,15 @@ impl ClientRegistry {
         }
     }
 
+    /// Forgets where the group's pulls of `topic` ended (after a reset: those positions
+    /// belong to the old generation), so in-flight counts restart from the next pull.
+    pub fn forget_pulls(&self, group: &str, topic: &str) {
+        let mut pulls = self.pulls.lock().expect("pulls lock");
+        pulls
+            .next_offsets
+            .retain(|(g, t, _), _| g != group || t != topic);
+    }
+
     /// Where the latest pull of (group, topic, queue) ended; `None` if none was seen since
     /// the broker started.
     pub fn pulled_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {

@@ -2118,6 +2118,54 @@ fn consumer_progress_lag_is_produced_minus_consumed() {
         assert_eq!(row[6], total.to_string(), "{all_human}");
     });
 
+    // A reset makes pulled positions of the old generation meaningless: nothing is in flight
+    // until the group pulls again.
+    ok(&[
+        "resetOffsetByTime",
+        "-n",
+        &n,
+        "-g",
+        "LagGroup",
+        "-t",
+        "LagTopic",
+        "-s",
+        "-1h",
+    ]);
+    let after = ok_json(&["consumerProgress", "-n", &n, "-g", "LagGroup"]);
+    assert_eq!(queue(&after, 0)["consumerOffset"], 0, "{after}");
+    assert_eq!(after["totalInflight"], 0, "{after}");
+    assert_eq!(after["totalLag"], 12, "{after}");
+    ok(&[
+        "resetOffsetByTime",
+        "-n",
+        &n,
+        "-g",
+        "LagGroup",
+        "-t",
+        "LagTopic",
+        "-q",
+        "0",
+        "-o",
+        "4",
+        "-s",
+        "now",
+    ]);
+    ok(&[
+        "resetOffsetByTime",
+        "-n",
+        &n,
+        "-g",
+        "LagGroup",
+        "-t",
+        "LagTopic",
+        "-q",
+        "1",
+        "-o",
+        "2",
+        "-s",
+        "now",
+    ]);
+
     // Times follow TZ: the same LastTime eight hours later in UTC-8's reading of the clock.
     let utc_human = ok(&[
         "consumerProgress",

@@ -264,6 +264,8 @@ pub(super) async fn apply(
             online.iter().copied(),
         );
     }
+    // Pulled positions from before the reset no longer say what is in flight.
+    ctx.clients.forget_pulls(group, topic);
     let push_header = ResetOffsetRequestHeader {
         group: group.to_string(),
         topic: topic.to_string(),
