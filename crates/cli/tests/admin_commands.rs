@@ -2,7 +2,8 @@
 //! output, resets of an offline group (with `consumerProgress` and `offsetHistory` showing
 //! their effect), a reset under a running push consumer, message queries, group connections
 //! and clones, lag of a scripted run, and bad input (one `error:` line, non-zero exit).
-//! Every command runs with `TZ=UTC` unless a test says otherwise.
+//! Every command runs with `TZ=UTC0` (POSIX form: no zone database needed) unless a test
+//! says otherwise.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -74,7 +75,7 @@ fn start() -> Standalone {
 }
 
 fn admin(args: &[&str]) -> Output {
-    admin_in_zone(args, "UTC")
+    admin_in_zone(args, "UTC0")
 }
 
 /// Runs `ferromq admin` with `TZ` set (times are read and printed in that zone).
