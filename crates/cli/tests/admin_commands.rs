@@ -1880,6 +1880,48 @@ fn consumer_connection_and_clone_group_offset() {
         1,
     );
     assert!(line.contains("are the same"), "{line}");
+    // An online source that subscribes to other topics only: skipped unless -o true.
+    let rt = runtime();
+    let other = rt.block_on(async {
+        let other = connect(&b).await;
+        heartbeat(&other, "127.0.0.1@other-src", "OtherSrc", "OtherTopic").await;
+        commit(&other, "OtherSrc", "CloneTopic", 1, 2).await;
+        other
+    });
+    let line = fails(
+        &[
+            "cloneGroupOffset",
+            "-n",
+            &n,
+            "-s",
+            "OtherSrc",
+            "-d",
+            "OtherDest",
+            "-t",
+            "CloneTopic",
+        ],
+        1,
+    );
+    assert!(
+        line.contains("OtherSrc is online but does not subscribe to topic CloneTopic")
+            && line.contains("-o true"),
+        "{line}"
+    );
+    let json = ok_json(&[
+        "cloneGroupOffset",
+        "-n",
+        &n,
+        "-s",
+        "OtherSrc",
+        "-d",
+        "OtherDest",
+        "-t",
+        "CloneTopic",
+        "-o",
+        "true",
+    ]);
+    assert_eq!(queue(&json, 1)["newOffset"], 2, "{json}");
+    drop(other);
 }
 
 /// Pulls up to `count` messages of a queue as `group` (no commit, no hold); returns how many

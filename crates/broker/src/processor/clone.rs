@@ -12,7 +12,8 @@
 //!   its members subscribes to it (Java's rule).
 //! - The reply is SUCCESS (Java's admin reads nothing else) plus ferromq's ext fields for
 //!   `ferromq admin cloneGroupOffset`: `cloned` = `topic/queueId:old>new,...` (`old` is `-1`
-//!   when the destination had no offset) and `generation` (the highest one established).
+//!   when the destination had no offset), `skipped` = topics left out by the rule above, and
+//!   `generation` (the highest one established).
 
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::offset::CloneGroupOffsetRequestHeader;
@@ -68,6 +69,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
     let offline = header.offline.unwrap_or(false);
     let mut cloned = Vec::new();
+    let mut skipped = Vec::new();
     let mut generation = 0;
     for topic in &topics {
         if ctx.topics.get(topic).is_none() {
@@ -78,6 +80,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             && ctx.clients.subscription(source, topic).is_none()
         {
             tracing::info!(%source, %topic, "clone skipped: the online source group does not subscribe to the topic");
+            skipped.push(topic.clone());
             continue;
         }
         let entries: Vec<OffsetEntry> = source_offsets
@@ -120,6 +123,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
     let mut reply = success(command);
     reply.ext_fields.insert("cloned".into(), cloned.join(","));
+    reply.ext_fields.insert("skipped".into(), skipped.join(","));
     reply
         .ext_fields
         .insert("generation".into(), generation.to_string());

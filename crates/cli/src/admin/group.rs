@@ -358,6 +358,7 @@ pub async fn clone_offsets(args: CloneGroupOffsetArgs) -> Result<()> {
         offline: Some(args.offline),
     };
     let mut cloned = Vec::new();
+    let mut skipped = false;
     let mut generations = BTreeMap::new();
     let mut known = false;
     for broker in &brokers {
@@ -386,9 +387,21 @@ pub async fn clone_offsets(args: CloneGroupOffsetArgs) -> Result<()> {
         if let Some(generation) = reply.ext_fields.get("generation") {
             generations.insert(broker.name.clone(), generation.clone());
         }
+        skipped |= reply
+            .ext_fields
+            .get("skipped")
+            .is_some_and(|s| s.split(',').any(|t| t == args.topic));
     }
     if !known {
         bail!("consumer group {} does not exist", args.source);
+    }
+    if cloned.is_empty() && skipped {
+        bail!(
+            "consumer group {} is online but does not subscribe to topic {}: nothing copied \
+             (pass -o true to copy its offsets anyway)",
+            args.source,
+            args.topic
+        );
     }
     if cloned.is_empty() {
         bail!(
