@@ -698,6 +698,72 @@ fn duplicates_are_attributed_to_each_cause() {
 }
 
 #[test]
+fn overlapping_owners_duplicates_are_a_rebalance() {
+    let pull = consumer(0, 0);
+    let push = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        // Both took the queue while they were joining: neither stopped it first.
+        .start(push, 0, 0)
+        .start(pull, 0, 0)
+        .delivers(push, 0, 0, 0..2)
+        .delivers(pull, 0, 0, 0..2)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.rebalance, 2);
+    assert_eq!(report.duplicates.by_cause.other, 0);
+}
+
+#[test]
+fn takeover_of_a_restarted_consumers_queue_is_a_rebalance() {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..2, 0, 0)
+        .start(a, 0, 0)
+        .delivers(a, 0, 0, 0..2)
+        .fault(Fault::RestartConsumer { consumer: 0 })
+        .start(b, 0, 0)
+        .deliver(b, 0, 0, v(0, 0))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.rebalance, 1);
+}
+
+#[test]
+fn restart_beats_the_rebalance_it_caused_but_not_a_later_reset() {
+    let a0 = consumer(0, 0);
+    let a1 = consumer(0, 1);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..4, 0, 0)
+        .start(a0, 0, 0)
+        .delivers(a0, 0, 0, 0..4)
+        .commit(a0, 0, 2)
+        .fault(Fault::RestartConsumer { consumer: 0 })
+        // b held the queue while a was away; a's new session takes it back before b lets go.
+        .start(b, 0, 2)
+        .start(a1, 0, 2)
+        .stop(b, 0)
+        .delivers(a1, 0, 0, 2..4)
+        // A later reset rewinds below what the old session read.
+        .reset(0, 0, 1)
+        .deliver(a1, 0, 0, v(0, 0))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    let causes = report.duplicates.by_cause;
+    assert_eq!((causes.consumer_restart, causes.reset), (2, 1));
+    assert_eq!(causes.rebalance, 0);
+    assert_eq!(report.duplicates.max_per_restart, 2);
+}
+
+#[test]
 fn new_session_without_a_fault_is_a_consumer_restart() {
     let mut builder = Builder::new();
     builder

@@ -67,8 +67,12 @@
 //! (by history position) of: the latest restart of the delivering consumer (a
 //! `RestartConsumer` fault or the first event of a new session of it: one restart when both
 //! occur) → `consumer_restart`; a `Kill` or `Restart` fault → `broker_restart`; a `QueueStart`
-//! of the queue by a consumer other than the one of the queue's last `QueueStop` →
+//! of the queue by a consumer other than the one of the queue's last `QueueStop`, or while
+//! another consumer still holds it (a restarted consumer's old session counts as stopped) →
 //! `rebalance`; a `Reset` op naming the queue or a `Reset` fault → `reset`; none → `other`.
+//! One exception: when the value's previous delivery was by an older session of the same
+//! consumer, before that consumer's restart, a rebalance does not beat the restart (the
+//! restart moved the queue; the duplicate is the old session's uncommitted in-flight message).
 //!
 //! Restart bound: at each consumer restart the checker snapshots, per queue, `H` = the highest
 //! offset delivered on that queue by any consumer so far and `C` = the last committed offset

@@ -29,6 +29,8 @@ pub(super) struct ValueState {
     pub indeterminate: bool,
     /// Number of `Deliver`s.
     pub deliveries: u64,
+    /// The session and event index of its latest `Deliver`.
+    pub last_delivery: Option<(ConsumerId, usize)>,
     /// The first slot it was observed at (ack or delivery).
     pub position: Option<Slot>,
     /// A second, different slot it was observed at.
@@ -65,6 +67,8 @@ pub(super) struct QueueState {
     pub last_rebalance: Option<usize>,
     /// Consumer of the last `QueueStop`.
     pub last_stopped_by: Option<u32>,
+    /// Consumer sessions holding the queue (`QueueStart` without `QueueStop` yet).
+    pub holders: Vec<ConsumerId>,
     /// Offsets of every `Reset` of this queue, in order (K7 jump targets).
     pub reset_targets: Vec<u64>,
     /// `[from, to)` ranges a forward reset skipped.
@@ -226,7 +230,9 @@ impl Scan {
                 self.note_session(index, at_ms, *consumer);
                 let queue = self.intern(queue);
                 self.readings.remove(&(*consumer, queue));
-                self.queue_states[queue as usize].last_stopped_by = Some(consumer.consumer);
+                let state = &mut self.queue_states[queue as usize];
+                state.last_stopped_by = Some(consumer.consumer);
+                state.holders.retain(|holder| *holder != *consumer);
             }
             Op::Deliver {
                 consumer,
@@ -392,11 +398,16 @@ impl Scan {
         self.note_session(index, at_ms, consumer);
         let queue = self.intern(queue);
         let state = &mut self.queue_states[queue as usize];
-        if state
-            .last_stopped_by
-            .is_some_and(|stopped_by| stopped_by != consumer.consumer)
+        // The queue moves between consumers: it was last stopped by another one, or another
+        // one still holds it (both took it while membership changed).
+        let other = |id: u32| id != consumer.consumer;
+        if state.last_stopped_by.is_some_and(other)
+            || state.holders.iter().any(|holder| other(holder.consumer))
         {
             state.last_rebalance = Some(index);
+        }
+        if !state.holders.contains(&consumer) {
+            state.holders.push(consumer);
         }
         let resets_seen = state.reset_targets.len();
         self.readings.insert(
@@ -424,8 +435,8 @@ impl Scan {
         self.deliveries += 1;
         let state = self.value(value);
         state.deliveries += 1;
-        if state.deliveries > 1 {
-            self.attribute_duplicate(consumer.consumer, queue);
+        if let Some(previous) = state.last_delivery.replace((consumer, index)) {
+            self.attribute_duplicate(consumer, queue, previous);
         }
         let queue_state = &mut self.queue_states[queue as usize];
         queue_state.max_delivered = queue_state.max_delivered.max(Some(offset));
@@ -480,18 +491,33 @@ impl Scan {
     }
 
     /// Attributes a duplicate delivery by `consumer` on `queue` to the latest candidate cause.
-    fn attribute_duplicate(&mut self, consumer: u32, queue: QueueIndex) {
-        let consumer_state = self.consumers.get(&consumer);
+    ///
+    /// The most recent candidate event wins, except that a rebalance does not beat the
+    /// delivering consumer's own restart when the value's previous delivery was by an older
+    /// session of that consumer before the restart: the restart is what moved the queue, and
+    /// the duplicate is the old session's uncommitted in-flight message.
+    fn attribute_duplicate(
+        &mut self,
+        consumer: ConsumerId,
+        queue: QueueIndex,
+        (previous_by, previous_at): (ConsumerId, usize),
+    ) {
+        let consumer_state = self.consumers.get(&consumer.consumer);
         let queue_state = &self.queue_states[queue as usize];
         let last_reset = queue_state.last_reset.max(self.last_reset_fault);
+        let restart_at = consumer_state.and_then(|state| state.restart_at);
+        let own_restart = previous_by.consumer == consumer.consumer
+            && previous_by.session < consumer.session
+            && restart_at.is_some_and(|at| at > previous_at);
         let candidates = [
-            (consumer_state.and_then(|state| state.restart_at), 0),
+            (restart_at, 0),
             (self.last_broker_fault, 1),
             (queue_state.last_rebalance, 2),
             (last_reset, 3),
         ];
         let cause = candidates
             .iter()
+            .filter(|(_, cause)| !(own_restart && *cause == 2))
             .filter_map(|(at, cause)| at.map(|at| (at, *cause)))
             .max()
             .map(|(_, cause)| cause);
@@ -528,6 +554,8 @@ impl Scan {
         }
         state.session = consumer.session;
         state.restart_at = Some(index);
+        self.release(consumer.consumer, consumer.session);
+        let state = self.consumers.entry(consumer.consumer).or_default();
         if state.awaiting_session {
             state.awaiting_session = false;
             if let Some(restart) = state.restart {
@@ -538,6 +566,20 @@ impl Scan {
         let restart = self.new_restart(consumer.consumer, Some(consumer.session), at_ms);
         let state = self.consumers.entry(consumer.consumer).or_default();
         state.restart = Some(restart);
+    }
+
+    /// The sessions of `consumer` below `session` are gone (restarted): their queues count as
+    /// stopped by it.
+    fn release(&mut self, consumer: u32, session: u32) {
+        for state in &mut self.queue_states {
+            let held = state.holders.len();
+            state
+                .holders
+                .retain(|holder| holder.consumer != consumer || holder.session >= session);
+            if state.holders.len() < held {
+                state.last_stopped_by = Some(consumer);
+            }
+        }
     }
 
     fn new_restart(&mut self, consumer: u32, session: Option<u32>, at_ms: u64) -> usize {
@@ -571,6 +613,7 @@ impl Scan {
             }
             Fault::Restart { .. } => self.last_broker_fault = Some(index),
             Fault::RestartConsumer { consumer } => {
+                self.release(*consumer, u32::MAX);
                 let restart = self.new_restart(*consumer, None, at_ms);
                 let state = self.consumers.entry(*consumer).or_default();
                 state.restart = Some(restart);
