@@ -16,5 +16,6 @@ pub mod nodes;
 pub mod observer;
 pub mod proxy;
 pub mod recorder;
+pub mod resets;
 pub mod run;
 pub mod workload;

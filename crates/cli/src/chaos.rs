@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use ferromq_chaos::checker::{check, CheckOptions, Durability, Report};
 use ferromq_chaos::faults::{parse_kinds, FaultKind};
 use ferromq_chaos::nodes::Flush as NodeFlush;
+use ferromq_chaos::resets::undone_resets;
 use ferromq_chaos::run::{run, RunConfig, RunOutcome};
 use serde_json::{json, Value};
 
@@ -153,13 +154,14 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
     let report_json = serde_json::to_value(report).context("serialising the checker report")?;
     let history = &outcome.offset_history;
     let history_ok = history.regressions.is_empty() && history.offline_resets.is_empty();
+    let undone = undone_resets(&outcome.history);
     let faults: BTreeMap<&str, u64> = FaultKind::ALL
         .iter()
         .map(|k| (k.name(), outcome.faults.get(k.name()).copied().unwrap_or(0)))
         .collect();
     let t = &outcome.totals;
     Ok(json!({
-        "valid": report.valid && history_ok,
+        "valid": report.valid && history_ok && undone.is_empty(),
         "seed": config.seed,
         "flush": config.flush.name(),
         "seconds": config.seconds,
@@ -185,6 +187,14 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
         "commit_regressions": report.commit_regressions.count,
         "commits_past_max": report.commits_past_max.count,
         "poll_skips": report.poll_skips.count,
+        "resets_undone": undone.iter().map(|u| json!({
+            "queue": u.queue.to_string(),
+            "reset_to": u.reset_to,
+            "reset_at_ms": u.reset_at_ms,
+            "committed": u.committed,
+            "reread_up_to": u.frontier,
+            "observed_at_ms": u.observed_at_ms,
+        })).collect::<Vec<_>>(),
         "faults": faults,
         "faults_total": t.faults,
         "fault_errors": outcome.fault_errors,
@@ -208,6 +218,17 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
 
 fn failure_text(summary: &Value, failures: &[String]) -> String {
     let mut parts: Vec<String> = failures.to_vec();
+    if let Some(undone) = summary["resets_undone"]
+        .as_array()
+        .filter(|u| !u.is_empty())
+    {
+        parts.push(format!(
+            "{} acknowledged resets undone (committed offset beyond what was re-read since \
+             the reset): {}",
+            undone.len(),
+            Value::Array(undone.clone())
+        ));
+    }
     let history = &summary["offset_history"];
     for (key, what) in [
         (
@@ -291,6 +312,9 @@ fn print_human(summary: &Value, failures: &[String]) {
     );
     for error in summary["fault_errors"].as_array().into_iter().flatten() {
         println!("fault not carried out: {}", error.as_str().unwrap_or(""));
+    }
+    for undone in summary["resets_undone"].as_array().into_iter().flatten() {
+        println!("FAIL reset undone: {undone}");
     }
     for failure in failures {
         println!("FAIL {failure}");

@@ -51,6 +51,10 @@ pub struct RecordingStore {
     consumer: ConsumerId,
     recorder: Arc<Recorder>,
     active: Active,
+    /// The session's gate, shared with its listener: starts and stops are recorded under it,
+    /// so a listener batch is recorded wholly before or wholly after them (the history's
+    /// order is the real order), and not at all once the session crashed.
+    gate: super::push::Alive,
     table: Mutex<Table>,
     /// Serialises commits: the inner store's memory holds the value being committed.
     committing: tokio::sync::Mutex<()>,
@@ -64,6 +68,7 @@ impl RecordingStore {
         consumer: ConsumerId,
         recorder: Arc<Recorder>,
         active: Active,
+        gate: super::push::Alive,
     ) -> RecordingStore {
         RecordingStore {
             inner,
@@ -71,6 +76,7 @@ impl RecordingStore {
             consumer,
             recorder,
             active,
+            gate,
             table: Mutex::new(Table::default()),
             committing: tokio::sync::Mutex::new(()),
         }
@@ -88,13 +94,30 @@ impl RecordingStore {
     }
 
     fn start(&self, queue: &MessageQueue, offset: u64) {
-        self.active.start(
-            &self.recorder,
-            self.consumer,
-            ConsumerKind::Push,
-            queue_of(queue),
-            offset,
-        );
+        let alive = self
+            .gate
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if *alive {
+            self.active.start(
+                &self.recorder,
+                self.consumer,
+                ConsumerKind::Push,
+                queue_of(queue),
+                offset,
+            );
+        }
+    }
+
+    fn stop(&self, queue: &MessageQueue) {
+        let alive = self
+            .gate
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if *alive {
+            self.active
+                .stop(&self.recorder, self.consumer, &queue_of(queue));
+        }
     }
 
     /// Records the outcome of a commit of `offset` (plain or correction).
@@ -168,8 +191,7 @@ impl OffsetStore for RecordingStore {
             }
             if self.recorded(queue) {
                 // The consumer abandons its position and resumes the queue at `offset`.
-                self.active
-                    .stop(&self.recorder, self.consumer, &queue_of(queue));
+                self.stop(queue);
                 self.start(queue, offset);
             }
             let result = self.inner.correct(queue, offset).await;
@@ -249,8 +271,7 @@ impl OffsetStore for RecordingStore {
             table.awaiting_start.insert(queue.clone());
         }
         if self.recorded(queue) {
-            self.active
-                .stop(&self.recorder, self.consumer, &queue_of(queue));
+            self.stop(queue);
         }
         self.inner.remove(queue);
     }

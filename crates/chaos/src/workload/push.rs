@@ -55,6 +55,7 @@ pub async fn start(
         ..PushConsumerConfig::default()
     };
     let listener_recorder = recorder.clone();
+    let gate = alive.clone();
     let listener = MessageListener::concurrently(move |messages| {
         // Deliveries are recorded under the gate: once a crash closed it, a listener call
         // still in flight on the blocking pool is not a delivery (the process is gone).
@@ -78,6 +79,7 @@ pub async fn start(
                 consumer,
                 recorder,
                 active,
+                gate,
             ))
         },
     )
