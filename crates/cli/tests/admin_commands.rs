@@ -328,6 +328,9 @@ fn topic_group_and_cluster_commands() {
     assert_eq!(message["tags"], "tagA", "{message}");
     assert_eq!(message["queueId"], 1, "{message}");
     assert_eq!(message["queueOffset"], 0, "{message}");
+    assert_eq!(message["msgId"], msg_id.as_str(), "{message}");
+    assert_eq!(message["offsetMsgId"], msg_id.as_str(), "{message}");
+    assert_eq!(message["brokerName"], "broker-a", "{message}");
     let human = ok(&["queryMsgById", "-n", n, "-i", &msg_id]);
     assert!(
         human

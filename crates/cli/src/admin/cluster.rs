@@ -8,7 +8,7 @@ use ferromq_protocol::{MessageId, RecordView};
 use serde_json::json;
 
 use super::client::Admin;
-use super::time::format_time;
+use super::message::Shown;
 use super::{print_json, print_table, Common};
 
 /// Flags of `clusterList`.
@@ -90,62 +90,15 @@ pub async fn query_by_id(args: QueryMsgByIdArgs) -> Result<()> {
         .with_context(|| format!("looking up message {}", args.msg_id))?;
     let bytes = reply.body.as_deref().unwrap_or_default();
     let view = RecordView::parse(bytes).context("the broker returned a malformed message")?;
-    let topic = String::from_utf8_lossy(view.topic).into_owned();
-    let properties: serde_json::Map<String, serde_json::Value> = view
-        .properties
-        .iter()
-        .map(|(k, v)| {
-            (
-                String::from_utf8_lossy(k).into_owned(),
-                json!(String::from_utf8_lossy(v)),
-            )
-        })
-        .collect();
-    let tags = view.properties.get_str("TAGS").unwrap_or("").to_string();
-    let keys = view.properties.get_str("KEYS").unwrap_or("").to_string();
-    let body = String::from_utf8_lossy(view.body).into_owned();
+    let broker = admin.named(&addr).await;
+    let shown = Shown::from_view(&view, &broker.name);
     if args.common.json {
-        print_json(&json!({
-            "msgId": args.msg_id.trim(),
-            "topic": topic,
-            "tags": tags,
-            "keys": keys,
-            "queueId": view.queue_id,
-            "queueOffset": view.queue_offset,
-            "commitLogOffset": view.phys_offset,
-            "reconsumeTimes": view.reconsume_times,
-            "bornTimestamp": view.born_timestamp_ms,
-            "storeTimestamp": view.store_timestamp_ms,
-            "bornHost": view.born_host.to_string(),
-            "storeHost": view.store_host.to_string(),
-            "sysFlag": view.sys_flag,
-            "properties": properties,
-            "body": body,
-        }));
+        let mut message = shown.to_json(true);
+        // The id asked for, as mqadmin shows it (the unique key is among `properties`).
+        message["msgId"] = json!(args.msg_id.trim());
+        print_json(&message);
     } else {
-        let lines = [
-            ("OffsetID:", args.msg_id.trim().to_string()),
-            ("Topic:", topic),
-            ("Tags:", format!("[{tags}]")),
-            ("Keys:", format!("[{keys}]")),
-            ("Queue ID:", view.queue_id.to_string()),
-            ("Queue Offset:", view.queue_offset.to_string()),
-            ("CommitLog Offset:", view.phys_offset.to_string()),
-            ("Reconsume Times:", view.reconsume_times.to_string()),
-            ("Born Timestamp:", format_time(view.born_timestamp_ms)),
-            ("Store Timestamp:", format_time(view.store_timestamp_ms)),
-            ("Born Host:", view.born_host.to_string()),
-            ("Store Host:", view.store_host.to_string()),
-            ("System Flag:", view.sys_flag.to_string()),
-            (
-                "Properties:",
-                serde_json::Value::Object(properties).to_string(),
-            ),
-            ("Message Body:", body),
-        ];
-        for (name, value) in lines {
-            println!("{name:<20}{value}");
-        }
+        shown.print_detail();
     }
     Ok(())
 }

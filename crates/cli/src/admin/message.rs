@@ -145,9 +145,9 @@ pub struct PrintMsgArgs {
     print_body: bool,
 }
 
-/// One message as the commands show it.
+/// One message as the message commands (and `queryMsgById`) show it.
 #[derive(Debug, Clone)]
-struct Shown {
+pub struct Shown {
     msg_id: String,
     offset_msg_id: String,
     topic: String,
@@ -168,7 +168,8 @@ struct Shown {
 }
 
 impl Shown {
-    fn from_view(view: &RecordView<'_>, broker_name: &str) -> Shown {
+    /// The fields of a stored record; `broker_name` names where it was read.
+    pub fn from_view(view: &RecordView<'_>, broker_name: &str) -> Shown {
         let offset_msg_id = MessageId {
             store_host: view.store_host,
             phys_offset: view.phys_offset,
@@ -214,7 +215,8 @@ impl Shown {
         }
     }
 
-    fn to_json(&self, with_body: bool) -> Value {
+    /// Every field, for `--json`.
+    pub fn to_json(&self, with_body: bool) -> Value {
         json!({
             "msgId": self.msg_id,
             "offsetMsgId": self.offset_msg_id,
@@ -260,7 +262,7 @@ impl Shown {
     }
 
     /// mqadmin's detail block (`queryMsgById` and friends).
-    fn print_detail(&self) {
+    pub fn print_detail(&self) {
         let lines = [
             ("OffsetID:", self.offset_msg_id.clone()),
             ("Topic:", self.topic.clone()),
