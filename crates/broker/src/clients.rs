@@ -362,3 +362,28 @@ impl QueueLocks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_progress_tracks_the_latest_pull_and_the_recent_rate() {
+        let clients = ClientRegistry::default();
+        assert_eq!(clients.pulled_offset("g", "t", 0), None);
+        assert_eq!(clients.consume_tps("g", "t"), 0.0);
+        clients.record_pull("g", "t", 0, 32, 32);
+        clients.record_pull("g", "t", 0, 60, 28);
+        clients.record_pull("g", "t", 1, 5, 0);
+        clients.record_pull("other", "t", 0, 7, 7);
+        assert_eq!(clients.pulled_offset("g", "t", 0), Some(60));
+        assert_eq!(clients.pulled_offset("g", "t", 1), Some(5));
+        let expected = 60.0 / CONSUME_RATE_WINDOW_SECS as f64;
+        assert!((clients.consume_tps("g", "t") - expected).abs() < 1e-9);
+        // A reset forgets the group's positions on the topic, and only those.
+        clients.forget_pulls("g", "t");
+        assert_eq!(clients.pulled_offset("g", "t", 0), None);
+        assert_eq!(clients.pulled_offset("g", "t", 1), None);
+        assert_eq!(clients.pulled_offset("other", "t", 0), Some(7));
+    }
+}
