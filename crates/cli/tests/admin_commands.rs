@@ -721,6 +721,8 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         vec!["consumerConnection", "-n", n],
         vec!["cloneGroupOffset", "-n", n, "-s", "A", "-t", "BadTopic"],
         vec!["consumerProgress", "-n", n, "-g"],
+        vec!["updateBrokerConfig", "-n", n, "-v", "x"],
+        vec!["brokerStatus", "-n", n, "-b", b, "-c", "DefaultCluster"],
         vec![
             "queryMsgByOffset",
             "-n",
@@ -738,7 +740,10 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     for args in &missing {
         let line = fails(args, 2);
         assert!(
-            line.contains("required") || line.contains("--queue") || line.contains("value"),
+            line.contains("required")
+                || line.contains("--queue")
+                || line.contains("value")
+                || line.contains("cannot be used with"),
             "{args:?}: {line}"
         );
     }
@@ -1032,6 +1037,16 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         vec!["printMsg", "-t", "T"],
         vec!["consumerConnection", "-g", "G"],
         vec!["cloneGroupOffset", "-s", "A", "-d", "B", "-t", "T"],
+        vec!["brokerStatus"],
+        vec!["brokerStatus", "-c", "DefaultCluster"],
+        vec!["getBrokerConfig"],
+        vec![
+            "updateBrokerConfig",
+            "-k",
+            "flushDiskType",
+            "-v",
+            "SYNC_FLUSH",
+        ],
     ];
     for args in &unreachable {
         let mut all = args.clone();
