@@ -29,8 +29,8 @@
 //!   stored (its `SendInvoke`, else its first observation at the slot) and before the new
 //!   value's observation: the old value was lost with the unflushed tail and the broker reused
 //!   its offset (`offset_reuses`, reported). The old value coming back to that slot later
-//!   needs another kill to be allowed. Each slot is
-//!   reported once, with the first two values seen there.
+//!   needs another kill to be allowed. Each slot is reported once, with the first two values
+//!   seen there.
 //! - Gaps: per queue, every offset in `0..=highest observed offset` must be observed by some
 //!   `SendOk` or `Deliver`. Offsets inside a forward reset's skipped range (see K1) are not
 //!   gaps: an indeterminate send that landed there is never read.
@@ -88,8 +88,8 @@
 //! Per consumer session and queue: the first `Deliver` after a `QueueStart` must be at the
 //! start offset when any value is ever observed at that slot; every later `Deliver` must be at
 //! the previous offset + 1 (topics are tag-less, so every offset is delivered). Either may
-//! instead land on the offset of a `Reset` of that queue recorded since the session's last
-//! jump, which a fenced consumer follows.
+//! instead land on the offset of a `Reset` of that queue recorded since the `QueueStart` (or
+//! since the reading's last such jump), which a fenced consumer follows.
 //!
 //! # Async durability
 //! In [`Durability::Async`] a lost value is attributed to the first `Kill` recorded after its
