@@ -307,3 +307,44 @@ async fn dropping_the_handle_closes_open_connections() {
     let (seen, _) = read_until_closed(&mut stream).await;
     assert!(seen.is_empty());
 }
+
+#[tokio::test]
+async fn pass_carries_a_large_transfer_intact() {
+    let server = EchoServer::start().await;
+    let proxy = FaultProxy::start(server.addr).await.unwrap();
+    let stream = connect(&proxy).await;
+    let (mut reader, mut writer) = stream.into_split();
+    let payload: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    let sent = payload.clone();
+    let writing = tokio::spawn(async move {
+        writer.write_all(&sent).await.unwrap();
+        writer
+    });
+    let mut echoed = vec![0u8; payload.len()];
+    timeout(WAIT, reader.read_exact(&mut echoed))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    drop(writing.await.unwrap());
+    assert!(echoed == payload, "bytes changed in transit");
+    let stats = proxy.stats();
+    assert_eq!(stats.bytes_to_server, payload.len() as u64);
+    assert_eq!(stats.bytes_to_client, payload.len() as u64);
+}
+
+#[tokio::test]
+async fn drop_resets_a_stalled_connection() {
+    let server = EchoServer::start().await;
+    let proxy = FaultProxy::start(server.addr).await.unwrap();
+    let mut stream = connect(&proxy).await;
+    assert_eq!(round_trip(&mut stream, b"warm").await, b"warm");
+    proxy.set_mode(ProxyMode::Stall);
+    stream.write_all(b"held").await.unwrap();
+    tokio::time::sleep(QUIET).await;
+    proxy.set_mode(ProxyMode::Drop);
+    let (seen, reset) = read_until_closed(&mut stream).await;
+    assert!(seen.is_empty());
+    assert!(reset);
+    assert_eq!(server.received(), 4, "the held bytes were never forwarded");
+    wait_for(|| proxy.stats().connections_dropped == 1).await;
+}
