@@ -1,10 +1,11 @@
 //! One client connection: frames in, replies out.
 //!
-//! The reader decodes frames and runs each request until it has to wait, then moves it to a
-//! task of its own, so a held pull never blocks a send on the same connection; replies (and
-//! server-initiated pushes) go through one writer task fed by a bounded channel, which writes
-//! every reply already queued in one flush. A frame that cannot be decoded (too long, garbage, bad
-//! header) closes only this connection, with a log line; the broker keeps serving others.
+//! The reader decodes frames and spawns one task per request, so a held pull never blocks a
+//! send on the same connection (a send is first run inline, and moves to a task only if it
+//! has to wait); replies (and server-initiated pushes) go through one writer task fed by a
+//! bounded channel, which writes every reply already queued in one flush. A frame that
+//! cannot be decoded (too long, garbage, bad header) closes only this connection, with a log
+//! line; the broker keeps serving others.
 //!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
@@ -14,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ferromq_protocol::remoting::{LanguageCode, RemotingCodec, RemotingCommand};
+use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingCommand};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -49,7 +50,8 @@ pub async fn serve(
         language: LanguageCode::Java,
         version: 0,
     };
-    // Requests of this connection being handled (read, reply not yet queued).
+    // Sends of this connection being handled (read, reply not yet queued). Held pulls are
+    // not counted: a reply must not wait for them.
     let busy = Arc::new(AtomicUsize::new(0));
     let busy_writer = busy.clone();
     let write_task = tokio::spawn(async move {
@@ -70,7 +72,7 @@ pub async fn serve(
                     }
                 }
                 if round == 0 && fed == 1 && result.is_ok() && busy.load(Ordering::Relaxed) > 0 {
-                    // One reply was waiting but other requests are being handled: let them
+                    // One reply was waiting but other sends are being handled: let them
                     // finish first, so that under load one write carries many replies. A
                     // lone request (the latency case) is answered at once.
                     tokio::task::yield_now().await;
@@ -115,23 +117,36 @@ pub async fn serve(
             // Replies to the broker's one-way pushes; nothing waits for them.
             continue;
         }
+        let inline = matches!(
+            command.code,
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE
+        );
         let (ctx, channel, busy) = (ctx.clone(), channel.clone(), busy.clone());
-        busy.fetch_add(1, Ordering::Relaxed);
+        if inline {
+            busy.fetch_add(1, Ordering::Relaxed);
+        }
         let mut request = Box::pin(async move {
             let oneway = command.is_oneway();
             let reply = processor::handle(&ctx, &channel, command).await;
-            busy.fetch_sub(1, Ordering::Relaxed);
+            if inline {
+                busy.fetch_sub(1, Ordering::Relaxed);
+            }
             if !oneway && channel.tx.send(reply).await.is_err() {
                 tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
             }
         });
-        // Most requests (a send under async flush, a heartbeat, an offset query) finish
-        // without waiting: run them here and save a task per request. One that has to wait (a
-        // held pull, a send waiting for its fsync) moves to a task of its own, so it never
-        // blocks this reader. Polling it first with a no-op waker is sound: the spawned task
-        // polls it again at once, and a future re-registers its waker on every poll.
-        let mut inline = std::task::Context::from_waker(std::task::Waker::noop());
-        if request.as_mut().poll(&mut inline).is_pending() {
+        // A send under async flush finishes without waiting: run it here and save a task per
+        // message. A send that has to wait (for its fsync) moves to a task of its own, so it
+        // never blocks this reader. Polling it first with a no-op waker is sound: the spawned
+        // task polls it again at once, and a future re-registers its waker on every poll.
+        // Other requests (pulls reading many records, which may be held) get their own task
+        // at once, so the pulls of one connection are served in parallel.
+        if inline {
+            let mut here = std::task::Context::from_waker(std::task::Waker::noop());
+            if request.as_mut().poll(&mut here).is_pending() {
+                tokio::spawn(request);
+            }
+        } else {
             tokio::spawn(request);
         }
     }
