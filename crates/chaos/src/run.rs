@@ -73,6 +73,9 @@ pub struct RunConfig {
     pub drain_timeout: Duration,
     /// Print a progress line on stderr every second.
     pub progress: bool,
+    /// Keep the run's directory (broker data and log) instead of removing it, when the run
+    /// completes (for a failed check's post-mortem).
+    pub keep_dir: bool,
 }
 
 impl RunConfig {
@@ -90,6 +93,7 @@ impl RunConfig {
             pace: Duration::from_millis(5),
             drain_timeout: Duration::from_secs(40),
             progress: false,
+            keep_dir: false,
         }
     }
 
@@ -182,6 +186,8 @@ pub struct RunOutcome {
     pub offset_history: OffsetHistoryCheck,
     /// Wall time of the whole run.
     pub elapsed: Duration,
+    /// The run's directory, when it was kept.
+    pub kept_dir: Option<PathBuf>,
 }
 
 /// Shared phase name for the progress line.
@@ -302,12 +308,18 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
         fault_errors,
         offset_history,
         elapsed: started.elapsed(),
+        kept_dir: None,
     };
     drop(proxy);
-    dir.close().map_err(|source| RunError::Io {
-        what: "removing the run directory",
-        source,
-    })?;
+    let mut outcome = outcome;
+    if config.keep_dir {
+        outcome.kept_dir = Some(dir.keep());
+    } else {
+        dir.close().map_err(|source| RunError::Io {
+            what: "removing the run directory",
+            source,
+        })?;
+    }
     Ok(outcome)
 }
 

@@ -6,6 +6,9 @@
 //! the checker's full report. Exit status 1 when the checker (or the broker's own offset
 //! history) finds a violation, 2 for bad flags. Ctrl-C or SIGTERM stops the run: the servers
 //! are killed and the run's directory removed before the command exits.
+//!
+//! The clients log their warnings (connections cut by faults) at `RUST_LOG`'s level, `info`
+//! by default; `RUST_LOG=error` leaves the schedule, the progress line and the report.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -56,6 +59,9 @@ pub struct ChaosArgs {
     /// Print the fault schedule and exit without running.
     #[arg(long)]
     schedule_only: bool,
+    /// Keep the run's directory (broker data and standalone.log) and print its path.
+    #[arg(long)]
+    keep_dir: bool,
     /// Save the recorded history as JSON lines.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
@@ -94,6 +100,7 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
     config.queues = args.queues;
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.progress = true;
+    config.keep_dir = args.keep_dir;
     config.validate()?;
     eprintln!(
         "ferromq chaos: seed {seed}, {} s, faults {}, flush {}",
@@ -160,6 +167,29 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
         .map(|k| (k.name(), outcome.faults.get(k.name()).copied().unwrap_or(0)))
         .collect();
     let t = &outcome.totals;
+    let resets_undone: Vec<Value> = undone
+        .iter()
+        .map(|u| {
+            json!({
+                "queue": u.queue.to_string(),
+                "reset_to": u.reset_to,
+                "reset_at_ms": u.reset_at_ms,
+                "committed": u.committed,
+                "reread_up_to": u.frontier,
+                "observed_at_ms": u.observed_at_ms,
+            })
+        })
+        .collect::<Vec<_>>();
+    let offset_history = json!({
+        "events": history.events,
+        "regressions": history.regressions.iter()
+            .map(|(q, from, to)| json!({"queue": q.to_string(), "from": from, "to": to}))
+            .collect::<Vec<_>>(),
+        "offline_resets": history.offline_resets.iter()
+            .map(|(q, offset)| json!({"queue": q.to_string(), "offset": offset}))
+            .collect::<Vec<_>>(),
+        "error": history.error,
+    });
     Ok(json!({
         "valid": report.valid && history_ok && undone.is_empty(),
         "seed": config.seed,
@@ -187,14 +217,7 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
         "commit_regressions": report.commit_regressions.count,
         "commits_past_max": report.commits_past_max.count,
         "poll_skips": report.poll_skips.count,
-        "resets_undone": undone.iter().map(|u| json!({
-            "queue": u.queue.to_string(),
-            "reset_to": u.reset_to,
-            "reset_at_ms": u.reset_at_ms,
-            "committed": u.committed,
-            "reread_up_to": u.frontier,
-            "observed_at_ms": u.observed_at_ms,
-        })).collect::<Vec<_>>(),
+        "resets_undone": resets_undone,
         "faults": faults,
         "faults_total": t.faults,
         "fault_errors": outcome.fault_errors,
@@ -202,16 +225,8 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
         "drain_ms": outcome.drain.as_millis() as u64,
         "elapsed_ms": outcome.elapsed.as_millis() as u64,
         "foreign_messages": outcome.foreign_messages,
-        "offset_history": {
-            "events": history.events,
-            "regressions": history.regressions.iter()
-                .map(|(q, from, to)| json!({"queue": q.to_string(), "from": from, "to": to}))
-                .collect::<Vec<_>>(),
-            "offline_resets": history.offline_resets.iter()
-                .map(|(q, offset)| json!({"queue": q.to_string(), "offset": offset}))
-                .collect::<Vec<_>>(),
-            "error": history.error,
-        },
+        "kept_dir": outcome.kept_dir.as_ref().map(|d| d.display().to_string()),
+        "offset_history": offset_history,
         "report": report_json,
     }))
 }
@@ -310,6 +325,9 @@ fn print_human(summary: &Value, failures: &[String]) {
             .map(|e| format!(" (unreadable: {e})"))
             .unwrap_or_default()
     );
+    if let Some(dir) = summary["kept_dir"].as_str() {
+        println!("run directory kept: {dir}");
+    }
     for error in summary["fault_errors"].as_array().into_iter().flatten() {
         println!("fault not carried out: {}", error.as_str().unwrap_or(""));
     }

@@ -110,6 +110,8 @@ fn sync_flush_run_with_every_fault_loses_nothing_and_never_moves_commits_back() 
         );
     }
     assert_eq!(s["offset_history"]["regressions"], serde_json::json!([]));
+    // An acknowledged reset must not be undone by a commit made from a pre-reset position.
+    assert_eq!(s["resets_undone"], serde_json::json!([]), "{context}");
     assert_eq!(s["valid"], true, "{context}");
     assert!(output.status.success(), "{context}");
 }
