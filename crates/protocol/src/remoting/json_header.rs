@@ -394,3 +394,70 @@ fn kind(v: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_by_field_decoding_keeps_the_lenient_rules() {
+        let cmd = decode(
+            br#"{"code":"310","opaque":7,"flag":0,"unknown":{"deep":[1,2]},
+                "extFields":{"a":"x","n":12,"f":3.0,"b":true,"nested":{"k":[1]},"gone":null,
+                             "twice":"1","twice":"2","dropped":"1","dropped":null},
+                "remark":5,"language":"RUST","version":479}"#,
+        )
+        .unwrap();
+        assert_eq!(cmd.code, 310);
+        assert_eq!(cmd.opaque, 7);
+        assert_eq!(cmd.remark.as_deref(), Some("5"));
+        assert_eq!(cmd.language, LanguageCode::Rust);
+        let ext: Vec<(&str, &str)> = cmd
+            .ext_fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            ext,
+            [
+                ("a", "x"),
+                ("b", "true"),
+                ("f", "3"),
+                ("n", "12"),
+                ("nested", r#"{"k":[1]}"#),
+                ("twice", "2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn non_objects_and_bad_ext_fields_are_named() {
+        for text in [&b"5"[..], b"\"x\"", b"null", b"true", b"[1,{}]"] {
+            assert_eq!(decode(text), Err(JsonHeaderError::NotObject), "{text:?}");
+        }
+        assert!(matches!(
+            decode(b"{\"code\":1"),
+            Err(JsonHeaderError::NotJson(_))
+        ));
+        assert!(matches!(
+            decode(br#"{"code":1} trailing"#),
+            Err(JsonHeaderError::NotJson(_))
+        ));
+        for (ext, kind) in [
+            ("\"s\"", "a string"),
+            ("1", "a number"),
+            ("false", "a boolean"),
+        ] {
+            let text = format!(r#"{{"code":1,"extFields":{ext}}}"#);
+            match decode(text.as_bytes()) {
+                Err(JsonHeaderError::InvalidField { field, reason }) => {
+                    assert_eq!(field, "extFields");
+                    assert!(reason.ends_with(kind), "{reason}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let cmd = decode(br#"{"code":1,"extFields":null}"#).unwrap();
+        assert!(cmd.ext_fields.is_empty());
+    }
+}
