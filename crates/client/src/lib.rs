@@ -33,13 +33,14 @@ pub use offset_store::{
     Persister, ReadMode,
 };
 pub use producer::{
-    BatchSendResult, Producer, ProducerConfig, QueueSelection, QueueSelector, SendResult,
+    BatchSendResult, Producer, ProducerConfig, ProducerStats, QueueSelection, QueueSelector,
+    SendHandle, SendResult,
 };
 pub use pull_consumer::{PullConsumer, PullConsumerConfig, PullResult};
 pub use push::{
     ConsumeFromWhere, ConsumeStatus, MessageListener, MessageModel, PushConsumer,
     PushConsumerConfig, PushConsumerStats, ShutdownReport,
 };
-pub use route::{RouteCache, TopicRoute};
+pub use route::{RouteCache, RouteStats, TopicRoute};
 pub use offset_store::CORRECTION_EXT;
 pub use pull_consumer::ServerRequestHandler;
