@@ -963,3 +963,144 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     );
     broker.shutdown().await.unwrap();
 }
+
+/// Sends the reset of group G on `O`/0 to `offset` and expects SUCCESS.
+async fn reset_queue0(admin: &RemotingClient, offset: i64) {
+    let header = ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader {
+        group: "G".into(),
+        topic: "O".into(),
+        queue_id: Some(0),
+        offset: Some(offset),
+        timestamp: 0,
+        is_force: true,
+    };
+    let reply = admin
+        .invoke(
+            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+}
+
+async fn join_group(client: &RemotingClient, client_id: &str) {
+    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+        .with_body(heartbeat_body(client_id));
+    assert_eq!(
+        client.invoke(beat, TIMEOUT).await.unwrap().code,
+        response::SUCCESS
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_member_taking_over_a_queue_follows_the_group_not_the_old_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let owner = client(broker.local_addr()).await;
+    let idle = client(broker.local_addr()).await;
+    for i in 0..8 {
+        send(&owner, "O", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    join_group(&owner, "10.0.0.1@owner").await;
+    join_group(&idle, "10.0.0.2@idle").await;
+    assert_eq!(commit(&owner, "O", 0, 6).await.code, response::SUCCESS);
+
+    let admin = client(broker.local_addr()).await;
+    reset_queue0(&admin, 1).await;
+    // The owner follows the reset and makes progress past it.
+    let pulled = owner
+        .invoke(pull_command("O", 0, 1, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(pulled.code, response::SUCCESS, "{:?}", pulled.remark);
+    assert_eq!(commit(&owner, "O", 0, 3).await.code, response::SUCCESS);
+
+    // The idle member was online at the reset: a commit that would move the queue is stale,
+    // one that changes nothing is accepted (nothing is written).
+    assert_eq!(
+        commit(&idle, "O", 0, 5).await.code,
+        codes::COMMIT_STALE_GENERATION
+    );
+    assert_eq!(commit(&idle, "O", 0, 3).await.code, response::SUCCESS);
+    // It takes the queue over, reads the group's offset (3) and pulls there: served, not sent
+    // back to the reset offset 1.
+    let taken = idle
+        .invoke(pull_command("O", 0, 3, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(taken.code, response::SUCCESS, "{:?}", taken.remark);
+    assert_eq!(bodies(&taken).first().map(Vec::as_slice), Some(&b"m3"[..]));
+    assert_eq!(commit(&idle, "O", 0, 5).await.code, response::SUCCESS);
+    let kinds: Vec<(String, u64)> = broker
+        .context()
+        .store
+        .offset_history("G", "O", Some(0))
+        .unwrap()
+        .iter()
+        .map(|e| (e.kind.as_str().to_string(), e.offset))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("commit".into(), 6),
+            ("reset".into(), 1),
+            ("commit".into(), 3),
+            ("commit".into(), 5)
+        ]
+    );
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_racing_with_a_reset_never_land_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let consumer = std::sync::Arc::new(client(broker.local_addr()).await);
+    for i in 0..400 {
+        send(&consumer, "O", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    join_group(&consumer, "10.0.0.1@racer").await;
+    let admin = client(broker.local_addr()).await;
+    let store = broker.context().store.clone();
+    // Each round: the consumer (online) commits rising offsets as fast as it can while the
+    // administrator resets the queue to 0. Once the reset is acknowledged and the racing
+    // commits have been answered, the queue must hold the reset offset: every commit either
+    // landed before the reset record or was rejected.
+    for round in 0..8i64 {
+        // Follow the previous reset (a pull at the group's offset lifts the fence).
+        let pulled = consumer
+            .invoke(pull_command("O", 0, 0, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(pulled.code, response::SUCCESS, "{:?}", pulled.remark);
+        let start = 1 + round * 40;
+        assert_eq!(
+            commit(&consumer, "O", 0, start).await.code,
+            response::SUCCESS,
+            "round {round}"
+        );
+        let racer = {
+            let consumer = consumer.clone();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for offset in start + 1..start + 40 {
+                    answers.push(commit(&consumer, "O", 0, offset).await.code);
+                }
+                answers
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(round as u64 % 4)).await;
+        reset_queue0(&admin, 0).await;
+        let answers = racer.await.unwrap();
+        assert!(answers
+            .iter()
+            .all(|code| [response::SUCCESS, codes::COMMIT_STALE_GENERATION].contains(code)));
+        assert_eq!(
+            store.consumer_offset("G", "O", 0).unwrap().offset,
+            0,
+            "round {round}: a commit landed after the reset ({answers:?})"
+        );
+    }
+    broker.shutdown().await.unwrap();
+}

@@ -244,8 +244,12 @@ async fn justified_correction_starts_a_generation_and_fences_stale_commits() {
     // The corrector pulls at the corrected offset: it follows, so it may commit again.
     assert_eq!(pull(&a, min).await.0, response::SUCCESS);
     assert_eq!(commit(&a, min + 1, false).await.code, response::SUCCESS);
-    // The other member pulls where it was: moved to the correction, then free.
-    assert_eq!(pull(&b, 2).await, (response::PULL_OFFSET_MOVED, min as i64));
+    // The other member pulls where it was: moved to the group's offset (the correction and
+    // the progress made since), then free.
+    assert_eq!(
+        pull(&b, 2).await,
+        (response::PULL_OFFSET_MOVED, (min + 1) as i64)
+    );
     assert_eq!(commit(&b, min + 2, false).await.code, response::SUCCESS);
     assert_eq!(stored(&broker), (min + 2, generation));
 

@@ -112,9 +112,20 @@ pub(super) async fn update(
         header.queue_id as u32,
     );
     let offset = header.commit_offset as u64;
-    if let Some((reset_offset, generation)) =
-        ctx.fences.blocks_commit(group, topic, queue_id, channel.id)
-    {
+    // Read before the fences: a reset appended after this read makes the store reject the
+    // commit as stale, one appended before it has fenced this connection (`reset_fence`).
+    let generation = ctx.store.offset_generation(group, topic);
+    let stored = ctx
+        .store
+        .consumer_offset(group, topic, queue_id)
+        .map(|s| s.offset);
+    if let Some(fence) = ctx.fences.blocks_commit(group, topic, queue_id, channel.id) {
+        if stored == Some(offset) && !is_correction(command) {
+            // Changes nothing: a consumer that followed the reset push commits the reset
+            // offset before it pulls again.
+            return command.reply(response::SUCCESS, None);
+        }
+        let (reset_offset, generation) = (fence.offset, fence.generation);
         ctx.counters
             .commits_rejected
             .fetch_add(1, Ordering::Relaxed);
@@ -128,10 +139,6 @@ pub(super) async fn update(
             )),
         );
     }
-    let stored = ctx
-        .store
-        .consumer_offset(group, topic, queue_id)
-        .map(|s| s.offset);
     if is_correction(command) {
         return correct(
             ctx, channel, command, group, topic, queue_id, offset, stored,
@@ -150,7 +157,13 @@ pub(super) async fn update(
     } else {
         "remoting"
     };
-    let outcome = commit(&ctx.store, kind, group, client_id, topic, queue_id, offset).await;
+    // A backward commit of an offline group is a reset (next generation); a commit carries the
+    // generation read above.
+    let generation = (!offline_backward).then_some(generation);
+    let outcome = commit(
+        &ctx.store, kind, group, client_id, topic, queue_id, offset, generation,
+    )
+    .await;
     match outcome {
         Ok(outcome) => {
             if offline_backward {
@@ -257,6 +270,7 @@ async fn correct(
                 topic,
                 queue_id,
                 offset,
+                None,
             )
             .await
         }
@@ -325,6 +339,7 @@ pub(super) fn commit_from_pull(
     topic: &str,
     queue_id: u32,
     offset: i64,
+    generation: u64,
 ) {
     if offset < 0 {
         ctx.counters
@@ -335,7 +350,7 @@ pub(super) fn commit_from_pull(
         return;
     }
     let store = ctx.store.clone();
-    let command = single(
+    let mut command = single(
         OffsetKind::Commit,
         group,
         "pull",
@@ -343,6 +358,7 @@ pub(super) fn commit_from_pull(
         queue_id,
         offset as u64,
     );
+    command.generation = Some(generation);
     let metrics = ctx.metrics.clone();
     let rejected =
         tokio::task::spawn_blocking(move || metrics.count_outcome(store.commit_offsets(&command)));
@@ -360,6 +376,9 @@ pub(super) fn commit_from_pull(
     });
 }
 
+/// Writes one offset entry; `generation` (for commits) makes the store reject it as stale
+/// when a reset or correction was appended since the caller read it.
+#[allow(clippy::too_many_arguments)]
 async fn commit(
     store: &Arc<MessageStore>,
     kind: OffsetKind,
@@ -368,9 +387,11 @@ async fn commit(
     topic: &str,
     queue_id: u32,
     offset: u64,
+    generation: Option<u64>,
 ) -> Result<CommitOutcome, StoreError> {
     let store = store.clone();
-    let command = single(kind, group, client_id, topic, queue_id, offset);
+    let mut command = single(kind, group, client_id, topic, queue_id, offset);
+    command.generation = generation;
     // The store waits for durability on this thread; keep it off the async workers.
     match tokio::task::spawn_blocking(move || store.commit_offsets(&command)).await {
         Ok(result) => result,

@@ -71,13 +71,22 @@ pub(super) async fn handle(
     }
     let queue_id = header.queue_id as u32;
     let group = header.consumer_group.as_str();
-    // A connection fenced by a reset may not commit, and learns the reset offset now.
+    // A connection fenced by a reset may not commit, and learns the reset offset now. The
+    // generation is read before the fences (see `reset_fence`).
+    let generation = ctx.store.offset_generation(group, topic);
     let fenced = ctx
         .fences
         .blocks_commit(group, topic, queue_id, channel.id)
         .is_some();
     if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 && !fenced {
-        offset::commit_from_pull(ctx, group, topic, queue_id, header.commit_offset);
+        offset::commit_from_pull(
+            ctx,
+            group,
+            topic,
+            queue_id,
+            header.commit_offset,
+            generation,
+        );
     } else if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
         ctx.counters
             .commits_rejected
@@ -91,10 +100,15 @@ pub(super) async fn handle(
         queue_id,
         channel.id,
         header.queue_offset.max(0) as u64,
+        || {
+            ctx.store
+                .consumer_offset(group, topic, queue_id)
+                .map(|s| s.offset)
+        },
     ) {
         let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
         tracing::info!(%group, %topic, queue_id, from = header.queue_offset, to = moved.offset,
-            "consumer moved to its reset offset");
+            "consumer moved to the group's offset after a reset");
         return command
             .reply(
                 response::PULL_OFFSET_MOVED,

@@ -201,6 +201,20 @@ pub(super) async fn apply(
             (entry.queue_id, stored.map(|s| s.offset))
         })
         .collect();
+    // Fence the consumers online now before the record is appended: a commit that arrives
+    // while the reset becomes durable must not land after it (see `reset_fence`).
+    let online: Vec<u64> = ctx
+        .clients
+        .consumers(group)
+        .iter()
+        .map(|c| c.channel.id)
+        .collect();
+    let queues: Vec<(u32, u64)> = plan
+        .entries
+        .iter()
+        .map(|entry| (entry.queue_id, entry.offset))
+        .collect();
+    let token = ctx.fences.install_pending(group, topic, &queues, &online);
     let reset = OffsetCommand {
         kind: OffsetKind::Reset,
         group: group.to_string(),
@@ -209,6 +223,10 @@ pub(super) async fn apply(
         entries: plan.entries.clone(),
     };
     let outcome = write(&ctx.store, reset).await.map_err(|error| {
+        // The record may still become durable: keep the fences, and let pulls lift them
+        // towards whatever the stored offset turns out to be.
+        ctx.fences
+            .activate(token, ctx.store.offset_generation(group, topic));
         (
             crate::codes::NOT_DURABLE,
             format!("reset not stored durably: {error}"),
@@ -241,29 +259,20 @@ pub(super) async fn apply(
         }
     }
     if !rejected.is_empty() {
+        // Queues the record did move keep their fences; a record that moved nothing leaves
+        // none behind.
+        if rejected.len() == plan.entries.len() {
+            ctx.fences.withdraw(token);
+        } else {
+            ctx.fences
+                .activate(token, outcome.generation.unwrap_or_default());
+        }
         return Err((
             crate::codes::COMMIT_REJECTED,
             format!("reset rejected: {}", rejected.join("; ")),
         ));
     }
-    // Consumers online now hold positions from before the reset: fence them per queue until
-    // they follow it (see `reset_fence`).
-    let online: Vec<u64> = ctx
-        .clients
-        .consumers(group)
-        .iter()
-        .map(|c| c.channel.id)
-        .collect();
-    for entry in &plan.entries {
-        ctx.fences.install(
-            group,
-            topic,
-            entry.queue_id,
-            entry.offset,
-            outcome.generation.unwrap_or(0),
-            online.iter().copied(),
-        );
-    }
+    ctx.fences.activate(token, outcome.generation.unwrap_or(0));
     // Pulled positions from before the reset no longer say what is in flight.
     ctx.clients.forget_pulls(group, topic);
     let push_header = ResetOffsetRequestHeader {
