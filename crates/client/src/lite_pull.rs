@@ -171,6 +171,10 @@ struct QueueState {
     fetch_offset: Option<u64>,
     /// Offset after the last polled message: the position a commit writes.
     consumed: Option<u64>,
+    /// Identifies the fetch task allowed to fill `buffer`; a seek, a reset or a new
+    /// assignment of the queue takes a fresh one ([`Shared::next_epoch`]), so a pull answered
+    /// for an older position — even one of an earlier assignment of the same queue — is
+    /// never buffered, and `poll` never returns it.
     epoch: u64,
     paused: bool,
     wake: Arc<Notify>,
@@ -210,9 +214,16 @@ struct Shared {
     rebalance_now: Notify,
     counters: Counters,
     last_auto_commit_error: Mutex<Option<String>>,
+    /// Source of [`QueueState::epoch`] values, unique for the consumer's life.
+    epochs: AtomicU64,
 }
 
 impl Shared {
+    /// A queue epoch never used before by this consumer.
+    fn next_epoch(&self) -> u64 {
+        self.epochs.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     fn lock(&self) -> MutexGuard<'_, Assignment> {
         // Every critical section is a short, non-blocking map update.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -265,6 +276,7 @@ impl LitePullConsumer {
             rebalance_now: Notify::new(),
             counters: Counters::default(),
             last_auto_commit_error: Mutex::new(None),
+            epochs: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -506,7 +518,7 @@ impl LitePullConsumer {
                 "cannot seek {queue:?}: it is not assigned to this consumer"
             )));
         };
-        q.epoch += 1;
+        q.epoch = self.shared.next_epoch();
         q.buffer.clear();
         q.fetch_offset = Some(offset);
         q.consumed = Some(offset);
@@ -728,7 +740,8 @@ async fn apply_assignment(
             if state.queues.contains_key(&queue) {
                 continue;
             }
-            let task = spawn_fetch(shared, queue.clone(), 0);
+            let epoch = shared.next_epoch();
+            let task = spawn_fetch(shared, queue.clone(), epoch);
             state.queues.insert(
                 queue,
                 QueueState {
@@ -736,7 +749,7 @@ async fn apply_assignment(
                     buffer: VecDeque::new(),
                     fetch_offset: None,
                     consumed: None,
-                    epoch: 0,
+                    epoch,
                     paused: false,
                     wake: Arc::new(Notify::new()),
                     task: Some(task),
@@ -1041,7 +1054,7 @@ fn apply_reset(shared: &Arc<Shared>, offsets: &[(MessageQueue, u64)]) {
             continue;
         };
         tracing::info!(?queue, offset, "offset reset by the broker; following it");
-        q.epoch += 1;
+        q.epoch = shared.next_epoch();
         q.buffer.clear();
         q.fetch_offset = Some(*offset);
         q.consumed = Some(*offset);

@@ -36,6 +36,13 @@
 //!   not committed over the reset), interrupt the pull in flight and resume at the reset
 //!   offset, which becomes the store's in-memory offset. The broker's reset fence refuses
 //!   this client's older commits anyway until it pulls the queue.
+//! - **Stale batches are never delivered**: right before the listener is called (on the
+//!   blocking pool, in both listener kinds) the batch's queue must still be owned (not
+//!   stopped by a rebalance or shutdown, not dropped) and at the generation the batch was
+//!   pulled in (no reset or correction since). Otherwise the batch is discarded without a
+//!   call ([`PushConsumerStats::batches_discarded`]) and is read again from the queue's new
+//!   position, or by its next owner. A batch whose listener call had already begun when the
+//!   queue moved finishes, but its result is neither committed nor sent back.
 //! - **ReconsumeLater** (clustering): each message is sent back with CONSUMER_SEND_MSG_BACK;
 //!   the broker stores it in `%RETRY%<group>` (to which this consumer also subscribes) or,
 //!   after [`PushConsumerConfig::max_reconsume_times`], in `%DLQ%<group>`. A message whose
@@ -252,6 +259,10 @@ pub struct PushConsumerStats {
     pub dropped_after_retries: u64,
     /// Results discarded because the queue was corrected or removed meanwhile (C8).
     pub stale_results: u64,
+    /// Listener calls not made because the batch's queue was reset, corrected, removed or
+    /// stopped after the batch was pulled: the batch was discarded undelivered (orderly:
+    /// one per message, each being its own call).
+    pub batches_discarded: u64,
     /// OFFSET_ILLEGAL corrections.
     pub corrections: u64,
     /// Times a queue's pulling paused for flow control.
@@ -270,6 +281,7 @@ struct Counters {
     send_back_failed: AtomicU64,
     dropped_after_retries: AtomicU64,
     stale_results: AtomicU64,
+    batches_discarded: AtomicU64,
     corrections: AtomicU64,
     flow_control_pauses: AtomicU64,
     rebalances: AtomicU64,
@@ -290,6 +302,7 @@ impl Counters {
             send_back_failed: get(&self.send_back_failed),
             dropped_after_retries: get(&self.dropped_after_retries),
             stale_results: get(&self.stale_results),
+            batches_discarded: get(&self.batches_discarded),
             corrections: get(&self.corrections),
             flow_control_pauses: get(&self.flow_control_pauses),
             rebalances: get(&self.rebalances),
@@ -569,7 +582,8 @@ impl PushConsumer {
     /// the report.
     pub async fn shutdown(mut self) -> Result<ShutdownReport, OffsetError> {
         let inner = self.inner.clone();
-        let _ = inner.stop.send(true);
+        // `send_replace`: the flag sticks even when no task is subscribed right now.
+        inner.stop.send_replace(true);
         // No rebalance or lock renewal is running past this point (a renewal sent after the
         // final unlock would keep the queues locked for the broker's lock lifetime).
         let _serial = inner.rebalance_serial.lock().await;
@@ -635,7 +649,7 @@ impl PushConsumer {
 
 impl Drop for PushConsumer {
     fn drop(&mut self) {
-        let _ = self.inner.stop.send(true);
+        self.inner.stop.send_replace(true);
         for task in self.tasks.drain(..) {
             task.abort();
         }

@@ -67,8 +67,11 @@ impl ProcessQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Stops pulling and delivering. `send_replace`, not `send`: the flag must stick even
+    /// when no task is waiting on it at this moment (`send` drops the value when the channel
+    /// has no receiver).
     pub(super) fn stop(&self) {
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
     }
 
     /// Results completing after this are not committed. Taken under the state lock, so a
@@ -185,6 +188,21 @@ impl ProcessQueue {
             }
         }
         self.interrupt.notify_one();
+    }
+
+    /// True while a result of `generation` may still be committed: the queue was not
+    /// dropped and neither reset nor corrected since (the same test [`ProcessQueue::complete`]
+    /// makes under the lock).
+    fn accepts_results(&self, generation: u64) -> bool {
+        let s = self.state();
+        s.generation == generation && !self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// True while a batch pulled in `generation` may be handed to the listener: the queue is
+    /// still owned (not stopped by a rebalance or shutdown, not dropped) and was neither reset
+    /// nor corrected since. Checked right before every listener call.
+    fn delivers(&self, generation: u64) -> bool {
+        !self.is_stopped() && self.accepts_results(generation)
     }
 
     fn cursor(&self) -> (u64, Option<u64>) {
@@ -397,13 +415,24 @@ fn restore_retry_topic(mut m: MessageExt) -> MessageExt {
     m
 }
 
-async fn call_listener(inner: &Inner, messages: Vec<MessageExt>) -> ConsumeStatus {
+/// Calls the listener with `messages` (pulled from `pq` in `generation`) on the blocking
+/// pool. `None` when the batch went stale before the call ([`ProcessQueue::delivers`],
+/// checked on the blocking thread right before the listener runs, so a reset that lands
+/// while the call waits for a thread is still honoured): the listener was not called.
+async fn call_listener(
+    inner: &Inner,
+    pq: &Arc<ProcessQueue>,
+    generation: u64,
+    messages: Vec<MessageExt>,
+) -> Option<ConsumeStatus> {
     let f = inner.listener.function().clone();
-    match tokio::task::spawn_blocking(move || f(&messages)).await {
+    let pq = pq.clone();
+    let call = move || pq.delivers(generation).then(|| f(&messages));
+    match tokio::task::spawn_blocking(call).await {
         Ok(status) => status,
         Err(error) => {
             tracing::warn!(%error, "listener panicked; reconsuming later");
-            ConsumeStatus::ReconsumeLater
+            Some(ConsumeStatus::ReconsumeLater)
         }
     }
 }
@@ -415,14 +444,27 @@ async fn dispatch_concurrently(
     generation: u64,
     messages: Vec<MessageExt>,
 ) -> bool {
-    for chunk in messages.chunks(inner.config.consume_batch_max.max(1)) {
+    let chunks: Vec<&[MessageExt]> = messages
+        .chunks(inner.config.consume_batch_max.max(1))
+        .collect();
+    for (index, chunk) in chunks.iter().enumerate() {
+        if !pq.delivers(generation) {
+            // Reset, corrected or removed while earlier chunks ran: the rest is stale.
+            Counters::add(&inner.counters.batches_discarded, chunks.len() - index);
+            return !pq.is_stopped();
+        }
         let mut stop = pq.stop.subscribe();
         let permit = tokio::select! {
+            // A stopped queue hands out nothing more, even when a permit is free too.
+            biased;
+            _ = stop.wait_for(|s| *s) => {
+                Counters::add(&inner.counters.batches_discarded, chunks.len() - index);
+                return false;
+            }
             p = inner.permits.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => return false,
             },
-            _ = stop.wait_for(|s| *s) => return false,
         };
         tokio::spawn(consume_concurrently(
             inner.clone(),
@@ -446,7 +488,11 @@ async fn consume_concurrently(
     let mut attempts = 0;
     loop {
         let offsets: Vec<u64> = messages.iter().map(|m| m.queue_offset).collect();
-        match call_listener(&inner, messages.clone()).await {
+        let Some(status) = call_listener(&inner, &pq, generation, messages.clone()).await else {
+            Counters::add(&inner.counters.batches_discarded, 1);
+            return;
+        };
+        match status {
             ConsumeStatus::ConsumeSuccess => {
                 Counters::add(&inner.counters.consumed_ok, messages.len());
                 if !pq.complete(generation, &offsets, store) {
@@ -456,6 +502,12 @@ async fn consume_concurrently(
             }
             ConsumeStatus::ReconsumeLater => {
                 Counters::add(&inner.counters.reconsume_later, messages.len());
+                if !pq.accepts_results(generation) {
+                    // The queue moved on: sending these back would deliver them once more
+                    // through the retry topic on top of the re-read from the new position.
+                    Counters::add(&inner.counters.stale_results, messages.len());
+                    return;
+                }
                 attempts += 1;
                 let mut failed = Vec::new();
                 if inner.clustering() {
@@ -515,11 +567,18 @@ async fn consume_orderly(
     messages: Vec<MessageExt>,
 ) -> bool {
     let store = inner.offsets.as_ref();
-    for mut m in messages {
+    let total = messages.len();
+    for (index, mut m) in messages.into_iter().enumerate() {
         let mut attempts = 0;
         loop {
             if pq.is_stopped() {
                 return false;
+            }
+            if !pq.delivers(generation) {
+                // Reset or corrected: the rest of this batch is stale; the pull task goes on
+                // from the queue's new position.
+                Counters::add(&inner.counters.batches_discarded, total - index);
+                return true;
             }
             if inner.orderly_locks() && !pq.lock_valid() {
                 if pq.sleep(Duration::from_millis(50)).await {
@@ -531,8 +590,12 @@ async fn consume_orderly(
                 Ok(p) => p,
                 Err(_) => return false,
             };
-            let status = call_listener(inner, vec![m.clone()]).await;
+            let status = call_listener(inner, pq, generation, vec![m.clone()]).await;
             drop(permit);
+            let Some(status) = status else {
+                Counters::add(&inner.counters.batches_discarded, total - index);
+                return !pq.is_stopped();
+            };
             match status {
                 ConsumeStatus::ConsumeSuccess => {
                     Counters::add(&inner.counters.consumed_ok, 1);
@@ -544,6 +607,13 @@ async fn consume_orderly(
                 ConsumeStatus::ReconsumeLater => {
                     Counters::add(&inner.counters.reconsume_later, 1);
                     attempts += 1;
+                    if !pq.accepts_results(generation) {
+                        // The queue moved on: no send-back, and the rest of the batch is
+                        // stale.
+                        Counters::add(&inner.counters.stale_results, 1);
+                        Counters::add(&inner.counters.batches_discarded, total - index - 1);
+                        return !pq.is_stopped();
+                    }
                     if attempts > inner.config.max_reconsume_times.max(0) {
                         let gone = if inner.clustering() {
                             // Straight to the DLQ (negative delay level).
@@ -767,6 +837,34 @@ mod tests {
         assert!(pq.add(new, &[msg(3)], 4));
         assert!(pq.complete(new, &[3], &store));
         assert_eq!(store.get(&pq.queue), Some(4));
+    }
+
+    #[test]
+    fn a_batch_is_delivered_only_while_its_queue_is_owned_and_unmoved() {
+        let store = MemoryStore::default();
+        let pq = pq();
+        pq.set_start(10);
+        let (old, _) = pq.cursor();
+        assert!(pq.delivers(old));
+        pq.reset_to(3, &store);
+        assert!(!pq.delivers(old), "reset since the pull");
+        assert!(!pq.accepts_results(old));
+        let (current, _) = pq.cursor();
+        assert!(pq.delivers(current));
+        pq.begin_correction(7);
+        assert!(!pq.delivers(current), "corrected since the pull");
+        let (current, _) = pq.cursor();
+        pq.stop();
+        assert!(
+            !pq.delivers(current),
+            "stopped: rebalanced away or shut down"
+        );
+        assert!(
+            pq.accepts_results(current),
+            "a running call may still commit"
+        );
+        pq.drop_results();
+        assert!(!pq.accepts_results(current), "dropped");
     }
 
     #[test]
