@@ -176,3 +176,30 @@ fn bad_broker_config_is_one_line_naming_the_key() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/broker.toml"));
 }
+
+#[test]
+fn standalone_accepts_a_relative_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Running(
+        ferromq()
+            .current_dir(dir.path())
+            .args([
+                "standalone",
+                "--data-dir",
+                "data-rel",
+                "--namesrv-port",
+                "0",
+                "--broker-port",
+                "0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let line = first_line(&mut child.0);
+    assert!(line.contains(" data "), "{line}");
+    assert!(dir.path().join("data-rel").is_dir());
+    signal(&child.0, "TERM");
+    assert!(wait_exit(&mut child.0).success());
+}

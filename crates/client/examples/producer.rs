@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             sent.msg_id, sent.queue.queue_id, sent.queue_offset
         );
     }
-    producer.shutdown();
+    // Unregisters from the brokers, then closes the connections.
+    producer.close().await?;
     Ok(())
 }

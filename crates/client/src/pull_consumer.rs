@@ -252,14 +252,7 @@ impl PullConsumer {
             pool.clone(),
             config.pull_timeout,
         );
-        let client_id = format!(
-            "127.0.0.1@{}#{}",
-            std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        );
+        let client_id = crate::connections::client_id(&config.namesrv_addrs, None);
         let consumer = PullConsumer {
             inner: Arc::new(Inner {
                 config,

@@ -30,6 +30,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
 /// fsyncs the directory holding `path`, making a create, rename or unlink durable.
 pub fn sync_parent(path: &Path) -> Result<(), FileError> {
     match path.parent() {
+        // A relative path with one component ("data") lives in the working directory.
+        Some(dir) if dir.as_os_str().is_empty() => sync_dir(Path::new(".")),
         Some(dir) => sync_dir(dir),
         None => Ok(()),
     }
