@@ -1216,6 +1216,116 @@ fn two_consumers(client: Client, test: &str) {
     assert_offsets_at_end(test, &broker, &topic, &group, 1216);
 }
 
+/// Messages cross client implementations both ways: 200 produced by the real client are
+/// consumed by the Rust client (ferromq-client `LitePullConsumer`) with identical body, keys
+/// and tag; 200 produced by the Rust `Producer` are push-consumed by the real client, which
+/// checks each key and tag against the body.
+fn cross_client(client: Client, test: &str) {
+    use ferromq_client::{
+        LitePullConsumer, LitePullConsumerConfig, Message, Producer, ProducerConfig, StartPosition,
+    };
+    const COUNT: u32 = 200;
+    let Some(mut ctx) = Ctx::new(client, test) else {
+        return;
+    };
+    let data = tempfile::tempdir().expect("temp data dir");
+    let broker = Standalone::start(data.path(), (0, 0), &ctx.dir, 1);
+    let namesrv = socket_addr(&broker.namesrv);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+
+    // Real client → Rust client.
+    let from_real = format!("Interop_{}_to_rust", client.label());
+    ctx.produce(&broker, &from_real, "TagR", "r", COUNT);
+    let received = runtime.block_on(async {
+        let consumer = LitePullConsumer::start(LitePullConsumerConfig {
+            namesrv_addrs: vec![namesrv],
+            group: format!("CG_rust_from_{}", client.label()),
+            start_position: StartPosition::First,
+            ..LitePullConsumerConfig::default()
+        })
+        .expect("lite pull consumer starts");
+        consumer
+            .subscribe(&from_real, "*")
+            .await
+            .expect("subscribe");
+        let mut received = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while received.len() < COUNT as usize && Instant::now() < deadline {
+            for m in consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .expect("poll")
+            {
+                let body = String::from_utf8(m.body.to_vec()).expect("UTF-8 body");
+                received.insert(body, (m.keys.clone(), m.tags.clone()));
+            }
+        }
+        consumer.commit().await.expect("commit");
+        consumer.shutdown().await.expect("shutdown");
+        received
+    });
+    assert_eq!(received.len(), COUNT as usize, "{test}: distinct bodies");
+    for i in 0..COUNT {
+        let body = format!("r:{i}");
+        let (keys, tags) = received
+            .get(&body)
+            .unwrap_or_else(|| panic!("{test}: {body} never arrived"));
+        assert_eq!(keys, &vec![format!("r-{i}")], "{test}: keys of {body}");
+        assert_eq!(tags.as_deref(), Some("TagR"), "{test}: tag of {body}");
+    }
+
+    // Rust client → real client.
+    let to_real = format!("Interop_rust_to_{}", client.label());
+    ctx.ensure_topic(&broker, &to_real);
+    runtime.block_on(async {
+        let producer = Producer::start(ProducerConfig {
+            namesrv_addrs: vec![namesrv],
+            group: "PG_rust_interop".into(),
+            ..ProducerConfig::default()
+        })
+        .expect("producer starts");
+        for i in 0..COUNT {
+            let message = Message::new(to_real.clone(), format!("s:{i}"))
+                .with_tags("TagS")
+                .with_key(format!("s-{i}"));
+            producer.send(message).await.expect("send");
+        }
+        producer.close().await.expect("close");
+    });
+    let group = format!("CG_{}_from_rust", client.label());
+    let mut consumer = ctx.consumer(
+        &broker.namesrv,
+        &to_real,
+        &group,
+        "from-rust",
+        &[
+            "--expect-tag",
+            "TagS",
+            "--expect",
+            &COUNT.to_string(),
+            "--linger",
+            "1",
+        ],
+    );
+    let summary = consumer.finish(Duration::from_secs(CONSUME_TIMEOUT_S) + SHUTDOWN_SLACK);
+    let got = with_prefix(&consumer.bodies(), "s");
+    let expected = expected_bodies("s", COUNT);
+    assert!(
+        got == expected,
+        "{}: {}; summary {summary}\n{}",
+        consumer.name,
+        describe_missing(&expected, &got),
+        consumer.stderr_tail()
+    );
+    assert_clean(&consumer.name, &summary);
+    eprintln!("{test}: {COUNT} messages each way with identical body, keys and tag");
+    broker.stop_clean();
+}
+
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -1251,6 +1361,22 @@ fn node_ali_ons_two_consumers_share_and_take_over() {
     two_consumers(
         Client::Node,
         "node_ali_ons_two_consumers_share_and_take_over",
+    );
+}
+
+#[test]
+fn python_cpp_and_rust_client_read_each_others_messages() {
+    cross_client(
+        Client::Python,
+        "python_cpp_and_rust_client_read_each_others_messages",
+    );
+}
+
+#[test]
+fn node_ali_ons_and_rust_client_read_each_others_messages() {
+    cross_client(
+        Client::Node,
+        "node_ali_ons_and_rust_client_read_each_others_messages",
     );
 }
 
