@@ -1264,8 +1264,10 @@ fn cross_client(client: Client, test: &str) {
                 received.insert(body, (m.keys.clone(), m.tags.clone()));
             }
         }
-        consumer.commit().await.expect("commit");
-        consumer.shutdown().await.expect("shutdown");
+        let committed = consumer.commit().await.expect("commit");
+        assert!(committed.is_complete(), "{committed:?}");
+        let closed = consumer.shutdown().await.expect("shutdown");
+        assert!(closed.is_complete(), "{closed:?}");
         received
     });
     assert_eq!(received.len(), COUNT as usize, "{test}: distinct bodies");
