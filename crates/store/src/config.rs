@@ -11,8 +11,10 @@ pub enum FlushDiskType {
     /// An append is acknowledged once `fdatasync` covers it; concurrent appends share one
     /// `fdatasync` (group commit). Consumers see only flushed data.
     SyncFlush,
-    /// Appends are acknowledged when written; a background flush runs every
-    /// `flush_interval_ms`. A crash may lose the unflushed tail, never a record in the middle.
+    /// An append is acknowledged once written to the segment files (the page cache), which
+    /// a crash of the process does not lose; a background flush fsyncs every
+    /// `flush_interval_ms`. An OS or machine crash may lose the unflushed suffix, never a
+    /// record in the middle.
     AsyncFlush,
 }
 

@@ -63,6 +63,11 @@ pub enum DurabilityError {
     /// fsync failed; the data may not be on disk. The store is poisoned.
     #[error("fsync failed, data is not durable: {0}")]
     FlushFailed(String),
+    /// `AsyncFlush`: the record never reached the CommitLog files, because writing them
+    /// failed (disk full, I/O error) or an earlier failure poisoned the store first. It is
+    /// not acknowledged; the store is poisoned.
+    #[error("the record was not written to the CommitLog: {0}")]
+    NotWritten(String),
     /// The flush did not complete within the configured timeout (RocketMQ FLUSH_DISK_TIMEOUT).
     #[error("flush did not complete within {timeout_ms} ms")]
     Timeout { timeout_ms: u64 },

@@ -14,9 +14,13 @@
 //!    `DurabilityError::FlushFailed`, and appends are refused until restart (see `error`).
 //! 3. A record cut by a truncation while its appender waited is reported as
 //!    `DurabilityError::Truncated`, never as durable, even after new records reuse its offsets.
+//!
+//! Under `AsyncFlush` a record is acknowledged once it is in the files (committed), not once
+//! fsynced; [`FlushControl::written_outcome`] answers those waiters with the same truncation
+//! and poisoning rules.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -70,6 +74,27 @@ impl FlushProgress {
         }
         None
     }
+
+    /// The `AsyncFlush` answer for a waiter of `end` appended at `epoch`, when the log is in
+    /// the files up to `committed_end`: acknowledged once committed, unless a truncation cut
+    /// the record; `NotWritten` when the store was poisoned before the record reached the
+    /// files. `None`: not yet committed, ask again after a commit.
+    fn written_outcome(
+        &self,
+        end: u64,
+        epoch: u64,
+        committed_end: u64,
+    ) -> Option<Result<(), DurabilityError>> {
+        if let Some(truncated_to) = self.cut_since(epoch, end) {
+            return Some(Err(DurabilityError::Truncated { truncated_to }));
+        }
+        if committed_end >= end {
+            return Some(Ok(()));
+        }
+        self.failure
+            .as_ref()
+            .map(|failure| Err(DurabilityError::NotWritten(failure.clone())))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +118,8 @@ pub struct FlushControl {
     state: Mutex<State>,
     /// Mirror of `flushed_end` readable without the lock.
     flushed_end: AtomicU64,
+    /// Mirror of `progress.failure.is_some()` readable without the lock.
+    poisoned: AtomicBool,
     requests: Mutex<Requests>,
     work_arrived: Condvar,
     watch: watch::Sender<FlushProgress>,
@@ -117,6 +144,7 @@ impl FlushControl {
                 ..State::default()
             }),
             flushed_end: AtomicU64::new(flushed_end),
+            poisoned: AtomicBool::new(false),
             requests: Mutex::new(Requests {
                 wanted: flushed_end,
                 stop: false,
@@ -219,7 +247,27 @@ impl FlushControl {
         if state.progress.failure.is_none() {
             state.progress.failure = Some(failure);
         }
+        self.poisoned.store(true, Ordering::Release);
         self.publish(&mut state, true);
+    }
+
+    /// Whether the store is poisoned, without taking the lock (hot paths).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Under `AsyncFlush`: the answer for a waiter of `end` appended at truncation epoch
+    /// `epoch`, once there is one (see `FlushProgress::written_outcome`). `committed_end` is
+    /// read under the lock. Callers ask while no truncation is half done (after holding the
+    /// commit lock), so a lowered committed end comes with its published cut.
+    pub fn written_outcome(
+        &self,
+        end: u64,
+        epoch: u64,
+        committed_end: &dyn Fn() -> u64,
+    ) -> Option<Result<(), DurabilityError>> {
+        let state = self.state.lock().expect("flush lock");
+        state.progress.written_outcome(end, epoch, committed_end())
     }
 
     /// The failure that poisoned the store, if any.

@@ -2,9 +2,11 @@
 //! of in-memory chunks; [`commit_chunks`] later writes the chunks to the segment files.
 //!
 //! Appends are memory copies under the append lock. A committer (the flusher before each
-//! fsync, and under `AsyncFlush` the dispatcher on its ~1 ms tick) takes the whole tail under
-//! the lock — a swap — and writes it outside the lock, so appenders never wait for a write
-//! system call and one `pwrite` plus one `fdatasync` cover a whole group of appenders.
+//! fsync; under `AsyncFlush` an appender waiting for its acknowledgement, and the dispatcher
+//! on its ~1 ms tick; see `store::commit`) takes the whole tail under the lock — a swap — and
+//! writes it outside the lock, so appenders never hold the lock across a write system call
+//! and one `pwrite` (plus, under `SyncFlush`, one `fdatasync`) covers a whole group of
+//! appenders.
 //!
 //! Invariants:
 //! 1. Only the holder of the writer lock appends; physical offsets and per-queue offsets are

@@ -2,7 +2,9 @@
 //! ConsumeQueues, key index, offset view and checkpoints together.
 //!
 //! Threads: one flusher (owns CommitLog fsyncs), one dispatcher (only writer of derived
-//! state), one checkpointer (fsyncs derived state, writes checkpoints, runs retention).
+//! state; under `AsyncFlush` it also commits the tail on its ~1 ms tick, so records appended
+//! without an acknowledgement wait reach the files and consumers), one checkpointer (fsyncs
+//! derived state, writes checkpoints, runs retention).
 //!
 //! Lock order: `checkpoint_lock`, `commit_lock`, `writer`, `derived`. The dispatcher and readers
 //! take only `derived`; the checkpointer takes `checkpoint_lock` and `derived`, releases
@@ -11,9 +13,14 @@
 //! # Durability
 //! Under `SyncFlush`, [`MessageStore::put`] and [`MessageStore::commit_offsets`] return only
 //! after the record is fsynced; concurrent calls share fsyncs (group commit). Under
-//! `AsyncFlush` they return once written; a crash may lose the unflushed tail but never a record
-//! in the middle (recovery cuts the log at the first bad record).
+//! `AsyncFlush` they return once the record is written to the segment files (the page cache),
+//! not merely copied into the appender's in-memory tail: a waiting appender commits the tail
+//! itself when no commit is running, and concurrent waiters share that `pwrite` (group commit
+//! without fsync; see `commit`). So a crash of the process loses nothing acknowledged; an OS
+//! or machine crash may lose the suffix not yet fsynced (at most `flush_interval_ms` of
+//! appends) but never a record in the middle (recovery cuts the log at the first bad record).
 
+mod commit;
 mod committed;
 mod maintenance;
 mod offsets_api;
@@ -156,8 +163,10 @@ pub(crate) struct Inner {
     pub checkpoint_position: AtomicU64,
     /// Serialises checkpoints (the checkpointer thread and `close`/`truncate` callers).
     pub checkpoint_lock: Mutex<()>,
-    /// Serialises tail commits.
+    /// Serialises tail commits (taken through `lock_commits`, see `commit`).
     pub commit_lock: Mutex<()>,
+    /// Woken each time the commit lock is released: `AsyncFlush` waiters re-check their end.
+    pub commit_progress: tokio::sync::Notify,
     /// Committed chunks for the dispatcher, and spare buffers for the appender.
     pub committed: committed::CommittedChunks,
     /// Replication's commit point; `u64::MAX` when the store runs alone.
@@ -218,6 +227,7 @@ impl MessageStore {
             checkpoint_position: AtomicU64::new(position),
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
+            commit_progress: tokio::sync::Notify::new(),
             committed: Default::default(),
             confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
@@ -271,32 +281,48 @@ impl MessageStore {
         Ok(receipt)
     }
 
-    /// Appends records and returns once they are durable per the flush policy.
+    /// Appends records and returns once they are acknowledgeable per the flush policy.
     ///
     /// # Durability
-    /// `SyncFlush`: fsynced. `AsyncFlush`: written (flushed within `flush_interval_ms`).
+    /// `SyncFlush`: fsynced. `AsyncFlush`: written to the segment files (the page cache, so a
+    /// process crash keeps them), fsynced within `flush_interval_ms`.
     pub fn put(&self, records: &[DraftRecord<'_>]) -> Result<PutReceipt, StoreError> {
         let receipt = self.append(records)?;
         self.wait_acknowledgeable(receipt.end_offset, receipt.truncation_epoch)?;
         Ok(receipt)
     }
 
-    /// Blocks until everything below `end` satisfies the flush policy.
+    /// Blocks until everything below `end` (appended at truncation epoch `epoch`, both from
+    /// a [`PutReceipt`]) may be acknowledged under the flush policy.
+    ///
+    /// # Durability
+    /// `SyncFlush`: once fsynced (group commit with concurrent waiters). `AsyncFlush`: once
+    /// written to the segment files, i.e. in the page cache: a process crash loses nothing
+    /// acknowledged, an OS crash may lose the suffix not yet fsynced. The waiter writes the
+    /// pending tail itself when no commit is running (one `pwrite` shared by every appender
+    /// pending), rather than waiting for the background committer.
+    ///
+    /// # Errors
+    /// `Truncated` when a truncation after the append cut the record; `FlushFailed` (sync) or
+    /// `NotWritten` (async) when a failed fsync or write poisoned the store first; `Timeout`
+    /// (sync only) when the fsync outlives `sync_flush_timeout_ms`.
     pub fn wait_acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.inner.flush.wait_durable_since(end, epoch),
-            FlushDiskType::AsyncFlush => Ok(()),
+            FlushDiskType::AsyncFlush => self.inner.wait_written(end, epoch),
         }
     }
 
-    /// Async form of [`MessageStore::wait_acknowledgeable`].
+    /// Async form of [`MessageStore::wait_acknowledgeable`], with the same rules. Under
+    /// `AsyncFlush` the first poll writes the pending tail itself when no commit is running
+    /// (a `pwrite` into the page cache, inside the poll).
     ///
     /// # Cancel safety
-    /// Dropping the future only stops waiting.
+    /// Dropping the future only stops waiting; a write it started has completed.
     pub async fn acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.inner.flush.durable(end, epoch).await,
-            FlushDiskType::AsyncFlush => Ok(()),
+            FlushDiskType::AsyncFlush => self.inner.written(end, epoch).await,
         }
     }
 
@@ -393,9 +419,10 @@ impl MessageStore {
         self.shutdown()
     }
 
-    /// Stops the store as a crash would: no final flush, no checkpoint, the `abort` marker
-    /// stays, and appended records not yet committed to the files are lost. For crash tests
-    /// that cannot kill a process; under `SyncFlush` nothing acknowledged is lost.
+    /// Stops the store as a crash of the process would: no final flush, no checkpoint, the
+    /// `abort` marker stays, and appended records not yet committed to the files are lost.
+    /// For crash tests that cannot kill a process; under either policy nothing acknowledged
+    /// is lost (acknowledged records are in the files).
     pub fn abandon(self) {
         self.inner
             .flush
@@ -454,8 +481,8 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return Err(AppendError::Closed);
         }
-        if let Some(failure) = self.poisoned() {
-            return Err(AppendError::Poisoned(failure));
+        if self.flush.is_poisoned() {
+            return Err(AppendError::Poisoned(self.poisoned().unwrap_or_default()));
         }
         let segment_room = self.config.segment_size_bytes - crate::commitlog::BLANK_LEN;
         if let Some((_, big)) = records.iter().find(|(_, r)| r.len() as u64 > segment_room) {
@@ -483,48 +510,6 @@ impl Inner {
             end_offset: writer.write_pos(),
             truncation_epoch: self.flush.epoch(),
         })
-    }
-
-    /// Commits the appender's uncommitted tail to the segment files (see
-    /// `commitlog::writer`). Lock order: `commit_lock`, then `writer` only for the swap.
-    pub(crate) fn commit_tail(&self) -> Result<(), crate::error::FileError> {
-        let _serial = self.commit_lock.lock().expect("commit lock");
-        if self.poisoned().is_some() {
-            return Ok(());
-        }
-        let mut spare = self.committed.take_spare();
-        let chunks = self
-            .writer
-            .lock()
-            .expect("writer lock")
-            .take_tail(&mut spare);
-        for buffer in spare {
-            self.committed.recycle(buffer);
-        }
-        if chunks.is_empty() {
-            return Ok(());
-        }
-        if let Err(error) = crate::commitlog::writer::commit_chunks(&self.log, &chunks) {
-            self.poison_after_failed_commit(&error);
-            return Err(error);
-        }
-        self.committed.push(chunks);
-        Ok(())
-    }
-
-    /// Commits the tail when appenders have outrun the committer (backpressure). Called
-    /// without the writer lock held.
-    pub(crate) fn commit_if_tail_full(&self, tail_bytes: usize) -> Result<(), AppendError> {
-        if tail_bytes >= crate::commitlog::writer::TAIL_BYTES_MAX {
-            self.commit_tail().map_err(AppendError::Write)?;
-        }
-        Ok(())
-    }
-
-    fn poison_after_failed_commit(&self, error: &crate::error::FileError) {
-        tracing::error!(%error, "writing the CommitLog failed; poisoning the store");
-        self.flush
-            .poison(format!("writing the CommitLog failed: {error}"));
     }
 
     /// How far the dispatcher may go: the confirm offset, the flushed end under `SyncFlush`,

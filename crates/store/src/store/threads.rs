@@ -9,7 +9,8 @@ use super::Inner;
 use crate::config::FlushDiskType;
 
 /// The dispatcher's tick when idle: under `AsyncFlush` it also commits the appender's tail, so
-/// this bounds how long an acknowledged record waits before consumers can see it.
+/// this bounds how long a record waits before consumers can see it (an acknowledged record is
+/// in the files already; the tick bounds its dispatch).
 const DISPATCH_TICK: Duration = Duration::from_millis(1);
 const RETENTION_EVERY: Duration = Duration::from_secs(10);
 
@@ -27,7 +28,12 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 .flush
                 // The dispatcher is not woken per fsync: it ticks every millisecond, which
                 // bounds consumer latency and saves a wake-up per group commit.
-                .run(&inner.log, interval, &|| inner.commit_tail(), &|| {})
+                .run(
+                    &inner.log,
+                    interval,
+                    &|| inner.commit_tail_in_background(),
+                    &|| {},
+                )
         })
     };
     let dispatcher = {
@@ -53,9 +59,10 @@ fn dispatch_loop(inner: &Inner) {
     loop {
         let closed = inner.closed.load(Ordering::Acquire);
         if inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
-            // A failure poisons the store inside commit_tail; dispatch goes on below what
-            // the files hold.
-            let _ = inner.commit_tail();
+            // Commits what appenders left without waiting for an acknowledgement (acknowledged
+            // records are in the files already). A failure poisons the store inside
+            // commit_tail; dispatch goes on below what the files hold.
+            let _ = inner.commit_tail_in_background();
         }
         if let Err(error) = inner.dispatch_once() {
             let mut failure = inner

@@ -1,0 +1,185 @@
+//! Committing the appender's tail to the segment files, and the `AsyncFlush` acknowledgement
+//! that rests on it: a record is acknowledged once its bytes are in the files (the page
+//! cache), so a crash of the process loses nothing acknowledged; only an OS crash may lose
+//! the unflushed suffix.
+//!
+//! Committers: the flusher before every fsync; under `AsyncFlush` also the dispatcher on its
+//! tick, an appender whose tail passed `TAIL_BYTES_MAX` (backpressure), readers catching up,
+//! and above all an appender waiting for its acknowledgement. That waiter does not wait for a
+//! background tick: when nobody is committing it commits the whole pending tail itself, one
+//! `pwrite` per chunk for every appender whose bytes are pending, so concurrent acknowledgements
+//! share one write (a group commit without fsync). When a commit is running, the waiter
+//! waits for it and commits only if it did not cover its end.
+//!
+//! Invariants:
+//! 1. Commits are serialised by `commit_lock` (taken before `writer`, which a commit holds
+//!    only for the swap of the tail), so chunks reach the files in log order and the
+//!    committed end only grows, except when a truncation (which holds the lock) lowers it.
+//! 2. Releasing the commit lock wakes every async waiter ([`CommitSerial`]'s drop), so a
+//!    waiter that found the lock busy re-checks after each commit and never sleeps past one.
+//! 3. An `AsyncFlush` waiter is answered by the same rules as a `SyncFlush` one, with the
+//!    committed end in place of the flushed end: `Truncated` if a truncation after its append
+//!    cut below its end, success once committed, `NotWritten` if the store was poisoned
+//!    before its bytes reached the files.
+
+use std::sync::{MutexGuard, TryLockError};
+
+use super::Inner;
+use crate::config::FlushDiskType;
+use crate::error::{AppendError, DurabilityError, FileError};
+
+/// The commit lock, held. Dropping it releases the lock and then wakes async waiters of
+/// the committed end (invariant 2): after the release, so a woken waiter can take it.
+pub(crate) struct CommitSerial<'a> {
+    guard: Option<MutexGuard<'a, ()>>,
+    inner: &'a Inner,
+}
+
+impl Drop for CommitSerial<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.inner.commit_progress.notify_waiters();
+    }
+}
+
+impl Inner {
+    /// Takes the commit lock, waiting for a running commit or truncation.
+    pub(crate) fn lock_commits(&self) -> CommitSerial<'_> {
+        CommitSerial {
+            guard: Some(self.commit_lock.lock().expect("commit lock")),
+            inner: self,
+        }
+    }
+
+    /// Takes the commit lock if nobody holds it.
+    fn try_lock_commits(&self) -> Option<CommitSerial<'_>> {
+        let guard = match self.commit_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::Poisoned(_)) => panic!("commit lock poisoned"),
+        };
+        Some(CommitSerial {
+            guard: Some(guard),
+            inner: self,
+        })
+    }
+
+    /// Commits the appender's uncommitted tail to the segment files (see
+    /// `commitlog::writer`). Lock order: `commit_lock`, then `writer` only for the swap.
+    pub(crate) fn commit_tail(&self) -> Result<(), FileError> {
+        self.commit_tail_locked(self.lock_commits())
+    }
+
+    /// Commits the tail while holding `serial`, then releases it (waking waiters). A failed
+    /// write poisons the store. Does nothing once the store is poisoned: no byte may follow
+    /// records that failed to reach the files (`commitlog::writer` invariant 4).
+    fn commit_tail_locked(&self, serial: CommitSerial<'_>) -> Result<(), FileError> {
+        if self.flush.is_poisoned() {
+            return Ok(());
+        }
+        let mut spare = self.committed.take_spare();
+        let chunks = self
+            .writer
+            .lock()
+            .expect("writer lock")
+            .take_tail(&mut spare);
+        for buffer in spare {
+            self.committed.recycle(buffer);
+        }
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = crate::commitlog::writer::commit_chunks(&self.log, &chunks) {
+            tracing::error!(%error, "writing the CommitLog failed; poisoning the store");
+            self.flush
+                .poison(format!("writing the CommitLog failed: {error}"));
+            return Err(error);
+        }
+        // Queued under the lock, so the dispatcher receives chunks in log order.
+        self.committed.push(chunks);
+        drop(serial);
+        Ok(())
+    }
+
+    /// The commit of a background committer (dispatcher tick, `AsyncFlush` interval flusher);
+    /// tests may hold these under `AsyncFlush` (`Faults::hold_background_commits`).
+    pub(crate) fn commit_tail_in_background(&self) -> Result<(), FileError> {
+        if self.config.flush_disk_type == FlushDiskType::AsyncFlush
+            && self.log.faults.background_commits_held()
+        {
+            return Ok(());
+        }
+        self.commit_tail()
+    }
+
+    /// Commits the tail when appenders have outrun the committer (backpressure). Called
+    /// without the writer lock held.
+    pub(crate) fn commit_if_tail_full(&self, tail_bytes: usize) -> Result<(), AppendError> {
+        if tail_bytes >= crate::commitlog::writer::TAIL_BYTES_MAX {
+            self.commit_tail().map_err(AppendError::Write)?;
+        }
+        Ok(())
+    }
+
+    /// `AsyncFlush`: blocks until the record ending at `end`, appended at truncation epoch
+    /// `epoch`, is in the files — committing the pending tail itself unless a running commit
+    /// covers it (invariant 3).
+    pub(crate) fn wait_written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        if self.written_at_once(end, epoch) {
+            return Ok(());
+        }
+        self.commit_for(end, self.lock_commits());
+        self.written_outcome(end, epoch)
+    }
+
+    /// Async form of [`Inner::wait_written`]: commits the tail itself when the commit lock
+    /// is free, otherwise waits for the running commit to release it and checks again.
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting; a commit runs inside one poll, never across
+    /// an await.
+    pub(crate) async fn written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        loop {
+            // Registered before the checks: a commit released after them wakes this future.
+            let released = self.commit_progress.notified();
+            if self.written_at_once(end, epoch) {
+                return Ok(());
+            }
+            if let Some(serial) = self.try_lock_commits() {
+                self.commit_for(end, serial);
+                return self.written_outcome(end, epoch);
+            }
+            released.await;
+        }
+    }
+
+    /// Commits the tail unless the commit that held the lock before `serial` already
+    /// covered `end`. A failure poisons the store; the waiter learns it from the outcome.
+    fn commit_for(&self, end: u64, serial: CommitSerial<'_>) {
+        if self.log.committed_end() < end {
+            // The error is recorded as the store's poison and answered by `written_outcome`.
+            let _ = self.commit_tail_locked(serial);
+        }
+    }
+
+    /// The lock-free check: committed past `end` and no truncation since the append.
+    fn written_at_once(&self, end: u64, epoch: u64) -> bool {
+        self.flush.epoch() == epoch && self.log.committed_end() >= end
+    }
+
+    /// The answer after the waiter held the commit lock (so no truncation is half done and
+    /// its own bytes were committed, unless the store is poisoned or the record was cut).
+    fn written_outcome(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        if self.written_at_once(end, epoch) {
+            return Ok(());
+        }
+        self.flush
+            .written_outcome(end, epoch, &|| self.log.committed_end())
+            .unwrap_or_else(|| {
+                // Only if the truncation that cut the record is no longer remembered.
+                Err(DurabilityError::Truncated {
+                    truncated_to: self.log.committed_end(),
+                })
+            })
+    }
+}
