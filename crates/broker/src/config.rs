@@ -38,11 +38,23 @@ pub struct BrokerConfig {
     pub broker_name: String,
     /// 0 for a master.
     pub broker_id: u64,
-    /// Address clients are told to use.
+    /// The IP the broker registers with the name servers and writes into message ids (store
+    /// host): clients connect to `brokerIP1:listenPort`, or `brokerIP1:brokerAdvertisedPort`
+    /// when that is set. Must be an address clients can reach, not `0.0.0.0`.
     #[serde(rename = "brokerIP1")]
     pub broker_ip1: IpAddr,
     /// Port to listen on (0: any free port).
     pub listen_port: u16,
+    /// IP the listening sockets (broker and metrics) bind; absent: `brokerIP1`. RocketMQ's
+    /// `bindAddress` (there `0.0.0.0` by default; ferromq listens only where it registers
+    /// unless told otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_address: Option<IpAddr>,
+    /// Port the broker registers and writes into message ids instead of the one it listens
+    /// on, for a proxy or port mapping in front of it; absent: the listening port. ferromq's
+    /// own key (RocketMQ always registers `brokerIP1:listenPort`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker_advertised_port: Option<u16>,
     /// Name servers, `host:port;host:port`; empty runs without registration.
     pub namesrv_addr: String,
     /// Data directory.
@@ -79,7 +91,8 @@ pub struct BrokerConfig {
     pub channel_expired_timeout: u64,
     /// Largest frame accepted from a client.
     pub max_frame_length: usize,
-    /// Port of the Prometheus metrics endpoint (`GET /metrics` over HTTP on `brokerIP1`);
+    /// Port of the Prometheus metrics endpoint (`GET /metrics` over HTTP on `bindAddress`,
+    /// by default `brokerIP1`);
     /// absent: no endpoint; 0: any free port, see `Broker::metrics_addr`. ferromq's own key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_port: Option<u16>,
@@ -93,6 +106,8 @@ impl Default for BrokerConfig {
             broker_id: 0,
             broker_ip1: IpAddr::V4(Ipv4Addr::LOCALHOST),
             listen_port: 10911,
+            bind_address: None,
+            broker_advertised_port: None,
             namesrv_addr: String::new(),
             store_path_root_dir: PathBuf::from("./data"),
             flush_disk_type: "ASYNC_FLUSH".into(),
@@ -143,6 +158,19 @@ impl BrokerConfig {
         if self.broker_name.is_empty() {
             return invalid("brokerName", "must not be empty");
         }
+        if self.broker_ip1.is_unspecified() {
+            return invalid(
+                "brokerIP1",
+                "an unspecified address (0.0.0.0 or ::) cannot be registered for clients; \
+                 to listen on every interface set bindAddress instead",
+            );
+        }
+        if self.broker_advertised_port == Some(0) {
+            return invalid(
+                "brokerAdvertisedPort",
+                "must be between 1 and 65535 (leave it out to register listenPort)",
+            );
+        }
         self.flush_type()?;
         match self.broker_role.as_str() {
             "ASYNC_MASTER" | "SYNC_MASTER" => {}
@@ -160,6 +188,19 @@ impl BrokerConfig {
         self.namesrv_addrs()?;
         self.delay_levels_ms()?;
         Ok(())
+    }
+
+    /// The IP the listening sockets bind: `bindAddress`, else `brokerIP1`.
+    pub fn bind_ip(&self) -> IpAddr {
+        self.bind_address.unwrap_or(self.broker_ip1)
+    }
+
+    /// The address the broker registers and writes into message ids (RocketMQ's
+    /// `getBrokerAddr` and `storeHost`), given the port it really listens on (`listenPort`,
+    /// or the one the OS chose for `listenPort = 0`).
+    pub fn advertised_addr(&self, listening_port: u16) -> SocketAddr {
+        let port = self.broker_advertised_port.unwrap_or(listening_port);
+        SocketAddr::new(self.broker_ip1, port)
     }
 
     /// `flushDiskType` as the store's enum.
@@ -222,7 +263,7 @@ impl BrokerConfig {
         store.flush_interval_ms = self.flush_interval_commit_log.max(1);
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
-        store.store_host = SocketAddr::new(self.broker_ip1, self.listen_port);
+        store.store_host = self.advertised_addr(self.listen_port);
         store
             .validate()
             .map_err(|e| ConfigError::Store(e.to_string()))?;
@@ -277,6 +318,77 @@ mod tests {
             "{}",
             error.message()
         );
+    }
+
+    #[test]
+    fn advertised_address_keys_parse_and_bad_values_name_their_key() {
+        let config: BrokerConfig = toml::from_str(
+            "brokerIP1 = \"127.0.0.2\"\nbindAddress = \"127.0.0.1\"\nbrokerAdvertisedPort = 20911\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.bind_ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(
+            config.advertised_addr(10911),
+            "127.0.0.2:20911".parse().unwrap()
+        );
+        assert_eq!(
+            config.store_config().unwrap().store_host,
+            "127.0.0.2:20911".parse().unwrap()
+        );
+        // Without the ferromq keys: RocketMQ's brokerIP1:listenPort, bound on brokerIP1.
+        let config: BrokerConfig = toml::from_str("brokerIP1 = \"127.0.0.3\"\n").unwrap();
+        assert_eq!(config.bind_ip(), "127.0.0.3".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            config.advertised_addr(10999),
+            "127.0.0.3:10999".parse().unwrap()
+        );
+
+        for (text, key) in [
+            ("brokerIP1 = \"not-an-ip\"\n", "brokerIP1"),
+            ("bindAddress = \"localhost:1\"\n", "bindAddress"),
+            ("brokerAdvertisedPort = 70000\n", "brokerAdvertisedPort"),
+            ("brokerAdvertisedPort = \"x\"\n", "brokerAdvertisedPort"),
+        ] {
+            let error = toml::from_str::<BrokerConfig>(text).unwrap_err();
+            let message = describe_toml_error(text, &error);
+            assert!(message.contains(key), "{text:?}: {message}");
+        }
+        for (config, key) in [
+            (
+                BrokerConfig {
+                    broker_ip1: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    ..BrokerConfig::default()
+                },
+                "brokerIP1",
+            ),
+            (
+                BrokerConfig {
+                    broker_advertised_port: Some(0),
+                    ..BrokerConfig::default()
+                },
+                "brokerAdvertisedPort",
+            ),
+        ] {
+            let message = config.validate().unwrap_err().to_string();
+            assert!(message.contains(key), "{message}");
+        }
+    }
+
+    #[test]
+    fn advertised_address_keys_are_read_from_a_file_and_bad_ones_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(
+            &path,
+            "brokerIP1 = \"127.0.0.2\"\nbrokerAdvertisedPort = 0\n",
+        )
+        .unwrap();
+        let message = BrokerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(message.contains("brokerAdvertisedPort"), "{message}");
+        std::fs::write(&path, "brokerIP1 = \"127.0.0.2:10911\"\n").unwrap();
+        let message = BrokerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(message.contains("brokerIP1"), "{message}");
     }
 
     #[test]

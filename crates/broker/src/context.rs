@@ -35,7 +35,9 @@ pub struct BrokerCounters {
 pub struct BrokerContext {
     /// Settings.
     pub config: BrokerConfig,
-    /// The address clients reach this broker at (`brokerIP1:listenPort`).
+    /// The address clients reach this broker at (`brokerIP1:listenPort`, or
+    /// `brokerIP1:brokerAdvertisedPort`): registered with the name servers and the store host
+    /// of message ids.
     pub broker_addr: SocketAddr,
     /// The message store.
     pub store: Arc<MessageStore>,

@@ -48,7 +48,15 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "brokerRole",
         "replication roles change by failover, not by configuration",
     ),
-    ("brokerIP1", "the listening socket is bound at startup"),
+    (
+        "brokerIP1",
+        "the broker's address in routes and message ids is fixed at startup",
+    ),
+    ("bindAddress", "the listening socket is bound at startup"),
+    (
+        "brokerAdvertisedPort",
+        "the broker's address in routes and message ids is fixed at startup",
+    ),
     ("listenPort", "the listening socket is bound at startup"),
     ("metricsPort", "the metrics socket is bound at startup"),
     ("namesrvAddr", "name server connections are made at startup"),

@@ -72,7 +72,7 @@ impl Broker {
     /// is [`Broker::local_addr`].
     pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
         config.validate()?;
-        let bind = SocketAddr::new(config.broker_ip1, config.listen_port);
+        let bind = SocketAddr::new(config.bind_ip(), config.listen_port);
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|source| BrokerError::Listen { addr: bind, source })?;
@@ -81,7 +81,7 @@ impl Broker {
             .map_err(|source| BrokerError::Listen { addr: bind, source })?;
         let metrics_listener = match config.metrics_port {
             Some(port) => {
-                let addr = SocketAddr::new(config.broker_ip1, port);
+                let addr = SocketAddr::new(config.bind_ip(), port);
                 let listener = TcpListener::bind(addr)
                     .await
                     .map_err(|source| BrokerError::MetricsListen { addr, source })?;
@@ -92,8 +92,10 @@ impl Broker {
             }
             None => None,
         };
+        // The address registered with the name servers and written into message ids.
+        let broker_addr = config.advertised_addr(local_addr.port());
         let mut store_config = config.store_config()?;
-        store_config.store_host = local_addr;
+        store_config.store_host = broker_addr;
         let store = tokio::task::spawn_blocking(move || MessageStore::open(store_config))
             .await
             .map_err(|e| BrokerError::Task(e.to_string()))??;
@@ -108,7 +110,7 @@ impl Broker {
         let namesrvs = config.namesrv_addrs()?;
         let delay_levels_ms = config.delay_levels_ms()?;
         let ctx = Arc::new(BrokerContext {
-            broker_addr: local_addr,
+            broker_addr,
             store: Arc::new(store),
             topics,
             groups,
@@ -147,7 +149,12 @@ impl Broker {
                 stop_rx,
             )));
         }
-        tracing::info!(addr = %local_addr, broker = %ctx.config.broker_name, "broker listening");
+        tracing::info!(
+            addr = %local_addr,
+            advertised = %broker_addr,
+            broker = %ctx.config.broker_name,
+            "broker listening"
+        );
         Ok(Broker {
             ctx,
             local_addr,
@@ -157,7 +164,8 @@ impl Broker {
         })
     }
 
-    /// The address the broker listens on and advertises.
+    /// The address the broker listens on. It registers `context().broker_addr`, which differs
+    /// when `brokerIP1`, `bindAddress` or `brokerAdvertisedPort` say so.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }

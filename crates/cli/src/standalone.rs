@@ -46,8 +46,9 @@ pub struct StandaloneArgs {
     /// Open the store, print its recovery report as one JSON line, close it and exit.
     #[arg(long)]
     check: bool,
-    /// Register the broker with the name server at this address instead of the one it
-    /// listens on (e.g. a proxy in front of it, as `ferromq chaos` runs).
+    /// Register the broker with the name server, and write into message ids, this address
+    /// instead of the one it listens on (e.g. a proxy in front of it, as `ferromq chaos`
+    /// runs): the broker's brokerIP1 and brokerAdvertisedPort. It still listens on 127.0.0.1.
     #[arg(long, value_name = "ADDR")]
     advertise: Option<SocketAddr>,
 }
@@ -89,15 +90,15 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
     let namesrv_task = tokio::spawn(namesrv.run(async move {
         let _ = namesrv_stopped.await;
     }));
+    // --advertise registers a different address (a proxy in front of the broker, as
+    // `ferromq chaos` runs) through brokerIP1 and brokerAdvertisedPort; the broker still
+    // listens on loopback only.
     let config = BrokerConfig {
-        broker_ip1: loopback,
+        broker_ip1: args.advertise.map_or(loopback, |addr| addr.ip()),
+        bind_address: Some(loopback),
+        broker_advertised_port: args.advertise.map(|addr| addr.port()),
         listen_port: args.broker_port,
-        // With --advertise, the broker's own registration (of its listen address) is replaced
-        // by `register_advertised`.
-        namesrv_addr: match args.advertise {
-            Some(_) => String::new(),
-            None => namesrv_addr.to_string(),
-        },
+        namesrv_addr: namesrv_addr.to_string(),
         store_path_root_dir: args.data_dir.clone(),
         flush_disk_type: match args.flush {
             Flush::Sync => "SYNC_FLUSH".into(),
@@ -108,13 +109,6 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;
-    let advertised = args.advertise.map(|addr| {
-        tokio::spawn(register_advertised(
-            broker.context().clone(),
-            namesrv_addr,
-            addr,
-        ))
-    });
     if let Some(addr) = broker.metrics_addr() {
         eprintln!("ferromq standalone: metrics http://{addr}/metrics");
     }
@@ -132,51 +126,10 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
     std::io::stdout().flush().context("writing to stdout")?;
     let reason = signals.recv().await;
     tracing::info!(%reason, "shutting down");
-    if let Some(task) = advertised {
-        task.abort();
-    }
     let stopped = broker.shutdown().await.context("stopping the broker");
     let _ = stop_namesrv.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), namesrv_task).await;
     stopped?;
     eprintln!("ferromq standalone stopped cleanly");
     Ok(())
-}
-
-/// The broker's name-server registration, naming `advertise` as its address: at once, after
-/// every topic change, and every `registerNameServerPeriod` (as the broker's own does).
-async fn register_advertised(
-    ctx: std::sync::Arc<ferromq_broker::BrokerContext>,
-    namesrv: SocketAddr,
-    advertise: SocketAddr,
-) {
-    use ferromq_protocol::remoting::body::topic::RegisterBrokerBody;
-    use ferromq_protocol::remoting::headers::namesrv::RegisterBrokerRequestHeader;
-    let client = ferromq_namesrv::NamesrvClient::new();
-    let period = Duration::from_millis(ctx.config.register_name_server_period.max(1_000));
-    loop {
-        let header = RegisterBrokerRequestHeader {
-            broker_name: ctx.config.broker_name.clone(),
-            broker_addr: advertise.to_string(),
-            cluster_name: ctx.config.broker_cluster_name.clone(),
-            ha_server_addr: String::new(),
-            broker_id: ctx.config.broker_id as i64,
-            heartbeat_timeout_millis: Some(ctx.config.channel_expired_timeout as i64),
-            enable_acting_master: Some(false),
-            compressed: Some(false),
-            body_crc32: None,
-        };
-        let body = RegisterBrokerBody {
-            topic_config_serialize_wrapper: ctx.topics.snapshot(),
-            filter_server_list: Vec::new(),
-        };
-        let timeout = Duration::from_secs(3);
-        if let Err(error) = client.register_broker(namesrv, &header, &body, timeout).await {
-            tracing::warn!(%error, "registration with the name server failed; retrying");
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = ctx.register_now.notified() => {}
-        }
-    }
 }
