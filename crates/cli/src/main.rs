@@ -1,7 +1,8 @@
 //! `ferromq`: the command line of ferromq.
 //!
 //! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`,
-//! `admin` (mqadmin's commands) and `bench`. `controller` and `chaos` join as their issues land.
+//! `admin` (mqadmin's commands), `bench` and `chaos` (seeded fault injection). `controller`
+//! joins as its issue lands.
 //!
 //! Conventions at this edge:
 //! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.
@@ -9,9 +10,12 @@
 //!    panics on bad input.
 //! 3. Logs go to stderr, filtered by `RUST_LOG` (default `info`); results go to stdout, and with
 //!    `--json` the last stdout line is one JSON object.
+//! 4. A command whose stdout is closed early (`| head`) dies of SIGPIPE, silently, like a Unix
+//!    tool (see `broken_pipe`); servers and `chaos` keep SIGPIPE ignored.
 
 mod admin;
 mod bench;
+mod broken_pipe;
 mod chaos;
 mod record;
 mod report;
@@ -90,6 +94,16 @@ fn main() -> ExitCode {
         Err(error) => return usage_error(&error),
     };
     init_tracing();
+    let serves = matches!(
+        cli.command,
+        Command::Standalone(_) | Command::Namesrv(_) | Command::Broker(_) | Command::Chaos(_)
+    );
+    if !serves {
+        if let Err(error) = broken_pipe::die_when_stdout_closes() {
+            eprintln!("error: installing the SIGPIPE handler: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = match cli.command {
         Command::Standalone(args) => standalone::run(&args),
         Command::Namesrv(args) => servers::run_namesrv(&args),
