@@ -529,6 +529,38 @@ fn commit_during_a_pending_reset_is_no_regression() {
 }
 
 #[test]
+fn commit_sent_before_a_reset_and_acknowledged_after_it_does_not_raise_the_baseline() {
+    // Chaos `--faults reset --seed 8`: the broker applied 4 before the reset record, but its
+    // reply was recorded after the reset op; the session's next commits start from the reset.
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .reset(0, 1, 1)
+        .commit(reader, 0, 3)
+        .reset(0, 1, 2)
+        .commit(reader, 0, 4)
+        .commit(reader, 0, 2)
+        .observe(0, 2, 5, Some(2))
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+
+    // Below the reset's baseline is still a regression.
+    let mut builder = clean();
+    builder
+        .reset(0, 1, 1)
+        .commit(reader, 0, 3)
+        .reset(0, 2, 2)
+        .commit(reader, 0, 4)
+        .commit(reader, 0, 1)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!((regression.from, regression.to), (2, 1));
+}
+
+#[test]
 fn async_commit_rollback_across_a_kill_is_allowed() {
     let reader = consumer(0, 0);
     let mut builder = clean();

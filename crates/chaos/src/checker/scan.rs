@@ -695,7 +695,12 @@ impl Scan {
             }
         }
         let running = state.commit_maxima.last().map(|(_, maximum)| *maximum);
+        // A reset op recorded after the reference point: the broker applied this offset
+        // before the reset record (a commit arriving after it is rejected), so the reset's
+        // baseline stands and the late reply does not raise it.
+        let before_reset = seen.reference.is_some_and(after(state.last_reset));
         let maximum = match running {
+            Some(running) if before_reset && !new_generation => running,
             Some(running) if !(new_generation || killed) => running.max(seen.offset),
             _ => seen.offset,
         };
