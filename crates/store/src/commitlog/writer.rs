@@ -177,11 +177,13 @@ impl WriterState {
     }
 
     /// The chunk that continues at `write_pos` (a new one after a segment roll or a commit).
+    /// A chunk that ends a segment is never continued, even when its BLANK marker filled the
+    /// segment to the last byte and its bytes end exactly at `write_pos`: the next record
+    /// belongs to the next segment's file.
     fn chunk_at_write_pos(&mut self) -> &mut Vec<u8> {
-        let continues = self
-            .tail
-            .last()
-            .is_some_and(|chunk| chunk.start + chunk.bytes.len() as u64 == self.write_pos);
+        let continues = self.tail.last().is_some_and(|chunk| {
+            !chunk.ends_segment && chunk.start + chunk.bytes.len() as u64 == self.write_pos
+        });
         if !continues {
             self.tail.push(TailChunk::new(self.write_pos, Vec::new()));
         }
@@ -258,4 +260,54 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
         log.publish_committed_end(chunk.end(log.segment_size()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferromq_protocol::DraftRecord;
+
+    fn encoded(body: &[u8]) -> EncodedRecord {
+        let host = "127.0.0.1:10911".parse().expect("address");
+        DraftRecord {
+            topic: "T",
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: host,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_tx_offset: 0,
+            body,
+            properties: &[],
+        }
+        .encode()
+        .expect("encode")
+    }
+
+    /// Two records end exactly `BLANK_LEN` bytes before the segment end, so the third rolls
+    /// with a BLANK that fills the segment to its last byte: the third record must start a
+    /// new chunk at the next segment, not be appended to the BLANK's chunk (whose bytes end
+    /// exactly where it starts), or it would be written into the previous segment's file.
+    #[test]
+    fn a_record_after_a_blank_that_fills_the_segment_starts_a_new_chunk() {
+        let len = encoded(b"body").len() as u64;
+        let segment_size = 2 * len + BLANK_LEN;
+        let mut writer = WriterState::new(0, HashMap::new(), 0, OffsetView::default());
+        let mut records: Vec<(&str, EncodedRecord)> =
+            (0..3).map(|_| ("T", encoded(b"body"))).collect();
+        let placements = writer.append(segment_size, 1, &mut records);
+        assert_eq!(placements[2].phys_offset, segment_size);
+        assert_eq!(writer.write_pos(), segment_size + len);
+        let chunks = writer.take_tail(&mut Vec::new());
+        assert_eq!(chunks.len(), 2, "{chunks:?}");
+        assert_eq!(chunks[0].start, 0);
+        assert!(chunks[0].ends_segment);
+        assert_eq!(chunks[0].bytes.len() as u64, segment_size);
+        assert_eq!(chunks[0].end(segment_size), segment_size);
+        assert_eq!(chunks[1].start, segment_size);
+        assert!(!chunks[1].ends_segment);
+        assert_eq!(chunks[1].bytes.len() as u64, len);
+    }
 }
