@@ -9,59 +9,32 @@
 //! background tick: when nobody is committing it commits the whole pending tail itself, one
 //! `pwrite` per chunk for every appender whose bytes are pending, so concurrent acknowledgements
 //! share one write (a group commit without fsync). When a commit is running, the waiter
-//! waits for it and commits only if it did not cover its end.
+//! waits for it on the commit lock and commits only if it did not cover its end.
+//!
+//! The async form waits on the lock too, blocking its poll: the holder is one `pwrite` away
+//! from releasing it (or a truncation, which also holds the append lock every appender
+//! needs). Parking the task instead and waking it on release costs more than the write: a
+//! waker lands in the LIFO slot of the committing worker, behind a task that keeps running.
 //!
 //! Invariants:
 //! 1. Commits are serialised by `commit_lock` (taken before `writer`, which a commit holds
 //!    only for the swap of the tail), so chunks reach the files in log order and the
 //!    committed end only grows, except when a truncation (which holds the lock) lowers it.
-//! 2. Releasing the commit lock wakes every async waiter ([`CommitSerial`]'s drop), so a
-//!    waiter that found the lock busy re-checks after each commit and never sleeps past one.
-//! 3. An `AsyncFlush` waiter is answered by the same rules as a `SyncFlush` one, with the
+//! 2. An `AsyncFlush` waiter is answered by the same rules as a `SyncFlush` one, with the
 //!    committed end in place of the flushed end: `Truncated` if a truncation after its append
 //!    cut below its end, success once committed, `NotWritten` if the store was poisoned
 //!    before its bytes reached the files.
 
-use std::sync::{MutexGuard, TryLockError};
+use std::sync::MutexGuard;
 
 use super::Inner;
 use crate::config::FlushDiskType;
 use crate::error::{AppendError, DurabilityError, FileError};
 
-/// The commit lock, held. Dropping it releases the lock and then wakes async waiters of
-/// the committed end (invariant 2): after the release, so a woken waiter can take it.
-pub(crate) struct CommitSerial<'a> {
-    guard: Option<MutexGuard<'a, ()>>,
-    inner: &'a Inner,
-}
-
-impl Drop for CommitSerial<'_> {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        self.inner.commit_progress.notify_waiters();
-    }
-}
-
 impl Inner {
     /// Takes the commit lock, waiting for a running commit or truncation.
-    pub(crate) fn lock_commits(&self) -> CommitSerial<'_> {
-        CommitSerial {
-            guard: Some(self.commit_lock.lock().expect("commit lock")),
-            inner: self,
-        }
-    }
-
-    /// Takes the commit lock if nobody holds it.
-    fn try_lock_commits(&self) -> Option<CommitSerial<'_>> {
-        let guard = match self.commit_lock.try_lock() {
-            Ok(guard) => guard,
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Poisoned(_)) => panic!("commit lock poisoned"),
-        };
-        Some(CommitSerial {
-            guard: Some(guard),
-            inner: self,
-        })
+    pub(crate) fn lock_commits(&self) -> MutexGuard<'_, ()> {
+        self.commit_lock.lock().expect("commit lock")
     }
 
     /// Commits the appender's uncommitted tail to the segment files (see
@@ -70,10 +43,10 @@ impl Inner {
         self.commit_tail_locked(self.lock_commits())
     }
 
-    /// Commits the tail while holding `serial`, then releases it (waking waiters). A failed
+    /// Commits the tail while holding `serial` (the commit lock), then releases it. A failed
     /// write poisons the store. Does nothing once the store is poisoned: no byte may follow
     /// records that failed to reach the files (`commitlog::writer` invariant 4).
-    fn commit_tail_locked(&self, serial: CommitSerial<'_>) -> Result<(), FileError> {
+    fn commit_tail_locked(&self, serial: MutexGuard<'_, ()>) -> Result<(), FileError> {
         if self.flush.is_poisoned() {
             return Ok(());
         }
@@ -101,9 +74,17 @@ impl Inner {
         Ok(())
     }
 
-    /// The commit of a background committer (dispatcher tick, `AsyncFlush` interval flusher);
-    /// tests may hold these under `AsyncFlush` (`Faults::hold_background_commits`).
+    /// The commit of a background committer (the flusher, the dispatcher's tick). It takes
+    /// no lock when the tail is empty — under `AsyncFlush` acknowledged appends commit
+    /// themselves, so the tick mostly finds nothing, and must not contend with them for the
+    /// commit and append locks. Tests may hold these commits under `AsyncFlush`
+    /// (`Faults::hold_background_commits`).
     pub(crate) fn commit_tail_in_background(&self) -> Result<(), FileError> {
+        // Both ends are published after the bytes they cover are in the tail or the files,
+        // so an append not seen here is committed by its waiter or the next pass.
+        if self.log.appended_end() <= self.log.committed_end() {
+            return Ok(());
+        }
         if self.config.flush_disk_type == FlushDiskType::AsyncFlush
             && self.log.faults.background_commits_held()
         {
@@ -123,7 +104,7 @@ impl Inner {
 
     /// `AsyncFlush`: blocks until the record ending at `end`, appended at truncation epoch
     /// `epoch`, is in the files — committing the pending tail itself unless a running commit
-    /// covers it (invariant 3).
+    /// covers it (invariant 2).
     pub(crate) fn wait_written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         if self.written_at_once(end, epoch) {
             return Ok(());
@@ -132,30 +113,9 @@ impl Inner {
         self.written_outcome(end, epoch)
     }
 
-    /// Async form of [`Inner::wait_written`]: commits the tail itself when the commit lock
-    /// is free, otherwise waits for the running commit to release it and checks again.
-    ///
-    /// # Cancel safety
-    /// Dropping the future only stops waiting; a commit runs inside one poll, never across
-    /// an await.
-    pub(crate) async fn written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
-        loop {
-            // Registered before the checks: a commit released after them wakes this future.
-            let released = self.commit_progress.notified();
-            if self.written_at_once(end, epoch) {
-                return Ok(());
-            }
-            if let Some(serial) = self.try_lock_commits() {
-                self.commit_for(end, serial);
-                return self.written_outcome(end, epoch);
-            }
-            released.await;
-        }
-    }
-
     /// Commits the tail unless the commit that held the lock before `serial` already
     /// covered `end`. A failure poisons the store; the waiter learns it from the outcome.
-    fn commit_for(&self, end: u64, serial: CommitSerial<'_>) {
+    fn commit_for(&self, end: u64, serial: MutexGuard<'_, ()>) {
         if self.log.committed_end() < end {
             // The error is recorded as the store's poison and answered by `written_outcome`.
             let _ = self.commit_tail_locked(serial);

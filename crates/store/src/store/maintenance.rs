@@ -224,8 +224,6 @@ impl MessageStore {
         let inner = &self.inner;
         // Lock order: checkpoint, writer, derived. No checkpoint may be written past the cut.
         let _serial = inner.checkpoint_lock.lock().expect("checkpoint lock");
-        // Released (waking async acknowledgement waiters, who then see the cut) after the
-        // writer and derived locks, which are declared later and dropped first.
         let _commits = inner.lock_commits();
         let mut writer = inner.writer.lock().expect("writer lock");
         let mut derived = inner.derived.lock().expect("derived lock");

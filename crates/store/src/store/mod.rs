@@ -165,8 +165,6 @@ pub(crate) struct Inner {
     pub checkpoint_lock: Mutex<()>,
     /// Serialises tail commits (taken through `lock_commits`, see `commit`).
     pub commit_lock: Mutex<()>,
-    /// Woken each time the commit lock is released: `AsyncFlush` waiters re-check their end.
-    pub commit_progress: tokio::sync::Notify,
     /// Committed chunks for the dispatcher, and spare buffers for the appender.
     pub committed: committed::CommittedChunks,
     /// Replication's commit point; `u64::MAX` when the store runs alone.
@@ -227,7 +225,6 @@ impl MessageStore {
             checkpoint_position: AtomicU64::new(position),
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
-            commit_progress: tokio::sync::Notify::new(),
             committed: Default::default(),
             confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
@@ -314,15 +311,16 @@ impl MessageStore {
     }
 
     /// Async form of [`MessageStore::wait_acknowledgeable`], with the same rules. Under
-    /// `AsyncFlush` the first poll writes the pending tail itself when no commit is running
-    /// (a `pwrite` into the page cache, inside the poll).
+    /// `AsyncFlush` it completes in its first poll: it writes the pending tail itself (a
+    /// `pwrite` into the page cache) or waits on the commit lock for the running commit,
+    /// which is one `pwrite` long (see `commit`); it never parks the task.
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting; a write it started has completed.
     pub async fn acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.inner.flush.durable(end, epoch).await,
-            FlushDiskType::AsyncFlush => self.inner.written(end, epoch).await,
+            FlushDiskType::AsyncFlush => self.inner.wait_written(end, epoch),
         }
     }
 
