@@ -13,8 +13,9 @@
 //!
 //! The async form waits on the lock too, blocking its poll: the holder is one `pwrite` away
 //! from releasing it (or a truncation, which also holds the append lock every appender
-//! needs). Parking the task instead and waking it on release costs more than the write: a
-//! waker lands in the LIFO slot of the committing worker, behind a task that keeps running.
+//! needs). Parking the task and waking it on release cost more than the write it waited for
+//! (`ferromq bench store --writers 8 --mode tasks`: p999 about 1.3 ms parked, 0.15–0.5 ms
+//! blocking): the woken task then waits for its worker, busy with other tasks.
 //!
 //! Invariants:
 //! 1. Commits are serialised by `commit_lock` (taken before `writer`, which a commit holds
