@@ -76,6 +76,16 @@ pub struct PersistReport {
 }
 
 impl PersistReport {
+    /// Adds the outcome of persisting `queue`: `Ok(Some(offset))` when the store acknowledged
+    /// `offset`, `Ok(None)` when there was nothing to write, `Err` when the persist failed.
+    pub fn record(&mut self, queue: MessageQueue, outcome: Result<Option<u64>, OffsetError>) {
+        match outcome {
+            Ok(Some(offset)) => self.persisted.push((queue, offset)),
+            Ok(None) => self.unchanged += 1,
+            Err(error) => self.failed.push((queue, error)),
+        }
+    }
+
     /// True when no queue failed.
     pub fn is_complete(&self) -> bool {
         self.failed.is_empty()
@@ -502,11 +512,8 @@ impl OffsetStore for BrokerOffsetStore {
             let queues: Vec<MessageQueue> = self.table.lock().keys().cloned().collect();
             let mut report = PersistReport::default();
             for queue in queues {
-                match self.persist_queue(&queue).await {
-                    Ok(Some(offset)) => report.persisted.push((queue, offset)),
-                    Ok(None) => report.unchanged += 1,
-                    Err(error) => report.failed.push((queue, error)),
-                }
+                let outcome = self.persist_queue(&queue).await;
+                report.record(queue, outcome);
             }
             Ok(report)
         })

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferromq_client::{MessageExt, MessageQueue};
+use ferromq_client::{MessageExt, MessageQueue, OffsetError};
 
 use crate::history::{ConsumerId, Op, Queue, Value};
 use crate::recorder::Recorder;
@@ -44,6 +44,29 @@ pub fn queue_of(queue: &MessageQueue) -> Queue {
     Queue {
         broker: queue.broker_name.clone(),
         queue_id: u32::try_from(queue.queue_id).unwrap_or(u32::MAX),
+    }
+}
+
+/// The history operation for the outcome of `consumer`'s commit of `offset` on `queue`:
+/// `CommitOk` when the broker acknowledged it, `CommitFail` with the error otherwise.
+pub fn commit_op(
+    consumer: ConsumerId,
+    queue: &MessageQueue,
+    offset: u64,
+    result: &Result<(), OffsetError>,
+) -> Op {
+    match result {
+        Ok(()) => Op::CommitOk {
+            consumer,
+            queue: queue_of(queue),
+            offset,
+        },
+        Err(error) => Op::CommitFail {
+            consumer,
+            queue: queue_of(queue),
+            offset,
+            error: error.to_string(),
+        },
     }
 }
 

@@ -26,8 +26,8 @@ use ferromq_client::{
     ReadMode,
 };
 
-use super::{queue_of, Active};
-use crate::history::{ConsumerId, ConsumerKind, Op};
+use super::{commit_op, queue_of, Active};
+use crate::history::{ConsumerId, ConsumerKind};
 use crate::recorder::Recorder;
 
 #[derive(Debug, Default)]
@@ -123,20 +123,8 @@ impl RecordingStore {
     /// Records the outcome of a commit of `offset` (plain or correction).
     fn record_commit(&self, queue: &MessageQueue, offset: u64, result: &Result<(), OffsetError>) {
         if self.recorded(queue) {
-            let op = match &result {
-                Ok(()) => Op::CommitOk {
-                    consumer: self.consumer,
-                    queue: queue_of(queue),
-                    offset,
-                },
-                Err(error) => Op::CommitFail {
-                    consumer: self.consumer,
-                    queue: queue_of(queue),
-                    offset,
-                    error: error.to_string(),
-                },
-            };
-            self.recorder.record(op);
+            self.recorder
+                .record(commit_op(self.consumer, queue, offset, result));
         }
         if result.is_ok() {
             self.table().committed.insert(queue.clone(), offset);
@@ -209,11 +197,8 @@ impl OffsetStore for RecordingStore {
             let queues: Vec<MessageQueue> = self.table().known.iter().cloned().collect();
             let mut report = PersistReport::default();
             for queue in queues {
-                match self.persist_queue(&queue).await {
-                    Ok(Some(offset)) => report.persisted.push((queue, offset)),
-                    Ok(None) => report.unchanged += 1,
-                    Err(error) => report.failed.push((queue, error)),
-                }
+                let outcome = self.persist_queue(&queue).await;
+                report.record(queue, outcome);
             }
             Ok(report)
         })

@@ -27,8 +27,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::membership::{allocation, consumer_ids};
-use super::{queue_of, record_delivery, Active, Shared, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE};
-use crate::history::{ConsumerId, ConsumerKind, Op};
+use super::{
+    commit_op, queue_of, record_delivery, Active, Shared, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE,
+};
+use crate::history::{ConsumerId, ConsumerKind};
 use crate::recorder::Recorder;
 
 /// Messages asked for per pull.
@@ -239,52 +241,26 @@ impl PullSession {
     /// the broker accepts only when justified) and records the outcome.
     async fn correct(&mut self, queue: &MessageQueue, offset: u64) {
         let result = self.client.offset_store().correct(queue, offset).await;
-        let op = match result {
-            Ok(()) => Op::CommitOk {
-                consumer: self.consumer,
-                queue: queue_of(queue),
-                offset,
-            },
-            Err(error) => Op::CommitFail {
-                consumer: self.consumer,
-                queue: queue_of(queue),
-                offset,
-                error: error.to_string(),
-            },
-        };
-        self.recorder.record(op);
+        self.recorder
+            .record(commit_op(self.consumer, queue, offset, &result));
     }
 
     /// Commits `offset` for `queue` and records the outcome; after a regression refusal the
     /// queue restarts from the committed offset read back.
     async fn commit(&mut self, queue: &MessageQueue, offset: u64) {
         let result = self.client.commit(queue, offset).await;
-        let q = queue_of(queue);
-        match result {
-            Ok(()) => self.recorder.record(Op::CommitOk {
-                consumer: self.consumer,
-                queue: q,
-                offset,
-            }),
-            Err(error) => {
-                self.recorder.record(Op::CommitFail {
-                    consumer: self.consumer,
-                    queue: q,
-                    offset,
-                    error: error.to_string(),
-                });
-                if matches!(
-                    error,
-                    OffsetError::Rejected {
-                        reason: RejectReason::Regression,
-                        ..
-                    }
-                ) {
-                    self.client.offset_store().remove(queue);
-                    self.owned.remove(queue);
-                    self.take(queue).await;
-                }
-            }
+        self.recorder
+            .record(commit_op(self.consumer, queue, offset, &result));
+        if matches!(
+            result,
+            Err(OffsetError::Rejected {
+                reason: RejectReason::Regression,
+                ..
+            })
+        ) {
+            self.client.offset_store().remove(queue);
+            self.owned.remove(queue);
+            self.take(queue).await;
         }
     }
 }
