@@ -327,9 +327,7 @@ fn check(key: &str, value: &str) -> Result<Change, ConfigUpdateError> {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    ferromq_store::Clock::now_ms(&ferromq_store::SystemClock)
 }
 
 #[cfg(test)]

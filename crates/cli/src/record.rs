@@ -1,9 +1,8 @@
 //! Building the records the CLI appends (demo and benchmark messages).
 
-use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use ferromq_protocol::DraftRecord;
+use ferromq_store::{Clock, SystemClock};
+use std::net::SocketAddr;
 
 /// A message without properties, born now on the store's host.
 pub fn draft<'a>(
@@ -27,9 +26,8 @@ pub fn draft<'a>(
     }
 }
 
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it): the store's
+/// [`SystemClock`], so the CLI and the broker read time the same way.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    SystemClock.now_ms()
 }

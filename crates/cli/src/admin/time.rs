@@ -9,6 +9,8 @@
 use anyhow::Result;
 use chrono::{Local, NaiveDate, NaiveDateTime, TimeZone};
 
+pub use crate::record::now_ms;
+
 /// Parses a time argument into epoch milliseconds; `now_ms` anchors `now` and relative forms.
 pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
     parse_time_in(text, now_ms, &Local)
@@ -107,13 +109,6 @@ where
         Some(time) => time.format(pattern).to_string(),
         None => "N/A".into(),
     }
-}
-
-/// Milliseconds since the epoch now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
