@@ -3,110 +3,13 @@
 //! key fixed at startup refused, and bad input (unreachable name server, missing flag) as one
 //! `error:` line with a non-zero exit. Also `standalone --metrics-port 0` serves a scrape.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-/// A standalone server, killed on drop.
-struct Standalone {
-    child: Child,
-    namesrv: String,
-    broker: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Standalone {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("standalone printed no address line within 30 s");
-    };
-    let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
-    Standalone {
-        namesrv: words[3].to_string(),
-        broker: words[5].to_string(),
-        child,
-        _dir: dir,
-    }
-}
-
-fn admin(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .arg("admin")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("ferromq admin {args:?} did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = admin(args);
-    assert!(
-        out.status.success(),
-        "ferromq admin {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn ok_json(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let stdout = ok(&all);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{args:?}: last line {last:?}: {e}"))
-}
-
-/// Asserts a failure with the given exit code and one stderr line; returns that line.
-fn fails(args: &[&str], code: i32) -> String {
-    let out = admin(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "ferromq admin {args:?}: {out:?}"
-    );
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one stderr line expected: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    lines[0].to_string()
-}
+use common::{admin, fails, ok, ok_json, start};
 
 /// Waits (bounded) until the broker has registered with the name server.
 fn wait_registered(namesrv: &str) {

@@ -5,9 +5,11 @@
 //! Every command runs with `TZ=UTC0` (POSIX form: no zone database needed) unless a test
 //! says otherwise.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::{admin, admin_in_zone, fails, ok, ok_json, start};
 
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::offset::UpdateConsumerOffsetRequestHeader;
@@ -16,120 +18,6 @@ use ferromq_protocol::remoting::{RemotingClient, RemotingCommand};
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A standalone server, killed on drop.
-struct Standalone {
-    child: Child,
-    namesrv: String,
-    broker: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Standalone {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args([
-            "standalone",
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(line) => line,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("standalone printed no address line within 30 s");
-        }
-    };
-    let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
-    Standalone {
-        namesrv: words[3].to_string(),
-        broker: words[5].to_string(),
-        child,
-        _dir: dir,
-    }
-}
-
-fn admin(args: &[&str]) -> Output {
-    admin_in_zone(args, "UTC0")
-}
-
-/// Runs `ferromq admin` with `TZ` set (times are read and printed in that zone).
-fn admin_in_zone(args: &[&str], zone: &str) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
-    command.arg("admin").args(args).env("TZ", zone);
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("ferromq admin {args:?} did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = admin(args);
-    assert!(
-        out.status.success(),
-        "ferromq admin {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn ok_json(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let stdout = ok(&all);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{args:?}: last line {last:?}: {e}"))
-}
-
-/// Asserts a failure with the given exit code and one stderr line; returns that line.
-fn fails(args: &[&str], code: i32) -> String {
-    let out = admin(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "ferromq admin {args:?}: {out:?}"
-    );
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one stderr line expected: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    lines[0].to_string()
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

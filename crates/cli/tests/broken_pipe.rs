@@ -3,58 +3,17 @@
 //! `--help` is ignored by clap (status 0). The pipe's read end is closed before the command
 //! starts, so every write to stdout fails and the test does not depend on timing.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
+
+use common::start;
 use std::time::{Duration, Instant};
 
 /// SIGPIPE's number on every Unix ferromq builds for.
 const SIGPIPE: i32 = 13;
-
-/// A standalone server, killed on drop.
-struct Standalone {
-    child: Child,
-    namesrv: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Standalone {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("standalone printed no address line within 30 s");
-    };
-    let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
-    Standalone {
-        namesrv: words[3].to_string(),
-        child,
-        _dir: dir,
-    }
-}
 
 /// Runs `ferromq args` with stdout a pipe nobody reads (its read end already closed); returns
 /// the status and stderr. Waits at most 20 s.

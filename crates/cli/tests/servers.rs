@@ -1,7 +1,8 @@
 //! `ferromq standalone`, `namesrv` and `broker` as processes: clean shutdown on SIGTERM and
 //! SIGINT, and configuration errors that name the key.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,15 +21,7 @@ impl Drop for Running {
 }
 
 fn first_line(child: &mut Child) -> String {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the server printed its address line")
+    common::first_line(child).expect("the server printed its address line within 30 s")
 }
 
 fn signal(child: &Child, name: &str) {

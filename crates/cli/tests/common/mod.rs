@@ -1,0 +1,126 @@
+//! Helpers shared by the `ferromq` process tests: a `ferromq standalone` killed on drop, its
+//! address line read with a bound, and `ferromq admin` runs (bounded, `TZ=UTC0` so times are
+//! read and printed in UTC unless a test names another zone).
+
+#![allow(dead_code)] // Each test file uses part of these helpers.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A standalone server, killed on drop.
+pub struct Standalone {
+    child: Child,
+    pub namesrv: String,
+    pub broker: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `ferromq standalone` on OS-chosen ports with a fresh data directory; returns once
+/// it printed its address line (panics after 30 s without one).
+pub fn start() -> Standalone {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let Some(line) = first_line(&mut child) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("standalone printed no address line within 30 s");
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
+    Standalone {
+        namesrv: words[3].to_string(),
+        broker: words[5].to_string(),
+        child,
+        _dir: dir,
+    }
+}
+
+/// The first line `child` prints on its (piped) stdout, or `None` when none came within 30 s.
+pub fn first_line(child: &mut Child) -> Option<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(Duration::from_secs(30)).ok()
+}
+
+/// Runs `ferromq admin args` with `TZ=UTC0`.
+pub fn admin(args: &[&str]) -> Output {
+    admin_in_zone(args, "UTC0")
+}
+
+/// Runs `ferromq admin` with `TZ` set (times are read and printed in that zone); panics when
+/// it does not finish within 60 s.
+pub fn admin_in_zone(args: &[&str], zone: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
+    command.arg("admin").args(args).env("TZ", zone);
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ferromq admin {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Asserts `ferromq admin args` succeeds; returns its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = admin(args);
+    assert!(
+        out.status.success(),
+        "ferromq admin {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `ferromq admin args --json`; returns the last stdout line parsed.
+pub fn ok_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let stdout = ok(&all);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{args:?}: last line {last:?}: {e}"))
+}
+
+/// Asserts a failure with the given exit code and one stderr line; returns that line.
+pub fn fails(args: &[&str], code: i32) -> String {
+    let out = admin(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "ferromq admin {args:?}: {out:?}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one stderr line expected: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_string()
+}
