@@ -17,29 +17,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, wait_route, BrokerProc, T};
+use common::{broker, create_topic, namesrv, produce, producer, wait_route, BrokerProc};
 use ferromq_client::{
-    ConsumeFromWhere, ConsumeStatus, LitePullConsumer, LitePullConsumerConfig, Message, MessageExt,
-    MessageListener, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, StartPosition,
+    ConsumeFromWhere, ConsumeStatus, LitePullConsumer, LitePullConsumerConfig, MessageExt,
+    MessageListener, PushConsumer, PushConsumerConfig, StartPosition,
 };
-
-fn producer(ns: SocketAddr) -> Producer {
-    Producer::start(ProducerConfig {
-        namesrv_addrs: vec![ns],
-        group: "RestartPG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap()
-}
-
-async fn produce(p: &Producer, topic: &str, from: usize, n: usize) {
-    for i in from..from + n {
-        p.send(Message::new(topic, format!("body-{i}")).with_key(format!("k{i}")))
-            .await
-            .expect("send");
-    }
-}
 
 fn stored(broker: &BrokerProc, group: &str, topic: &str) -> BTreeMap<i32, Option<u64>> {
     let ctx = broker.context();
@@ -76,7 +58,7 @@ async fn first_poll_after_a_broker_restart_starts_at_the_committed_offset() {
     let mut broker = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(broker.local_addr(), topic, 2).await;
     wait_route(ns.addr, topic, 1).await;
-    produce(&producer(ns.addr), topic, 0, 40).await;
+    produce(&producer(ns.addr, "RestartPG"), topic, 0, 40).await;
     let config = LitePullConsumerConfig {
         namesrv_addrs: vec![ns.addr],
         group: group.into(),
@@ -157,7 +139,7 @@ async fn push_consumer_resumes_after_a_broker_restart_with_bounded_duplicates() 
     let mut broker = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(broker.local_addr(), topic, 2).await;
     wait_route(ns.addr, topic, 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "RestartPG");
     produce(&p, topic, 0, 200).await;
     // (key, queue, offset) of every delivery.
     let log: Arc<Mutex<Vec<(String, i32, u64)>>> = Arc::default();
@@ -262,7 +244,7 @@ async fn consumer_started_while_the_broker_is_down_waits_then_starts_at_the_comm
     let port = broker.local_addr().port();
     create_topic(broker.local_addr(), topic, 2).await;
     wait_route(ns.addr, topic, 1).await;
-    produce(&producer(ns.addr), topic, 0, 40).await;
+    produce(&producer(ns.addr, "RestartPG"), topic, 0, 40).await;
     let config = LitePullConsumerConfig {
         namesrv_addrs: vec![ns.addr],
         group: group.into(),

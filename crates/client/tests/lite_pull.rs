@@ -8,21 +8,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{broker, create_topic, namesrv, wait_route, T};
+use common::{broker, create_topic, namesrv, producer, wait_route, T};
 use ferromq_client::{
     LitePullConsumer, LitePullConsumerConfig, Message, MessageExt, MessageQueue, OffsetError,
-    Producer, ProducerConfig, StartPosition,
+    Producer, StartPosition,
 };
-
-fn producer(namesrv: SocketAddr) -> Producer {
-    Producer::start(ProducerConfig {
-        namesrv_addrs: vec![namesrv],
-        group: "PG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap()
-}
 
 fn config(namesrv: SocketAddr, group: &str) -> LitePullConsumerConfig {
     LitePullConsumerConfig {
@@ -97,7 +87,7 @@ async fn subscribe_polls_all_300_messages_exactly_once() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LP300", 4).await;
     wait_route(ns.addr, "LP300", 1).await;
-    let sent = produce(&producer(ns.addr), "LP300", 300, "m").await;
+    let sent = produce(&producer(ns.addr, "PG"), "LP300", 300, "m").await;
 
     let c = LitePullConsumer::start(config(ns.addr, "G300")).unwrap();
     c.subscribe("LP300", "*").await.unwrap();
@@ -120,7 +110,7 @@ async fn commit_then_new_consumer_resumes_exactly_at_committed_positions() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LPRES", 2).await;
     wait_route(ns.addr, "LPRES", 1).await;
-    let sent = produce(&producer(ns.addr), "LPRES", 100, "r").await;
+    let sent = produce(&producer(ns.addr, "PG"), "LPRES", 100, "r").await;
 
     let queues: Vec<MessageQueue> = {
         let probe = LitePullConsumer::start(config(ns.addr, "GPROBE")).unwrap();
@@ -182,7 +172,7 @@ async fn seek_backwards_rereads_and_seek_to_end_skips() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LPSEEK", 1).await;
     wait_route(ns.addr, "LPSEEK", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "LPSEEK", 20, "s").await;
 
     let c = LitePullConsumer::start(config(ns.addr, "GSEEK")).unwrap();
@@ -217,7 +207,7 @@ async fn pause_stops_a_queue_and_resume_continues() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LPPAUSE", 2).await;
     wait_route(ns.addr, "LPPAUSE", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     let c = LitePullConsumer::start(config(ns.addr, "GPAUSE")).unwrap();
     c.subscribe("LPPAUSE", "*").await.unwrap();
     let mut qs = c.assignment();
@@ -260,7 +250,7 @@ async fn offset_for_timestamp_finds_the_first_message_at_or_after_a_time() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LPTIME", 1).await;
     wait_route(ns.addr, "LPTIME", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "LPTIME", 10, "before").await;
     tokio::time::sleep(Duration::from_millis(30)).await;
     let t = now_ms();
@@ -292,7 +282,7 @@ async fn commit_with_the_broker_down_returns_err_and_auto_commit_counts_failures
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "LPDOWN", 2).await;
     wait_route(ns.addr, "LPDOWN", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "LPDOWN", 20, "d").await;
 
     let mut cfg = config(ns.addr, "GDOWN");

@@ -16,48 +16,26 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{
-    broker, create_topic, namesrv, reset_offsets_by_time, wait_route, BrokerProc, Namesrv, T,
-};
+use common::{producer, reset_offsets_by_time, Cluster, T};
 use ferromq_client::{
     ConsumeFromWhere, ConsumeStatus, LitePullConsumer, LitePullConsumerConfig, Message, MessageExt,
-    MessageListener, Producer, ProducerConfig, PullConsumer, PullConsumerConfig, PullResult,
-    PushConsumer, PushConsumerConfig, StartPosition,
+    MessageListener, PullConsumer, PullConsumerConfig, PullResult, PushConsumer,
+    PushConsumerConfig, StartPosition,
 };
 
 const TOPIC: &str = "ResetT";
 const COUNT: usize = 20;
 
-struct Cluster {
-    ns: Namesrv,
-    broker: BrokerProc,
-    _dir: tempfile::TempDir,
-}
-
 async fn cluster() -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
-    create_topic(broker.local_addr(), TOPIC, 2).await;
-    wait_route(ns.addr, TOPIC, 1).await;
-    let producer = Producer::start(ProducerConfig {
-        namesrv_addrs: vec![ns.addr],
-        group: "ResetPG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap();
+    let c = common::cluster(TOPIC, 2).await;
+    let producer = producer(c.ns.addr, "ResetPG");
     for i in 0..COUNT {
         producer
             .send(Message::new(TOPIC, format!("m{i}")))
             .await
             .expect("send");
     }
-    Cluster {
-        ns,
-        broker,
-        _dir: dir,
-    }
+    c
 }
 
 /// The group's stored offset of both queues.

@@ -9,21 +9,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, register_fake_broker, silent_server, wait_route, T};
-use ferromq_client::{
-    LocalFileOffsetStore, Message, MessageQueue, OffsetError, OffsetStore, Persister, Producer,
-    ProducerConfig, PullConsumer, PullConsumerConfig, PullResult, ReadMode, RejectReason,
+use common::{
+    broker, create_topic, namesrv, producer, register_fake_broker, silent_server, wait_route, T,
 };
-
-fn producer(namesrv: std::net::SocketAddr) -> Producer {
-    Producer::start(ProducerConfig {
-        namesrv_addrs: vec![namesrv],
-        group: "PG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap()
-}
+use ferromq_client::{
+    LocalFileOffsetStore, Message, MessageQueue, OffsetError, OffsetStore, Persister, PullConsumer,
+    PullConsumerConfig, PullResult, ReadMode, RejectReason,
+};
 
 fn consumer(namesrv: std::net::SocketAddr, group: &str, timeout: Duration) -> PullConsumer {
     PullConsumer::start(PullConsumerConfig {
@@ -69,7 +61,7 @@ async fn seed_scenario_commit_while_broker_down_errs_then_lands_and_new_member_r
     create_topic(b.local_addr(), "SEED", 2).await;
     wait_route(ns.addr, "SEED", 1).await;
 
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     for i in 0..20 {
         p.send(Message::new("SEED", format!("m{i}")).with_tags("t"))
             .await
@@ -187,7 +179,7 @@ async fn read_distinguishes_no_offset_from_broker_down_and_timeout() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "READ", 2).await;
     wait_route(ns.addr, "READ", 1).await;
-    producer(ns.addr)
+    producer(ns.addr, "PG")
         .send(Message::new("READ", "x"))
         .await
         .unwrap();
@@ -232,7 +224,7 @@ async fn stale_commit_is_rejected_with_its_own_kind_and_counted() {
     let b = broker(dir.path(), ns.addr, "broker-a", 0).await;
     create_topic(b.local_addr(), "STALE", 1).await;
     wait_route(ns.addr, "STALE", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     for i in 0..10 {
         p.send(Message::new("STALE", format!("m{i}")))
             .await
@@ -326,7 +318,7 @@ async fn background_persister_backs_off_while_the_broker_is_down_then_lands() {
     let port = b.local_addr().port();
     create_topic(b.local_addr(), "BG", 1).await;
     wait_route(ns.addr, "BG", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     for i in 0..3 {
         p.send(Message::new("BG", format!("m{i}"))).await.unwrap();
     }

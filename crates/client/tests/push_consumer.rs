@@ -9,48 +9,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, wait_route, BrokerProc, Namesrv, T};
+use common::{cluster, produce, producer, T};
 use ferromq_client::{
-    ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageListener, MessageQueue, Producer,
-    ProducerConfig, PullConsumer, PullConsumerConfig, PushConsumer, PushConsumerConfig,
+    ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, MessageQueue, PullConsumer,
+    PullConsumerConfig, PushConsumer, PushConsumerConfig,
 };
-
-struct Cluster {
-    ns: Namesrv,
-    broker: BrokerProc,
-    _dir: tempfile::TempDir,
-}
-
-async fn cluster(topic: &str, queues: i32) -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
-    create_topic(broker.local_addr(), topic, queues).await;
-    wait_route(ns.addr, topic, 1).await;
-    Cluster {
-        ns,
-        broker,
-        _dir: dir,
-    }
-}
-
-fn producer(ns: SocketAddr) -> Producer {
-    Producer::start(ProducerConfig {
-        namesrv_addrs: vec![ns],
-        group: "PG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap()
-}
-
-async fn produce(p: &Producer, topic: &str, from: usize, n: usize) {
-    for i in from..from + n {
-        p.send(Message::new(topic, format!("body-{i}")).with_key(format!("k{i}")))
-            .await
-            .expect("send");
-    }
-}
 
 fn config(ns: SocketAddr, group: &str) -> PushConsumerConfig {
     PushConsumerConfig {
@@ -131,7 +94,7 @@ fn user_queues(c: &PushConsumer, topic: &str) -> Vec<MessageQueue> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_consumer_gets_500_exactly_once_and_commits_reach_the_end() {
     let c = cluster("PT1", 4).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     produce(&p, "PT1", 0, 500).await;
     let log: Log = Arc::default();
     let consumer = PushConsumer::start(
@@ -172,7 +135,7 @@ async fn one_consumer_gets_500_exactly_once_and_commits_reach_the_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_consumers_split_the_queues_and_one_takes_over() {
     let c = cluster("PT2", 4).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     let log: Log = Arc::default();
     let a = PushConsumer::start(
         config(c.ns.addr, "PG2"),
@@ -228,7 +191,7 @@ async fn two_consumers_split_the_queues_and_one_takes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconsume_later_goes_through_the_retry_topic_then_is_acknowledged() {
     let c = cluster("PT3", 2).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     produce(&p, "PT3", 0, 20).await;
     let log: Log = Arc::default();
     let listener = {
@@ -292,7 +255,7 @@ async fn reconsume_later_goes_through_the_retry_topic_then_is_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_and_restart_duplicates_stay_within_the_in_flight_window() {
     let c = cluster("PT4", 4).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     produce(&p, "PT4", 0, 400).await;
     let log: Log = Arc::default();
     let slow = {
@@ -394,7 +357,7 @@ type Deliveries = Arc<Mutex<Vec<(String, i32, u64, bool)>>>;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orderly_listener_gets_each_queue_in_order() {
     let c = cluster("PT5", 4).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     produce(&p, "PT5", 0, 200).await;
     let deliveries: Deliveries = Arc::default();
     let orderly = |label: &'static str| {
@@ -461,7 +424,7 @@ async fn orderly_listener_gets_each_queue_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn always_failing_message_ends_in_the_dlq_after_max_reconsume_times() {
     let c = cluster("PT6", 1).await;
-    let p = producer(c.ns.addr);
+    let p = producer(c.ns.addr, "PG");
     produce(&p, "PT6", 0, 5).await;
     let log: Log = Arc::default();
     let listener = {

@@ -22,48 +22,26 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{
-    broker, create_topic, namesrv, reset_offsets_by_time, wait_route, BrokerProc, Namesrv, T,
-};
+use common::{producer, reset_offsets_by_time, Cluster};
 use ferromq_client::{
     ConsumeFromWhere, ConsumeStatus, LitePullConsumer, LitePullConsumerConfig, Message, MessageExt,
-    MessageListener, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, StartPosition,
+    MessageListener, PushConsumer, PushConsumerConfig, StartPosition,
 };
 
 const TOPIC: &str = "DroppedT";
 const COUNT: u64 = 40;
 
-struct Cluster {
-    ns: Namesrv,
-    broker: BrokerProc,
-    _dir: tempfile::TempDir,
-}
-
 /// One broker, a one-queue topic holding `COUNT` messages (offsets 0..COUNT).
 async fn cluster() -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
-    create_topic(broker.local_addr(), TOPIC, 1).await;
-    wait_route(ns.addr, TOPIC, 1).await;
-    let producer = Producer::start(ProducerConfig {
-        namesrv_addrs: vec![ns.addr],
-        group: "DroppedPG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap();
+    let c = common::cluster(TOPIC, 1).await;
+    let producer = producer(c.ns.addr, "DroppedPG");
     for i in 0..COUNT {
         producer
             .send(Message::new(TOPIC, format!("m{i}")))
             .await
             .expect("send");
     }
-    Cluster {
-        ns,
-        broker,
-        _dir: dir,
-    }
+    c
 }
 
 impl Cluster {

@@ -10,13 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, wait_route, T};
+use common::{broker, create_topic, namesrv, produce, producer, wait_route};
 use ferromq_client::offset_store::BoxFuture;
 use ferromq_client::{
-    BrokerOffsetStore, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageListener,
-    MessageModel, MessageQueue, OffsetError, OffsetStore, OffsetStoreStats, PersistReport,
-    Producer, ProducerConfig, PullConsumer, PullConsumerConfig, PushConsumer, PushConsumerConfig,
-    ReadMode,
+    BrokerOffsetStore, ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, MessageModel,
+    MessageQueue, OffsetError, OffsetStore, OffsetStoreStats, PersistReport, PullConsumer,
+    PullConsumerConfig, PushConsumer, PushConsumerConfig, ReadMode,
 };
 
 /// A broker store whose reads of `topic` can fail or lie, recording corrections.
@@ -85,24 +84,6 @@ impl OffsetStore for Faulty {
     }
 }
 
-fn producer(ns: SocketAddr) -> Producer {
-    Producer::start(ProducerConfig {
-        namesrv_addrs: vec![ns],
-        group: "PG".into(),
-        send_timeout: T,
-        ..ProducerConfig::default()
-    })
-    .unwrap()
-}
-
-async fn produce(p: &Producer, topic: &str, from: usize, n: usize) {
-    for i in from..from + n {
-        p.send(Message::new(topic, format!("body-{i}")).with_key(format!("k{i}")))
-            .await
-            .expect("send");
-    }
-}
-
 fn config(ns: SocketAddr, group: &str) -> PushConsumerConfig {
     PushConsumerConfig {
         namesrv_addrs: vec![ns],
@@ -161,7 +142,7 @@ async fn unanswered_offset_read_waits_and_never_falls_back_to_consume_from_where
     let b = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(b.local_addr(), "PO1", 1).await;
     wait_route(ns.addr, "PO1", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "PO1", 0, 10).await;
     // The group's stored offset is 5.
     let reader = PullConsumer::start(PullConsumerConfig {
@@ -216,7 +197,7 @@ async fn offset_illegal_is_corrected_and_persisted_at_once() {
     let b = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(b.local_addr(), "PO2", 1).await;
     wait_route(ns.addr, "PO2", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "PO2", 0, 10).await;
     let log: Offsets = Arc::default();
     let mut handle = None;
@@ -271,7 +252,7 @@ async fn broadcasting_members_each_get_everything_and_resume_after_restart() {
     let b = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(b.local_addr(), "PO3", 2).await;
     wait_route(ns.addr, "PO3", 1).await;
-    let p = producer(ns.addr);
+    let p = producer(ns.addr, "PG");
     produce(&p, "PO3", 0, 40).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let broadcast = |dir: &tempfile::TempDir| PushConsumerConfig {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferromq_broker::{Broker, BrokerConfig};
-use ferromq_client::{ClientError, ConnectionPool, RouteCache};
+use ferromq_client::{ClientError, ConnectionPool, Message, Producer, ProducerConfig, RouteCache};
 use ferromq_namesrv::{NameServer, NamesrvConfig};
 use ferromq_protocol::remoting::body::route::perm;
 use ferromq_protocol::remoting::body::topic::{
@@ -85,46 +85,7 @@ impl Drop for BrokerProc {
 
 /// Starts a SYNC_FLUSH broker named `name` registering with `namesrv`, on `port` (0: any).
 pub async fn broker(dir: &Path, namesrv: SocketAddr, name: &str, port: u16) -> BrokerProc {
-    let config = BrokerConfig {
-        broker_name: name.into(),
-        listen_port: port,
-        namesrv_addr: namesrv.to_string(),
-        store_path_root_dir: dir.to_path_buf(),
-        flush_disk_type: "SYNC_FLUSH".into(),
-        auto_create_topic_enable: false,
-        default_topic_queue_nums: 2,
-        mapped_file_size_commit_log: 4 << 20,
-        max_message_size: 256 * 1024,
-        ..BrokerConfig::default()
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("broker runtime");
-    // A restart on the same port may race the old socket's release: retry briefly.
-    let deadline = Instant::now() + T;
-    loop {
-        let started = runtime
-            .spawn(Broker::start(config.clone()))
-            .await
-            .expect("broker start task");
-        match started {
-            Ok(broker) => {
-                let addr = broker.local_addr();
-                return BrokerProc {
-                    runtime: Some(runtime),
-                    broker: Some(broker),
-                    addr,
-                };
-            }
-            Err(e) if Instant::now() < deadline => {
-                tracing::debug!(error = %e, "broker start retry");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("broker starts: {e}"),
-        }
-    }
+    broker_with(broker_config(dir, namesrv, name, port)).await
 }
 
 /// Creates `topic` with `queues` read/write queues on the broker at `addr`.
@@ -238,6 +199,7 @@ pub async fn broker_with(config: BrokerConfig) -> BrokerProc {
         .enable_all()
         .build()
         .expect("broker runtime");
+    // A restart on the same port may race the old socket's release: retry briefly.
     let deadline = Instant::now() + T;
     loop {
         let started = runtime
@@ -283,4 +245,47 @@ pub async fn reset_offsets_by_time(addr: SocketAddr, group: &str, topic: &str, t
         .await
         .expect("reset reply");
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+}
+
+/// A name server and one broker (`b0`) with a test topic created and routed; everything stops
+/// on drop.
+pub struct Cluster {
+    pub ns: Namesrv,
+    pub broker: BrokerProc,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a [`Cluster`] whose broker serves `topic` on `queues` queues, once the name server
+/// routes it.
+pub async fn cluster(topic: &str, queues: i32) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv().await;
+    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
+    create_topic(broker.local_addr(), topic, queues).await;
+    wait_route(ns.addr, topic, 1).await;
+    Cluster {
+        ns,
+        broker,
+        _dir: dir,
+    }
+}
+
+/// A producer of `group` routed by `namesrv`, with the tests' send timeout [`T`].
+pub fn producer(namesrv: SocketAddr, group: &str) -> Producer {
+    Producer::start(ProducerConfig {
+        namesrv_addrs: vec![namesrv],
+        group: group.into(),
+        send_timeout: T,
+        ..ProducerConfig::default()
+    })
+    .unwrap()
+}
+
+/// Sends messages `from..from + n` to `topic`: body `body-<i>`, key `k<i>`.
+pub async fn produce(p: &Producer, topic: &str, from: usize, n: usize) {
+    for i in from..from + n {
+        p.send(Message::new(topic, format!("body-{i}")).with_key(format!("k{i}")))
+            .await
+            .expect("send");
+    }
 }
