@@ -77,6 +77,25 @@ fn now_ms() -> i64 {
 }
 
 /// Waits (bounded) until the name server serves the topic's route.
+/// Creates `topic` on `broker` with `queues` read and write queues (`updateTopic`) and waits
+/// until the name server routes it.
+fn create_topic(namesrv: &str, broker: &str, topic: &str, queues: &str) {
+    ok(&[
+        "updateTopic",
+        "-n",
+        namesrv,
+        "-b",
+        broker,
+        "-t",
+        topic,
+        "-r",
+        queues,
+        "-w",
+        queues,
+    ]);
+    wait_route(namesrv, topic);
+}
+
 fn wait_route(namesrv: &str, topic: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -304,20 +323,7 @@ fn resets_of_an_offline_group_show_in_progress_and_history() {
     let server = start();
     let n = server.namesrv.as_str();
     let b = server.broker.as_str();
-    ok(&[
-        "updateTopic",
-        "-n",
-        n,
-        "-b",
-        b,
-        "-t",
-        "ResetTopic",
-        "-r",
-        "2",
-        "-w",
-        "2",
-    ]);
-    wait_route(n, "ResetTopic");
+    create_topic(n, b, "ResetTopic", "2");
     let rt = runtime();
     let middle = rt.block_on(async {
         let client = connect(b).await;
@@ -547,20 +553,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     let server = start();
     let n = server.namesrv.as_str();
     let b = server.broker.as_str();
-    ok(&[
-        "updateTopic",
-        "-n",
-        n,
-        "-b",
-        b,
-        "-t",
-        "BadTopic",
-        "-r",
-        "1",
-        "-w",
-        "1",
-    ]);
-    wait_route(n, "BadTopic");
+    create_topic(n, b, "BadTopic", "1");
     // A group that exists (it committed) but has no member online.
     runtime().block_on(async {
         let client = connect(b).await;
@@ -1011,20 +1004,7 @@ fn online_consumers_are_told_of_a_reset() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "PushTopic",
-        "-r",
-        "2",
-        "-w",
-        "2",
-    ]);
-    wait_route(&n, "PushTopic");
+    create_topic(&n, &b, "PushTopic", "2");
     let rt = runtime();
     rt.block_on(async {
         let consumer = connect(&b).await;
@@ -1145,20 +1125,7 @@ fn message_queries_by_key_unique_key_offset_and_time_range() {
     let server = start();
     let n = server.namesrv.as_str();
     let b = server.broker.as_str();
-    ok(&[
-        "updateTopic",
-        "-n",
-        n,
-        "-b",
-        b,
-        "-t",
-        "MsgTopic",
-        "-r",
-        "2",
-        "-w",
-        "2",
-    ]);
-    wait_route(n, "MsgTopic");
+    create_topic(n, b, "MsgTopic", "2");
     let rt = runtime();
     let (early, middle, late) = rt.block_on(async {
         let producer = producer(n);
@@ -1522,20 +1489,7 @@ fn consumer_connection_and_clone_group_offset() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "CloneTopic",
-        "-r",
-        "2",
-        "-w",
-        "2",
-    ]);
-    wait_route(&n, "CloneTopic");
+    create_topic(&n, &b, "CloneTopic", "2");
     let rt = runtime();
     rt.block_on(async {
         let client = connect(&b).await;
@@ -1875,20 +1829,7 @@ fn consumer_progress_lag_is_produced_minus_consumed() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "LagTopic",
-        "-r",
-        "3",
-        "-w",
-        "3",
-    ]);
-    wait_route(&n, "LagTopic");
+    create_topic(&n, &b, "LagTopic", "3");
     // Produced per queue, pulled per queue, committed per queue.
     let produced = [7_i64, 5, 0];
     let pulled = [5_i64, 5, 0];
@@ -2207,20 +2148,7 @@ fn reset_under_a_running_push_consumer_is_followed_and_fences_stale_commits() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "LiveTopic",
-        "-r",
-        "2",
-        "-w",
-        "2",
-    ]);
-    wait_route(&n, "LiveTopic");
+    create_topic(&n, &b, "LiveTopic", "2");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -2463,20 +2391,7 @@ fn reset_fences_the_commits_of_a_consumer_that_ignores_the_push() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "FenceTopic",
-        "-r",
-        "1",
-        "-w",
-        "1",
-    ]);
-    wait_route(&n, "FenceTopic");
+    create_topic(&n, &b, "FenceTopic", "1");
     runtime().block_on(async {
         let consumer = connect(&b).await;
         for i in 0..10 {
@@ -2612,20 +2527,7 @@ fn wire_replies_of_query_connection_and_clone_requests() {
     let server = start();
     let n = server.namesrv.clone();
     let b = server.broker.clone();
-    ok(&[
-        "updateTopic",
-        "-n",
-        &n,
-        "-b",
-        &b,
-        "-t",
-        "WireTopic",
-        "-r",
-        "1",
-        "-w",
-        "1",
-    ]);
-    wait_route(&n, "WireTopic");
+    create_topic(&n, &b, "WireTopic", "1");
     runtime().block_on(async {
         let producer = producer(&n);
         let (unique, _) = send_keyed(&producer, "WireTopic", 0, "wire-key", "t", "wire-body").await;
