@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::history::{Op, Queue};
 use crate::recorder::Recorder;
-use crate::workload::{queue_of, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE};
+use crate::workload::{queue_of, stop_task, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE};
 
 /// What the observer last saw of a queue: (committed offset, max offset).
 pub type LastSeen = BTreeMap<Queue, (Option<u64>, u64)>;
@@ -105,15 +105,7 @@ impl Observer {
 
     /// Stops after the observation in progress (bounded).
     pub async fn stop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(REQUEST_TIMEOUT * 4, &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-            }
-        }
+        stop_task(&self.stop, &mut self.task, REQUEST_TIMEOUT * 4).await;
     }
 }
 

@@ -70,6 +70,21 @@ pub fn commit_op(
     }
 }
 
+/// Asks a background task to stop (`stop` set to true) and waits up to `grace` for it to
+/// finish what it is doing; a task still running after that is aborted.
+pub async fn stop_task(
+    stop: &tokio::sync::watch::Sender<bool>,
+    task: &mut Option<tokio::task::JoinHandle<()>>,
+    grace: Duration,
+) {
+    let _ = stop.send(true);
+    if let Some(mut task) = task.take() {
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
+}
+
 /// State shared by the workload's tasks besides the recorder.
 #[derive(Debug, Default)]
 pub struct Shared {

@@ -15,7 +15,7 @@ use ferromq_protocol::remoting::codes::response;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{queue_of, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE};
+use super::{queue_of, stop_task, Target, REQUEST_TIMEOUT, ROUTE_MAX_AGE};
 use crate::history::{Op, Value};
 use crate::recorder::Recorder;
 
@@ -90,15 +90,7 @@ impl ProducerTask {
     /// Stops after the send in progress (bounded by the send timeout); the producer's last
     /// send always has its outcome recorded.
     pub async fn stop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(REQUEST_TIMEOUT * 3, &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-            }
-        }
+        stop_task(&self.stop, &mut self.task, REQUEST_TIMEOUT * 3).await;
     }
 }
 
