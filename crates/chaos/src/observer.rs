@@ -177,11 +177,7 @@ impl Reader {
         };
         let cmd = RemotingCommand::request_with_header(request::GET_MAX_OFFSET, &header);
         let reply = self.pool.invoke_success(addr, cmd, REQUEST_TIMEOUT).await?;
-        let h: GetMaxOffsetResponseHeader =
-            reply.decode_header().map_err(|e| ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            })?;
+        let h: GetMaxOffsetResponseHeader = ClientError::decode_header(addr, &reply)?;
         u64::try_from(h.offset).map_err(|_| ClientError::Decode {
             addr,
             reason: format!("negative max offset {}", h.offset),

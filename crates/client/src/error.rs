@@ -7,8 +7,10 @@
 
 use std::net::SocketAddr;
 
+use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::ClientError as TransportError;
+use ferromq_protocol::remoting::{CommandHeader, RemotingCommand};
 use thiserror::Error;
 
 /// Errors of the producer, the pull consumer and route discovery.
@@ -112,6 +114,47 @@ impl From<OffsetError> for ClientError {
 }
 
 impl ClientError {
+    /// The header of `reply`, from `addr`; a header that does not decode is
+    /// [`ClientError::Decode`] naming `addr`.
+    ///
+    /// # Errors
+    /// [`ClientError::Decode`] with the header error.
+    pub fn decode_header<H: CommandHeader>(
+        addr: SocketAddr,
+        reply: &RemotingCommand,
+    ) -> Result<H, ClientError> {
+        reply.decode_header().map_err(|e| ClientError::Decode {
+            addr,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The JSON body of `reply`, from `addr` (an absent body reads as empty); a body that
+    /// does not decode is [`ClientError::Decode`] naming `addr`.
+    ///
+    /// # Errors
+    /// [`ClientError::Decode`] with the body error.
+    pub fn decode_body<T: serde::de::DeserializeOwned>(
+        addr: SocketAddr,
+        reply: &RemotingCommand,
+    ) -> Result<T, ClientError> {
+        decode_json(reply.body.as_deref().unwrap_or_default()).map_err(|e| ClientError::Decode {
+            addr,
+            reason: e.to_string(),
+        })
+    }
+
+    /// A queue offset `addr` replied, which must not be negative.
+    ///
+    /// # Errors
+    /// [`ClientError::Decode`] naming `addr` and the negative value.
+    pub fn non_negative_offset(addr: SocketAddr, offset: i64) -> Result<u64, ClientError> {
+        u64::try_from(offset).map_err(|_| ClientError::Decode {
+            addr,
+            reason: format!("negative offset {offset}"),
+        })
+    }
+
     /// True for failures where another attempt (possibly on another queue or broker) may
     /// succeed: transport failures and broker codes for transient or per-broker conditions.
     pub fn is_retriable(&self) -> bool {

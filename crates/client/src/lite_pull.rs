@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::{ConsumerListBody, MessageQueue};
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader;
@@ -701,14 +700,8 @@ async fn offset_for_timestamp(
         .pool
         .invoke_success(addr, cmd, shared.config.request_timeout)
         .await?;
-    let h: SearchOffsetResponseHeader = reply.decode_header().map_err(|e| ClientError::Decode {
-        addr,
-        reason: e.to_string(),
-    })?;
-    u64::try_from(h.offset).map_err(|_| ClientError::Decode {
-        addr,
-        reason: format!("negative offset {}", h.offset),
-    })
+    let h: SearchOffsetResponseHeader = ClientError::decode_header(addr, &reply)?;
+    ClientError::non_negative_offset(addr, h.offset)
 }
 
 /// Replaces the assignment with `wanted`; with `only_topics`, queues of other topics are
@@ -840,11 +833,7 @@ async fn consumer_list(
             });
             continue;
         }
-        let body: ConsumerListBody = decode_json(reply.body.as_deref().unwrap_or_default())
-            .map_err(|e| ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            })?;
+        let body: ConsumerListBody = ClientError::decode_body(addr, &reply)?;
         return Ok(body.consumer_id_list);
     }
     Err(last.unwrap_or_else(|| ClientError::NoQueue {

@@ -829,15 +829,8 @@ impl Producer {
                 broker(),
             ));
         }
-        let header: SendMessageResponseHeader = reply.decode_header().map_err(|e| {
-            (
-                ClientError::Decode {
-                    addr,
-                    reason: e.to_string(),
-                },
-                None,
-            )
-        })?;
+        let header: SendMessageResponseHeader =
+            ClientError::decode_header(addr, &reply).map_err(|e| (e, None))?;
         let queue = MessageQueue {
             queue_id: header.queue_id,
             ..queue.clone()

@@ -642,12 +642,8 @@ impl PullConsumer {
                 RemotingCommand::request_with_header(request::GET_MAX_OFFSET, &header),
             )
             .await?;
-        let h: GetMaxOffsetResponseHeader =
-            reply.decode_header().map_err(|e| ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            })?;
-        non_negative(addr, h.offset)
+        let h: GetMaxOffsetResponseHeader = ClientError::decode_header(addr, &reply)?;
+        ClientError::non_negative_offset(addr, h.offset)
     }
 
     /// The smallest offset still stored in `queue`.
@@ -665,12 +661,8 @@ impl PullConsumer {
                 RemotingCommand::request_with_header(request::GET_MIN_OFFSET, &header),
             )
             .await?;
-        let h: GetMinOffsetResponseHeader =
-            reply.decode_header().map_err(|e| ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            })?;
-        non_negative(addr, h.offset)
+        let h: GetMinOffsetResponseHeader = ClientError::decode_header(addr, &reply)?;
+        ClientError::non_negative_offset(addr, h.offset)
     }
 
     async fn offset_request(
@@ -735,13 +727,6 @@ impl PullConsumer {
         self.inner.pool.close_all();
         report
     }
-}
-
-fn non_negative(addr: SocketAddr, v: i64) -> Result<u64, ClientError> {
-    u64::try_from(v).map_err(|_| ClientError::Decode {
-        addr,
-        reason: format!("negative offset {v}"),
-    })
 }
 
 /// Java hash of a tag, as brokers store it in the ConsumeQueue (exposed for filters).

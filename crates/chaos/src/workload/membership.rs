@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use ferromq_client::push::allocate_averagely;
 use ferromq_client::{ClientError, ConnectionPool, MessageQueue, RouteCache};
-use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::ConsumerListBody;
 use ferromq_protocol::remoting::codes::request;
 use ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader;
@@ -35,13 +34,7 @@ pub async fn consumer_ids(
     };
     let cmd = RemotingCommand::request_with_header(request::GET_CONSUMER_LIST_BY_GROUP, &header);
     let reply = pool.invoke_success(addr, cmd, REQUEST_TIMEOUT).await?;
-    let body: ConsumerListBody =
-        decode_json(reply.body.as_deref().unwrap_or_default()).map_err(|e| {
-            ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            }
-        })?;
+    let body: ConsumerListBody = ClientError::decode_body(addr, &reply)?;
     let mut ids = body.consumer_id_list;
     ids.sort();
     ids.dedup();

@@ -392,15 +392,8 @@ async fn initial_offset(inner: &Inner, queue: &MessageQueue) -> Result<u64, Clie
                 .pool
                 .invoke_success(addr, cmd, inner.config.request_timeout)
                 .await?;
-            let h: SearchOffsetResponseHeader =
-                reply.decode_header().map_err(|e| ClientError::Decode {
-                    addr,
-                    reason: e.to_string(),
-                })?;
-            u64::try_from(h.offset).map_err(|_| ClientError::Decode {
-                addr,
-                reason: format!("negative offset {}", h.offset),
-            })
+            let h: SearchOffsetResponseHeader = ClientError::decode_header(addr, &reply)?;
+            ClientError::non_negative_offset(addr, h.offset)
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferromq_protocol::java_string_hash;
+use ferromq_protocol::remoting::body::encode_json;
 use ferromq_protocol::remoting::body::heartbeat::{
     ConsumeFromWhere as WireFrom, ConsumeType, ConsumerData, HeartbeatData,
     MessageModel as WireModel, SubscriptionData,
@@ -14,7 +15,6 @@ use ferromq_protocol::remoting::body::heartbeat::{
 use ferromq_protocol::remoting::body::misc::{
     ConsumerListBody, LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
 };
-use ferromq_protocol::remoting::body::{decode_json, encode_json};
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::client::{
     GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
@@ -242,11 +242,7 @@ async fn consumer_ids(inner: &Inner, topic: &str) -> Result<Vec<String>, ClientE
                 continue;
             }
         };
-        let body: ConsumerListBody = decode_json(reply.body.as_deref().unwrap_or_default())
-            .map_err(|e| ClientError::Decode {
-                addr,
-                reason: e.to_string(),
-            })?;
+        let body: ConsumerListBody = ClientError::decode_body(addr, &reply)?;
         let mut ids = body.consumer_id_list;
         ids.sort();
         ids.dedup();
@@ -423,13 +419,7 @@ async fn lock_queues(inner: &Inner, pqs: &[Arc<ProcessQueue>]) {
                     .invoke(addr, cmd, inner.config.request_timeout)
                     .await?,
             )?;
-            let granted: LockBatchResponseBody =
-                decode_json(reply.body.as_deref().unwrap_or_default()).map_err(|e| {
-                    ClientError::Decode {
-                        addr,
-                        reason: e.to_string(),
-                    }
-                })?;
+            let granted: LockBatchResponseBody = ClientError::decode_body(addr, &reply)?;
             Ok::<_, ClientError>(granted.lock_ok_mq_set)
         }
         .await;
