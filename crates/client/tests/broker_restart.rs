@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, produce, producer, wait_route, BrokerProc};
+use common::{cluster, produce, producer, wait_route, BrokerProc, Cluster};
 use ferromq_client::{
     ConsumeFromWhere, ConsumeStatus, LitePullConsumer, LitePullConsumerConfig, MessageExt,
     MessageListener, PushConsumer, PushConsumerConfig, StartPosition,
@@ -53,11 +53,11 @@ async fn restart(
 async fn first_poll_after_a_broker_restart_starts_at_the_committed_offset() {
     let topic = "RestartLite";
     let group = "RestartLiteG";
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let mut broker = broker(dir.path(), ns.addr, "b0", 0).await;
-    create_topic(broker.local_addr(), topic, 2).await;
-    wait_route(ns.addr, topic, 1).await;
+    let Cluster {
+        ns,
+        mut broker,
+        dir,
+    } = cluster(topic, 2).await;
     produce(&producer(ns.addr, "RestartPG"), topic, 0, 40).await;
     let config = LitePullConsumerConfig {
         namesrv_addrs: vec![ns.addr],
@@ -134,11 +134,11 @@ async fn first_poll_after_a_broker_restart_starts_at_the_committed_offset() {
 async fn push_consumer_resumes_after_a_broker_restart_with_bounded_duplicates() {
     let topic = "RestartPush";
     let group = "RestartPushG";
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let mut broker = broker(dir.path(), ns.addr, "b0", 0).await;
-    create_topic(broker.local_addr(), topic, 2).await;
-    wait_route(ns.addr, topic, 1).await;
+    let Cluster {
+        ns,
+        mut broker,
+        dir,
+    } = cluster(topic, 2).await;
     let p = producer(ns.addr, "RestartPG");
     produce(&p, topic, 0, 200).await;
     // (key, queue, offset) of every delivery.
@@ -238,12 +238,8 @@ async fn push_consumer_resumes_after_a_broker_restart_with_bounded_duplicates() 
 async fn consumer_started_while_the_broker_is_down_waits_then_starts_at_the_committed_offset() {
     let topic = "DownLite";
     let group = "DownLiteG";
-    let dir = tempfile::tempdir().unwrap();
-    let ns = namesrv().await;
-    let broker = broker(dir.path(), ns.addr, "b0", 0).await;
+    let Cluster { ns, broker, dir } = cluster(topic, 2).await;
     let port = broker.local_addr().port();
-    create_topic(broker.local_addr(), topic, 2).await;
-    wait_route(ns.addr, topic, 1).await;
     produce(&producer(ns.addr, "RestartPG"), topic, 0, 40).await;
     let config = LitePullConsumerConfig {
         namesrv_addrs: vec![ns.addr],

@@ -252,7 +252,8 @@ pub async fn reset_offsets_by_time(addr: SocketAddr, group: &str, topic: &str, t
 pub struct Cluster {
     pub ns: Namesrv,
     pub broker: BrokerProc,
-    _dir: tempfile::TempDir,
+    /// The broker's data directory (a restarted broker reuses it).
+    pub dir: tempfile::TempDir,
 }
 
 /// Starts a [`Cluster`] whose broker serves `topic` on `queues` queues, once the name server
@@ -263,11 +264,7 @@ pub async fn cluster(topic: &str, queues: i32) -> Cluster {
     let broker = broker(dir.path(), ns.addr, "b0", 0).await;
     create_topic(broker.local_addr(), topic, queues).await;
     wait_route(ns.addr, topic, 1).await;
-    Cluster {
-        ns,
-        broker,
-        _dir: dir,
-    }
+    Cluster { ns, broker, dir }
 }
 
 /// A producer of `group` routed by `namesrv`, with the tests' send timeout [`T`].
