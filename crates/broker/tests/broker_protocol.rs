@@ -885,32 +885,12 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     for i in 0..6 {
         send(&consumer, "O", 0, format!("m{i}").as_bytes(), "a").await;
     }
-    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
-        .with_body(heartbeat_body("10.0.0.1@a"));
-    assert_eq!(
-        consumer.invoke(beat, TIMEOUT).await.unwrap().code,
-        response::SUCCESS
-    );
+    join_group(&consumer, "10.0.0.1@a").await;
     assert_eq!(commit(&consumer, "O", 0, 4).await.code, response::SUCCESS);
 
     // An administrator moves the group back to offset 1 while the consumer runs.
     let admin = client(broker.local_addr()).await;
-    let header = ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader {
-        group: "G".into(),
-        topic: "O".into(),
-        queue_id: Some(0),
-        offset: Some(1),
-        timestamp: 0,
-        is_force: true,
-    };
-    let reply = admin
-        .invoke(
-            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
-            TIMEOUT,
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    reset_queue0(&admin, 1).await;
     let push = loop {
         let push = tokio::time::timeout(TIMEOUT, pushes.recv())
             .await

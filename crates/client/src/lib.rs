@@ -28,6 +28,7 @@ pub use error::{ClientError, OffsetError, RejectReason};
 pub use ferromq_protocol::remoting::body::misc::MessageQueue;
 pub use lite_pull::{LitePullConsumer, LitePullConsumerConfig, LitePullStats, StartPosition};
 pub use message::{Message, MessageExt};
+pub use offset_store::CORRECTION_EXT;
 pub use offset_store::{
     BrokerOffsetStore, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
     Persister, ReadMode,
@@ -36,11 +37,10 @@ pub use producer::{
     BatchSendResult, Producer, ProducerConfig, ProducerStats, QueueSelection, QueueSelector,
     SendHandle, SendResult,
 };
+pub use pull_consumer::ServerRequestHandler;
 pub use pull_consumer::{PullConsumer, PullConsumerConfig, PullResult};
 pub use push::{
     ConsumeFromWhere, ConsumeStatus, MessageListener, MessageModel, PushConsumer,
     PushConsumerConfig, PushConsumerStats, ShutdownReport,
 };
 pub use route::{RouteCache, RouteStats, TopicRoute};
-pub use offset_store::CORRECTION_EXT;
-pub use pull_consumer::ServerRequestHandler;
