@@ -2,62 +2,12 @@
 //! each prints one JSON object on its last stdout line, and consume reads back every message
 //! produce acknowledged.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod common;
+
+use std::process::Command;
 
 fn ferromq() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ferromq"))
-}
-
-/// Kills the child on drop so a failed test leaves no process behind.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts a standalone server and returns it with its name server address.
-fn standalone(data: &str) -> (Running, String) {
-    let mut child = Running(
-        ferromq()
-            .args([
-                "standalone",
-                "--data-dir",
-                data,
-                "--namesrv-port",
-                "0",
-                "--broker-port",
-                "0",
-                "--flush",
-                "async",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server printed its address line");
-    // "ferromq standalone: namesrv 127.0.0.1:P broker 127.0.0.1:Q data DIR"
-    let namesrv = line
-        .split_whitespace()
-        .skip_while(|w| *w != "namesrv")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no namesrv address in {line:?}"))
-        .to_string();
-    (child, namesrv)
 }
 
 /// Runs `ferromq bench <args>` and returns its last stdout line as JSON.
@@ -91,9 +41,8 @@ fn check_figures(report: &serde_json::Value) {
 
 #[test]
 fn produce_then_consume_every_message_then_e2e() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let (_server, namesrv) = standalone(data.to_str().unwrap());
+    let server = common::start_with(&["--flush", "async"]);
+    let namesrv = server.namesrv.clone();
 
     let produced = bench(&[
         "produce",

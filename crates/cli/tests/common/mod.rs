@@ -28,9 +28,15 @@ impl Drop for Standalone {
 /// Starts `ferromq standalone` on OS-chosen ports with a fresh data directory; returns once
 /// it printed its address line (panics after 30 s without one).
 pub fn start() -> Standalone {
+    start_with(&[])
+}
+
+/// [`start`] with extra standalone flags (e.g. `["--flush", "async"]`).
+pub fn start_with(extra: &[&str]) -> Standalone {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+        .args(extra)
         .arg("--data-dir")
         .arg(dir.path().join("data"))
         .stdout(Stdio::piped())
