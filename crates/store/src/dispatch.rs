@@ -25,6 +25,7 @@ use crate::consume_queue::{ConsumeQueueSet, CqEntry, CqError};
 use crate::error::{FileError, ReadError};
 use crate::key_index::KeyIndex;
 use crate::offsets::{OffsetCommand, OffsetView, Verdict, OFFSET_TOPIC};
+use crate::quarantine::Quarantine;
 
 const READ_CHUNK_BYTES: usize = 1 << 20;
 
@@ -60,6 +61,8 @@ pub struct Derived {
     /// Offset records whose entries the view rejected at dispatch (a divergence from the
     /// writer's check; should stay 0).
     pub offset_rejections_at_dispatch: u64,
+    /// CommitLog ranges kept but not served (see [`crate::quarantine`]).
+    pub quarantine: Quarantine,
 }
 
 /// What one dispatch pass did.

@@ -27,6 +27,7 @@ pub mod flush_latency;
 pub mod fsutil;
 pub mod key_index;
 pub mod offsets;
+pub mod quarantine;
 pub mod recovery;
 mod store;
 
@@ -34,6 +35,7 @@ pub use clock::{Clock, SystemClock};
 pub use commitlog::writer::Placement;
 pub use config::{FlushDiskType, StoreConfig};
 pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateError};
+pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
     CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, PutReceipt, RetentionReport,

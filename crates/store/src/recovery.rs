@@ -454,6 +454,7 @@ pub(crate) fn rebuild_derived(
         view_from,
         last_store_timestamp_ms: last_ts,
         offset_rejections_at_dispatch: 0,
+        quarantine: Default::default(),
     };
     match derived.dispatch_until(log, end) {
         Ok(stats) => report.records_dispatched += stats.records,

@@ -125,6 +125,13 @@ impl MessageStore {
             .map(|q| (q.min_offset(), q.max_offset()))
     }
 
+    /// CommitLog ranges kept but not served: damaged ranges with valid records after them,
+    /// and records the dispatcher could not index (see [`crate::quarantine`]).
+    pub fn quarantined(&self) -> crate::quarantine::QuarantineSnapshot {
+        let derived = self.inner.derived.lock().expect("derived lock");
+        derived.quarantine.snapshot()
+    }
+
     /// Topics with stored messages.
     pub fn topics(&self) -> Vec<String> {
         self.inner
