@@ -164,6 +164,17 @@ impl RawFrame {
         split_frame(frame, length).map(Some)
     }
 
+    /// The whole size (length field included) of the frame starting at `src`, once its
+    /// length field is readable; `Ok(None)` before. Checks the length as [`RawFrame::decode`]
+    /// does but reserves nothing, so a server can charge the frame to a memory budget before
+    /// buffering it.
+    pub fn peek_size(src: &[u8], max_frame_length: usize) -> Result<Option<usize>, FrameError> {
+        match peek_i32(src) {
+            Some(length) => Ok(Some(4 + check_length(length, max_frame_length)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Parses `bytes` as exactly one complete frame (length field included).
     pub fn from_bytes(bytes: Bytes, max_frame_length: usize) -> Result<RawFrame, FrameError> {
         let Some(length) = peek_i32(&bytes) else {

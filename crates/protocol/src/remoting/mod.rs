@@ -9,7 +9,10 @@
 //! - `codes`: request and response codes;
 //! - `ext` and `headers`: typed, lenient views of a command's ext fields;
 //! - `body`: JSON bodies (routes, heartbeats, topic configs, ...);
-//! - `client`: `RemotingClient`, a multiplexed tokio TCP connection speaking all of the above.
+//! - `client`: `RemotingClient`, a multiplexed tokio TCP connection speaking all of the above;
+//! - `limits`: what a server bounds per connection and in total (connection limit, accept
+//!   back-off, idle timeout, frame deadline, partial-frame budget), shared by the broker and
+//!   the name server.
 //!
 //! Invariant for every decoder here: network input never panics; malformed input is a typed
 //! error that names what is wrong.
@@ -25,6 +28,7 @@ pub mod frame;
 pub mod headers;
 pub mod json_header;
 pub mod language;
+pub mod limits;
 
 #[cfg(test)]
 mod tests;
