@@ -4,7 +4,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use ferromq_protocol::remoting::limits::{self, LimitSettings};
 use ferromq_store::{FlushDiskType, StoreConfig};
 use serde::{Deserialize, Serialize};
 
@@ -91,6 +93,20 @@ pub struct BrokerConfig {
     pub channel_expired_timeout: u64,
     /// Largest frame accepted from a client.
     pub max_frame_length: usize,
+    /// Most client connections served at once; a connection past it is closed as soon as it
+    /// is accepted. Capped below the open-file limit (`ulimit -n`), so that connections never
+    /// take the descriptors the store needs (`ferromq_protocol::remoting::limits`). ferromq's
+    /// own key.
+    pub max_connections: u32,
+    /// A connection with no byte in or out and no request in flight for this long is closed,
+    /// seconds (RocketMQ's key and default).
+    pub server_channel_max_idle_time_seconds: u64,
+    /// Once the first byte of a frame has arrived, the whole frame must arrive within this,
+    /// ms; the connection is closed otherwise. ferromq's own key.
+    pub frame_read_timeout_millis: u64,
+    /// Memory the incomplete frames of all connections may hold together, bytes (at least
+    /// `maxFrameLength`); a connection whose frame would pass it is closed. ferromq's own key.
+    pub partial_frame_budget_bytes: u64,
     /// Port of the Prometheus metrics endpoint (`GET /metrics` over HTTP on `bindAddress`,
     /// by default `brokerIP1`);
     /// absent: no endpoint; 0: any free port, see `Broker::metrics_addr`. ferromq's own key.
@@ -127,6 +143,10 @@ impl Default for BrokerConfig {
                 .into(),
             channel_expired_timeout: 120_000,
             max_frame_length: 16 * 1024 * 1024,
+            max_connections: limits::DEFAULT_MAX_CONNECTIONS,
+            server_channel_max_idle_time_seconds: limits::DEFAULT_IDLE_TIMEOUT.as_secs(),
+            frame_read_timeout_millis: limits::DEFAULT_FRAME_READ_TIMEOUT.as_millis() as u64,
+            partial_frame_budget_bytes: limits::DEFAULT_PARTIAL_FRAME_BUDGET,
             metrics_port: None,
         }
     }
@@ -187,7 +207,26 @@ impl BrokerConfig {
         }
         self.namesrv_addrs()?;
         self.delay_levels_ms()?;
+        self.connection_limits()
+            .validate()
+            .map_err(|e| ConfigError::Invalid {
+                key: e.key,
+                message: e.message,
+            })?;
         Ok(())
+    }
+
+    /// The connection limits these settings imply (`maxConnections`,
+    /// `serverChannelMaxIdleTimeSeconds`, `frameReadTimeoutMillis`, `partialFrameBudgetBytes`,
+    /// `maxFrameLength`).
+    pub fn connection_limits(&self) -> LimitSettings {
+        LimitSettings {
+            max_connections: self.max_connections,
+            idle_timeout: Duration::from_secs(self.server_channel_max_idle_time_seconds),
+            frame_read_timeout: Duration::from_millis(self.frame_read_timeout_millis),
+            partial_frame_budget_bytes: self.partial_frame_budget_bytes,
+            max_frame_length: self.max_frame_length,
+        }
     }
 
     /// The IP the listening sockets bind: `bindAddress`, else `brokerIP1`.
@@ -389,6 +428,50 @@ mod tests {
         std::fs::write(&path, "brokerIP1 = \"127.0.0.2:10911\"\n").unwrap();
         let message = BrokerConfig::from_file(&path).unwrap_err().to_string();
         assert!(message.contains("brokerIP1"), "{message}");
+    }
+
+    #[test]
+    fn connection_limit_keys_parse_and_zero_or_absurd_values_name_their_key() {
+        let config: BrokerConfig = toml::from_str(
+            "maxConnections = 50\nserverChannelMaxIdleTimeSeconds = 5\n\
+             frameReadTimeoutMillis = 700\npartialFrameBudgetBytes = 33554432\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let limits = config.connection_limits();
+        assert_eq!(limits.max_connections, 50);
+        assert_eq!(limits.idle_timeout, Duration::from_secs(5));
+        assert_eq!(limits.frame_read_timeout, Duration::from_millis(700));
+        assert_eq!(limits.partial_frame_budget_bytes, 32 << 20);
+        let defaults = BrokerConfig::default();
+        assert_eq!(defaults.server_channel_max_idle_time_seconds, 120);
+        assert_eq!(defaults.connection_limits(), LimitSettings::default());
+        for (text, key) in [
+            ("maxConnections = 0\n", "maxConnections"),
+            ("maxConnections = 100000000\n", "maxConnections"),
+            (
+                "serverChannelMaxIdleTimeSeconds = 0\n",
+                "serverChannelMaxIdleTimeSeconds",
+            ),
+            (
+                "serverChannelMaxIdleTimeSeconds = 99999999\n",
+                "serverChannelMaxIdleTimeSeconds",
+            ),
+            ("frameReadTimeoutMillis = 0\n", "frameReadTimeoutMillis"),
+            (
+                "frameReadTimeoutMillis = 86400000\n",
+                "frameReadTimeoutMillis",
+            ),
+            ("partialFrameBudgetBytes = 0\n", "partialFrameBudgetBytes"),
+            (
+                "partialFrameBudgetBytes = 1000\n",
+                "partialFrameBudgetBytes",
+            ),
+        ] {
+            let config: BrokerConfig = toml::from_str(text).unwrap();
+            let message = config.validate().unwrap_err().to_string();
+            assert!(message.contains(key), "{text:?}: {message}");
+        }
     }
 
     #[test]

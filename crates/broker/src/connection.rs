@@ -7,6 +7,12 @@
 //! cannot be decoded (too long, garbage, bad header) closes only this connection, with a log
 //! line; the broker keeps serving others.
 //!
+//! Frames are read by the shared `FrameReader` (`ferromq_protocol::remoting::limits`): a
+//! connection silent both ways with no request in flight for `serverChannelMaxIdleTimeSeconds`,
+//! a frame that does not fully arrive within `frameReadTimeoutMillis` of its first byte, and a
+//! frame that would pass the `partialFrameBudgetBytes` shared by all connections each close the
+//! connection, counted.
+//!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
 
@@ -15,11 +21,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use ferromq_protocol::remoting::limits::{Accepted, FrameReadError, FrameReader};
 use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingCommand};
-use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use futures_util::SinkExt;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedWrite;
 
 use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
@@ -30,17 +36,23 @@ const OUTBOUND_QUEUE_MAX: usize = 4096;
 
 static NEXT_CHANNEL_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Serves one connection until the peer closes it, sends a bad frame, or the broker stops.
+/// Serves one connection until the peer closes it, sends a bad frame, breaks a limit, or the
+/// broker stops. The connection's place under the connection limit is freed when it returns.
 pub async fn serve(
     ctx: Arc<BrokerContext>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    accepted: Accepted,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let Accepted {
+        stream,
+        peer,
+        permit: _permit,
+    } = accepted;
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let codec = RemotingCodec::new(ctx.config.max_frame_length);
-    let mut reader = FramedRead::new(read_half, codec);
+    let mut reader = FrameReader::new(read_half, ctx.connection_limits.clone());
+    let activity = reader.activity().clone();
     let mut writer = FramedWrite::new(write_half, codec);
     let (tx, mut rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE_MAX);
     let channel = ClientChannel {
@@ -88,28 +100,23 @@ pub async fn serve(
                 tracing::debug!(%peer, %error, "write failed; closing connection");
                 break;
             }
+            activity.touch();
         }
     });
     ctx.metrics.connection_opened();
     tracing::debug!(%peer, channel = channel.id, "connection opened");
     loop {
         let frame = tokio::select! {
-            frame = reader.next() => match frame {
-                Some(frame) => frame,
-                None => break,
-            },
+            frame = reader.next_frame() => frame,
             // The broker is stopping: drop the connection so clients fail over instead of
             // talking to a closed store.
             _ = stop.changed() => break,
         };
         let command = match frame {
-            Ok(command) => command,
-            Err(ferromq_protocol::remoting::CodecError::Io(error)) => {
-                tracing::debug!(%peer, %error, "connection read failed");
-                break;
-            }
+            Ok(Some(command)) => command,
+            Ok(None) => break,
             Err(error) => {
-                tracing::warn!(%peer, %error, "closing connection after an undecodable frame");
+                log_close(peer, &error);
                 break;
             }
         };
@@ -125,7 +132,10 @@ pub async fn serve(
         if inline {
             busy.fetch_add(1, Ordering::Relaxed);
         }
+        // A request in flight (a held pull) keeps the connection from counting as idle.
+        let in_flight = reader.activity().begin();
         let mut request = Box::pin(async move {
+            let _in_flight = in_flight;
             let oneway = command.is_oneway();
             let reply = processor::handle(&ctx, &channel, command).await;
             if inline {
@@ -157,4 +167,19 @@ pub async fn serve(
     write_task.abort();
     ctx.metrics.connection_closed();
     tracing::debug!(%peer, "connection closed");
+}
+
+/// Logs why the reader closed the connection: a limit or a bad frame at `warn` (an operator
+/// should see abuse), idleness at `info`, a read error at `debug` (peers vanish).
+fn log_close(peer: SocketAddr, error: &FrameReadError) {
+    match error {
+        FrameReadError::Io(error) => tracing::debug!(%peer, %error, "connection read failed"),
+        FrameReadError::Idle(_) => tracing::info!(%peer, %error, "idle connection closed"),
+        FrameReadError::Codec(_) => {
+            tracing::warn!(%peer, %error, "closing connection after an undecodable frame")
+        }
+        FrameReadError::FrameTimeout(_) | FrameReadError::Budget { .. } => {
+            tracing::warn!(%peer, %error, "closing connection: frame limit")
+        }
+    }
 }

@@ -65,6 +65,8 @@ pub struct BrokerContext {
     pub stats: crate::broker_stats::BrokerStats,
     /// Settings that may change at run time; read these, not `config`, for their keys.
     pub runtime_config: crate::runtime_config::RuntimeConfig,
+    /// The connection limits in force, the partial-frame budget in use and their counters.
+    pub connection_limits: Arc<ferromq_protocol::remoting::limits::ConnectionGuard>,
 }
 
 impl BrokerContext {

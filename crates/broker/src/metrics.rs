@@ -22,16 +22,25 @@
 //! - `ferromq_dispatch_behind_bytes`: CommitLog bytes written but not yet dispatched.
 //! - `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset`: CommitLog bounds, bytes.
 //! - `ferromq_client_connections`: open remoting connections (a gauge kept by `connection`).
+//! - `ferromq_connections_refused_total{reason="limit"}`: connections closed at accept because
+//!   the connection limit was reached; `ferromq_connection_limit`: that limit.
+//! - `ferromq_accept_errors_total{kind}`: failed accepts, `fd_exhausted` (EMFILE/ENFILE; each
+//!   pauses the acceptor) or `other`.
+//! - `ferromq_connections_closed_total{reason}`: connections closed by a limit, `idle`,
+//!   `frame_timeout`, `frame_budget`.
+//! - `ferromq_partial_frame_bytes`: memory held by incomplete frames, charged to the
+//!   partial-frame budget (`ferromq_partial_frame_budget_bytes`).
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
 
+use ferromq_protocol::remoting::limits::LimitSnapshot;
 use ferromq_store::flush_latency::{FlushLatencySnapshot, FLUSH_LATENCY_BOUNDS_MICROS};
 use ferromq_store::offsets::{CommitRejection, OffsetKind, Verdict};
 use ferromq_store::{GetResult, GetStatus};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::MetricType;
@@ -350,6 +359,14 @@ impl BrokerMetrics {
     }
 }
 
+/// One counter family computed at scrape time: name, help, label key, (label value, count)s.
+type LabelledCounters = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<(&'static str, u64)>,
+);
+
 /// Values computed at scrape time.
 #[derive(Debug)]
 struct ScrapeValues {
@@ -358,6 +375,10 @@ struct ScrapeValues {
     dispatch_behind_bytes: u64,
     log_min_offset: u64,
     log_max_offset: u64,
+    limits: LimitSnapshot,
+    connection_limit: u64,
+    partial_frame_bytes: u64,
+    partial_frame_budget_bytes: u64,
 }
 
 impl ScrapeValues {
@@ -384,7 +405,52 @@ impl ScrapeValues {
             dispatch_behind_bytes: stats.written_end.saturating_sub(stats.dispatched_end),
             log_min_offset: stats.log_min_offset,
             log_max_offset: stats.written_end,
+            limits: ctx.connection_limits.counters().snapshot(),
+            connection_limit: ctx.connection_limits.limit() as u64,
+            partial_frame_bytes: ctx.connection_limits.partial_frame_bytes(),
+            partial_frame_budget_bytes: ctx.connection_limits.settings().partial_frame_budget_bytes,
         }
+    }
+}
+
+impl ScrapeValues {
+    /// The connection-limit counters, one labelled family each.
+    fn encode_limit_counters(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
+        let l = &self.limits;
+        let families: [LabelledCounters; 3] = [
+            (
+                "ferromq_connections_refused",
+                "Connections closed at accept, by reason (limit: maxConnections reached)",
+                "reason",
+                vec![("limit", l.refused_over_limit)],
+            ),
+            (
+                "ferromq_accept_errors",
+                "Failed accepts, by kind (fd_exhausted: EMFILE/ENFILE, the acceptor paused)",
+                "kind",
+                vec![
+                    ("fd_exhausted", l.accept_fd_exhausted),
+                    ("other", l.accept_failed_other),
+                ],
+            ),
+            (
+                "ferromq_connections_closed",
+                "Connections closed by a limit, by reason",
+                "reason",
+                vec![
+                    ("idle", l.closed_idle),
+                    ("frame_timeout", l.closed_frame_timeout),
+                    ("frame_budget", l.closed_frame_budget),
+                ],
+            ),
+        ];
+        for (name, help, label, values) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, count) in values {
+                ConstCounter::new(count).encode(family.encode_family(&[(label, value)])?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -423,11 +489,27 @@ impl Collector for ScrapeValues {
                 "CommitLog bytes written",
                 self.log_max_offset,
             ),
+            (
+                "ferromq_connection_limit",
+                "Connections served at once (maxConnections capped by the open-file limit)",
+                self.connection_limit,
+            ),
+            (
+                "ferromq_partial_frame_bytes",
+                "Bytes held by incomplete frames, charged to the partial-frame budget",
+                self.partial_frame_bytes,
+            ),
+            (
+                "ferromq_partial_frame_budget_bytes",
+                "The partial-frame budget (partialFrameBudgetBytes)",
+                self.partial_frame_budget_bytes,
+            ),
         ];
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value as i64);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
+        self.encode_limit_counters(&mut encoder)?;
         let buckets: Vec<(f64, u64)> = self
             .flush
             .bucket_counts

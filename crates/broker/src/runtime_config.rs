@@ -84,6 +84,19 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ("maxReconsumeTimes", "it is read at startup"),
     ("autoCreateSubscriptionGroup", "it is read at startup"),
     ("maxFrameLength", "connections size their frames at startup"),
+    ("maxConnections", "the connection limit is set at startup"),
+    (
+        "serverChannelMaxIdleTimeSeconds",
+        "connection limits are set at startup",
+    ),
+    (
+        "frameReadTimeoutMillis",
+        "connection limits are set at startup",
+    ),
+    (
+        "partialFrameBudgetBytes",
+        "connection limits are set at startup",
+    ),
 ];
 
 /// Why an update was refused; names the key.

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferromq_protocol::remoting::limits::{self, Acceptor, ConnectionGuard};
 use ferromq_store::MessageStore;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -72,6 +73,7 @@ impl Broker {
     /// is [`Broker::local_addr`].
     pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
         config.validate()?;
+        let connection_limits = connection_guard(&config)?;
         let bind = SocketAddr::new(config.bind_ip(), config.listen_port);
         let listener = TcpListener::bind(bind)
             .await
@@ -125,10 +127,12 @@ impl Broker {
             stats: Default::default(),
             runtime_config: crate::runtime_config::RuntimeConfig::new(&config),
             config,
+            connection_limits,
         });
         let (stop, stop_rx) = watch::channel(false);
+        let acceptor = Acceptor::new(listener, ctx.connection_limits.clone());
         let mut tasks = vec![
-            tokio::spawn(accept_loop(ctx.clone(), listener, stop_rx.clone())),
+            tokio::spawn(accept_loop(ctx.clone(), acceptor, stop_rx.clone())),
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
@@ -204,22 +208,38 @@ impl Broker {
     }
 }
 
+/// The connection limits of `config`, with `maxConnections` capped by the open-file limit
+/// (logged, with a warning when the cap lowers it).
+fn connection_guard(config: &BrokerConfig) -> Result<Arc<ConnectionGuard>, ConfigError> {
+    let settings = config.connection_limits();
+    let limit =
+        limits::connection_limit(settings.max_connections).map_err(|e| ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
+        })?;
+    if limit.limit < limit.configured as usize {
+        tracing::warn!(max_connections = limit.configured, limit = limit.limit,
+            open_file_limit = ?limit.open_file_limit, reserved = limit.reserved,
+            "maxConnections capped by the open-file limit, keeping descriptors for the store");
+    } else {
+        tracing::info!(limit = limit.limit, open_file_limit = ?limit.open_file_limit,
+            "connection limit");
+    }
+    Ok(ConnectionGuard::new(settings, limit.limit))
+}
+
+/// Admits connections (under the connection limit, pausing when descriptors run out) until
+/// the broker stops.
 async fn accept_loop(
     ctx: Arc<BrokerContext>,
-    listener: TcpListener,
+    mut acceptor: Acceptor,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tokio::spawn(connection::serve(ctx.clone(), stream, peer, stop.clone()));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+            accepted = acceptor.accept() => {
+                tokio::spawn(connection::serve(ctx.clone(), accepted, stop.clone()));
+            }
             _ = stop.changed() => return,
         }
     }
