@@ -10,9 +10,15 @@
 //! awaits (see `processor`), so connections are served concurrently while each keeps its own
 //! back-pressure: a peer that does not read its replies stops being read.
 //!
+//! Connections are admitted and read under the limits the broker uses too
+//! (`ferromq_protocol::remoting::limits`): at most `max_connections` at once (capped by the
+//! open-file limit; more are closed at accept), accepts paused when descriptors run out, and
+//! per connection an idle timeout, a frame deadline and a share of the partial-frame budget.
+//!
 //! Invariants: network input never panics; a bad frame (too long, bad header, garbage), a
-//! read or write error, a write that does not finish within `write_timeout`, or a connection
-//! idle for `idle_timeout` closes only that connection, with a log line; when a connection
+//! read or write error, a write that does not finish within `write_timeout`, a connection
+//! idle for `idle_timeout`, a frame that misses `frame_read_timeout` or would pass the
+//! partial-frame budget closes only that connection, with a log line; when a connection
 //! closes, brokers whose latest registration came over it are removed, as RocketMQ does.
 
 use std::future::Future;
@@ -22,13 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use ferromq_protocol::remoting::{
-    response, RemotingCodec, RemotingCommand, DEFAULT_MAX_FRAME_LENGTH,
+use ferromq_protocol::remoting::limits::{
+    self, Accepted, Acceptor, ConnectionGuard, FrameReadError, FrameReader, LimitError,
+    LimitSettings,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ferromq_protocol::remoting::{response, RemotingCommand, DEFAULT_MAX_FRAME_LENGTH};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
-use tokio_util::codec::Decoder;
 
 use crate::kv::KvConfig;
 use crate::processor::Processor;
@@ -46,6 +53,9 @@ pub enum NamesrvError {
         #[source]
         source: io::Error,
     },
+    /// A connection limit is zero or absurd, or the open-file limit leaves no room.
+    #[error(transparent)]
+    Config(#[from] LimitError),
 }
 
 /// Name server settings.
@@ -65,6 +75,15 @@ pub struct NamesrvConfig {
     pub idle_timeout: Duration,
     /// Bound on writing replies to a connection; passing it closes the connection.
     pub write_timeout: Duration,
+    /// Most connections served at once (`maxConnections`), capped below the open-file limit;
+    /// more are closed as soon as they are accepted.
+    pub max_connections: u32,
+    /// Once the first byte of a frame has arrived, the whole frame must arrive within this
+    /// (`frameReadTimeoutMillis`).
+    pub frame_read_timeout: Duration,
+    /// Memory the incomplete frames of all connections may hold together
+    /// (`partialFrameBudgetBytes`, at least `max_frame_length`).
+    pub partial_frame_budget_bytes: u64,
 }
 
 impl Default for NamesrvConfig {
@@ -75,8 +94,24 @@ impl Default for NamesrvConfig {
             broker_expiry: DEFAULT_BROKER_EXPIRY,
             scan_interval: Duration::from_secs(5),
             max_frame_length: DEFAULT_MAX_FRAME_LENGTH,
-            idle_timeout: Duration::from_secs(120),
+            idle_timeout: limits::DEFAULT_IDLE_TIMEOUT,
             write_timeout: Duration::from_secs(10),
+            max_connections: limits::DEFAULT_MAX_CONNECTIONS,
+            frame_read_timeout: limits::DEFAULT_FRAME_READ_TIMEOUT,
+            partial_frame_budget_bytes: limits::DEFAULT_PARTIAL_FRAME_BUDGET,
+        }
+    }
+}
+
+impl NamesrvConfig {
+    /// The connection limits of these settings.
+    pub fn limit_settings(&self) -> LimitSettings {
+        LimitSettings {
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout,
+            frame_read_timeout: self.frame_read_timeout,
+            partial_frame_budget_bytes: self.partial_frame_budget_bytes,
+            max_frame_length: self.max_frame_length,
         }
     }
 }
@@ -84,7 +119,7 @@ impl Default for NamesrvConfig {
 /// A bound name server, not yet serving. See the module documentation for its lifecycle.
 #[derive(Debug)]
 pub struct NameServer {
-    listener: TcpListener,
+    acceptor: Acceptor,
     local_addr: SocketAddr,
     config: NamesrvConfig,
     processor: Processor,
@@ -92,7 +127,14 @@ pub struct NameServer {
 
 impl NameServer {
     /// Binds `config.listen` with empty route tables.
+    ///
+    /// # Errors
+    /// A connection limit is unusable (named), or the address cannot be bound.
     pub async fn bind(config: NamesrvConfig) -> Result<NameServer, NamesrvError> {
+        let settings = config.limit_settings();
+        settings.validate()?;
+        let limit = limits::connection_limit(settings.max_connections)?;
+        let guard = ConnectionGuard::new(settings, limit.limit);
         let bind_err = |source| NamesrvError::Bind {
             addr: config.listen,
             source,
@@ -101,9 +143,9 @@ impl NameServer {
         let local_addr = listener.local_addr().map_err(bind_err)?;
         let registry = Arc::new(RouteRegistry::new(config.broker_expiry));
         let processor = Processor::new(registry, Arc::new(KvConfig::new()));
-        tracing::info!(addr = %local_addr, "name server listening");
+        tracing::info!(addr = %local_addr, connection_limit = limit.limit, "name server listening");
         Ok(NameServer {
-            listener,
+            acceptor: Acceptor::new(listener, guard),
             local_addr,
             config,
             processor,
@@ -125,10 +167,15 @@ impl NameServer {
         self.processor.kv().clone()
     }
 
+    /// The connection limits in force, with their counters (refusals, limit closes).
+    pub fn connection_limits(&self) -> Arc<ConnectionGuard> {
+        self.acceptor.guard().clone()
+    }
+
     /// Serves until `shutdown` completes, then aborts every connection and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let NameServer {
-            listener,
+            mut acceptor,
             local_addr,
             config,
             processor,
@@ -147,23 +194,17 @@ impl NameServer {
                         tracing::info!(count = removed.len(), "expired brokers removed");
                     }
                 }
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        next_conn += 1;
-                        let conn = Connection {
-                            id: next_conn,
-                            peer,
-                            config,
-                            processor: processor.clone(),
-                        };
-                        connections.spawn(conn.serve(stream));
-                    }
-                    Err(e) => {
-                        // E.g. out of file descriptors: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
+                accepted = acceptor.accept() => {
+                    next_conn += 1;
+                    let conn = Connection {
+                        id: next_conn,
+                        peer: accepted.peer,
+                        config,
+                        processor: processor.clone(),
+                        guard: acceptor.guard().clone(),
+                    };
+                    connections.spawn(conn.serve(accepted));
+                }
                 Some(done) = connections.join_next(), if !connections.is_empty() => {
                     if let Err(e) = done {
                         if e.is_panic() {
@@ -184,10 +225,17 @@ struct Connection {
     peer: SocketAddr,
     config: NamesrvConfig,
     processor: Processor,
+    guard: Arc<ConnectionGuard>,
 }
 
 impl Connection {
-    async fn serve(self, stream: TcpStream) {
+    /// Serves until the connection must close; its place under the limit is freed then.
+    async fn serve(self, accepted: Accepted) {
+        let Accepted {
+            stream,
+            permit: _permit,
+            ..
+        } = accepted;
         tracing::debug!(peer = %self.peer, conn = self.id, "connection open");
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(peer = %self.peer, error = %e, "cannot set TCP_NODELAY");
@@ -197,41 +245,60 @@ impl Connection {
         self.processor.registry().connection_closed(self.id);
     }
 
-    /// Serves frames until the connection must close; returns why.
-    async fn serve_frames(&self, mut stream: TcpStream) -> &'static str {
-        let mut codec = RemotingCodec::new(self.config.max_frame_length);
-        let mut input = BytesMut::with_capacity(8 * 1024);
+    /// Serves frames until the connection must close; returns why. Every request already
+    /// buffered is answered in one write.
+    async fn serve_frames(&self, stream: TcpStream) -> &'static str {
+        let (read_half, mut write_half) = stream.into_split();
+        let mut reader = FrameReader::new(read_half, self.guard.clone());
         let mut output = BytesMut::new();
         loop {
+            let first = match reader.next_frame().await {
+                Ok(Some(cmd)) => cmd,
+                Ok(None) => return "peer closed",
+                Err(e) => return self.closed_by(&e),
+            };
+            self.handle(first, &mut output);
             loop {
-                match codec.decode(&mut input) {
+                match reader.buffered_frame() {
                     Ok(Some(cmd)) => self.handle(cmd, &mut output),
                     Ok(None) => break,
                     Err(e) => {
-                        tracing::warn!(peer = %self.peer, error = %e,
-                            "bad frame; closing connection");
                         // Replies to requests decoded before the bad frame are still owed.
-                        self.write(&mut stream, &mut output).await;
-                        return "bad frame";
+                        self.write(&mut write_half, &mut output).await;
+                        return self.closed_by(&e);
                     }
                 }
             }
-            if !self.write(&mut stream, &mut output).await {
+            if !self.write(&mut write_half, &mut output).await {
                 return "write failed";
             }
-            match tokio::time::timeout(self.config.idle_timeout, stream.read_buf(&mut input)).await
-            {
-                Err(_) => {
-                    tracing::info!(peer = %self.peer, idle = ?self.config.idle_timeout,
-                        "idle connection closed");
-                    return "idle";
-                }
-                Ok(Ok(0)) => return "peer closed",
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(peer = %self.peer, error = %e, "read failed");
-                    return "read failed";
-                }
+            reader.activity().touch();
+        }
+    }
+
+    /// Logs why the reader stopped and names it for the close line.
+    fn closed_by(&self, error: &FrameReadError) -> &'static str {
+        let peer = self.peer;
+        match error {
+            FrameReadError::Idle(_) => {
+                tracing::info!(%peer, %error, "idle connection closed");
+                "idle"
+            }
+            FrameReadError::FrameTimeout(_) => {
+                tracing::warn!(%peer, %error, "closing connection: frame deadline");
+                "frame timeout"
+            }
+            FrameReadError::Budget { .. } => {
+                tracing::warn!(%peer, %error, "closing connection: partial-frame budget");
+                "frame budget"
+            }
+            FrameReadError::Codec(_) => {
+                tracing::warn!(%peer, %error, "bad frame; closing connection");
+                "bad frame"
+            }
+            FrameReadError::Io(_) => {
+                tracing::debug!(%peer, %error, "read failed");
+                "read failed"
             }
         }
     }
@@ -260,7 +327,7 @@ impl Connection {
     }
 
     /// Writes and clears `output`; returns false when the connection must close.
-    async fn write(&self, stream: &mut TcpStream, output: &mut BytesMut) -> bool {
+    async fn write(&self, stream: &mut (impl AsyncWrite + Unpin), output: &mut BytesMut) -> bool {
         if output.is_empty() {
             return true;
         }

@@ -1,9 +1,11 @@
 //! End-to-end tests of the name server over TCP on 127.0.0.1 with OS-chosen ports: broker
 //! registration and routes as real clients read them, cluster info, topic lists, removal by
-//! unregistration, expiry and connection close, and robustness against bad frames.
+//! unregistration, expiry and connection close, robustness against bad frames, and the
+//! connection limits shared with the broker (limit, frame deadline, idle timeout).
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ferromq_namesrv::client::{register_broker, unregister_broker};
 use ferromq_namesrv::{NameServer, NamesrvClient, NamesrvConfig};
@@ -11,6 +13,7 @@ use ferromq_protocol::remoting::body::topic::{RegisterBrokerBody, TopicConfig};
 use ferromq_protocol::remoting::headers::namesrv::{
     RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
 };
+use ferromq_protocol::remoting::limits::ConnectionGuard;
 use ferromq_protocol::remoting::{request, response, ExtFields, RemotingClient, RemotingCommand};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,6 +25,7 @@ const T: Duration = Duration::from_secs(5);
 
 struct Running {
     addr: SocketAddr,
+    limits: Arc<ConnectionGuard>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -42,12 +46,14 @@ async fn start(config: NamesrvConfig) -> Running {
     let server = NameServer::bind(config).await.unwrap();
     let addr = server.local_addr();
     assert_ne!(addr.port(), 0);
+    let limits = server.connection_limits();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server.run(async move {
         let _ = stopped.await;
     }));
     Running {
         addr,
+        limits,
         stop: Some(stop),
         task,
     }
@@ -487,6 +493,100 @@ async fn bad_frames_close_only_their_connection() {
         response::SUCCESS
     );
     ns.stop().await;
+}
+
+/// Waits until the server closes `stream`; returns how long that took (panics after `T`).
+async fn closed_after(stream: &mut TcpStream) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(T, stream.read(&mut buf))
+        .await
+        .expect("server closes the connection in time");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "expected close, got {read:?}"
+    );
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn connection_limit_frame_deadline_and_idle_timeout_apply_to_the_name_server() {
+    let ns = start(NamesrvConfig {
+        max_connections: 1,
+        idle_timeout: Duration::from_secs(1),
+        frame_read_timeout: Duration::from_millis(200),
+        ..local_config()
+    })
+    .await;
+    assert_eq!(ns.limits.limit(), 1);
+    let first = RemotingClient::connect(ns.addr, T).await.unwrap();
+    let reply = call(&first, request::GET_BROKER_CLUSTER_INFO, &[]).await;
+    assert_eq!(reply.code, response::SUCCESS);
+    let mut refused = TcpStream::connect(ns.addr).await.unwrap();
+    let waited = closed_after(&mut refused).await;
+    assert!(
+        waited < Duration::from_millis(900),
+        "closed at once: {waited:?}"
+    );
+    assert_eq!(ns.limits.counters().snapshot().refused_over_limit, 1);
+    drop(first);
+    let deadline = Instant::now() + T;
+    while ns.limits.open() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed client frees its place"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut slow = TcpStream::connect(ns.addr).await.unwrap();
+    slow.write_all(&[0, 0, 1]).await.unwrap();
+    let waited = closed_after(&mut slow).await;
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_millis(900),
+        "closed by the 200 ms frame deadline, before the 1 s idle timeout: {waited:?}"
+    );
+    drop(slow);
+    let deadline = Instant::now() + T;
+    while ns.limits.open() > 0 {
+        assert!(Instant::now() < deadline, "the slow client frees its place");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut silent = TcpStream::connect(ns.addr).await.unwrap();
+    let waited = closed_after(&mut silent).await;
+    assert!(
+        waited >= Duration::from_millis(900),
+        "idle for 1 s: {waited:?}"
+    );
+    let counts = ns.limits.counters().snapshot();
+    assert_eq!(
+        (counts.closed_frame_timeout, counts.closed_idle),
+        (1, 1),
+        "{counts:?}"
+    );
+    ns.stop().await;
+}
+
+#[tokio::test]
+async fn zero_connection_limits_are_refused_naming_the_key() {
+    let error = NameServer::bind(NamesrvConfig {
+        max_connections: 0,
+        ..local_config()
+    })
+    .await
+    .unwrap_err();
+    assert!(error.to_string().contains("maxConnections"), "{error}");
+    let error = NameServer::bind(NamesrvConfig {
+        partial_frame_budget_bytes: 10,
+        ..local_config()
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("partialFrameBudgetBytes"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
