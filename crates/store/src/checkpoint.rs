@@ -140,22 +140,24 @@ pub struct CheckpointDir {
 }
 
 impl CheckpointDir {
-    /// Opens (creates) the directory and removes leftover temp files.
+    /// Opens (creates) the directory and removes leftover temp files. Any other name that is
+    /// not a checkpoint (`notes.txt`, an editor's backup) is left alone with a warning: only
+    /// 20-digit names are ever read, so a stray file cannot be mistaken for a checkpoint and
+    /// must not stop the store from starting.
     pub fn open(dir: &Path) -> Result<CheckpointDir, OpenError> {
         fsutil::create_dir_all(dir)?;
         let this = CheckpointDir {
             dir: dir.to_path_buf(),
         };
         for (path, position) in this.list()? {
-            if position.is_none() {
-                if path.extension().is_some_and(|e| e == "tmp") {
-                    fsutil::remove_file(&path)?;
-                } else {
-                    return Err(OpenError::ForeignFile {
-                        path,
-                        reason: "not a checkpoint (expected a 20-digit position)".into(),
-                    });
-                }
+            if position.is_some() {
+                continue;
+            }
+            if path.extension().is_some_and(|e| e == "tmp") {
+                fsutil::remove_file(&path)?;
+            } else {
+                tracing::warn!(path = %path.display(),
+                    "ignoring a file that is not a checkpoint (expected a 20-digit position)");
             }
         }
         Ok(this)

@@ -1,6 +1,8 @@
 //! Fault points: a seam through which tests make the next CommitLog writes or fsyncs fail,
 //! to prove that a failure reaches the caller and leaves the log consistent (invariant 2),
-//! and hold the background committers, to prove what an acknowledgement itself wrote.
+//! hold the background committers, to prove what an acknowledgement itself wrote, and make
+//! checkpoints fail, to prove that a failed checkpoint is retried and reported without
+//! poisoning the store.
 //!
 //! Production never arms them; an unarmed point costs one relaxed atomic load per batch.
 
@@ -12,6 +14,8 @@ pub struct Faults {
     fail_writes: AtomicU32,
     fail_syncs: AtomicU32,
     hold_background_commits: AtomicBool,
+    fail_checkpoints: AtomicU32,
+    fail_derived_syncs: AtomicU32,
 }
 
 impl Faults {
@@ -28,6 +32,26 @@ impl Faults {
     /// the hold before closing the store: the final flush needs the flusher to commit.
     pub fn hold_background_commits(&self, hold: bool) {
         self.hold_background_commits.store(hold, Ordering::Release);
+    }
+
+    /// Makes the next `count` checkpoint attempts fail as listing the checkpoint directory
+    /// fails when the process is out of descriptors (EMFILE).
+    pub fn fail_checkpoints(&self, count: u32) {
+        self.fail_checkpoints.store(count, Ordering::Release);
+    }
+
+    /// Makes the fsync of derived state (ConsumeQueues, index) fail with EIO in the next
+    /// `count` checkpoints.
+    pub fn fail_derived_syncs(&self, count: u32) {
+        self.fail_derived_syncs.store(count, Ordering::Release);
+    }
+
+    pub(crate) fn take_checkpoint(&self) -> bool {
+        take(&self.fail_checkpoints)
+    }
+
+    pub(crate) fn take_derived_sync(&self) -> bool {
+        take(&self.fail_derived_syncs)
     }
 
     pub(crate) fn background_commits_held(&self) -> bool {
@@ -55,4 +79,14 @@ fn take(counter: &AtomicU32) -> bool {
 /// The error an armed write fault reports: ENOSPC.
 pub(crate) fn disk_full() -> std::io::Error {
     std::io::Error::from_raw_os_error(28)
+}
+
+/// The error an armed checkpoint fault reports: EMFILE.
+pub(crate) fn too_many_open_files() -> std::io::Error {
+    std::io::Error::from_raw_os_error(24)
+}
+
+/// The error an armed derived-sync fault reports: EIO.
+pub(crate) fn io_error() -> std::io::Error {
+    std::io::Error::from_raw_os_error(5)
 }

@@ -1016,18 +1016,31 @@ fn foreign_files_in_consume_queue_dirs_are_named() {
 }
 
 #[test]
-fn foreign_file_in_checkpoint_dir_is_named() {
+fn stray_files_in_checkpoint_dir_are_ignored() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = test_config(dir.path());
     small_store(&config);
-    let stray = dir.path().join("checkpoint").join("latest");
-    std::fs::write(&stray, b"?").expect("write");
-    let error = open_err(&config);
+    let checkpoints = dir.path().join("checkpoint");
+    let notes = checkpoints.join("notes.txt");
+    let backup = checkpoints.join(format!("{:020}~", 0));
+    let leftover = checkpoints.join(format!("{:020}.tmp", 0));
+    for path in [&notes, &backup, &leftover] {
+        std::fs::write(path, b"?").expect("write");
+    }
+    // Only 20-digit names are checkpoints: the others neither stop the start nor get read.
+    let store = open(&config);
+    assert!(store.recovery_report().clean_shutdown);
     assert!(
-        matches!(&error, OpenError::ForeignFile { path, .. } if *path == stray),
-        "{error:?}"
+        store.recovery_report().checkpoint_position.is_some(),
+        "the real checkpoint is used: {:?}",
+        store.recovery_report()
     );
-    assert_names(&error, &stray);
+    assert_eq!(bodies(&store, "T", 0), expected_bodies("T", 0, 1));
+    assert!(notes.exists() && backup.exists(), "strays are left alone");
+    assert!(!leftover.exists(), "a leftover temp file is removed");
+    store.close().expect("close");
+    let store = open(&config);
+    assert!(store.recovery_report().clean_shutdown, "and again");
 }
 
 #[test]

@@ -71,15 +71,39 @@ impl Inner {
         result
     }
 
-    /// Makes derived state durable and writes a checkpoint at the dispatched position.
+    /// Makes derived state durable and writes a checkpoint at the dispatched position; a
+    /// failure is recorded in the checkpoint health (`StoreStats`), never poisons the store.
     pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        let result = self.write_checkpoint();
+        match &result {
+            Ok(()) => {
+                if self.checkpoint_health.succeeded() {
+                    tracing::info!(
+                        failures = self.checkpoint_health.failures(),
+                        "checkpoint written again after failed attempts"
+                    );
+                }
+            }
+            Err(error) => self.checkpoint_health.failed(&error.to_string()),
+        }
+        result
+    }
+
+    fn write_checkpoint(&self) -> Result<(), StoreError> {
         let _serial = self.checkpoint_lock.lock().expect("checkpoint lock");
+        if let Some(reason) = self.checkpoint_health.derived_sync_lost() {
+            return Err(StoreError::CheckpointsStopped(reason));
+        }
+        if self.log.faults.take_checkpoint() {
+            let dir = self.checkpoints.dir();
+            return Err(FileError::new("list", dir, crate::faults::too_many_open_files()).into());
+        }
         let checkpoint = {
             let mut derived = self.derived.lock().expect("derived lock");
-            recovery::sync_derived(&mut derived).map_err(open_to_store_error)?;
+            self.sync_derived(&mut derived)?;
             let position = derived.dispatched;
             if position == self.checkpoint_position.load(Ordering::Acquire)
-                && self.checkpoints.positions().map_err(file_error)?.first() == Some(&position)
+                && self.checkpoints.positions()?.first() == Some(&position)
             {
                 return Ok(());
             }
@@ -98,13 +122,29 @@ impl Inner {
         };
         // The log must be durable up to the position before a checkpoint may name it.
         self.flush.wait_durable(checkpoint.position)?;
-        self.checkpoints.write(&checkpoint).map_err(file_error)?;
-        self.checkpoints
-            .prune(self.config.snapshots_kept)
-            .map_err(file_error)?;
+        self.checkpoints.write(&checkpoint)?;
+        self.checkpoints.prune(self.config.snapshots_kept)?;
         self.checkpoint_position
             .store(checkpoint.position, Ordering::Release);
         Ok(())
+    }
+
+    /// fsyncs derived state; a failed fsync (not an open or a write, which are safe to
+    /// retry) stops checkpoints until restart (see `checkpoint_health`).
+    fn sync_derived(&self, derived: &mut crate::dispatch::Derived) -> Result<(), StoreError> {
+        let result = if self.log.faults.take_derived_sync() {
+            let dir = self.config.root_dir.join("consumequeue");
+            Err(FileError::new("fsync", dir, crate::faults::io_error()).into())
+        } else {
+            recovery::sync_derived(derived)
+        };
+        result.map_err(|error| {
+            if is_failed_fsync(&error) {
+                self.checkpoint_health
+                    .lose_derived_durability(error.to_string());
+            }
+            StoreError::Derived(error)
+        })
     }
 
     /// At close: flush everything, dispatch everything, checkpoint.
@@ -311,6 +351,16 @@ impl MessageStore {
         }
         result
     }
+}
+
+/// Whether `error` is a failed fsync of a file (as opposed to an open, write or read).
+fn is_failed_fsync(error: &OpenError) -> bool {
+    let file = match error {
+        OpenError::File(file) => file,
+        OpenError::ConsumeQueue(crate::consume_queue::CqError::File(file)) => file,
+        _ => return false,
+    };
+    file.op == "fsync"
 }
 
 fn file_error(error: FileError) -> StoreError {

@@ -20,6 +20,7 @@
 //! or machine crash may lose the suffix not yet fsynced (at most `flush_interval_ms` of
 //! appends) but never a record in the middle (recovery cuts the log at the first bad record).
 
+mod checkpoint_health;
 mod commit;
 mod committed;
 mod maintenance;
@@ -78,6 +79,14 @@ pub enum StoreError {
     /// Derived state could not be written or rebuilt.
     #[error(transparent)]
     Derived(#[from] OpenError),
+    /// The store was poisoned by a failed CommitLog write or fsync, so it could not close
+    /// cleanly; the next open recovers.
+    #[error("store is poisoned ({0}); it did not close cleanly and the next open recovers")]
+    Poisoned(String),
+    /// An fsync of derived state failed earlier, so no checkpoint is written until restart;
+    /// the next open rebuilds derived state from the log.
+    #[error("checkpoints are stopped until restart: an fsync of derived state failed ({0})")]
+    CheckpointsStopped(String),
 }
 
 /// Counters and positions, for `brokerStatus` and tests.
@@ -107,6 +116,10 @@ pub struct StoreStats {
     pub commits_rejected: u64,
     /// The failure that poisoned the store, if any.
     pub poisoned: Option<String>,
+    /// Checkpoint attempts that failed since open (each is retried; none poisons the store).
+    pub checkpoint_failures: u64,
+    /// The latest checkpoint failure, until a checkpoint succeeds again.
+    pub last_checkpoint_failure: Option<String>,
 }
 
 /// Under `AsyncFlush`, an appender wakes the committer once the tail holds this much.
@@ -174,6 +187,7 @@ pub(crate) struct Inner {
     pub bytes_cut: AtomicU64,
     pub commits_rejected: AtomicU64,
     pub dispatch_failure: Mutex<Option<String>>,
+    pub checkpoint_health: checkpoint_health::CheckpointHealth,
     pub _lock: File,
 }
 
@@ -232,6 +246,7 @@ impl MessageStore {
             bytes_cut: AtomicU64::new(bytes_cut),
             commits_rejected: AtomicU64::new(0),
             dispatch_failure: Mutex::new(None),
+            checkpoint_health: Default::default(),
             _lock: recovered.lock,
         });
         let threads = threads::start(&inner);
@@ -354,6 +369,8 @@ impl MessageStore {
                 .offset_rejections_at_dispatch,
             commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),
             poisoned: inner.poisoned(),
+            checkpoint_failures: inner.checkpoint_health.failures(),
+            last_checkpoint_failure: inner.checkpoint_health.last_failure(),
         }
     }
 
@@ -412,7 +429,8 @@ impl MessageStore {
     /// Flushes, checkpoints and stops the store; the next open is a clean start.
     ///
     /// # Errors
-    /// The final flush or checkpoint failed: the next open runs crash recovery.
+    /// The final flush or checkpoint failed, or the store is poisoned: the next open runs crash
+    /// recovery.
     pub fn close(self) -> Result<(), StoreError> {
         self.shutdown()
     }
@@ -450,9 +468,10 @@ impl MessageStore {
             let _ = handle.join();
         }
         result?;
-        if self.inner.poisoned().is_none() {
-            crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
+        if let Some(reason) = self.inner.poisoned() {
+            return Err(StoreError::Poisoned(reason));
         }
+        crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::checkpoint_health::RetryPace;
 use super::Inner;
 use crate::config::FlushDiskType;
 
@@ -81,24 +82,30 @@ fn dispatch_loop(inner: &Inner) {
     }
 }
 
+/// Checkpoints every interval and runs retention; a failed checkpoint is logged and retried
+/// with a growing, bounded back-off (`checkpoint_health`), and the store keeps serving.
 fn checkpoint_loop(inner: &Inner) {
-    let interval = Duration::from_millis(inner.config.checkpoint_interval_ms);
+    let mut pace = RetryPace::new(Duration::from_millis(inner.config.checkpoint_interval_ms));
     let mut last_retention = Instant::now();
     let mut seen = 0;
     while !inner.closed.load(Ordering::Acquire) {
         let started = Instant::now();
-        while started.elapsed() < interval && !inner.closed.load(Ordering::Acquire) {
+        let wait = pace.wait();
+        while started.elapsed() < wait && !inner.closed.load(Ordering::Acquire) {
             seen = inner
                 .dispatch_signal
-                .wait(seen, interval.min(Duration::from_millis(100)));
+                .wait(seen, wait.min(Duration::from_millis(100)));
         }
         if inner.closed.load(Ordering::Acquire) {
             return;
         }
-        if let Err(error) = inner.checkpoint() {
-            // A failed fsync of derived state is a durability failure: stop accepting writes.
-            tracing::error!(%error, "checkpoint failed; poisoning the store");
-            inner.flush.poison(format!("checkpoint failed: {error}"));
+        match inner.checkpoint() {
+            Ok(()) => pace.succeeded(),
+            Err(error) => {
+                pace.failed();
+                tracing::error!(%error, retry_in = ?pace.wait(),
+                    "checkpoint failed; retrying (the store keeps serving)");
+            }
         }
         if last_retention.elapsed() >= RETENTION_EVERY {
             last_retention = Instant::now();
