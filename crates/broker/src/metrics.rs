@@ -30,6 +30,8 @@
 //!   `frame_timeout`, `frame_budget`.
 //! - `ferromq_partial_frame_bytes`: memory held by incomplete frames, charged to the
 //!   partial-frame budget (`ferromq_partial_frame_budget_bytes`).
+//! - `ferromq_checkpoint_failures_total`: store checkpoints that failed (each is retried and
+//!   none poisons the store; the latest is in the store's stats until one succeeds).
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -379,6 +381,7 @@ struct ScrapeValues {
     connection_limit: u64,
     partial_frame_bytes: u64,
     partial_frame_budget_bytes: u64,
+    checkpoint_failures: u64,
 }
 
 impl ScrapeValues {
@@ -409,12 +412,14 @@ impl ScrapeValues {
             connection_limit: ctx.connection_limits.limit() as u64,
             partial_frame_bytes: ctx.connection_limits.partial_frame_bytes(),
             partial_frame_budget_bytes: ctx.connection_limits.settings().partial_frame_budget_bytes,
+            checkpoint_failures: stats.checkpoint_failures,
         }
     }
 }
 
 impl ScrapeValues {
-    /// The connection-limit counters, one labelled family each.
+    /// The checkpoint-failure counter and the connection-limit counters (one labelled family
+    /// each).
     fn encode_limit_counters(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         let l = &self.limits;
         let families: [LabelledCounters; 3] = [
@@ -444,6 +449,13 @@ impl ScrapeValues {
                 ],
             ),
         ];
+        let checkpoints = ConstCounter::new(self.checkpoint_failures);
+        checkpoints.encode(encoder.encode_descriptor(
+            "ferromq_checkpoint_failures",
+            "Store checkpoints that failed (retried; they do not poison the store)",
+            None,
+            MetricType::Counter,
+        )?)?;
         for (name, help, label, values) in families {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for (value, count) in values {
