@@ -4,7 +4,8 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use common::{signal, wait_exit};
 
 fn ferromq() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ferromq"))
@@ -22,28 +23,6 @@ impl Drop for Running {
 
 fn first_line(child: &mut Child) -> String {
     common::first_line(child).expect("the server printed its address line within 30 s")
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not stop within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

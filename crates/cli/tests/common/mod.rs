@@ -130,3 +130,121 @@ pub fn fails(args: &[&str], code: i32) -> String {
     assert!(!stderr.contains("panicked"), "{stderr}");
     lines[0].to_string()
 }
+
+/// Sends signal `name` (`TERM`, `INT`, ...) to `child` by pid through the `kill` utility.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for `child` to exit; panics after 30 s.
+pub fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not stop within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A `ferromq standalone` started through `bash -c` (so a test can lower its limits first,
+/// e.g. `ulimit -n 256`), on OS-chosen ports with its metrics endpoint, its stderr kept in
+/// a file; killed on drop.
+pub struct LoggedStandalone {
+    child: Child,
+    pub namesrv: String,
+    pub broker: String,
+    /// `host:port` of the metrics endpoint.
+    pub metrics: String,
+    log: std::path::PathBuf,
+}
+
+impl Drop for LoggedStandalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl LoggedStandalone {
+    /// Starts it on `data_dir` after running the shell commands `prelude` (`""` for none);
+    /// stderr goes to `log`. Returns once it printed its address line (panics after 30 s).
+    pub fn start(prelude: &str, data_dir: &std::path::Path, log: &std::path::Path) -> Self {
+        let script = format!("{prelude}\nexec \"$0\" \"$@\"");
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_ferromq"))
+            .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+            .args(["--metrics-port", "0", "--data-dir"])
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let Some(line) = first_line(&mut child) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("standalone printed no address line within 30 s: {stderr}");
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.get(2), Some(&"namesrv"), "{line}");
+        let stderr = std::fs::read_to_string(log).unwrap();
+        let metrics = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("ferromq standalone: metrics http://"))
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("no metrics address on stderr: {stderr}"))
+            .to_string();
+        LoggedStandalone {
+            namesrv: words[3].to_string(),
+            broker: words[5].to_string(),
+            metrics,
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Everything it wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then its exit status and whole stderr.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        signal(&self.child, "TERM");
+        let status = wait_exit(&mut self.child);
+        (status, self.stderr())
+    }
+
+    /// The value of one sample of its metrics (`name` or `name{label="value"}`, exactly as
+    /// the endpoint prints it); `None` when absent.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = http_get(&self.metrics, "/metrics");
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+}
+
+/// GET `path` from `addr` over plain HTTP/1.1; the whole response (panics after 10 s).
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
