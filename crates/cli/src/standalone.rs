@@ -4,7 +4,8 @@
 //! Once both listen it prints one line, `ferromq standalone: namesrv 127.0.0.1:<port> broker
 //! 127.0.0.1:<port> data <dir>`, which scripts and tests parse. SIGINT or SIGTERM stops it
 //! cleanly: the broker unregisters, the store flushes and writes a checkpoint, and the next
-//! start is a clean one. A process killed with SIGKILL leaves the `abort` marker; the next
+//! start is a clean one; when the store was poisoned (a failed CommitLog write or fsync), the
+//! stop fails with an `error:` line naming it and exit status 1 instead. A process killed with SIGKILL leaves the `abort` marker; the next
 //! start runs, and reports, crash recovery, keeping every acknowledged message and commit.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -81,7 +81,7 @@ pub enum StoreError {
     Derived(#[from] OpenError),
     /// The store was poisoned by a failed CommitLog write or fsync, so it could not close
     /// cleanly; the next open recovers.
-    #[error("store is poisoned ({0}); it did not close cleanly and the next open recovers")]
+    #[error("store is poisoned by an earlier I/O failure ({0}); the next open recovers")]
     Poisoned(String),
     /// An fsync of derived state failed earlier, so no checkpoint is written until restart;
     /// the next open rebuilds derived state from the log.
