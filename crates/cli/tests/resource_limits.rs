@@ -1,6 +1,7 @@
 //! `ferromq standalone` under exhausted resources, as a process: a flood of connections past
 //! its open-file limit neither poisons the store nor stops sends, and the refused connections
-//! are counted; a store poisoned by a failed write makes shutdown fail instead of saying
+//! are counted; a flood of both its ports, which runs the process out of descriptors, pauses
+//! accepts and still leaves the store serving; a store poisoned by a failed write makes shutdown fail instead of saying
 //! "stopped cleanly"; a stray file in `checkpoint/` does not stop start-up.
 
 mod common;
@@ -23,6 +24,30 @@ const FLOOD: usize = 2 * OPEN_FILES as usize;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on opening the whole flood.
 const FLOOD_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Opens up to `count` connections to `addr` (each bounded by [`CONNECT_TIMEOUT`], all by
+/// [`FLOOD_DEADLINE`]).
+async fn flood(addr: &str, count: usize) -> Vec<tokio::net::TcpStream> {
+    let mut flood = Vec::with_capacity(count);
+    let deadline = Instant::now() + FLOOD_DEADLINE;
+    while flood.len() < count && Instant::now() < deadline {
+        let connect = tokio::net::TcpStream::connect(addr);
+        if let Ok(Ok(stream)) = tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            flood.push(stream);
+        }
+    }
+    flood
+}
+
+/// Sends on `client` every 200 ms for 2.5 s (across two checkpoints), asserting success.
+async fn keep_sending(client: &RemotingClient, when: &str) {
+    let until = Instant::now() + Duration::from_millis(2_500);
+    while Instant::now() < until {
+        let (code, remark) = send(client, when.as_bytes()).await;
+        assert_eq!(code, response::SUCCESS, "{when}: {remark}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 async fn client(addr: &str) -> RemotingClient {
     RemotingClient::connect(addr.parse().unwrap(), TIMEOUT)
@@ -65,21 +90,9 @@ async fn a_connection_flood_past_the_open_file_limit_does_not_poison_the_store()
     );
 
     // Hold the flood across several checkpoints (one a second), sending all along.
-    let mut flood = Vec::with_capacity(FLOOD);
-    let flood_deadline = Instant::now() + FLOOD_DEADLINE;
-    while flood.len() < FLOOD && Instant::now() < flood_deadline {
-        let connect = tokio::net::TcpStream::connect(&server.broker);
-        if let Ok(Ok(stream)) = tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            flood.push(stream);
-        }
-    }
+    let flood = flood(&server.broker, FLOOD).await;
     assert!(flood.len() as f64 > limit, "the flood passes the limit");
-    let held_until = Instant::now() + Duration::from_millis(2_500);
-    while Instant::now() < held_until {
-        let (code, remark) = send(&steady, b"during").await;
-        assert_eq!(code, response::SUCCESS, "during the flood: {remark}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    keep_sending(&steady, "during the flood").await;
     // Every connection past the limit (the steady one holds a place) is refused and counted.
     let past_limit = flood.len() as f64 + 1.0 - limit;
     let refused_series = "ferromq_connections_refused_total{reason=\"limit\"}";
@@ -178,4 +191,45 @@ async fn a_stray_file_in_the_checkpoint_dir_gets_a_warning_not_a_failed_start() 
     let (status, stderr) = second.stop();
     assert!(status.success(), "{stderr}");
     assert!(stray.exists(), "the stray file is left alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_both_ports_runs_out_of_descriptors_and_the_store_still_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LoggedStandalone::start(
+        &format!("ulimit -n {OPEN_FILES}"),
+        &dir.path().join("data"),
+        &dir.path().join("stderr.log"),
+    );
+    let steady = client(&server.broker).await;
+    assert_eq!(send(&steady, b"before").await.0, response::SUCCESS);
+    // Name server and broker each keep a reserve, but together their connections take more
+    // descriptors than the process has: accepts (and maybe checkpoints) fail with EMFILE. The
+    // broker's share is small: connections a paused acceptor leaves queued make connects wait.
+    let namesrv_flood = flood(&server.namesrv, FLOOD).await;
+    let broker_flood = flood(&server.broker, OPEN_FILES as usize / 2).await;
+    keep_sending(&steady, "while out of descriptors").await;
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("out of file descriptors; pausing accepts"),
+        "the process ran out of descriptors and its acceptors paused: {stderr}"
+    );
+    drop((namesrv_flood, broker_flood));
+
+    // Accepts resume (a pause is at most 1 s) and the store serves new connections.
+    let retry_until = Instant::now() + TIMEOUT;
+    let after = loop {
+        let connect = RemotingClient::connect(server.broker.parse().unwrap(), TIMEOUT).await;
+        match connect {
+            Ok(client) => break client,
+            Err(error) => assert!(Instant::now() < retry_until, "reconnect: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (code, remark) = send(&after, b"after").await;
+    assert_eq!(code, response::SUCCESS, "after the flood: {remark}");
+    drop((steady, after));
+    let (status, stderr) = server.stop();
+    assert!(!stderr.contains("poisoned"), "{stderr}");
+    assert!(status.success(), "{stderr}");
 }
