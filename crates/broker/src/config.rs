@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferromq_protocol::remoting::limits::{self, LimitSettings};
+use ferromq_protocol::remoting::limits::{self, LimitError, LimitSettings};
 use ferromq_store::{FlushDiskType, StoreConfig};
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +28,16 @@ pub enum ConfigError {
     /// A key has a value ferromq cannot use.
     #[error("config key {key}: {message}")]
     Invalid { key: &'static str, message: String },
+}
+
+impl From<LimitError> for ConfigError {
+    /// A connection limit problem names its broker key already.
+    fn from(error: LimitError) -> Self {
+        ConfigError::Invalid {
+            key: error.key,
+            message: error.message,
+        }
+    }
 }
 
 /// Broker settings, with RocketMQ's names and defaults.
@@ -207,12 +217,7 @@ impl BrokerConfig {
         }
         self.namesrv_addrs()?;
         self.delay_levels_ms()?;
-        self.connection_limits()
-            .validate()
-            .map_err(|e| ConfigError::Invalid {
-                key: e.key,
-                message: e.message,
-            })?;
+        self.connection_limits().validate()?;
         Ok(())
     }
 

@@ -212,11 +212,7 @@ impl Broker {
 /// (logged, with a warning when the cap lowers it).
 fn connection_guard(config: &BrokerConfig) -> Result<Arc<ConnectionGuard>, ConfigError> {
     let settings = config.connection_limits();
-    let limit =
-        limits::connection_limit(settings.max_connections).map_err(|e| ConfigError::Invalid {
-            key: e.key,
-            message: e.message,
-        })?;
+    let limit = limits::connection_limit(settings.max_connections)?;
     if limit.limit < limit.configured as usize {
         tracing::warn!(max_connections = limit.configured, limit = limit.limit,
             open_file_limit = ?limit.open_file_limit, reserved = limit.reserved,
