@@ -11,6 +11,11 @@ pub const COMMIT_PAST_MAX: i32 = 2103;
 /// A commit the offset rules reject for another reason (an unknown generation, a malformed
 /// reset).
 pub const COMMIT_REJECTED: i32 = 2104;
+/// The record at the pulled queue offset is damaged and quarantined (the remark names its
+/// queue and CommitLog offsets). The pull's good records before it were returned by earlier
+/// replies; moving the group past it is an explicit admin action
+/// (`ferromq admin skipDamagedMessage`).
+pub const MESSAGE_DAMAGED: i32 = 2105;
 /// The message could not be made durable in time; it may or may not be stored. RocketMQ's
 /// FLUSH_DISK_TIMEOUT counts as "sent" for Java clients, so ferromq does not use it.
 pub const NOT_DURABLE: i32 = 2110;

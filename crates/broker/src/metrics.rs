@@ -22,6 +22,9 @@
 //! - `ferromq_dispatch_behind_bytes`: CommitLog bytes written but not yet dispatched.
 //! - `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset`: CommitLog bounds, bytes.
 //! - `ferromq_client_connections`: open remoting connections (a gauge kept by `connection`).
+//! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
+//!
+//! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED.
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -130,6 +133,7 @@ pub struct BrokerMetrics {
     resets: Family<StaticLabel, Counter>,
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
+    damaged_reads: Counter,
 }
 
 impl Default for BrokerMetrics {
@@ -152,6 +156,7 @@ impl BrokerMetrics {
             resets: Family::default(),
             corrections: Family::default(),
             connections: Gauge::default(),
+            damaged_reads: Counter::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -203,6 +208,11 @@ impl BrokerMetrics {
             "ferromq_client_connections",
             "Open remoting connections",
             metrics.connections.clone(),
+        );
+        registry.register(
+            "ferromq_damaged_reads",
+            "Pulls answered MESSAGE_DAMAGED: the next record of the queue is quarantined",
+            metrics.damaged_reads.clone(),
         );
         BrokerMetrics {
             registry,
@@ -322,6 +332,11 @@ impl BrokerMetrics {
             %detail, "consumer offset {verb}");
     }
 
+    /// A pull reached a damaged (quarantined) record.
+    pub fn damaged_read(&self) {
+        self.damaged_reads.inc();
+    }
+
     /// A remoting connection opened.
     pub fn connection_opened(&self) {
         self.connections.inc();
@@ -358,6 +373,7 @@ struct ScrapeValues {
     dispatch_behind_bytes: u64,
     log_min_offset: u64,
     log_max_offset: u64,
+    quarantined_ranges: u64,
 }
 
 impl ScrapeValues {
@@ -384,6 +400,7 @@ impl ScrapeValues {
             dispatch_behind_bytes: stats.written_end.saturating_sub(stats.dispatched_end),
             log_min_offset: stats.log_min_offset,
             log_max_offset: stats.written_end,
+            quarantined_ranges: ctx.store.quarantined().total,
         }
     }
 }
@@ -422,6 +439,11 @@ impl Collector for ScrapeValues {
                 "ferromq_commitlog_max_offset",
                 "CommitLog bytes written",
                 self.log_max_offset,
+            ),
+            (
+                "ferromq_quarantined_ranges",
+                "CommitLog ranges kept but not served: damaged ones and undispatchable records",
+                self.quarantined_ranges,
             ),
         ];
         for (name, help, value) in gauges {

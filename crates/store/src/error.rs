@@ -98,6 +98,19 @@ pub enum ReadError {
     /// A record's stored PHYSICALOFFSET disagrees with where it was found.
     #[error("record at CommitLog offset {phys_offset} says it belongs at {stored}")]
     Misplaced { phys_offset: u64, stored: u64 },
+    /// The record at a queue offset is damaged (quarantined): a reader gets the good records
+    /// before it, then this. Moving a consumer past it is an explicit admin action.
+    #[error(
+        "the record at queue offset {queue_offset} of {topic}/{queue_id} (CommitLog offset \
+         {phys_offset}) is damaged and quarantined: {reason}"
+    )]
+    Damaged {
+        topic: String,
+        queue_id: u32,
+        queue_offset: u64,
+        phys_offset: u64,
+        reason: String,
+    },
     /// A message id that does not decode.
     #[error("bad message id: {0}")]
     BadMessageId(String),

@@ -29,6 +29,7 @@ pub mod key_index;
 pub mod offsets;
 pub mod quarantine;
 pub mod recovery;
+pub mod scan;
 mod store;
 
 pub use clock::{Clock, SystemClock};

@@ -89,6 +89,22 @@ impl Quarantine {
             .filter(|range| phys_offset < range.end())
     }
 
+    /// The first damaged range starting at or after `phys_offset` (the dispatcher stops its
+    /// reads there and jumps over it).
+    pub fn damaged_at_or_after(&self, phys_offset: u64) -> Option<&QuarantinedRange> {
+        self.ranges
+            .range(phys_offset..)
+            .map(|(_, range)| range)
+            .find(|range| range.kind == QuarantineKind::Damaged)
+    }
+
+    /// The first damaged range starting in `[from, to)`: a queue whose offsets jump across
+    /// it lost the records in between to the damage.
+    pub fn damaged_between(&self, from: u64, to: u64) -> Option<&QuarantinedRange> {
+        self.damaged_at_or_after(from)
+            .filter(|range| range.phys_offset < to)
+    }
+
     /// Forgets ranges at or past `phys_offset` (the log was cut there).
     pub fn cut_from(&mut self, phys_offset: u64) {
         let removed = self.ranges.split_off(&phys_offset);
