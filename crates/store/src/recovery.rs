@@ -34,7 +34,7 @@ use crate::offsets::OffsetView;
 use crate::quarantine::QuarantinedRange;
 use crate::scan::{data_end, scan_log};
 
-const FORMAT_LINE: &str = "ferromq-store format 1";
+pub(crate) const FORMAT_LINE: &str = "ferromq-store format 1";
 
 /// Bytes removed from the end of the CommitLog because they were not valid records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub(crate) fn encode_intent(phys_offset: u64) -> Vec<u8> {
     out
 }
 
-fn decode_intent(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn decode_intent(bytes: &[u8]) -> Option<u64> {
     if bytes.len() != 12 || crc32fast::hash(&bytes[..8]).to_be_bytes() != bytes[8..] {
         return None;
     }
@@ -253,10 +253,23 @@ fn newest_usable_checkpoint(
     checkpoints: &CheckpointDir,
     report: &mut RecoveryReport,
 ) -> Result<Option<Checkpoint>, OpenError> {
+    let (checkpoint, rejected) = choose_checkpoint(log, checkpoints)?;
+    report.checkpoint_position = checkpoint.as_ref().map(|c| c.position);
+    report.checkpoints_rejected = rejected;
+    Ok(checkpoint)
+}
+
+/// The newest checkpoint that verifies and lies inside the log, and why newer ones were
+/// rejected. Reads only.
+pub(crate) fn choose_checkpoint(
+    log: &CommitLog,
+    checkpoints: &CheckpointDir,
+) -> Result<(Option<Checkpoint>, Vec<String>), OpenError> {
     let data_end = data_end(log)?;
+    let mut rejected = Vec::new();
     for position in checkpoints.positions()? {
         if position < log.min_offset() || position > data_end {
-            report.checkpoints_rejected.push(format!(
+            rejected.push(format!(
                 "{}: position {position} is outside the log [{}, {data_end}]",
                 checkpoints.path(position).display(),
                 log.min_offset()
@@ -264,14 +277,11 @@ fn newest_usable_checkpoint(
             continue;
         }
         match checkpoints.read(position) {
-            Ok(checkpoint) => {
-                report.checkpoint_position = Some(position);
-                return Ok(Some(checkpoint));
-            }
-            Err(reason) => report.checkpoints_rejected.push(reason),
+            Ok(checkpoint) => return Ok((Some(checkpoint), rejected)),
+            Err(reason) => rejected.push(reason),
         }
     }
-    Ok(None)
+    Ok((None, rejected))
 }
 
 /// Verifies records from `from`; cuts a torn tail (bad bytes with nothing valid after them)
@@ -322,7 +332,7 @@ fn scan_and_cut(
 }
 
 /// Bytes present in the files at or after `pos`.
-fn bytes_after(log: &CommitLog, pos: u64) -> Result<u64, FileError> {
+pub(crate) fn bytes_after(log: &CommitLog, pos: u64) -> Result<u64, FileError> {
     let mut total = 0;
     for segment in log.segments() {
         let len = segment.len()?;

@@ -132,7 +132,11 @@ fn records_at_the_size_boundary_recover_and_one_over_is_refused() {
             ),
             "{error:?}"
         );
-        assert_eq!(store.stats().written_end, 0, "nothing written for a refused record");
+        assert_eq!(
+            store.stats().written_end,
+            0,
+            "nothing written for a refused record"
+        );
         store.close().expect("close");
     }
     let records = [(max - 1, 0), (max, 0), (max, 32_000), (1, 0)];

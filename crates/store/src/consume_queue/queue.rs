@@ -35,7 +35,7 @@ impl CqEntry {
         out
     }
 
-    fn decode(bytes: &[u8]) -> CqEntry {
+    pub(crate) fn decode(bytes: &[u8]) -> CqEntry {
         CqEntry {
             phys_offset: u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")),
             size: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
