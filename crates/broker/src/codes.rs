@@ -26,3 +26,17 @@ pub const NOT_DURABLE: i32 = 2110;
 /// queue]) still in the log, oldest first: `{"time","queueId","offset","kind","clientId",
 /// "generation","physOffset"}`.
 pub const OFFSET_HISTORY: i32 = 60001;
+
+/// ferromq's own request code: QUARANTINE_LIST. No ext fields. The reply body is a JSON
+/// object `{"total","notListed","ranges":[{"physOffset","len","kind","reason"}]}`: the
+/// CommitLog ranges the store keeps but does not serve (damaged ones with valid records
+/// after them, records the dispatcher could not index).
+pub const QUARANTINE_LIST: i32 = 60002;
+
+/// ferromq's own request code: SKIP_DAMAGED_MESSAGE. Ext fields `group`, `topic`,
+/// `queueId`, `queueOffset` (all required). Moves the group past the record at that queue
+/// offset, only if that record is damaged: a reset of the one queue to `queueOffset + 1`,
+/// recorded in the log like any admin reset (client id `admin-skip-damaged`), with the same
+/// fences and consumer notification. The reply is a reset's (`ResetOffsetBody`, ext
+/// `generation`, `physOffset` of the damaged record).
+pub const SKIP_DAMAGED_MESSAGE: i32 = 60003;
