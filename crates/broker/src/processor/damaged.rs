@@ -12,7 +12,7 @@ use ferromq_protocol::remoting::{ExtFieldsExt, HeaderError, RemotingCommand};
 use ferromq_store::offsets::OffsetEntry;
 use ferromq_store::{ReadError, TagFilter};
 
-use super::reset::{apply, ResetPlan};
+use super::reset::{apply, known_group, ResetPlan};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
 
@@ -87,6 +87,12 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         return command.reply(
             response::TOPIC_NOT_EXIST,
             Some(format!("topic {topic} does not exist")),
+        );
+    }
+    if !known_group(ctx, group) {
+        return command.reply(
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(format!("subscription group {group} does not exist")),
         );
     }
     let phys_offset = match damaged_at(ctx, topic, *queue_id, *queue_offset).await {
