@@ -74,6 +74,7 @@ pub fn check_json(report: &CheckReport) -> Value {
             "reason": cut.reason,
         })),
         "would_quarantine": ranges_json(&report.scan.damaged),
+        "too_damaged_at": report.scan.stopped_at,
         "queues_would_rebuild": report.queues_would_rebuild,
         "queue_torn_tails": report
             .queue_torn_tails

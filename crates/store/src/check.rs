@@ -71,6 +71,7 @@ impl CheckReport {
             && self.scan.damaged.is_empty()
             && self.queues_would_rebuild.is_none()
             && self.queue_torn_tails.is_empty()
+            && self.scan.stopped_at.is_none()
     }
 }
 
@@ -105,7 +106,8 @@ pub fn check_store(config: &StoreConfig, scope: CheckScope) -> Result<CheckRepor
     };
     let scan = scan_log(&log, scanned_from)?;
     let bytes_cut = recovery::bytes_after(&log, scan.end)?;
-    let would_cut = (bytes_cut > 0).then(|| LogCut {
+    // A scan that stopped at too much damage cuts nothing: recovery refuses to open instead.
+    let would_cut = (bytes_cut > 0 && scan.stopped_at.is_none()).then(|| LogCut {
         phys_offset: scan.end,
         bytes_cut,
         reason: scan.tail.as_ref().map_or_else(

@@ -147,6 +147,14 @@ pub enum OpenError {
     /// Offsets cannot be rebuilt: the log no longer starts at 0 and no valid snapshot exists.
     #[error("consumer offsets cannot be rebuilt: no valid snapshot in {dir} and the CommitLog starts at {log_min} (older records were deleted); restore a snapshot file")]
     OffsetsUnrecoverable { dir: PathBuf, log_min: u64 },
+    /// The log holds more damaged ranges than the store keeps track of: rather than guess
+    /// (or cut acknowledged records after them), the store refuses to open.
+    #[error(
+        "the CommitLog holds more than {max} damaged ranges (the last one tracked ends at \
+         offset {at}); the store will not guess past them: inspect it with \
+         `ferromq standalone --check --full`"
+    )]
+    TooDamaged { max: usize, at: u64 },
 }
 
 /// Why a truncation failed.

@@ -292,6 +292,12 @@ fn scan_and_cut(
     report: &mut RecoveryReport,
 ) -> Result<(u64, Vec<QuarantinedRange>), OpenError> {
     let scan = scan_log(log, from)?;
+    if let Some(at) = scan.stopped_at {
+        return Err(OpenError::TooDamaged {
+            max: crate::scan::DAMAGED_RANGES_MAX,
+            at,
+        });
+    }
     report.scanned_bytes = scan.verified_bytes;
     for range in &scan.damaged {
         tracing::error!(

@@ -28,9 +28,10 @@ const SCAN_CHUNK_BYTES: usize = 4 << 20;
 const RESYNC_WINDOW_BYTES: usize = 1 << 20;
 /// Bytes of a record header the resynchronisation filter looks at (TOTALSIZE .. PHYSICALOFFSET).
 const RESYNC_HEADER_BYTES: usize = 36;
-/// Damaged ranges listed by one scan at most; a log with more is reported as unreadable past
-/// the last one listed, so a scan of garbage stays bounded in memory.
-pub const DAMAGED_RANGES_MAX: usize = 4096;
+/// Damaged ranges one scan follows at most (the quarantine lists every one of them, so the
+/// dispatcher can jump over each); past that the scan stops and says so, rather than guess
+/// or cut: a scan of garbage stays bounded in memory.
+pub const DAMAGED_RANGES_MAX: usize = crate::quarantine::QUARANTINE_LIST_MAX;
 
 /// The bad bytes at the end of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub struct LogScan {
     pub verified_bytes: u64,
     /// Valid records verified (end-of-segment markers not counted).
     pub records: u64,
+    /// The scan met more than [`DAMAGED_RANGES_MAX`] damaged ranges and stopped here, before
+    /// the end of the log: what follows is unknown.
+    pub stopped_at: Option<u64>,
 }
 
 enum ChunkScan {
@@ -132,12 +136,11 @@ pub(crate) fn scan_log(log: &CommitLog, from: u64) -> Result<LogScan, FileError>
                 scan.verified_bytes += at - pos;
                 scan.records += records;
                 scan.end = at;
-                let resync = if scan.damaged.len() < DAMAGED_RANGES_MAX {
-                    find_next_valid(log, at, data_end)?
-                } else {
-                    None
-                };
-                let Some(next) = resync else {
+                if scan.damaged.len() >= DAMAGED_RANGES_MAX {
+                    scan.stopped_at = Some(at);
+                    return Ok(scan);
+                }
+                let Some(next) = find_next_valid(log, at, data_end)? else {
                     scan.tail = Some(TornTail {
                         phys_offset: at,
                         reason,

@@ -319,3 +319,66 @@ fn check_refuses_a_store_in_use() {
     let report = check(&config, CheckScope::Full);
     assert!(report.is_clean(), "{report:?}");
 }
+
+/// More damaged ranges than the quarantine tracks: recovery refuses to open (naming the
+/// check to run) instead of cutting the acknowledged records after them, and the read-only
+/// check says where it stopped; no file changes.
+#[test]
+fn more_damage_than_the_store_tracks_is_refused_not_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = test_config(dir.path());
+    config.segment_size_bytes = 8 << 20;
+    let limit = ferromq_store::scan::DAMAGED_RANGES_MAX;
+    let store = MessageStore::open(config.clone()).expect("open");
+    let mut placements = Vec::new();
+    for i in 0..(2 * limit + 4) {
+        let body = format!("m{i}");
+        let receipt = store
+            .put(&[draft("T", 0, body.as_bytes(), &[])])
+            .expect("put");
+        placements.push(receipt.placements[0].phys_offset);
+    }
+    store.close().expect("close");
+    for (_, path) in checkpoint_files(dir.path()) {
+        std::fs::remove_file(path).expect("remove checkpoint");
+    }
+    let (segment, _) = locate(dir.path(), config.segment_size_bytes, 0);
+    let mut bytes = std::fs::read(&segment).expect("read");
+    // Every other record damaged (its body's first byte), each followed by a good one.
+    for phys in placements.iter().step_by(2).take(limit + 1) {
+        bytes[(*phys + BODY_AT) as usize] ^= 0x01;
+    }
+    std::fs::write(&segment, bytes).expect("write");
+
+    let report = check(&config, CheckScope::Full);
+    assert_eq!(
+        report.scan.damaged.len(),
+        limit,
+        "{:?}",
+        report.scan.stopped_at
+    );
+    assert_eq!(report.scan.stopped_at, Some(placements[2 * limit]));
+    assert_eq!(
+        report.would_cut, None,
+        "a check never reports a cut recovery would not make"
+    );
+    assert!(!report.is_clean());
+    let before = snapshot(dir.path());
+    let error = MessageStore::open(config.clone()).expect_err("too damaged to open");
+    assert!(
+        matches!(error, ferromq_store::OpenError::TooDamaged { at, .. } if at == placements[2 * limit]),
+        "{error:?}"
+    );
+    let after = snapshot(dir.path());
+    let changed: Vec<_> = before
+        .iter()
+        .filter(|(path, bytes)| after.get(*path) != Some(bytes))
+        .map(|(path, _)| path.clone())
+        .collect();
+    assert!(
+        changed
+            .iter()
+            .all(|p| !p.starts_with(dir.path().join("commitlog"))),
+        "the refused open changed the log: {changed:?}"
+    );
+}

@@ -192,6 +192,7 @@ impl Inner {
                 .map_err(|e| open_to_store_error(e.into()))?;
         }
         derived.index.delete_below(new_min).map_err(file_error)?;
+        derived.quarantine.delete_below(new_min);
         tracing::info!(segments = ?deleted, log_min = new_min, "retention deleted CommitLog segments");
         Ok(RetentionReport {
             segments_deleted: deleted,
