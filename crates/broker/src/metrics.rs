@@ -32,6 +32,9 @@
 //!   partial-frame budget (`ferromq_partial_frame_budget_bytes`).
 //! - `ferromq_checkpoint_failures_total`: store checkpoints that failed (each is retried and
 //!   none poisons the store; the latest is in the store's stats until one succeeds).
+//! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
+//!
+//! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED.
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -141,6 +144,7 @@ pub struct BrokerMetrics {
     resets: Family<StaticLabel, Counter>,
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
+    damaged_reads: Counter,
 }
 
 impl Default for BrokerMetrics {
@@ -163,6 +167,7 @@ impl BrokerMetrics {
             resets: Family::default(),
             corrections: Family::default(),
             connections: Gauge::default(),
+            damaged_reads: Counter::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -214,6 +219,11 @@ impl BrokerMetrics {
             "ferromq_client_connections",
             "Open remoting connections",
             metrics.connections.clone(),
+        );
+        registry.register(
+            "ferromq_damaged_reads",
+            "Pulls answered MESSAGE_DAMAGED: the next record of the queue is quarantined",
+            metrics.damaged_reads.clone(),
         );
         BrokerMetrics {
             registry,
@@ -333,6 +343,11 @@ impl BrokerMetrics {
             %detail, "consumer offset {verb}");
     }
 
+    /// A pull reached a damaged (quarantined) record.
+    pub fn damaged_read(&self) {
+        self.damaged_reads.inc();
+    }
+
     /// A remoting connection opened.
     pub fn connection_opened(&self) {
         self.connections.inc();
@@ -382,6 +397,7 @@ struct ScrapeValues {
     partial_frame_bytes: u64,
     partial_frame_budget_bytes: u64,
     checkpoint_failures: u64,
+    quarantined_ranges: u64,
 }
 
 impl ScrapeValues {
@@ -413,6 +429,7 @@ impl ScrapeValues {
             partial_frame_bytes: ctx.connection_limits.partial_frame_bytes(),
             partial_frame_budget_bytes: ctx.connection_limits.settings().partial_frame_budget_bytes,
             checkpoint_failures: stats.checkpoint_failures,
+            quarantined_ranges: ctx.store.quarantined().total,
         }
     }
 }
@@ -515,6 +532,11 @@ impl Collector for ScrapeValues {
                 "ferromq_partial_frame_budget_bytes",
                 "The partial-frame budget (partialFrameBudgetBytes)",
                 self.partial_frame_budget_bytes,
+            ),
+            (
+                "ferromq_quarantined_ranges",
+                "CommitLog ranges kept but not served: damaged ones and undispatchable records",
+                self.quarantined_ranges,
             ),
         ];
         for (name, help, value) in gauges {
