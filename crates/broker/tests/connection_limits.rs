@@ -10,53 +10,34 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{scrape, value, Series};
+use common::{broker_config, scrape, value, Series};
 use ferromq_broker::{Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
-use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
-use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::remoting::codes::response;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Bound on every request and every wait for a close.
+/// Bound on every wait for a close or a metric.
 const TIMEOUT: Duration = Duration::from_secs(10);
 const TOPIC: &str = "LimitsTopic";
 
-/// A broker on an OS-chosen port with its metrics endpoint, configured by `configure`.
+/// The tests' broker ([`broker_config`]) with its metrics endpoint, configured by `configure`.
 async fn broker(dir: &std::path::Path, configure: impl FnOnce(&mut BrokerConfig)) -> Broker {
     let mut config = BrokerConfig {
-        listen_port: 0,
         metrics_port: Some(0),
-        store_path_root_dir: dir.to_path_buf(),
-        default_topic_queue_nums: 1,
-        mapped_file_size_commit_log: 1 << 20,
-        max_message_size: 64 * 1024,
-        ..BrokerConfig::default()
+        ..broker_config(dir, true)
     };
     configure(&mut config);
     Broker::start(config).await.expect("broker starts")
 }
 
 async fn client(broker: &Broker) -> RemotingClient {
-    RemotingClient::connect(broker.local_addr(), TIMEOUT)
-        .await
-        .expect("connect")
+    common::client(broker.local_addr()).await
 }
 
 /// Sends one message and asserts it is stored.
 async fn send(client: &RemotingClient, body: &str) {
-    let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: TOPIC.into(),
-        c: "TBW102".into(),
-        d: 1,
-        e: 0,
-        ..Default::default()
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.as_bytes().to_vec());
-    let reply = client.invoke(command, TIMEOUT).await.expect("send reply");
+    let reply = common::send(client, TOPIC, 0, body.as_bytes(), "limits").await;
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
 }
 

@@ -6,43 +6,27 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{scrape, value};
+use common::{broker_config, client, scrape, value};
 use ferromq_broker::{Broker, BrokerConfig, BrokerError};
 use ferromq_protocol::remoting::client::RemotingClient;
-use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::RemotingCommand;
 
-/// Bound on every request and wait.
+/// Bound on every wait for the checkpointer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The tests' broker ([`broker_config`], SYNC_FLUSH) with its metrics endpoint.
 async fn broker(dir: &std::path::Path) -> Broker {
     let config = BrokerConfig {
-        listen_port: 0,
         metrics_port: Some(0),
-        store_path_root_dir: dir.to_path_buf(),
-        flush_disk_type: "SYNC_FLUSH".into(),
-        default_topic_queue_nums: 1,
-        mapped_file_size_commit_log: 1 << 20,
-        max_message_size: 64 * 1024,
-        ..BrokerConfig::default()
+        ..broker_config(dir, true)
     };
     Broker::start(config).await.expect("broker starts")
 }
 
 /// Sends one message; returns the reply.
 async fn send(client: &RemotingClient, body: &str) -> RemotingCommand {
-    let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: "StoreFailures".into(),
-        c: "TBW102".into(),
-        d: 1,
-        e: 0,
-        ..Default::default()
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.as_bytes().to_vec());
-    client.invoke(command, TIMEOUT).await.expect("send reply")
+    common::send(client, "StoreFailures", 0, body.as_bytes(), "failures").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,9 +34,7 @@ async fn failed_checkpoints_are_counted_and_sends_keep_succeeding() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(dir.path()).await;
     let metrics_addr = broker.metrics_addr().expect("metrics endpoint is on");
-    let client = RemotingClient::connect(broker.local_addr(), TIMEOUT)
-        .await
-        .unwrap();
+    let client = client(broker.local_addr()).await;
     let store = broker.context().store.clone();
     store.faults().fail_checkpoints(2);
     let deadline = Instant::now() + TIMEOUT;
@@ -87,9 +69,7 @@ async fn failed_checkpoints_are_counted_and_sends_keep_succeeding() {
 async fn shutdown_of_a_poisoned_store_fails_naming_the_poison() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(dir.path()).await;
-    let client = RemotingClient::connect(broker.local_addr(), TIMEOUT)
-        .await
-        .unwrap();
+    let client = client(broker.local_addr()).await;
     assert_eq!(send(&client, "ok").await.code, response::SUCCESS);
     broker.context().store.faults().arm(0, 1);
     let reply = send(&client, "fsync fails").await;
