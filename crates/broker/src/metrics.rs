@@ -14,6 +14,11 @@
 //!   `offline_commit` (a backward commit of a group with no consumer online).
 //! - `ferromq_offset_corrections_total{cause}`: `offset_outside_queue` (a correction record),
 //!   `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED).
+//! - `ferromq_requests_refused_total{reason,request}`: requests refused for what they name
+//!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
+//!   `schedule_target`, `reserved_record` or `bad_commitlog_offset`; `request` the operation.
+//! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
+//!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!
 //! Computed at scrape time:
 //! - `ferromq_consumer_lag{group,topic,queue}`: queue max offset - committed offset, for every
@@ -22,6 +27,10 @@
 //! - `ferromq_dispatch_behind_bytes`: CommitLog bytes written but not yet dispatched.
 //! - `ferromq_commitlog_min_offset`, `ferromq_commitlog_max_offset`: CommitLog bounds, bytes.
 //! - `ferromq_client_connections`: open remoting connections (a gauge kept by `connection`).
+//! - `ferromq_store_undispatchable_records`: records the store quarantined because no
+//!   ConsumeQueue can hold them (since the store opened).
+//! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
+//!   memory and retried; see `groups`).
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -31,7 +40,7 @@ use ferromq_store::offsets::{CommitRejection, OffsetKind, Verdict};
 use ferromq_store::{GetResult, GetStatus};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::MetricType;
@@ -41,6 +50,23 @@ use crate::context::BrokerContext;
 
 type TopicLabel = [(&'static str, String); 1];
 type StaticLabel = [(&'static str, &'static str); 1];
+type RefusalLabel = [(&'static str, &'static str); 2];
+
+/// Every `request` label value of `ferromq_requests_refused_total`.
+pub const REFUSED_REQUESTS: &[&str] = &[
+    "send",
+    "send_back",
+    "commit",
+    "pull",
+    "reset",
+    "clone",
+    "delete_topic",
+    "update_topic",
+    "delete_group",
+    "update_group",
+    "view_message",
+    "schedule",
+];
 
 /// How a commit ended, as the `reason` label of the rejected counter (or accepted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +156,8 @@ pub struct BrokerMetrics {
     resets: Family<StaticLabel, Counter>,
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
+    refusals: Family<RefusalLabel, Counter>,
+    scheduler_dead_letters: Counter,
 }
 
 impl Default for BrokerMetrics {
@@ -152,6 +180,8 @@ impl BrokerMetrics {
             resets: Family::default(),
             corrections: Family::default(),
             connections: Gauge::default(),
+            refusals: Family::default(),
+            scheduler_dead_letters: Counter::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -204,6 +234,17 @@ impl BrokerMetrics {
             "Open remoting connections",
             metrics.connections.clone(),
         );
+        registry.register(
+            "ferromq_requests_refused",
+            "Requests refused for the topic, group or offset they name, by reason and request",
+            metrics.refusals.clone(),
+        );
+        registry.register(
+            "ferromq_scheduler_dead_letters",
+            "Delayed messages whose target was invalid when they fired",
+            metrics.scheduler_dead_letters.clone(),
+        );
+
         BrokerMetrics {
             registry,
             ..metrics
@@ -322,6 +363,36 @@ impl BrokerMetrics {
             %detail, "consumer offset {verb}");
     }
 
+    /// Counts a request refused for `reason` (see the module header); `request` names the
+    /// operation (`send`, `commit`, `reset`, ...).
+    pub fn refused(&self, reason: &'static str, request: &'static str) {
+        self.refusals
+            .get_or_create(&[("reason", reason), ("request", request)])
+            .inc();
+    }
+
+    /// Requests refused so far for `reason`, over every request kind.
+    pub fn refused_count(&self, reason: &'static str) -> u64 {
+        REFUSED_REQUESTS
+            .iter()
+            .map(|request| {
+                self.refusals
+                    .get(&[("reason", reason), ("request", request)])
+                    .map_or(0, |c| c.get())
+            })
+            .sum()
+    }
+
+    /// Counts a delayed message moved to the scheduler's dead-letter topic (or dropped).
+    pub fn scheduler_dead_letter(&self) {
+        self.scheduler_dead_letters.inc();
+    }
+
+    /// Delayed messages dead-lettered so far.
+    pub fn scheduler_dead_letters(&self) -> u64 {
+        self.scheduler_dead_letters.get()
+    }
+
     /// A remoting connection opened.
     pub fn connection_opened(&self) {
         self.connections.inc();
@@ -358,6 +429,8 @@ struct ScrapeValues {
     dispatch_behind_bytes: u64,
     log_min_offset: u64,
     log_max_offset: u64,
+    undispatchable_records: u64,
+    group_save_failures: u64,
 }
 
 impl ScrapeValues {
@@ -384,6 +457,8 @@ impl ScrapeValues {
             dispatch_behind_bytes: stats.written_end.saturating_sub(stats.dispatched_end),
             log_min_offset: stats.log_min_offset,
             log_max_offset: stats.written_end,
+            undispatchable_records: stats.undispatchable_records,
+            group_save_failures: ctx.groups.save_failures(),
         }
     }
 }
@@ -407,6 +482,16 @@ impl Collector for ScrapeValues {
                 ConstGauge::new(*value as i64).encode(lag.encode_family(&labels)?)?;
             }
         }
+        {
+            let mut saves = encoder.encode_descriptor(
+                "ferromq_config_save_failures",
+                "Failed saves of a config table (kept in memory and retried), by file",
+                None,
+                MetricType::Counter,
+            )?;
+            let labels = [("file", crate::groups::GROUPS_FILE_LABEL)];
+            ConstCounter::new(self.group_save_failures).encode(saves.encode_family(&labels)?)?;
+        }
         let gauges = [
             (
                 "ferromq_dispatch_behind_bytes",
@@ -422,6 +507,11 @@ impl Collector for ScrapeValues {
                 "ferromq_commitlog_max_offset",
                 "CommitLog bytes written",
                 self.log_max_offset,
+            ),
+            (
+                "ferromq_store_undispatchable_records",
+                "Records quarantined because no ConsumeQueue can hold them, since the store opened",
+                self.undispatchable_records,
             ),
         ];
         for (name, help, value) in gauges {
