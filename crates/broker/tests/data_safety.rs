@@ -302,6 +302,9 @@ async fn clients_cannot_commit_the_schedule_group_and_delayed_messages_still_arr
     let c = client(broker.local_addr()).await;
     let reply = send(&c, "Later", b"tick", &[("DELAY", "3")]).await;
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    // What made the hostile commit land before: the scheduler's topic in the topic table.
+    let reply = create_topic(&c, SCHEDULE_TOPIC, 6).await;
+    assert_refused(&reply, response::NO_PERMISSION, "reserved");
     // Level 3 is queue 2 of the scheduler's topic.
     let refused = [
         commit(&c, SCHEDULE_GROUP, SCHEDULE_TOPIC, 2, 1).await,
