@@ -182,6 +182,15 @@ impl BrokerConfig {
             }
             _ => return invalid("brokerRole", "expected ASYNC_MASTER or SYNC_MASTER"),
         }
+        if self.max_message_size == 0 || self.max_message_size > ferromq_protocol::BODY_SIZE_LIMIT {
+            return invalid(
+                "maxMessageSize",
+                &format!(
+                    "must be between 1 and {} bytes",
+                    ferromq_protocol::BODY_SIZE_LIMIT
+                ),
+            );
+        }
         if self.default_topic_queue_nums == 0 || self.default_topic_queue_nums > 1024 {
             return invalid("defaultTopicQueueNums", "must be between 1 and 1024");
         }
@@ -305,6 +314,15 @@ mod tests {
         assert_eq!(config.flush_type().unwrap(), FlushDiskType::SyncFlush);
         let error = toml::from_str::<BrokerConfig>("brokerNam = \"x\"").unwrap_err();
         assert!(error.message().contains("brokerNam"), "{}", error.message());
+    }
+
+    #[test]
+    fn zero_max_message_size_is_refused_naming_the_key() {
+        let config: BrokerConfig = toml::from_str("maxMessageSize = 0\n").unwrap();
+        let error = config.validate().unwrap_err();
+        assert!(error.to_string().contains("maxMessageSize"), "{error}");
+        let config: BrokerConfig = toml::from_str("maxMessageSize = 1\n").unwrap();
+        config.validate().unwrap();
     }
 
     #[test]

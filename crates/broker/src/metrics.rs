@@ -31,6 +31,9 @@
 //!   ConsumeQueue can hold them (since the store opened).
 //! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
 //!   memory and retried; see `groups`).
+//! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
+//!
+//! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED.
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -158,6 +161,7 @@ pub struct BrokerMetrics {
     connections: Gauge,
     refusals: Family<RefusalLabel, Counter>,
     scheduler_dead_letters: Counter,
+    damaged_reads: Counter,
 }
 
 impl Default for BrokerMetrics {
@@ -182,6 +186,7 @@ impl BrokerMetrics {
             connections: Gauge::default(),
             refusals: Family::default(),
             scheduler_dead_letters: Counter::default(),
+            damaged_reads: Counter::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -244,7 +249,11 @@ impl BrokerMetrics {
             "Delayed messages whose target was invalid when they fired",
             metrics.scheduler_dead_letters.clone(),
         );
-
+        registry.register(
+            "ferromq_damaged_reads",
+            "Pulls answered MESSAGE_DAMAGED: the next record of the queue is quarantined",
+            metrics.damaged_reads.clone(),
+        );
         BrokerMetrics {
             registry,
             ..metrics
@@ -393,6 +402,11 @@ impl BrokerMetrics {
         self.scheduler_dead_letters.get()
     }
 
+    /// A pull reached a damaged (quarantined) record.
+    pub fn damaged_read(&self) {
+        self.damaged_reads.inc();
+    }
+
     /// A remoting connection opened.
     pub fn connection_opened(&self) {
         self.connections.inc();
@@ -431,6 +445,7 @@ struct ScrapeValues {
     log_max_offset: u64,
     undispatchable_records: u64,
     group_save_failures: u64,
+    quarantined_ranges: u64,
 }
 
 impl ScrapeValues {
@@ -459,6 +474,7 @@ impl ScrapeValues {
             log_max_offset: stats.written_end,
             undispatchable_records: stats.undispatchable_records,
             group_save_failures: ctx.groups.save_failures(),
+            quarantined_ranges: ctx.store.quarantined().total,
         }
     }
 }
@@ -512,6 +528,11 @@ impl Collector for ScrapeValues {
                 "ferromq_store_undispatchable_records",
                 "Records quarantined because no ConsumeQueue can hold them, since the store opened",
                 self.undispatchable_records,
+            ),
+            (
+                "ferromq_quarantined_ranges",
+                "CommitLog ranges kept but not served: damaged ones and undispatchable records",
+                self.quarantined_ranges,
             ),
         ];
         for (name, help, value) in gauges {

@@ -8,16 +8,16 @@
 //! checked against the state before it, and a last check runs after every delayed message
 //! had time to fire.
 
-mod common;
+mod hostile;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::*;
 use ferromq_broker::Broker;
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
+use hostile::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 

@@ -3,11 +3,10 @@
 //! and internal groups, and the smaller edge cases (a full disk on a new group's first pull,
 //! properties at the limit, `reconsumeTimes` at `i32::MAX`, negative CommitLog offsets).
 
-mod common;
+mod hostile;
 
 use std::time::Duration;
 
-use common::*;
 use ferromq_broker::processor::{
     PROPERTY_DEAD_LETTER_REASON, SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC,
 };
@@ -27,6 +26,7 @@ use ferromq_protocol::remoting::headers::send::SendMessageResponseHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{MessageId, RecordView};
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind, OFFSET_TOPIC};
+use hostile::*;
 
 /// Bound of a delayed delivery (levels are 1 s; the scheduler ticks every 100 ms).
 const DELIVERY_BOUND: Duration = Duration::from_secs(10);
@@ -284,7 +284,7 @@ async fn path_and_overlong_targets_create_nothing_and_never_stop_dispatch() {
     assert_eq!(entries(dir.path()), vec!["data".to_string()]);
 
     // The store opens again; nothing is delivered twice.
-    let broker = common::broker(dir.path()).await;
+    let broker = hostile::broker(dir.path()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(broker.context().metrics.scheduler_dead_letters(), 0);
     assert_eq!(
@@ -654,5 +654,56 @@ async fn retry_and_dead_letter_topics_keep_working_for_real_clients() {
         response::NO_PERMISSION,
         "reserved",
     );
+    broker.shutdown().await.unwrap();
+}
+
+/// Flips one byte inside the record holding `needle` in the CommitLog files of `root`.
+fn damage_record(root: &std::path::Path, needle: &[u8]) {
+    let dir = root.join("commitlog");
+    for item in std::fs::read_dir(&dir).unwrap() {
+        let path = item.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + needle.len() / 2] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+            return;
+        }
+    }
+    panic!("{needle:?} not found in {}", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_moves_past_a_damaged_delayed_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = |i: usize| format!("delayed {i} {}", "x".repeat(100)).into_bytes();
+    {
+        // Delays of an hour: nothing fires before the restart.
+        let mut config = config(dir.path());
+        config.message_delay_level = "1h".into();
+        let broker = ferromq_broker::Broker::start(config).await.unwrap();
+        let c = client(broker.local_addr()).await;
+        fill(&c, "Target", 1).await;
+        for i in 0..3 {
+            let reply = send(&c, "Target", &body(i), &[("DELAY", "1")]).await;
+            assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+        }
+        broker.shutdown().await.unwrap();
+    }
+    damage_record(&data_dir(dir.path()), &body(1));
+    let broker = hostile::broker(dir.path()).await;
+    let c = client(broker.local_addr()).await;
+    let ctx = broker.context().clone();
+    wait_until(DELIVERY_BOUND, "the scheduler moves past all three", || {
+        offset_of(&broker, SCHEDULE_GROUP, SCHEDULE_TOPIC, 0) == Some(3)
+    })
+    .await;
+    assert_eq!(ctx.metrics.scheduler_dead_letters(), 1);
+    let delivered = pull_until(&c, "Target", 0, 1, TIMEOUT).await;
+    let bodies: Vec<Vec<u8>> = delivered
+        .iter()
+        .map(|r| RecordView::parse(r).unwrap().body.to_vec())
+        .collect();
+    assert_eq!(bodies, vec![body(0), body(2)]);
+    drop(ctx);
     broker.shutdown().await.unwrap();
 }

@@ -3,7 +3,7 @@
 //! The store crate has no serde dependency, so the JSON shape is fixed here; field names are
 //! the Rust field names, durations are milliseconds.
 
-use ferromq_store::{RecoveryReport, StoreStats};
+use ferromq_store::{CheckReport, CheckScope, QuarantinedRange, RecoveryReport, StoreStats};
 use serde_json::{json, Value};
 
 /// The recovery report as a JSON object.
@@ -22,6 +22,7 @@ pub fn recovery_json(report: &RecoveryReport) -> Value {
             "bytes_cut": cut.bytes_cut,
             "reason": cut.reason,
         })),
+        "quarantined": ranges_json(&report.quarantined),
         "queues_rebuilt": report.queues_rebuilt,
         "queue_torn_tails": report
             .queue_torn_tails
@@ -30,6 +31,56 @@ pub fn recovery_json(report: &RecoveryReport) -> Value {
             .collect::<Vec<_>>(),
         "records_dispatched": report.records_dispatched,
         "duration_ms": duration_ms(report.duration),
+    })
+}
+
+/// Quarantined CommitLog ranges as a JSON array.
+pub fn ranges_json(ranges: &[QuarantinedRange]) -> Value {
+    ranges
+        .iter()
+        .map(|range| {
+            json!({
+                "phys_offset": range.phys_offset,
+                "len": range.len,
+                "kind": range.kind.as_str(),
+                "reason": range.reason,
+            })
+        })
+        .collect()
+}
+
+/// A read-only check's findings as a JSON object: what recovery would do.
+pub fn check_json(report: &CheckReport) -> Value {
+    json!({
+        "read_only": true,
+        "clean": report.is_clean(),
+        "empty": report.empty,
+        "clean_shutdown": report.clean_shutdown,
+        "pending_truncation": report.pending_truncation,
+        "checkpoint_position": report.checkpoint_position,
+        "checkpoints_rejected": report.checkpoints_rejected,
+        "scope": match report.scope {
+            CheckScope::Recovery => "recovery",
+            CheckScope::Full => "full",
+        },
+        "scanned_from": report.scanned_from,
+        "verified_bytes": report.scan.verified_bytes,
+        "records_verified": report.scan.records,
+        "log_min": report.log_min,
+        "log_end": report.scan.end,
+        "would_cut": report.would_cut.as_ref().map(|cut| json!({
+            "phys_offset": cut.phys_offset,
+            "bytes_cut": cut.bytes_cut,
+            "reason": cut.reason,
+        })),
+        "would_quarantine": ranges_json(&report.scan.damaged),
+        "too_damaged_at": report.scan.stopped_at,
+        "queues_would_rebuild": report.queues_would_rebuild,
+        "queue_torn_tails": report
+            .queue_torn_tails
+            .iter()
+            .map(|(queue, bytes)| json!({ "queue": queue, "bytes": bytes }))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -88,6 +139,12 @@ pub fn recovery_lines(report: &RecoveryReport) -> Vec<String> {
     }
     if let Some(why) = &report.queues_rebuilt {
         lines.push(format!("queues       : rebuilt from the log start ({why})"));
+    }
+    for range in &report.quarantined {
+        lines.push(format!(
+            "quarantined  : {} bytes at offset {} ({}); the records after it are kept",
+            range.len, range.phys_offset, range.reason
+        ));
     }
     for rejected in &report.checkpoints_rejected {
         lines.push(format!("rejected     : {rejected}"));

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ferromq_broker::{Broker, BrokerConfig};
 use ferromq_namesrv::{NameServer, NamesrvConfig};
-use ferromq_store::{MessageStore, StoreConfig};
+use ferromq_store::{check_store, CheckScope, MessageStore, StoreConfig};
 use serde_json::json;
 
 use crate::report;
@@ -43,9 +43,19 @@ pub struct StandaloneArgs {
     /// address is printed on stderr). Off unless given.
     #[arg(long, value_name = "PORT")]
     metrics_port: Option<u16>,
-    /// Open the store, print its recovery report as one JSON line, close it and exit.
-    #[arg(long)]
+    /// Check the store read-only and print, as one JSON line, what recovery would do (what it
+    /// would cut, quarantine, complete or rebuild); nothing is written. Exits 0 when the
+    /// store is as a clean stop leaves it, 2 when recovery would change something.
+    #[arg(long, conflicts_with = "repair")]
     check: bool,
+    /// With --check: verify every record of the log, not only what follows the checkpoint
+    /// (finds damage before the checkpoint; reads the whole log).
+    #[arg(long, requires = "check")]
+    full: bool,
+    /// Run recovery now (cut a torn tail, quarantine damage, rebuild what needs it), print
+    /// its report as one JSON line, close the store cleanly and exit.
+    #[arg(long)]
+    repair: bool,
     /// Register the broker with the name server, and write into message ids, this address
     /// instead of the one it listens on (e.g. a proxy in front of it, as `ferromq chaos`
     /// runs): the broker's brokerIP1 and brokerAdvertisedPort. It still listens on 127.0.0.1.
@@ -58,11 +68,39 @@ pub fn run(args: &StandaloneArgs) -> Result<()> {
     if args.check {
         return check(args);
     }
+    if args.repair {
+        return repair(args);
+    }
     let runtime = crate::runtime()?;
     runtime.block_on(serve(args))
 }
 
+/// Exit status of `--check` when recovery would change the store.
+const CHECK_FOUND_WORK: i32 = 2;
+
 fn check(args: &StandaloneArgs) -> Result<()> {
+    let mut config = StoreConfig::new(&args.data_dir);
+    config.flush_disk_type = args.flush.disk_type();
+    let scope = if args.full {
+        CheckScope::Full
+    } else {
+        CheckScope::Recovery
+    };
+    let report = check_store(&config, scope)
+        .with_context(|| format!("checking the store at {}", args.data_dir.display()))?;
+    let root = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
+    let mut out = report::check_json(&report);
+    out["data_dir"] = json!(root.display().to_string());
+    println!("{out}");
+    use std::io::Write;
+    std::io::stdout().flush().context("writing to stdout")?;
+    if !report.is_clean() {
+        std::process::exit(CHECK_FOUND_WORK);
+    }
+    Ok(())
+}
+
+fn repair(args: &StandaloneArgs) -> Result<()> {
     let mut config = StoreConfig::new(&args.data_dir);
     config.flush_disk_type = args.flush.disk_type();
     let store = MessageStore::open(config)

@@ -74,27 +74,35 @@ fn bench_store_sync_prints_json_with_positive_rates() {
 }
 
 #[test]
-fn standalone_check_reports_a_clean_fresh_store_then_a_clean_restart() {
+fn standalone_check_of_a_missing_store_creates_nothing_and_repair_creates_one() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let data_dir = data_dir.to_str().unwrap();
+    let output = ferromq(&["standalone", "--check", "--data-dir", data_dir]);
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = last_json_line(&output);
+    assert_eq!(report["read_only"], true, "{report}");
+    assert_eq!(report["empty"], true, "{report}");
+    assert_eq!(report["clean"], true, "{report}");
+    assert_eq!(report["log_end"], 0);
+    assert!(report["would_cut"].is_null());
+    assert!(!dir.path().join("data").exists(), "--check writes nothing");
     for _ in 0..2 {
-        let output = ferromq(&["standalone", "--check", "--data-dir", data_dir]);
-        assert!(
-            output.status.success(),
-            "stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let output = ferromq(&["standalone", "--repair", "--data-dir", data_dir]);
+        assert!(output.status.success());
         let report = last_json_line(&output);
         assert_eq!(report["clean_shutdown"], true, "{report}");
-        assert_eq!(report["log_end"], 0);
         assert!(report["cut"].is_null());
         assert!(report["stats"].is_object());
     }
     assert!(dir.path().join("data/lock").exists());
     assert!(
         !dir.path().join("data/abort").exists(),
-        "--check closes the store cleanly"
+        "--repair closes the store cleanly"
     );
 }
 

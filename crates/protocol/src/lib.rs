@@ -20,6 +20,7 @@ pub use message::message_id::{MessageId, MessageIdError};
 pub use message::properties::names as property_names;
 pub use message::properties::{Properties, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 pub use message::record::{
-    body_crc, peek_magic, peek_total_size, seal, DraftRecord, EncodedRecord, RecordError,
-    RecordView, BLANK_MAGIC, MAGIC_V1, MAGIC_V2, RECORD_SIZE_MAX,
+    body_crc, peek_magic, peek_total_size, record_size_max, seal, DraftRecord, EncodedRecord,
+    RecordError, RecordView, BLANK_MAGIC, BODY_SIZE_LIMIT, MAGIC_V1, MAGIC_V2, RECORD_OVERHEAD_MAX,
+    RECORD_SIZE_MAX,
 };

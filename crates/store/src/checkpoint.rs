@@ -161,6 +161,13 @@ impl CheckpointDir {
         Ok(this)
     }
 
+    /// The checkpoints in `dir` for reading only (`--check`): nothing is created or removed.
+    pub fn read_only(dir: &Path) -> CheckpointDir {
+        CheckpointDir {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -178,8 +185,12 @@ impl CheckpointDir {
         Ok(out)
     }
 
-    /// Positions of the checkpoint files, newest first.
+    /// Positions of the checkpoint files, newest first (none when the directory is absent,
+    /// which only a read-only check can see).
     pub fn positions(&self) -> Result<Vec<u64>, FileError> {
+        if !self.dir.exists() {
+            return Ok(Vec::new());
+        }
         let mut positions: Vec<u64> = self.list()?.into_iter().filter_map(|(_, p)| p).collect();
         positions.sort_unstable_by(|a, b| b.cmp(a));
         Ok(positions)

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use crate::error::OpenError;
 
+/// Bytes a segment must hold beyond `maxMessageSize`: the fixed record fields, a topic and
+/// ordinary properties.
+const SEGMENT_SLACK_BYTES: u64 = 4096;
+
 /// How appends become durable (RocketMQ `flushDiskType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushDiskType {
@@ -72,10 +76,29 @@ impl StoreConfig {
         if self.segment_size_bytes < 64 * 1024 {
             return bad("mappedFileSizeCommitLog", "must be at least 65536 bytes");
         }
-        if self.max_message_size_bytes as u64 + 4096 > self.segment_size_bytes {
+        if self.max_message_size_bytes == 0 {
+            return bad("maxMessageSize", "must be at least 1 byte");
+        }
+        if self.max_message_size_bytes > ferromq_protocol::BODY_SIZE_LIMIT {
             return bad(
                 "maxMessageSize",
-                "a message must fit in one CommitLog segment",
+                &format!(
+                    "must be at most {} bytes",
+                    ferromq_protocol::BODY_SIZE_LIMIT
+                ),
+            );
+        }
+        // Room for a body of the largest size with ordinary topic and properties. A record
+        // that does not fit in a segment (a longest body with 32 KiB of properties in a small
+        // segment) is refused by the writer (MessageTooLarge), never written.
+        if self.max_message_size_bytes as u64 + SEGMENT_SLACK_BYTES > self.segment_size_bytes {
+            return bad(
+                "maxMessageSize",
+                &format!(
+                    "a message must fit in one CommitLog segment of {} bytes \
+                     (mappedFileSizeCommitLog) with {SEGMENT_SLACK_BYTES} bytes to spare",
+                    self.segment_size_bytes
+                ),
             );
         }
         if self.consume_queue_entries_per_file == 0 {
@@ -88,6 +111,13 @@ impl StoreConfig {
             return bad("snapshotsKept", "must be at least 2");
         }
         Ok(())
+    }
+
+    /// The largest record a send may produce under this configuration
+    /// ([`ferromq_protocol::record_size_max`] of `maxMessageSize`). The writer, the recovery
+    /// scanner, the dispatcher and every reader use this one limit.
+    pub fn record_size_max(&self) -> usize {
+        ferromq_protocol::record_size_max(self.max_message_size_bytes)
     }
 
     pub(crate) fn commitlog_dir(&self) -> PathBuf {

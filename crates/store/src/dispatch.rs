@@ -90,9 +90,19 @@ impl Derived {
     ) -> Result<DispatchStats, DispatchError> {
         let mut stats = DispatchStats::default();
         while self.dispatched < limit {
+            let damage = self
+                .quarantine
+                .damaged_at_or_after(self.dispatched)
+                .cloned();
+            if let Some(range) = damage.as_ref().filter(|r| r.phys_offset == self.dispatched) {
+                // Quarantined damage: nothing there to index; the records after it are.
+                self.dispatched = range.end();
+                continue;
+            }
             let segment_end = log.segment_start_of(self.dispatched) + log.segment_size();
+            let stop = damage.map_or(limit, |range| range.phys_offset.min(limit));
             let want =
-                (limit.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
+                (stop.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
             let chunk = log.read_unchecked(self.dispatched, want.max(8))?;
             let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats, true)?;
             if consumed == 0 {
@@ -101,6 +111,7 @@ impl Derived {
                     phys_offset: self.dispatched,
                     source,
                 })?;
+                log.check_record_size(self.dispatched, total)?;
                 let record = log.read_unchecked(self.dispatched, total)?;
                 if self.dispatch_chunk(log, &record, limit, &mut stats, true)? == 0 {
                     return Err(ReadError::Corrupt {
@@ -183,7 +194,7 @@ impl Derived {
                 }
                 .into());
             }
-            self.dispatch_record(&view, stats)?;
+            self.dispatch_record(log, &view, stats)?;
             self.dispatched += total as u64;
             at += total;
         }
@@ -192,6 +203,7 @@ impl Derived {
 
     fn dispatch_record(
         &mut self,
+        log: &CommitLog,
         record: &RecordView<'_>,
         stats: &mut DispatchStats,
     ) -> Result<(), DispatchError> {
@@ -205,11 +217,10 @@ impl Derived {
             size: record.total_size() as u32,
             tag_code,
         };
-        let queue = match self.queues.get_or_create(topic, record.queue_id) {
-            Ok(queue) => queue,
-            Err(error) => return self.quarantine_unless_transient(record, error, stats),
-        };
-        queue.put(record.queue_offset, entry)?;
+        if let Err(error) = self.queues.get_or_create(topic, record.queue_id) {
+            return self.quarantine_unless_transient(record, error, stats);
+        }
+        self.put_entry(log, topic, record.queue_id, record.queue_offset, entry)?;
         self.last_store_timestamp_ms = record.store_timestamp_ms;
         stats.records += 1;
         if topic == OFFSET_TOPIC {
@@ -256,6 +267,46 @@ impl Derived {
             reason,
         });
         stats.quarantined += 1;
+        Ok(())
+    }
+
+    /// Adds a queue entry. A gap in the queue's offsets is filled with placeholders only when
+    /// a damaged range lies between the queue's previous record and this one (the records
+    /// in between were lost to it); any other gap is an error (ConsumeQueue invariant 4).
+    fn put_entry(
+        &mut self,
+        log: &CommitLog,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        entry: CqEntry,
+    ) -> Result<(), DispatchError> {
+        let queue = self.queues.get_or_create(topic, queue_id)?;
+        let expected = queue.max_offset();
+        if queue_offset > expected {
+            // A new queue starts at offset 0 unless retention removed its first records, which
+            // only happens once the log no longer starts at 0.
+            let previous_end = if expected == 0 {
+                (log.min_offset() == 0).then_some(0)
+            } else {
+                let last = queue.entry(expected - 1)?;
+                (!last.is_hole()).then(|| last.phys_end())
+            };
+            let damage = previous_end
+                .and_then(|from| self.quarantine.damaged_between(from, entry.phys_offset));
+            if let Some(range) = damage {
+                let placeholder = CqEntry::damaged_placeholder(range);
+                tracing::error!(
+                    queue = %format!("{topic}/{queue_id}"), from = expected, to = queue_offset,
+                    damaged_at = range.phys_offset,
+                    "queue offsets lost to a damaged CommitLog range; placeholders point at it"
+                );
+                for missing in expected..queue_offset {
+                    queue.put(missing, placeholder)?;
+                }
+            }
+        }
+        queue.put(queue_offset, entry)?;
         Ok(())
     }
 

@@ -106,6 +106,19 @@ pub enum ReadError {
     /// A record's stored PHYSICALOFFSET disagrees with where it was found.
     #[error("record at CommitLog offset {phys_offset} says it belongs at {stored}")]
     Misplaced { phys_offset: u64, stored: u64 },
+    /// The record at a queue offset is damaged (quarantined): a reader gets the good records
+    /// before it, then this. Moving a consumer past it is an explicit admin action.
+    #[error(
+        "the record at queue offset {queue_offset} of {topic}/{queue_id} (CommitLog offset \
+         {phys_offset}) is damaged and quarantined: {reason}"
+    )]
+    Damaged {
+        topic: String,
+        queue_id: u32,
+        queue_offset: u64,
+        phys_offset: u64,
+        reason: String,
+    },
     /// A message id that does not decode.
     #[error("bad message id: {0}")]
     BadMessageId(String),
@@ -142,6 +155,14 @@ pub enum OpenError {
     /// Offsets cannot be rebuilt: the log no longer starts at 0 and no valid snapshot exists.
     #[error("consumer offsets cannot be rebuilt: no valid snapshot in {dir} and the CommitLog starts at {log_min} (older records were deleted); restore a snapshot file")]
     OffsetsUnrecoverable { dir: PathBuf, log_min: u64 },
+    /// The log holds more damaged ranges than the store keeps track of: rather than guess
+    /// (or cut acknowledged records after them), the store refuses to open.
+    #[error(
+        "the CommitLog holds more than {max} damaged ranges (the last one tracked ends at \
+         offset {at}); the store will not guess past them: inspect it with \
+         `ferromq standalone --check --full`"
+    )]
+    TooDamaged { max: usize, at: u64 },
 }
 
 /// Why a truncation failed.

@@ -427,7 +427,7 @@ mod tests {
         // told its record was cut, while a waiter from after the cut sees it durable. An
         // empty CommitLog has no segment to fsync, so `flush_once` only publishes the end.
         let dir = tempfile::tempdir().expect("tempdir");
-        let log = CommitLog::open(dir.path(), 64 * 1024).expect("open empty CommitLog");
+        let log = CommitLog::open(dir.path(), 64 * 1024, 32 * 1024).expect("open empty CommitLog");
         control.flush_once(&log, 120).expect("flush");
         assert_eq!(control.flushed_end(), 120);
         assert!(matches!(

@@ -13,6 +13,7 @@
 //! 2 (acknowledged means durable), 3 (progress is monotone), 4 (consumers read below the
 //! dispatch limit), 5 (everything on disk is checked), 7 (no magic offsets).
 
+pub mod check;
 pub mod checkpoint;
 pub mod clock;
 pub mod commitlog;
@@ -29,8 +30,10 @@ pub mod key_index;
 pub mod offsets;
 pub mod quarantine;
 pub mod recovery;
+pub mod scan;
 mod store;
 
+pub use check::{check_store, CheckReport, CheckScope};
 pub use clock::{Clock, SystemClock};
 pub use commitlog::writer::Placement;
 pub use config::{FlushDiskType, StoreConfig};

@@ -15,8 +15,10 @@
 
 use std::collections::BTreeMap;
 
-/// Ranges listed one by one at most; more are counted only.
-pub const QUARANTINE_LIST_MAX: usize = 1024;
+/// Ranges listed one by one at most; more are counted only. Recovery never needs more: a
+/// log with more damaged ranges than this is refused (`OpenError::TooDamaged`), so every
+/// damaged range the dispatcher must jump over is listed.
+pub const QUARANTINE_LIST_MAX: usize = 4096;
 
 /// Why a range is quarantined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,10 +97,20 @@ impl Quarantine {
             .filter(|range| phys_offset < range.end())
     }
 
-    /// Forgets ranges at or past `phys_offset` (the log was cut there).
-    pub fn cut_from(&mut self, phys_offset: u64) {
-        let removed = self.ranges.split_off(&phys_offset);
-        self.total -= removed.len() as u64;
+    /// The first damaged range starting at or after `phys_offset` (the dispatcher stops its
+    /// reads there and jumps over it).
+    pub fn damaged_at_or_after(&self, phys_offset: u64) -> Option<&QuarantinedRange> {
+        self.ranges
+            .range(phys_offset..)
+            .map(|(_, range)| range)
+            .find(|range| range.kind == QuarantineKind::Damaged)
+    }
+
+    /// The first damaged range starting in `[from, to)`: a queue whose offsets jump across
+    /// it lost the records in between to the damage.
+    pub fn damaged_between(&self, from: u64, to: u64) -> Option<&QuarantinedRange> {
+        self.damaged_at_or_after(from)
+            .filter(|range| range.phys_offset < to)
     }
 
     /// Forgets ranges that end at or below `phys_offset` (retention deleted them).
@@ -165,13 +177,10 @@ mod tests {
     }
 
     #[test]
-    fn cut_and_retention_forget_ranges() {
+    fn retention_forgets_ranges_it_deleted() {
         let mut quarantine = Quarantine::default();
         quarantine.add(range(0, 10));
         quarantine.add(range(20, 10));
-        quarantine.add(range(40, 10));
-        quarantine.cut_from(40);
-        assert_eq!(quarantine.total(), 2);
         quarantine.delete_below(25);
         let snapshot = quarantine.snapshot();
         assert_eq!(snapshot.total, 1);

@@ -7,8 +7,9 @@
 //!    comes back (RocketMQ #10666).
 //! 3. Load the newest checkpoint that verifies and lies inside the log; corrupt ones are
 //!    reported and skipped.
-//! 4. Scan the CommitLog from the checkpoint position, verifying each record; cut the log at
-//!    the first bad one (torn, garbage, bad CRC) and report what was cut.
+//! 4. Scan the CommitLog from the checkpoint position, verifying each record (`scan`): bad
+//!    bytes with nothing valid after them are a torn tail, cut and reported; bad bytes with
+//!    valid records after them are quarantined and reported, and nothing is cut.
 //! 5. Cut ConsumeQueue and index entries at or past the checkpoint position, check the queues
 //!    against the checkpoint's queue table, and re-dispatch the log from there. A queue that
 //!    disagrees (a short or missing file) makes recovery rebuild all queues from the log start.
@@ -20,8 +21,6 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferromq_protocol::{peek_magic, peek_total_size, RecordView, BLANK_MAGIC};
-
 use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::commitlog::writer::WriterState;
 use crate::commitlog::CommitLog;
@@ -32,9 +31,10 @@ use crate::error::{FileError, OpenError};
 use crate::fsutil;
 use crate::key_index::KeyIndex;
 use crate::offsets::OffsetView;
+use crate::quarantine::QuarantinedRange;
+use crate::scan::{data_end, scan_log};
 
-const FORMAT_LINE: &str = "ferromq-store format 1";
-const SCAN_CHUNK_BYTES: usize = 4 << 20;
+pub(crate) const FORMAT_LINE: &str = "ferromq-store format 1";
 
 /// Bytes removed from the end of the CommitLog because they were not valid records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,8 +66,11 @@ pub struct RecoveryReport {
     pub log_end: u64,
     /// Start of the log (oldest segment kept).
     pub log_min: u64,
-    /// The bad tail that was cut, if any.
+    /// The bad tail that was cut, if any: bad bytes with nothing valid after them.
     pub cut: Option<LogCut>,
+    /// Damaged ranges with valid records after them: kept in the log, quarantined, never
+    /// served; the records after them stay (see [`crate::scan`]).
+    pub quarantined: Vec<QuarantinedRange>,
     /// ConsumeQueues were rebuilt from the start of the log, and why.
     pub queues_rebuilt: Option<String>,
     /// Torn ConsumeQueue tail entries removed, by queue.
@@ -110,7 +113,11 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     };
     fsutil::write_atomic(&abort_marker(root), b"running\n")?;
 
-    let log = CommitLog::open(&config.commitlog_dir(), config.segment_size_bytes)?;
+    let log = CommitLog::open(
+        &config.commitlog_dir(),
+        config.segment_size_bytes,
+        config.record_size_max(),
+    )?;
     let checkpoints = CheckpointDir::open(&config.checkpoint_dir())?;
     report.completed_truncation = finish_truncation(root, &log, &checkpoints)?;
     report.log_min = log.min_offset();
@@ -118,11 +125,11 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     let checkpoint = newest_usable_checkpoint(&log, &checkpoints, &mut report)?;
     let scan_from = checkpoint.as_ref().map_or(log.min_offset(), |c| c.position);
     report.scanned_from = scan_from;
-    let end = scan_and_cut(&log, scan_from, &mut report)?;
+    let (end, damaged) = scan_and_cut(&log, scan_from, &mut report)?;
     log.reset_ends(end);
     report.log_end = end;
 
-    let derived = rebuild_derived(config, &log, checkpoint, &mut report)?;
+    let derived = rebuild_derived(config, &log, checkpoint, &damaged, &mut report)?;
     let writer = WriterState::new(
         end,
         derived.queues.max_offsets(),
@@ -211,7 +218,7 @@ pub(crate) fn encode_intent(phys_offset: u64) -> Vec<u8> {
     out
 }
 
-fn decode_intent(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn decode_intent(bytes: &[u8]) -> Option<u64> {
     if bytes.len() != 12 || crc32fast::hash(&bytes[..8]).to_be_bytes() != bytes[8..] {
         return None;
     }
@@ -246,10 +253,23 @@ fn newest_usable_checkpoint(
     checkpoints: &CheckpointDir,
     report: &mut RecoveryReport,
 ) -> Result<Option<Checkpoint>, OpenError> {
+    let (checkpoint, rejected) = choose_checkpoint(log, checkpoints)?;
+    report.checkpoint_position = checkpoint.as_ref().map(|c| c.position);
+    report.checkpoints_rejected = rejected;
+    Ok(checkpoint)
+}
+
+/// The newest checkpoint that verifies and lies inside the log, and why newer ones were
+/// rejected. Reads only.
+pub(crate) fn choose_checkpoint(
+    log: &CommitLog,
+    checkpoints: &CheckpointDir,
+) -> Result<(Option<Checkpoint>, Vec<String>), OpenError> {
     let data_end = data_end(log)?;
+    let mut rejected = Vec::new();
     for position in checkpoints.positions()? {
         if position < log.min_offset() || position > data_end {
-            report.checkpoints_rejected.push(format!(
+            rejected.push(format!(
                 "{}: position {position} is outside the log [{}, {data_end}]",
                 checkpoints.path(position).display(),
                 log.min_offset()
@@ -257,57 +277,43 @@ fn newest_usable_checkpoint(
             continue;
         }
         match checkpoints.read(position) {
-            Ok(checkpoint) => {
-                report.checkpoint_position = Some(position);
-                return Ok(Some(checkpoint));
-            }
-            Err(reason) => report.checkpoints_rejected.push(reason),
+            Ok(checkpoint) => return Ok((Some(checkpoint), rejected)),
+            Err(reason) => rejected.push(reason),
         }
     }
-    Ok(None)
+    Ok((None, rejected))
 }
 
-/// End of the bytes present in the segment files.
-fn data_end(log: &CommitLog) -> Result<u64, FileError> {
-    match log.segments().last() {
-        Some(last) => Ok(last.start + last.len()?),
-        None => Ok(log.min_offset()),
+/// Verifies records from `from`; cuts a torn tail (bad bytes with nothing valid after them)
+/// and returns the log end and the damaged ranges to quarantine (see [`crate::scan`]).
+fn scan_and_cut(
+    log: &CommitLog,
+    from: u64,
+    report: &mut RecoveryReport,
+) -> Result<(u64, Vec<QuarantinedRange>), OpenError> {
+    let scan = scan_log(log, from)?;
+    if let Some(at) = scan.stopped_at {
+        return Err(OpenError::TooDamaged {
+            max: crate::scan::DAMAGED_RANGES_MAX,
+            at,
+        });
     }
-}
-
-/// Verifies records from `from`; cuts the log at the first bad one. Returns the log end.
-fn scan_and_cut(log: &CommitLog, from: u64, report: &mut RecoveryReport) -> Result<u64, OpenError> {
-    let mut pos = from;
-    let cut_reason = loop {
-        let Some(segment) = log.segment_for(pos) else {
-            // The log ends at a segment boundary (or is empty). Later files are beyond the end.
-            break None;
-        };
-        let in_segment = pos - segment.start;
-        let file_len = segment.len()?;
-        if in_segment == file_len {
-            break None;
-        }
-        let want = ((file_len - in_segment) as usize).min(SCAN_CHUNK_BYTES);
-        let mut chunk = vec![0u8; want];
-        let got = segment.read_at(in_segment, &mut chunk)?;
-        chunk.truncate(got);
-        match verify_chunk(log, &chunk, pos) {
-            ChunkScan::Advanced(next) => {
-                report.scanned_bytes += next - pos;
-                pos = next;
-            }
-            ChunkScan::Bad { at, reason } => {
-                report.scanned_bytes += at - pos;
-                pos = at;
-                break Some(reason);
-            }
-        }
-    };
+    report.scanned_bytes = scan.verified_bytes;
+    for range in &scan.damaged {
+        tracing::error!(
+            phys_offset = range.phys_offset, len = range.len, reason = %range.reason,
+            "damaged CommitLog range with valid records after it: quarantined, nothing cut"
+        );
+    }
+    report.quarantined = scan.damaged.clone();
+    let pos = scan.end;
     let bytes_cut = bytes_after(log, pos)?;
     if bytes_cut > 0 {
-        let reason = cut_reason.unwrap_or_else(|| "bytes after the end of the log".into());
-        tracing::warn!(phys_offset = pos, bytes_cut, %reason, "CommitLog cut at first bad record");
+        let reason = scan
+            .tail
+            .map(|tail| tail.reason)
+            .unwrap_or_else(|| "bytes after the end of the log".into());
+        tracing::warn!(phys_offset = pos, bytes_cut, %reason, "CommitLog torn tail cut");
         report.cut = Some(LogCut {
             phys_offset: pos,
             bytes_cut,
@@ -328,55 +334,11 @@ fn scan_and_cut(log: &CommitLog, from: u64, report: &mut RecoveryReport) -> Resu
     if let Some(last) = log.segments().last() {
         last.sync()?;
     }
-    Ok(pos)
-}
-
-enum ChunkScan {
-    /// Every record in the chunk verified; the scan continues at this position.
-    Advanced(u64),
-    /// The record at `at` is bad; the log ends there.
-    Bad { at: u64, reason: String },
-}
-
-/// Verifies whole records at the start of `chunk` (which starts at `pos`).
-fn verify_chunk(log: &CommitLog, chunk: &[u8], pos: u64) -> ChunkScan {
-    let mut at = 0usize;
-    loop {
-        let here = pos + at as u64;
-        let bad = |reason: String| ChunkScan::Bad { at: here, reason };
-        let rest = &chunk[at..];
-        if rest.is_empty() {
-            return ChunkScan::Advanced(here);
-        }
-        if rest.len() < 8 {
-            // A short remainder of a later chunk is re-read from its start next time.
-            return if at > 0 {
-                ChunkScan::Advanced(here)
-            } else {
-                bad(format!("torn header of {} bytes", rest.len()))
-            };
-        }
-        let total = peek_total_size(rest).unwrap_or(0);
-        if peek_magic(rest) == BLANK_MAGIC {
-            let segment_end = log.segment_start_of(here) + log.segment_size();
-            if here + total as u64 != segment_end {
-                return bad(format!("end-of-segment marker with wrong size {total}"));
-            }
-            return ChunkScan::Advanced(segment_end);
-        }
-        if total > rest.len() && at > 0 {
-            return ChunkScan::Advanced(here);
-        }
-        match RecordView::parse(rest) {
-            Ok(view) if view.phys_offset == here => at += total,
-            Ok(view) => return bad(format!("record says it belongs at {}", view.phys_offset)),
-            Err(error) => return bad(error.to_string()),
-        }
-    }
+    Ok((pos, scan.damaged))
 }
 
 /// Bytes present in the files at or after `pos`.
-fn bytes_after(log: &CommitLog, pos: u64) -> Result<u64, FileError> {
+pub(crate) fn bytes_after(log: &CommitLog, pos: u64) -> Result<u64, FileError> {
     let mut total = 0;
     for segment in log.segments() {
         let len = segment.len()?;
@@ -393,6 +355,7 @@ pub(crate) fn rebuild_derived(
     config: &StoreConfig,
     log: &CommitLog,
     checkpoint: Option<Checkpoint>,
+    damaged: &[QuarantinedRange],
     report: &mut RecoveryReport,
 ) -> Result<Derived, OpenError> {
     let log_min = log.min_offset();
@@ -456,6 +419,9 @@ pub(crate) fn rebuild_derived(
         offset_rejections_at_dispatch: 0,
         quarantine: Default::default(),
     };
+    for range in damaged {
+        derived.quarantine.add(range.clone());
+    }
     match derived.dispatch_until(log, end) {
         Ok(stats) => report.records_dispatched += stats.records,
         Err(DispatchError::ConsumeQueue(error)) if rebuild_reason.is_none() => {
@@ -468,7 +434,7 @@ pub(crate) fn rebuild_derived(
                 c.queue_offsets
                     .insert((String::from("\u{0}force-rebuild"), 0), u64::MAX);
             }
-            return rebuild_derived(config, log, forced, report);
+            return rebuild_derived(config, log, forced, damaged, report);
         }
         Err(error) => return Err(dispatch_open_error(error)),
     }

@@ -17,8 +17,8 @@ use ferromq_store::{
 };
 
 use common::{
-    body_of, checkpoint_files, draft, flip_bit, locate, numbered_files, read_all, segment_files,
-    set_len, test_config,
+    body_of, checkpoint_files, draft, flip_bit, locate, numbered_files, read_all, read_with_damage,
+    segment_files, set_len, test_config, Seen,
 };
 
 /// Offset of BODY inside a record with IPv4 hosts (after BODYLEN at 84).
@@ -258,8 +258,25 @@ fn zero_filled_tail_after_records_keeps_the_records() {
 
 /// A bit flip in the middle of the log, with no checkpoint: the scan covers the whole log and
 /// stops at the damaged record; everything from there on is cut, including offset commits.
+/// What a reader of (topic, queue) sees for `count` messages, with the message indexes in
+/// `damaged` lost to damage.
+fn expected_seen(topic: &str, queue_id: u32, count: usize, damaged: &[usize]) -> Vec<Seen> {
+    (0..count)
+        .map(|i| {
+            if damaged.contains(&i) {
+                Err(i as u64)
+            } else {
+                Ok(body(topic, queue_id, i).into_bytes())
+            }
+        })
+        .collect()
+}
+
+/// A flipped body byte in the middle of the log, no checkpoint: the record is quarantined,
+/// nothing is cut, and every acknowledged record and commit after it stays (mid-log damage
+/// policy; the torn-tail cut applies only when nothing valid follows).
 #[test]
-fn recovery_truncates_at_first_bad_crc() {
+fn bad_crc_in_the_middle_is_quarantined_and_what_follows_stays() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = test_config(dir.path());
     let store = open(&config);
@@ -279,67 +296,58 @@ fn recovery_truncates_at_first_bad_crc() {
         std::fs::remove_file(path).expect("remove checkpoint");
     }
     let bad = placements[25].phys_offset;
+    let bad_len = placements[26].phys_offset - bad;
     let (segment, at) = locate(dir.path(), config.segment_size_bytes, bad);
     flip_bit(&segment, at + BODY_AT + 2, 3);
 
     let store = open(&config);
     let report = store.recovery_report().clone();
     assert_eq!(report.checkpoint_position, None, "{report:?}");
-    assert!(report.checkpoints_rejected.is_empty(), "{report:?}");
     assert_eq!(report.scanned_from, 0);
-    assert_eq!(report.scanned_bytes, bad);
-    let cut = report.cut.clone().expect("cut reported");
-    assert_eq!(cut.phys_offset, bad, "{cut:?}");
-    assert_eq!(cut.bytes_cut, end - bad, "{cut:?}");
-    assert!(cut.reason.contains("CRC"), "reason {:?}", cut.reason);
-    assert!(
-        report
-            .queues_rebuilt
-            .as_deref()
-            .is_some_and(|r| r.contains("no usable checkpoint")),
-        "{report:?}"
-    );
-    assert_eq!(report.log_end, bad);
-    // 25 messages and one offset record survive.
-    assert_eq!(report.records_dispatched, 26);
-    let stats = store.stats();
-    assert_eq!((stats.written_end, stats.bytes_cut), (bad, end - bad));
+    assert_eq!(report.cut, None, "nothing valid is cut: {report:?}");
+    assert_eq!(report.log_end, end);
+    assert_eq!(report.scanned_bytes, end - bad_len);
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    let range = &report.quarantined[0];
+    assert_eq!((range.phys_offset, range.len), (bad, bad_len), "{range:?}");
+    assert!(range.reason.contains("CRC"), "reason {:?}", range.reason);
+    // 39 messages and both offset records are dispatched.
+    assert_eq!(report.records_dispatched, 41);
+    assert_eq!(store.stats().bytes_cut, 0);
+    assert_eq!(store.quarantined().total, 1);
 
-    // Records 0..25 remain (queue 0 has the even ones, queue 1 the odd ones).
-    assert_eq!(bodies(&store, "T", 0), expected_bodies("T", 0, 13));
-    assert_eq!(bodies(&store, "T", 1), expected_bodies("T", 1, 12));
-    let q0 = read_all(&store, "T", 0);
-    assert!(q0.iter().all(|m| m.phys_offset < bad));
-    assert_eq!(store.queue_bounds("T", 0), Some((0, 13)));
-    // The commit after the damaged record is gone with it.
-    assert_eq!(offset_of(&store, "G", "T", 0), Some(3));
-    assert_eq!(store.queue_bounds(OFFSET_TOPIC, 0), Some((0, 1)));
-    // Key index agrees.
+    // Record 25 is message 12 of T/1: readers get 0..12, then the damage named, then the rest.
+    assert_eq!(bodies(&store, "T", 0), expected_bodies("T", 0, 20));
     assert_eq!(
-        store
-            .messages_by_key("T", "T-k12", 10)
-            .expect("lookup")
-            .len(),
-        1,
-        "record 24 survives"
+        read_with_damage(&store, "T", 1),
+        expected_seen("T", 1, 20, &[12])
     );
-    assert!(
+    assert_eq!(store.queue_bounds("T", 1), Some((0, 20)));
+    // The commit after the damaged record survives with it.
+    assert_eq!(offset_of(&store, "G", "T", 0), Some(12));
+    assert_eq!(store.queue_bounds(OFFSET_TOPIC, 0), Some((0, 2)));
+    assert_eq!(
         store
             .messages_by_key("T", "T-k13", 10)
             .expect("lookup")
-            .is_empty(),
-        "record 26 was cut"
+            .len(),
+        2,
+        "records 26 and 27 (message 13 of each queue) are indexed"
     );
 
-    // Idempotent: a second recovery finds nothing more to do.
+    // Idempotent: a second recovery cuts nothing and readers see the same.
     store.close().expect("close");
     let store = open(&config);
     assert_eq!(store.recovery_report().cut, None);
-    assert_eq!(store.queue_bounds("T", 0), Some((0, 13)));
-    assert_eq!(offset_of(&store, "G", "T", 0), Some(3));
+    assert_eq!(
+        read_with_damage(&store, "T", 1),
+        expected_seen("T", 1, 20, &[12])
+    );
+    assert_eq!(offset_of(&store, "G", "T", 0), Some(12));
 }
 
-/// The whole-record CRC catches damage the body CRC cannot see: a flipped queue offset.
+/// The whole-record CRC catches damage the body CRC cannot see: a flipped queue offset. The
+/// record is quarantined; the queue keeps its offsets dense and the records after it.
 #[test]
 fn flipped_header_field_is_caught_by_record_crc() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -355,16 +363,21 @@ fn flipped_header_field_is_caught_by_record_crc() {
     flip_bit(&segment, at + QUEUE_OFFSET_AT + 7, 0);
 
     let store = open(&config);
-    let cut = store.recovery_report().cut.clone().expect("cut reported");
-    assert_eq!(cut.phys_offset, bad, "{cut:?}");
-    assert!(cut.reason.contains("CRC"), "reason {:?}", cut.reason);
-    assert_eq!(bodies(&store, "T", 0), expected_bodies("T", 0, 6));
+    let report = store.recovery_report().clone();
+    assert_eq!(report.cut, None, "{report:?}");
+    let range = report.quarantined.first().expect("quarantined");
+    assert_eq!(range.phys_offset, bad, "{range:?}");
+    assert!(range.reason.contains("CRC"), "reason {:?}", range.reason);
+    assert_eq!(
+        read_with_damage(&store, "T", 0),
+        expected_seen("T", 0, 10, &[6])
+    );
 }
 
-/// A bit flip after the newest usable checkpoint: recovery starts there, keeps it, cuts at
-/// the damaged record and re-dispatches only what lies between.
+/// A bit flip after the newest usable checkpoint: recovery starts there, keeps it,
+/// quarantines the damaged record and re-dispatches everything else after the checkpoint.
 #[test]
-fn bit_flip_after_checkpoint_is_cut_from_the_checkpoint() {
+fn bit_flip_after_checkpoint_is_quarantined_from_the_checkpoint() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = test_config(dir.path());
     let store = open(&config);
@@ -391,18 +404,25 @@ fn bit_flip_after_checkpoint_is_cut_from_the_checkpoint() {
     let report = store.recovery_report().clone();
     assert_eq!(report.checkpoint_position, Some(first), "{report:?}");
     assert_eq!(report.scanned_from, first);
+    assert_eq!(report.cut, None, "{report:?}");
     assert_eq!(
-        report.cut.as_ref().map(|c| c.phys_offset),
-        Some(bad),
-        "{report:?}"
+        report
+            .quarantined
+            .iter()
+            .map(|r| r.phys_offset)
+            .collect::<Vec<_>>(),
+        vec![bad]
     );
     assert_eq!(report.queues_rebuilt, None, "{report:?}");
     assert_eq!(
-        report.records_dispatched, 10,
-        "records 20..30 re-dispatched"
+        report.records_dispatched, 19,
+        "records 20..40 but 30 re-dispatched"
     );
-    assert_eq!(bodies(&store, "T", 0), expected_bodies("T", 0, 30));
-    assert_eq!(store.queue_bounds("T", 0), Some((0, 30)));
+    assert_eq!(
+        read_with_damage(&store, "T", 0),
+        expected_seen("T", 0, 40, &[30])
+    );
+    assert_eq!(store.queue_bounds("T", 0), Some((0, 40)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ mod broker_info;
 mod client;
 mod clone;
 mod connection;
+mod damaged;
 mod history;
 mod offset;
 mod pull;
@@ -76,6 +77,8 @@ pub async fn handle(
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command).await,
         request::INVOKE_BROKER_TO_RESET_OFFSET => reset::handle(ctx, &command).await,
         crate::codes::OFFSET_HISTORY => history::handle(ctx, &command).await,
+        crate::codes::QUARANTINE_LIST => damaged::list(ctx, &command),
+        crate::codes::SKIP_DAMAGED_MESSAGE => damaged::skip(ctx, &command).await,
         request::GET_BROKER_RUNTIME_INFO => broker_info::runtime_info(ctx, &command),
         request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
         request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),

@@ -229,11 +229,15 @@ fn read(
 ) -> Result<GetResult, super::send::Refusal> {
     ctx.store
         .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
-        .map_err(|error| {
-            super::send::Refusal::new(
+        .map_err(|error| match error {
+            ferromq_store::ReadError::Damaged { .. } => {
+                ctx.metrics.damaged_read();
+                super::send::Refusal::new(crate::codes::MESSAGE_DAMAGED, error.to_string())
+            }
+            error => super::send::Refusal::new(
                 response::SYSTEM_ERROR,
                 format!("reading {topic}/{queue_id}: {error}"),
-            )
+            ),
         })
 }
 

@@ -53,10 +53,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Some(format!("topic {topic} does not exist")),
         );
     };
-    let known_group = ctx.groups.get(group).is_some()
-        || ctx.clients.has_online_consumers(group)
-        || !ctx.store.group_offsets(group).is_empty();
-    if !known_group {
+    if !known_group(ctx, group) {
         return command.reply(
             response::SUBSCRIPTION_GROUP_NOT_EXIST,
             Some(format!("subscription group {group} does not exist")),
@@ -156,6 +153,14 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         .insert("generation".into(), done.generation.to_string());
     reply.ext_fields.insert("oldOffsets".into(), old_text);
     reply
+}
+
+/// Whether `group` exists for an administrator's move of its offsets: configured, online,
+/// or holding offsets. A reset never creates a group by a typo.
+pub(super) fn known_group(ctx: &BrokerContext, group: &str) -> bool {
+    ctx.groups.get(group).is_some()
+        || ctx.clients.has_online_consumers(group)
+        || !ctx.store.group_offsets(group).is_empty()
 }
 
 /// A reset of one (group, topic) to explicit per-queue offsets, and why.

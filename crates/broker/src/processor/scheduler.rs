@@ -15,6 +15,8 @@
 //!   the reason in [`PROPERTY_DEAD_LETTER_REASON`], is counted
 //!   (`ferromq_scheduler_dead_letters_total`) and logged, and the scheduler moves past it. A
 //!   message even the dead-letter topic refuses is dropped, counted and logged the same way.
+//!   A damaged (quarantined) record in the scheduler's own queue is moved past the same way:
+//!   the scheduler is its own consumer, and no administrator may move `%SCHEDULE%`.
 //!   Only a failure of the store itself (not durable, poisoned) stops a level; it is retried
 //!   on the next tick.
 
@@ -25,7 +27,7 @@ use ferromq_protocol::names::{self, NameError};
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::{DraftRecord, Properties, RecordView};
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
-use ferromq_store::{PutReceipt, StoredMessage, TagFilter};
+use ferromq_store::{GetResult, PutReceipt, ReadError, StoredMessage, TagFilter};
 
 use super::access::{self, Request};
 use super::send::{store_durably, Refusal, PROPERTY_DELAY};
@@ -194,17 +196,10 @@ async fn deliver_due(
         .store
         .consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, level_queue)
         .map_or(0, |s| s.offset);
-    let result = ctx
-        .store
-        .get_messages(
-            SCHEDULE_TOPIC,
-            level_queue,
-            from,
-            SCHEDULER_BATCH_MAX,
-            usize::MAX,
-            &TagFilter::All,
-        )
-        .map_err(|e| e.to_string())?;
+    let result = match read_due(ctx, level_queue, from).await? {
+        Ok(result) => result,
+        Err(past_damage) => return commit_progress(ctx, level_queue, past_damage).await,
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -225,6 +220,45 @@ async fn deliver_due(
         commit_progress(ctx, level_queue, next).await?;
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// Reads a batch of one level's queue from `from`. `Ok(Err(next))` when the first record to
+/// read is damaged (quarantined by the store): it is counted and logged, and the caller moves
+/// on to `next`, the queue offset after it.
+async fn read_due(
+    ctx: &BrokerContext,
+    level_queue: u32,
+    from: u64,
+) -> Result<Result<GetResult, u64>, String> {
+    let store = ctx.store.clone();
+    // Reading the log is blocking I/O; keep it off the async workers.
+    let read = tokio::task::spawn_blocking(move || {
+        store.get_messages(
+            SCHEDULE_TOPIC,
+            level_queue,
+            from,
+            SCHEDULER_BATCH_MAX,
+            usize::MAX,
+            &TagFilter::All,
+        )
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    match read {
+        Ok(result) => Ok(Ok(result)),
+        Err(ReadError::Damaged {
+            queue_offset,
+            phys_offset,
+            reason,
+            ..
+        }) if queue_offset >= from => {
+            ctx.metrics.scheduler_dead_letter();
+            tracing::error!(level_queue, queue_offset, phys_offset, %reason,
+                "delayed message lost to a damaged CommitLog range; the scheduler moves past it");
+            Ok(Err(queue_offset + 1))
+        }
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 /// Delivers one message if it is due: `Ok(false)` when it is not yet; `Err` only for a store

@@ -13,6 +13,7 @@
 mod broker;
 mod client;
 mod cluster;
+mod damaged;
 mod group;
 mod message;
 mod progress;
@@ -81,6 +82,11 @@ pub enum AdminCommand {
     ConsumerConnection(group::ConsumerConnectionArgs),
     /// Copy a group's committed offsets on a topic to another group (a reset of it).
     CloneGroupOffset(group::CloneGroupOffsetArgs),
+    /// CommitLog ranges a broker keeps but does not serve: damaged ones, undispatchable
+    /// records (ferromq).
+    QuarantineList(damaged::QuarantineListArgs),
+    /// Move a group past one damaged record, recorded as a reset (ferromq).
+    SkipDamagedMessage(damaged::SkipDamagedArgs),
 }
 
 /// Runs one admin command.
@@ -112,6 +118,8 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::PrintMsg(args) => message::print(args).await,
             AdminCommand::ConsumerConnection(args) => group::consumer_connection(args).await,
             AdminCommand::CloneGroupOffset(args) => group::clone_offsets(args).await,
+            AdminCommand::QuarantineList(args) => damaged::quarantine_list(args).await,
+            AdminCommand::SkipDamagedMessage(args) => damaged::skip_damaged(args).await,
         }
     })
 }

@@ -15,7 +15,31 @@ pub struct Standalone {
     child: Child,
     pub namesrv: String,
     pub broker: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Standalone {
+    /// Stops it with SIGTERM (a clean stop: checkpoint, no abort marker) and asserts it
+    /// exits 0 within 30 s.
+    pub fn stop(mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "standalone exited with {status}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "standalone did not stop within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Standalone {
@@ -34,11 +58,18 @@ pub fn start() -> Standalone {
 /// [`start`] with extra standalone flags (e.g. `["--flush", "async"]`).
 pub fn start_with(extra: &[&str]) -> Standalone {
     let dir = tempfile::tempdir().unwrap();
+    let mut standalone = start_in(&dir.path().join("data"), extra);
+    standalone._dir = Some(dir);
+    standalone
+}
+
+/// [`start_with`] on a data directory the caller keeps (to restart on the same data).
+pub fn start_in(data_dir: &std::path::Path, extra: &[&str]) -> Standalone {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
         .args(extra)
         .arg("--data-dir")
-        .arg(dir.path().join("data"))
+        .arg(data_dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -54,7 +85,7 @@ pub fn start_with(extra: &[&str]) -> Standalone {
         namesrv: words[3].to_string(),
         broker: words[5].to_string(),
         child,
-        _dir: dir,
+        _dir: None,
     }
 }
 

@@ -39,6 +39,25 @@ pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
 /// Hard upper bound on a record's size, far above any configured message size; anything larger
 /// is garbage, not a record.
 pub const RECORD_SIZE_MAX: usize = 64 * 1024 * 1024;
+/// Bytes a record holds besides its body, at most: the fixed fields with IPv6 hosts (112),
+/// the two-byte topic length and the longest topic it can carry, the two-byte properties
+/// length and the longest properties it can carry (CRC property included). Both lengths are
+/// Java `short`s, so `encode` refuses anything longer.
+pub const RECORD_OVERHEAD_MAX: usize = 112 + 2 + i16::MAX as usize + 2 + i16::MAX as usize;
+
+/// The largest record `encode` can produce for a body of at most `body_max` bytes.
+///
+/// This is the one definition a store ties every size limit to: the writer never appends a
+/// record larger than `record_size_max(maxMessageSize)`, and the recovery scanner, the
+/// dispatcher and every reader accept any record up to it, so a record of the largest size a
+/// send may produce always recovers.
+pub const fn record_size_max(body_max: usize) -> usize {
+    body_max + RECORD_OVERHEAD_MAX
+}
+
+/// The largest body a store may accept: its biggest record must stay below
+/// [`RECORD_SIZE_MAX`], the bound past which bytes are garbage.
+pub const BODY_SIZE_LIMIT: usize = RECORD_SIZE_MAX - RECORD_OVERHEAD_MAX;
 
 /// Longest PROPERTIES field a record may carry. Java's `MessageDecoder` reads PROPLEN as a
 /// signed short: a longer field reads as negative there, and the client then mis-decodes every

@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use ferromq_protocol::{peek_magic, peek_total_size, RecordView, BLANK_MAGIC};
+use ferromq_protocol::{peek_magic, peek_total_size, RecordError, RecordView, BLANK_MAGIC};
 
 use crate::error::{FileError, OpenError, ReadError};
 use crate::fsutil;
-pub use segment::Segment;
+pub use segment::{Access, Segment};
 
 /// Size of the end-of-segment marker.
 pub const BLANK_LEN: u64 = 8;
@@ -33,6 +33,9 @@ pub const BLANK_LEN: u64 = 8;
 pub struct CommitLog {
     dir: PathBuf,
     segment_size: u64,
+    /// The largest record the writer may append ([`crate::StoreConfig::record_size_max`]);
+    /// readers treat a larger TOTALSIZE as damage.
+    record_size_max: usize,
     segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
     committed_end: AtomicU64,
     appended_end: AtomicU64,
@@ -52,9 +55,40 @@ pub enum Entry {
 
 impl CommitLog {
     /// Opens the segment files in `dir`, refusing files that are not segments.
-    pub fn open(dir: &Path, segment_size: u64) -> Result<CommitLog, OpenError> {
+    pub fn open(
+        dir: &Path,
+        segment_size: u64,
+        record_size_max: usize,
+    ) -> Result<CommitLog, OpenError> {
         fsutil::create_dir_all(dir)?;
+        Self::open_files(dir, segment_size, record_size_max, Access::ReadWrite)
+    }
+
+    /// Opens the segment files in `dir` for reading only (`--check`, verification): nothing
+    /// is created, and a missing directory is an empty log.
+    pub fn open_read_only(
+        dir: &Path,
+        segment_size: u64,
+        record_size_max: usize,
+    ) -> Result<CommitLog, OpenError> {
+        Self::open_files(dir, segment_size, record_size_max, Access::ReadOnly)
+    }
+
+    fn open_files(
+        dir: &Path,
+        segment_size: u64,
+        record_size_max: usize,
+        access: Access,
+    ) -> Result<CommitLog, OpenError> {
         let mut segments = BTreeMap::new();
+        if access == Access::ReadOnly && !dir.exists() {
+            return Ok(Self::from_segments(
+                dir,
+                segment_size,
+                record_size_max,
+                segments,
+            ));
+        }
         let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
         for item in listing {
             let item = item.map_err(|e| FileError::new("list", dir, e))?;
@@ -75,7 +109,7 @@ impl CommitLog {
                     ),
                 });
             }
-            let segment = Segment::open(path.clone(), start)?;
+            let segment = Segment::open(path.clone(), start, access)?;
             if segment.len()? > segment_size {
                 return Err(OpenError::ForeignFile {
                     path,
@@ -84,18 +118,48 @@ impl CommitLog {
             }
             segments.insert(start, Arc::new(segment));
         }
+        let log = Self::from_segments(dir, segment_size, record_size_max, segments);
+        log.check_contiguous()?;
+        Ok(log)
+    }
+
+    fn from_segments(
+        dir: &Path,
+        segment_size: u64,
+        record_size_max: usize,
+        segments: BTreeMap<u64, Arc<Segment>>,
+    ) -> CommitLog {
         let min = segments.keys().next().copied().unwrap_or(0);
-        let log = CommitLog {
+        CommitLog {
             dir: dir.to_path_buf(),
             segment_size,
+            record_size_max,
             segments: RwLock::new(segments),
             committed_end: AtomicU64::new(min),
             appended_end: AtomicU64::new(min),
             min_offset: AtomicU64::new(min),
             faults: Default::default(),
-        };
-        log.check_contiguous()?;
-        Ok(log)
+        }
+    }
+
+    /// The largest record the log may hold.
+    pub fn record_size_max(&self) -> usize {
+        self.record_size_max
+    }
+
+    /// Checks a TOTALSIZE read from the log against the one size limit.
+    pub(crate) fn check_record_size(
+        &self,
+        phys_offset: u64,
+        total: usize,
+    ) -> Result<(), ReadError> {
+        if total > self.record_size_max {
+            return Err(ReadError::Corrupt {
+                phys_offset,
+                source: RecordError::BadTotalSize(total as u32),
+            });
+        }
+        Ok(())
     }
 
     fn check_contiguous(&self) -> Result<(), OpenError> {
@@ -239,7 +303,8 @@ impl CommitLog {
                 next: self.segment_start_of(phys_offset) + self.segment_size,
             });
         }
-        let bytes = self.read(phys_offset, total.min(ferromq_protocol::RECORD_SIZE_MAX))?;
+        self.check_record_size(phys_offset, total)?;
+        let bytes = self.read(phys_offset, total)?;
         let view = RecordView::parse(&bytes).map_err(corrupt)?;
         if view.phys_offset != phys_offset {
             return Err(ReadError::Misplaced {
@@ -253,6 +318,7 @@ impl CommitLog {
     /// Reads the record of `size` bytes at `phys_offset` (size known from a ConsumeQueue) and
     /// verifies it.
     pub fn read_record(&self, phys_offset: u64, size: usize) -> Result<Bytes, ReadError> {
+        self.check_record_size(phys_offset, size)?;
         let bytes = self.read(phys_offset, size)?;
         RecordView::parse(&bytes).map_err(|source| ReadError::Corrupt {
             phys_offset,

@@ -11,6 +11,15 @@ use std::path::{Path, PathBuf};
 use crate::error::FileError;
 use crate::fsutil;
 
+/// Whether a file may be changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Recovery and normal operation.
+    ReadWrite,
+    /// `--check` and verification: every file is opened read-only.
+    ReadOnly,
+}
+
 /// An open segment.
 #[derive(Debug)]
 pub struct Segment {
@@ -34,11 +43,11 @@ impl Segment {
         Ok(Segment { start, file, path })
     }
 
-    /// Opens an existing segment file.
-    pub fn open(path: PathBuf, start: u64) -> Result<Segment, FileError> {
+    /// Opens an existing segment file (`ReadOnly`: a check that must change nothing).
+    pub fn open(path: PathBuf, start: u64, access: Access) -> Result<Segment, FileError> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(access == Access::ReadWrite)
             .open(&path)
             .map_err(|e| FileError::new("open segment", &path, e))?;
         Ok(Segment { start, file, path })

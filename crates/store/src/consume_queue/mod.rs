@@ -11,11 +11,14 @@
 //! 2. Entries are derived state: recovery cuts every entry at or after the checkpoint's log
 //!    position and re-dispatches them from the log.
 //! 3. An entry of size 0 is a hole (an unwritten slot); it never points at a message.
+//! 4. The only gap the dispatcher fills is one a damaged CommitLog range explains: each
+//!    missing offset gets a placeholder entry pointing at the damage (`damaged_placeholder`),
+//!    so consumers stop there with an error naming it instead of skipping the offset.
 
 mod queue;
 mod set;
 
-pub use queue::{ConsumeQueue, CqEntry, CqOpenReport, PutOutcome, CQ_ENTRY_SIZE};
+pub use queue::{ConsumeQueue, CqEntry, CqOpenReport, PutOutcome, CQ_ENTRY_SIZE, DAMAGED_TAG_CODE};
 pub use set::ConsumeQueueSet;
 
 use std::path::PathBuf;

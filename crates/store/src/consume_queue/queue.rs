@@ -12,6 +12,9 @@ use crate::fsutil;
 pub const CQ_ENTRY_SIZE: u64 = 20;
 const PENDING_BYTES_MAX: usize = 64 * 1024;
 
+/// Tag code of a [`CqEntry::damaged_placeholder`]; no Java `int` hash widens to it.
+pub const DAMAGED_TAG_CODE: i64 = i64::MIN;
+
 /// One ConsumeQueue entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CqEntry {
@@ -32,12 +35,29 @@ impl CqEntry {
         out
     }
 
-    fn decode(bytes: &[u8]) -> CqEntry {
+    pub(crate) fn decode(bytes: &[u8]) -> CqEntry {
         CqEntry {
             phys_offset: u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")),
             size: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
             tag_code: i64::from_be_bytes(bytes[12..20].try_into().expect("8 bytes")),
         }
+    }
+
+    /// The entry that stands for a record lost in a damaged CommitLog range: it points at
+    /// the range, so a read of it fails verification and names the damage instead of the
+    /// queue silently skipping the offset. Its tag code matches no tag filter's hash (tag
+    /// hashes are Java `int`s), and readers never filter it out.
+    pub fn damaged_placeholder(range: &crate::quarantine::QuarantinedRange) -> CqEntry {
+        CqEntry {
+            phys_offset: range.phys_offset,
+            size: range.len.clamp(1, i32::MAX as u64 - 1) as u32,
+            tag_code: DAMAGED_TAG_CODE,
+        }
+    }
+
+    /// Whether this entry stands for a record lost in a damaged range.
+    pub fn is_damaged_placeholder(&self) -> bool {
+        self.tag_code == DAMAGED_TAG_CODE
     }
 
     /// An unwritten slot (all zero, or RocketMQ's pre-blank filler).

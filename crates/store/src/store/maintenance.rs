@@ -10,6 +10,7 @@ use crate::commitlog::Entry;
 use crate::dispatch::DispatchError;
 use crate::error::{FileError, OpenError, TruncateError};
 use crate::fsutil;
+use crate::quarantine::QuarantineKind;
 use crate::recovery::{self, RecoveryReport};
 
 /// What a truncation removed.
@@ -191,6 +192,7 @@ impl Inner {
                 .map_err(|e| open_to_store_error(e.into()))?;
         }
         derived.index.delete_below(new_min).map_err(file_error)?;
+        derived.quarantine.delete_below(new_min);
         tracing::info!(segments = ?deleted, log_min = new_min, "retention deleted CommitLog segments");
         Ok(RetentionReport {
             segments_deleted: deleted,
@@ -271,8 +273,22 @@ impl MessageStore {
             });
             let checkpoint_position = checkpoint.as_ref().map(|c| c.position);
             let mut report = RecoveryReport::default();
-            let rebuilt =
-                recovery::rebuild_derived(&inner.config, &inner.log, checkpoint, &mut report)?;
+            // Damaged ranges below the cut stay quarantined; undispatchable records are found
+            // again by the re-dispatch.
+            let damaged: Vec<_> = derived
+                .quarantine
+                .snapshot()
+                .ranges
+                .into_iter()
+                .filter(|r| r.kind == QuarantineKind::Damaged && r.end() <= phys_offset)
+                .collect();
+            let rebuilt = recovery::rebuild_derived(
+                &inner.config,
+                &inner.log,
+                checkpoint,
+                &damaged,
+                &mut report,
+            )?;
             *derived = rebuilt;
             writer.reset(
                 phys_offset,

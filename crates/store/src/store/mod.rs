@@ -272,7 +272,15 @@ impl MessageStore {
                     max,
                 });
             }
-            encoded.push((record.topic, record.encode()?));
+            let record_bytes = record.encode()?;
+            // Pair check with recovery: no record past the one size limit every reader uses.
+            if record_bytes.len() > self.inner.config.record_size_max() {
+                return Err(AppendError::MessageTooLarge {
+                    size: record_bytes.len(),
+                    max: self.inner.config.record_size_max(),
+                });
+            }
+            encoded.push((record.topic, record_bytes));
         }
         let (receipt, tail_bytes) = {
             let mut writer = self.inner.writer.lock().expect("writer lock");

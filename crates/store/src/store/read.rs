@@ -13,6 +13,7 @@ use super::MessageStore;
 use crate::commitlog::Entry;
 use crate::consume_queue::CqEntry;
 use crate::error::ReadError;
+use crate::quarantine::{QuarantineKind, QuarantinedRange};
 
 /// Entries scanned at most by one filtered read before it returns `NoMatchedMessage`
 /// (RocketMQ's `maxFilterMessageCount`).
@@ -200,11 +201,25 @@ impl MessageStore {
             {
                 break;
             }
-            next = this_offset + 1;
-            if !filter.matches_code(entry.tag_code) {
+            // A placeholder for a record lost to damage is never filtered out: its tag is not
+            // known, so the consumer must learn of it.
+            if !filter.matches_code(entry.tag_code) && !entry.is_damaged_placeholder() {
+                next = this_offset + 1;
                 continue;
             }
-            let bytes = self.read_indexed(topic, queue_id, this_offset, entry)?;
+            let bytes = match self.read_indexed(topic, queue_id, this_offset, entry) {
+                Ok(bytes) => bytes,
+                Err(error @ (ReadError::Corrupt { .. } | ReadError::Misplaced { .. })) => {
+                    let damaged = self.note_damaged(topic, queue_id, this_offset, entry, &error);
+                    if messages.is_empty() {
+                        return Err(damaged);
+                    }
+                    // The good records before the damage now; the next read names it.
+                    break;
+                }
+                Err(error) => return Err(error),
+            };
+            next = this_offset + 1;
             let tag_matches = {
                 let view = RecordView::parse(&bytes).expect("verified by read_indexed");
                 filter.matches_tag(view.tags())
@@ -230,6 +245,44 @@ impl MessageStore {
             max_offset: max,
             messages,
         })
+    }
+
+    /// Quarantines the damaged record a queue entry leads to and returns the error a reader
+    /// gets for it.
+    fn note_damaged(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        entry: &CqEntry,
+        error: &ReadError,
+    ) -> ReadError {
+        let reason = error.to_string();
+        let added = self
+            .inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .quarantine
+            .add(QuarantinedRange {
+                phys_offset: entry.phys_offset,
+                len: u64::from(entry.size),
+                kind: QuarantineKind::Damaged,
+                reason: reason.clone(),
+            });
+        if added {
+            tracing::error!(
+                topic, queue_id, queue_offset, phys_offset = entry.phys_offset, %reason,
+                "damaged record found by a read: quarantined"
+            );
+        }
+        ReadError::Damaged {
+            topic: topic.to_string(),
+            queue_id,
+            queue_offset,
+            phys_offset: entry.phys_offset,
+            reason,
+        }
     }
 
     /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.

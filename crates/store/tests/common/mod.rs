@@ -172,3 +172,52 @@ pub fn set_len(path: &Path, len: u64) {
         .and_then(|f| f.set_len(len))
         .unwrap_or_else(|e| panic!("set_len {}: {e}", path.display()));
 }
+
+/// One queue offset as a consumer sees it: the record's body, or the offset of a damaged
+/// (quarantined) record that the read stopped at.
+pub type Seen = Result<Vec<u8>, u64>;
+
+/// Reads a queue from its min to its max the way a consumer would after an admin moves it
+/// past each damaged record: every readable record's body, and `Err(queue_offset)` for each
+/// damaged one. Asserts that reads return the good records before a damaged one and then
+/// name exactly that offset.
+pub fn read_with_damage(store: &MessageStore, topic: &str, queue_id: u32) -> Vec<Seen> {
+    let end = store.stats().written_end;
+    store.wait_dispatched(end, std::time::Duration::from_secs(5));
+    let Some((min, max)) = store.queue_bounds(topic, queue_id) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut next = min;
+    while next < max {
+        match store.get_messages(topic, queue_id, next, 128, usize::MAX, &TagFilter::All) {
+            Ok(result) => {
+                assert_eq!(
+                    result.status,
+                    GetStatus::Found,
+                    "{topic}/{queue_id} at {next}"
+                );
+                for message in &result.messages {
+                    assert_eq!(
+                        message.queue_offset,
+                        min + out.len() as u64,
+                        "offsets dense"
+                    );
+                    out.push(Ok(body_of(message)));
+                }
+                assert!(result.next_begin_offset > next, "no progress at {next}");
+                next = result.next_begin_offset;
+            }
+            Err(ferromq_store::ReadError::Damaged { queue_offset, .. }) => {
+                assert_eq!(
+                    queue_offset, next,
+                    "the damaged offset named is the one read"
+                );
+                out.push(Err(queue_offset));
+                next += 1;
+            }
+            Err(error) => panic!("read {topic}/{queue_id} at {next}: {error}"),
+        }
+    }
+    out
+}
