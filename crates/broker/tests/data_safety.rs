@@ -509,6 +509,16 @@ async fn properties_are_counted_as_the_client_sent_them() {
             &format!("message properties are {len} bytes; at most 32747 fit"),
         );
     }
+    // A delayed message also carries the scheduler's REAL_TOPIC, REAL_QID and DELAY.
+    let delay = properties(&[("DELAY", "1")]);
+    let near_full = properties_of_len(CLIENT_PROPERTIES_LEN_MAX - delay.len()) + &delay;
+    assert_eq!(near_full.len(), CLIENT_PROPERTIES_LEN_MAX);
+    let reply = send_raw(&c, "Props", 0, b"m", near_full).await;
+    assert_refused(
+        &reply,
+        response::MESSAGE_ILLEGAL,
+        "with the scheduler's REAL_TOPIC",
+    );
     let entry = batch_entry(b"m", properties_of_len(32_767).as_bytes());
     let header = ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2 {
         m: Some(true),

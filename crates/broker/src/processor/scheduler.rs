@@ -30,7 +30,7 @@ use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
 use ferromq_store::{GetResult, PutReceipt, ReadError, StoredMessage, TagFilter};
 
 use super::access::{self, Request};
-use super::send::{store_durably, Refusal, PROPERTY_DELAY};
+use super::send::{check_properties_len, store_durably, Refusal, PROPERTY_DELAY};
 use super::send_back::rewrite_properties;
 use crate::context::BrokerContext;
 use crate::topics::{PERM_READ, PERM_WRITE};
@@ -153,6 +153,15 @@ pub(crate) async fn schedule(
         (PROPERTY_DELAY, level.to_string()),
     ];
     let properties = rewrite_properties(&Properties(draft.properties), &[PROPERTY_DELAY], &real);
+    check_properties_len(&properties).map_err(|refusal| {
+        Refusal::new(
+            refusal.code,
+            format!(
+                "delayed message refused: with the scheduler's REAL_TOPIC, REAL_QID and DELAY, {}",
+                refusal.remark
+            ),
+        )
+    })?;
     let scheduled = DraftRecord {
         topic: SCHEDULE_TOPIC,
         queue_id: level - 1,

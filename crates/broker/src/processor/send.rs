@@ -149,7 +149,7 @@ async fn send(
 
 /// Refuses properties longer than a client may send ([`CLIENT_PROPERTIES_LEN_MAX`]), with a
 /// remark that counts what the client sent (not what the record would hold).
-fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
+pub(crate) fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
     // The record encoder ends unterminated properties with a separator before the CRC.
     let unterminated = !properties.is_empty() && properties.last() != Some(&PROPERTY_SEPARATOR);
     let max = CLIENT_PROPERTIES_LEN_MAX - usize::from(unterminated);
