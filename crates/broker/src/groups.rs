@@ -1,11 +1,33 @@
 //! Subscription groups (consumer groups) and their settings, persisted like topics in
 //! `config/subscriptionGroup.json` by atomic replace.
+//!
+//! A group created on first use (a pull, a commit, a heartbeat) is held in memory and saved by
+//! the saver task ([`run_saver`]), never on the request's path: a full disk must not fail a
+//! new consumer's first pull. A failed save is logged, counted
+//! ([`GroupManager::save_failures`], `ferromq_config_save_failures_total`) and retried every
+//! [`SAVE_RETRY_INTERVAL`] until it succeeds; an auto-created group lost to a crash before its
+//! save is created again, with the same defaults, on its next use. Changes an administrator
+//! asks for (`upsert`, `delete`) are saved before the reply, and a failure reaches the admin.
+//!
+//! Every group name passes [`ferromq_protocol::names::validate_group`] first.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
+
+use crate::context::BrokerContext;
+
+/// How often the saver retries a failed save of the table (and the longest an auto-created
+/// group waits for its first save when no wake-up comes).
+pub const SAVE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The metrics label of this table's file.
+pub const GROUPS_FILE_LABEL: &str = "subscriptionGroup.json";
 
 /// A consumer group's settings (RocketMQ `SubscriptionGroupConfig`, the fields ferromq uses).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +63,9 @@ impl Default for SubscriptionGroupConfig {
 /// Why a group operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
+    /// The name breaks RocketMQ's group rules.
+    #[error(transparent)]
+    InvalidName(#[from] ferromq_protocol::names::NameError),
     /// The table could not be persisted.
     #[error("cannot persist subscription groups to {path}: {source}")]
     Persist {
@@ -63,6 +88,14 @@ struct Table {
 pub struct GroupManager {
     path: PathBuf,
     table: RwLock<Table>,
+    /// The table in memory differs from the file (a save is due).
+    dirty: AtomicBool,
+    /// Saves that failed since the broker started.
+    save_failures: AtomicU64,
+    /// Why the last save failed, while it has not succeeded since.
+    last_save_error: Mutex<Option<String>>,
+    /// Wakes the saver when a group was created in memory.
+    save_due: Notify,
 }
 
 impl GroupManager {
@@ -85,6 +118,10 @@ impl GroupManager {
         Ok(GroupManager {
             path,
             table: RwLock::new(table),
+            dirty: AtomicBool::new(false),
+            save_failures: AtomicU64::new(0),
+            last_save_error: Mutex::new(None),
+            save_due: Notify::new(),
         })
     }
 
@@ -109,8 +146,13 @@ impl GroupManager {
             .collect()
     }
 
-    /// Creates or replaces a group.
+    /// Creates or replaces a group, saved before it returns.
+    ///
+    /// # Errors
+    /// An invalid name (nothing changes), or the save failed: the change is kept in memory and
+    /// the saver retries it.
     pub fn upsert(&self, config: SubscriptionGroupConfig) -> Result<(), GroupError> {
+        ferromq_protocol::names::validate_group(&config.group_name)?;
         let mut table = self.table.write().expect("groups lock");
         if table.subscription_group_table.get(&config.group_name) == Some(&config) {
             return Ok(());
@@ -118,19 +160,33 @@ impl GroupManager {
         table
             .subscription_group_table
             .insert(config.group_name.clone(), config);
-        self.persist(&table)
+        self.dirty.store(true, Ordering::Release);
+        self.save_locked(&table)
     }
 
-    /// Creates the group with default settings unless it exists.
+    /// The group's settings, creating it with default settings in memory unless it exists;
+    /// the saver writes it to the file (see the module header), so this never waits for a
+    /// disk and never fails because of one.
+    ///
+    /// # Errors
+    /// Only an invalid group name.
     pub fn ensure(&self, group: &str) -> Result<SubscriptionGroupConfig, GroupError> {
         if let Some(existing) = self.get(group) {
             return Ok(existing);
         }
-        let config = SubscriptionGroupConfig {
-            group_name: group.to_string(),
-            ..Default::default()
-        };
-        self.upsert(config.clone())?;
+        ferromq_protocol::names::validate_group(group)?;
+        let mut table = self.table.write().expect("groups lock");
+        let config = table
+            .subscription_group_table
+            .entry(group.to_string())
+            .or_insert_with(|| SubscriptionGroupConfig {
+                group_name: group.to_string(),
+                ..Default::default()
+            })
+            .clone();
+        self.dirty.store(true, Ordering::Release);
+        drop(table);
+        self.save_due.notify_one();
         Ok(config)
     }
 
@@ -140,8 +196,64 @@ impl GroupManager {
         if table.subscription_group_table.remove(group).is_none() {
             return Ok(false);
         }
-        self.persist(&table)?;
+        self.dirty.store(true, Ordering::Release);
+        self.save_locked(&table)?;
         Ok(true)
+    }
+
+    /// Saves the table when it differs from the file. Returns whether it wrote.
+    ///
+    /// # Errors
+    /// The save failed (counted; the table stays due).
+    pub fn save_if_dirty(&self) -> Result<bool, GroupError> {
+        // Inserts take the write lock, so none lands between the save and clearing `dirty`.
+        let table = self.table.read().expect("groups lock");
+        if !self.dirty.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        self.save_locked(&table)?;
+        Ok(true)
+    }
+
+    /// Saves that failed since the broker started.
+    pub fn save_failures(&self) -> u64 {
+        self.save_failures.load(Ordering::Relaxed)
+    }
+
+    /// Why the last save failed, while no save has succeeded since (`None`: saved).
+    pub fn last_save_error(&self) -> Option<String> {
+        self.last_save_error
+            .lock()
+            .expect("save error lock")
+            .clone()
+    }
+
+    /// Whether the table in memory has changes the file lacks.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// Saves `table` (held locked by the caller); records the outcome.
+    fn save_locked(&self, table: &Table) -> Result<(), GroupError> {
+        let result = self.persist(table);
+        let mut last = self.last_save_error.lock().expect("save error lock");
+        match &result {
+            Ok(()) => {
+                if last.take().is_some() {
+                    tracing::info!(path = %self.path.display(), "subscription groups saved again");
+                }
+                self.dirty.store(false, Ordering::Release);
+            }
+            Err(error) => {
+                self.save_failures.fetch_add(1, Ordering::Relaxed);
+                if last.is_none() {
+                    tracing::error!(%error, retry_every = ?SAVE_RETRY_INTERVAL,
+                        "subscription groups not saved; kept in memory and retried");
+                }
+                *last = Some(error.to_string());
+            }
+        }
+        result
     }
 
     fn persist(&self, table: &Table) -> Result<(), GroupError> {
@@ -154,5 +266,24 @@ impl GroupManager {
         }
         let bytes = serde_json::to_vec_pretty(table).unwrap_or_default();
         ferromq_store::fsutil::write_atomic(&self.path, &bytes).map_err(persist)
+    }
+}
+
+/// Saves the group table whenever it has unsaved changes, retrying failures every
+/// [`SAVE_RETRY_INTERVAL`]; a last save when the broker stops.
+pub async fn run_saver(ctx: Arc<BrokerContext>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopping = tokio::select! {
+            _ = ctx.groups.save_due.notified() => false,
+            _ = tokio::time::sleep(SAVE_RETRY_INTERVAL) => false,
+            _ = stop.changed() => true,
+        };
+        let saver = ctx.clone();
+        // The save fsyncs: keep it off the async workers. Its error is counted and logged
+        // by `save_locked`; the table stays due and the next round retries it.
+        let _ = tokio::task::spawn_blocking(move || saver.groups.save_if_dirty()).await;
+        if stopping {
+            return;
+        }
     }
 }

@@ -14,6 +14,11 @@
 //!   `offline_commit` (a backward commit of a group with no consumer online).
 //! - `ferromq_offset_corrections_total{cause}`: `offset_outside_queue` (a correction record),
 //!   `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED).
+//! - `ferromq_requests_refused_total{reason,request}`: requests refused for what they name
+//!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
+//!   `schedule_target`, `reserved_record` or `bad_commitlog_offset`; `request` the operation.
+//! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
+//!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!
 //! Computed at scrape time:
 //! - `ferromq_consumer_lag{group,topic,queue}`: queue max offset - committed offset, for every
@@ -32,6 +37,10 @@
 //!   partial-frame budget (`ferromq_partial_frame_budget_bytes`).
 //! - `ferromq_checkpoint_failures_total`: store checkpoints that failed (each is retried and
 //!   none poisons the store; the latest is in the store's stats until one succeeds).
+//! - `ferromq_store_undispatchable_records`: records the store quarantined because no
+//!   ConsumeQueue can hold them (since the store opened).
+//! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
+//!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
 //!
 //! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED.
@@ -55,6 +64,23 @@ use crate::context::BrokerContext;
 
 type TopicLabel = [(&'static str, String); 1];
 type StaticLabel = [(&'static str, &'static str); 1];
+type RefusalLabel = [(&'static str, &'static str); 2];
+
+/// Every `request` label value of `ferromq_requests_refused_total`.
+pub const REFUSED_REQUESTS: &[&str] = &[
+    "send",
+    "send_back",
+    "commit",
+    "pull",
+    "reset",
+    "clone",
+    "delete_topic",
+    "update_topic",
+    "delete_group",
+    "update_group",
+    "view_message",
+    "schedule",
+];
 
 /// How a commit ended, as the `reason` label of the rejected counter (or accepted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +170,8 @@ pub struct BrokerMetrics {
     resets: Family<StaticLabel, Counter>,
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
+    refusals: Family<RefusalLabel, Counter>,
+    scheduler_dead_letters: Counter,
     damaged_reads: Counter,
 }
 
@@ -167,6 +195,8 @@ impl BrokerMetrics {
             resets: Family::default(),
             corrections: Family::default(),
             connections: Gauge::default(),
+            refusals: Family::default(),
+            scheduler_dead_letters: Counter::default(),
             damaged_reads: Counter::default(),
         };
         let mut registry = Registry::default();
@@ -219,6 +249,16 @@ impl BrokerMetrics {
             "ferromq_client_connections",
             "Open remoting connections",
             metrics.connections.clone(),
+        );
+        registry.register(
+            "ferromq_requests_refused",
+            "Requests refused for the topic, group or offset they name, by reason and request",
+            metrics.refusals.clone(),
+        );
+        registry.register(
+            "ferromq_scheduler_dead_letters",
+            "Delayed messages whose target was invalid when they fired",
+            metrics.scheduler_dead_letters.clone(),
         );
         registry.register(
             "ferromq_damaged_reads",
@@ -343,6 +383,36 @@ impl BrokerMetrics {
             %detail, "consumer offset {verb}");
     }
 
+    /// Counts a request refused for `reason` (see the module header); `request` names the
+    /// operation (`send`, `commit`, `reset`, ...).
+    pub fn refused(&self, reason: &'static str, request: &'static str) {
+        self.refusals
+            .get_or_create(&[("reason", reason), ("request", request)])
+            .inc();
+    }
+
+    /// Requests refused so far for `reason`, over every request kind.
+    pub fn refused_count(&self, reason: &'static str) -> u64 {
+        REFUSED_REQUESTS
+            .iter()
+            .map(|request| {
+                self.refusals
+                    .get(&[("reason", reason), ("request", request)])
+                    .map_or(0, |c| c.get())
+            })
+            .sum()
+    }
+
+    /// Counts a delayed message moved to the scheduler's dead-letter topic (or dropped).
+    pub fn scheduler_dead_letter(&self) {
+        self.scheduler_dead_letters.inc();
+    }
+
+    /// Delayed messages dead-lettered so far.
+    pub fn scheduler_dead_letters(&self) -> u64 {
+        self.scheduler_dead_letters.get()
+    }
+
     /// A pull reached a damaged (quarantined) record.
     pub fn damaged_read(&self) {
         self.damaged_reads.inc();
@@ -397,6 +467,8 @@ struct ScrapeValues {
     partial_frame_bytes: u64,
     partial_frame_budget_bytes: u64,
     checkpoint_failures: u64,
+    undispatchable_records: u64,
+    group_save_failures: u64,
     quarantined_ranges: u64,
 }
 
@@ -429,6 +501,8 @@ impl ScrapeValues {
             partial_frame_bytes: ctx.connection_limits.partial_frame_bytes(),
             partial_frame_budget_bytes: ctx.connection_limits.settings().partial_frame_budget_bytes,
             checkpoint_failures: stats.checkpoint_failures,
+            undispatchable_records: stats.undispatchable_records,
+            group_save_failures: ctx.groups.save_failures(),
             quarantined_ranges: ctx.store.quarantined().total,
         }
     }
@@ -502,6 +576,16 @@ impl Collector for ScrapeValues {
                 ConstGauge::new(*value as i64).encode(lag.encode_family(&labels)?)?;
             }
         }
+        {
+            let mut saves = encoder.encode_descriptor(
+                "ferromq_config_save_failures",
+                "Failed saves of a config table (kept in memory and retried), by file",
+                None,
+                MetricType::Counter,
+            )?;
+            let labels = [("file", crate::groups::GROUPS_FILE_LABEL)];
+            ConstCounter::new(self.group_save_failures).encode(saves.encode_family(&labels)?)?;
+        }
         let gauges = [
             (
                 "ferromq_dispatch_behind_bytes",
@@ -532,6 +616,11 @@ impl Collector for ScrapeValues {
                 "ferromq_partial_frame_budget_bytes",
                 "The partial-frame budget (partialFrameBudgetBytes)",
                 self.partial_frame_budget_bytes,
+            ),
+            (
+                "ferromq_store_undispatchable_records",
+                "Records quarantined because no ConsumeQueue can hold them, since the store opened",
+                self.undispatchable_records,
             ),
             (
                 "ferromq_quarantined_ranges",

@@ -136,6 +136,7 @@ impl Broker {
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
+            tokio::spawn(crate::groups::run_saver(ctx.clone(), stop_rx.clone())),
         ];
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(

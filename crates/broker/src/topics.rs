@@ -17,14 +17,10 @@ use ferromq_protocol::remoting::body::topic::{
     DataVersion, TopicConfig, TopicConfigSerializeWrapper,
 };
 
-/// The auto-create template topic.
-pub const AUTO_CREATE_TOPIC: &str = "TBW102";
-/// Prefix of a group's retry topic.
-pub const RETRY_PREFIX: &str = "%RETRY%";
-/// Prefix of a group's dead-letter topic.
-pub const DLQ_PREFIX: &str = "%DLQ%";
-/// Longest topic name (RocketMQ's `TOPIC_MAX_LENGTH`).
-pub const TOPIC_NAME_MAX_LEN: usize = 127;
+pub use ferromq_protocol::names::{
+    AUTO_CREATE_TOPIC, DLQ_TOPIC_PREFIX as DLQ_PREFIX, RETRY_TOPIC_PREFIX as RETRY_PREFIX,
+    TOPIC_NAME_MAX_LEN,
+};
 /// `PermName` bits.
 pub const PERM_READ: i32 = 4;
 /// Writable.
@@ -36,8 +32,8 @@ pub const PERM_INHERIT: i32 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
     /// The name breaks RocketMQ's topic rules.
-    #[error("invalid topic name {name:?}: {reason}")]
-    InvalidName { name: String, reason: &'static str },
+    #[error(transparent)]
+    InvalidName(#[from] ferromq_protocol::names::NameError),
     /// The table could not be persisted.
     #[error("cannot persist topic configs to {path}: {source}")]
     Persist {
@@ -49,27 +45,9 @@ pub enum TopicError {
     Corrupt { path: PathBuf, reason: String },
 }
 
-/// Checks a topic name: 1–127 characters of `[%|a-zA-Z0-9_-]`.
+/// Checks a topic name: RocketMQ's rules, [`ferromq_protocol::names::validate_topic`].
 pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
-    let invalid = |reason| {
-        Err(TopicError::InvalidName {
-            name: name.to_string(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return invalid("empty");
-    }
-    if name.len() > TOPIC_NAME_MAX_LEN {
-        return invalid("longer than 127 characters");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"%|_-".contains(&b))
-    {
-        return invalid("only letters, digits and %|_- are allowed");
-    }
-    Ok(())
+    Ok(ferromq_protocol::names::validate_topic(name)?)
 }
 
 #[derive(Debug, Default)]
@@ -240,7 +218,7 @@ mod tests {
         assert!(!manager.upsert(topic_with_queues("Orders", 3)).unwrap());
         assert!(matches!(
             manager.upsert(topic_with_queues("bad topic", 1)),
-            Err(TopicError::InvalidName { .. })
+            Err(TopicError::InvalidName(_))
         ));
         let version = manager.snapshot().data_version.counter;
         drop(manager);

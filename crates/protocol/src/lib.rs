@@ -12,6 +12,7 @@
 
 pub mod java_hash;
 pub mod message;
+pub mod names;
 pub mod remoting;
 
 pub use java_hash::java_string_hash;

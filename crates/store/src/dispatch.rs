@@ -13,6 +13,11 @@
 //!    checks only.
 //! 4. Offset records are applied to the view only at or after `view_from` (the position of
 //!    the snapshot the view was loaded from), so replay never applies a commit twice.
+//! 5. A verified record whose ConsumeQueue cannot exist — its topic breaks the naming rules
+//!    (a log written before names were checked), or the file system refuses the queue's name —
+//!    is quarantined as [`QuarantineKind::Undispatchable`], logged, and skipped; dispatch goes
+//!    on. A failure of the disk itself (full, out of descriptors, I/O error) is not the
+//!    record's fault: it stops this pass and is retried, so no acknowledged record is hidden.
 
 use ferromq_protocol::{
     java_string_hash, peek_magic, peek_total_size, property_names, RecordError, RecordView,
@@ -25,7 +30,7 @@ use crate::consume_queue::{ConsumeQueueSet, CqEntry, CqError};
 use crate::error::{FileError, ReadError};
 use crate::key_index::KeyIndex;
 use crate::offsets::{OffsetCommand, OffsetView, Verdict, OFFSET_TOPIC};
-use crate::quarantine::Quarantine;
+use crate::quarantine::{Quarantine, QuarantineKind, QuarantinedRange};
 
 const READ_CHUNK_BYTES: usize = 1 << 20;
 
@@ -72,6 +77,8 @@ pub struct DispatchStats {
     pub records: u64,
     /// Offset records applied.
     pub offset_records: u64,
+    /// Records quarantined as undispatchable.
+    pub quarantined: u64,
 }
 
 impl Derived {
@@ -210,6 +217,9 @@ impl Derived {
             size: record.total_size() as u32,
             tag_code,
         };
+        if let Err(error) = self.queues.get_or_create(topic, record.queue_id) {
+            return self.quarantine_unless_transient(record, error, stats);
+        }
         self.put_entry(log, topic, record.queue_id, record.queue_offset, entry)?;
         self.last_store_timestamp_ms = record.store_timestamp_ms;
         stats.records += 1;
@@ -228,6 +238,35 @@ impl Derived {
         if let Some(unique) = record.properties.get_str(property_names::UNIQ_KEY) {
             self.index.add(topic, unique, record.phys_offset)?;
         }
+        Ok(())
+    }
+
+    /// Quarantines `record` when `error` (from creating its ConsumeQueue) is the record's own
+    /// fault (invariant 5); passes any other error on, so the pass stops and is retried.
+    fn quarantine_unless_transient(
+        &mut self,
+        record: &RecordView<'_>,
+        error: CqError,
+        stats: &mut DispatchStats,
+    ) -> Result<(), DispatchError> {
+        if !is_undispatchable(&error) {
+            return Err(error.into());
+        }
+        self.last_store_timestamp_ms = record.store_timestamp_ms;
+        stats.records += 1;
+        let reason = format!(
+            "ConsumeQueue for queue {} of this record cannot exist: {error}",
+            record.queue_id
+        );
+        tracing::error!(phys_offset = record.phys_offset, size = record.total_size(), %reason,
+            "undispatchable record quarantined; dispatch goes on");
+        self.quarantine.add(QuarantinedRange {
+            phys_offset: record.phys_offset,
+            len: record.total_size() as u64,
+            kind: QuarantineKind::Undispatchable,
+            reason,
+        });
+        stats.quarantined += 1;
         Ok(())
     }
 
@@ -297,5 +336,58 @@ impl Derived {
                 self.offset_rejections_at_dispatch += 1;
             }
         }
+    }
+}
+
+/// Whether a failure to create a record's ConsumeQueue is the record's own fault: a name the
+/// rules or the file system refuse, or a name that collides with something that is not a
+/// queue directory. Such a record can never be indexed, however often dispatch retries it.
+fn is_undispatchable(error: &CqError) -> bool {
+    use std::io::ErrorKind;
+    match error {
+        CqError::InvalidName(_) | CqError::Foreign { .. } => true,
+        CqError::File(file) => matches!(
+            file.source.kind(),
+            ErrorKind::InvalidFilename
+                | ErrorKind::InvalidInput
+                | ErrorKind::NotADirectory
+                | ErrorKind::AlreadyExists
+        ),
+        CqError::Gap { .. } | CqError::Conflict { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_error(kind: std::io::ErrorKind) -> CqError {
+        CqError::File(FileError::new(
+            "create",
+            "consumequeue/T/0",
+            std::io::Error::from(kind),
+        ))
+    }
+
+    #[test]
+    fn only_failures_of_the_record_itself_quarantine_it() {
+        let name = ferromq_protocol::names::validate_topic("../x").unwrap_err();
+        assert!(is_undispatchable(&CqError::InvalidName(name)));
+        assert!(is_undispatchable(&file_error(
+            std::io::ErrorKind::InvalidFilename
+        )));
+        for transient in [
+            std::io::ErrorKind::StorageFull,
+            std::io::ErrorKind::PermissionDenied,
+            std::io::ErrorKind::Other,
+        ] {
+            assert!(!is_undispatchable(&file_error(transient)), "{transient:?}");
+        }
+        let gap = CqError::Gap {
+            queue: "T/0".into(),
+            expected: 1,
+            got: 3,
+        };
+        assert!(!is_undispatchable(&gap), "a gap means rebuild, not skip");
     }
 }

@@ -55,6 +55,14 @@ pub enum AppendError {
     /// The store is shutting down.
     #[error("store is closed")]
     Closed,
+    /// A record's topic breaks the naming rules (`ferromq_protocol::names`): no file path may
+    /// ever be built from it.
+    #[error("record refused: {0}")]
+    InvalidName(#[from] ferromq_protocol::names::NameError),
+    /// A message append names a topic only the store itself writes (the offsets topic: offset
+    /// records go through `commit_offsets`, so a message can never forge them).
+    #[error("record refused: topic {topic} is written by the store only")]
+    ReservedTopic { topic: String },
 }
 
 /// Why an acknowledged-durability wait failed.

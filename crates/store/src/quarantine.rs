@@ -65,6 +65,9 @@ pub struct Quarantine {
     ranges: BTreeMap<u64, QuarantinedRange>,
     total: u64,
     not_listed: u64,
+    /// Undispatchable records found since the store opened (never decremented: a counter for
+    /// metrics, unlike `total`, which follows cuts and retention).
+    undispatchable_found: u64,
 }
 
 impl Quarantine {
@@ -74,6 +77,9 @@ impl Quarantine {
             return false;
         }
         self.total += 1;
+        if range.kind == QuarantineKind::Undispatchable {
+            self.undispatchable_found += 1;
+        }
         if self.ranges.len() >= QUARANTINE_LIST_MAX {
             self.not_listed += 1;
             return true;
@@ -126,6 +132,11 @@ impl Quarantine {
     /// Ranges known (listed or only counted).
     pub fn total(&self) -> u64 {
         self.total
+    }
+
+    /// Undispatchable records found since the store opened.
+    pub fn undispatchable_found(&self) -> u64 {
+        self.undispatchable_found
     }
 }
 

@@ -1,6 +1,9 @@
 //! Queue bounds and lookups (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP
 //! 29, GET_EARLIEST_MSG_STORETIME 32, VIEW_MESSAGE_BY_ID 33) and topic and group
 //! administration (17, 215, 21, 351, 202, 200, 207, 208).
+//!
+//! Reserved topics and internal groups (`access`) cannot be created, updated or deleted here
+//! (NO_PERMISSION); a negative CommitLog offset in VIEW_MESSAGE_BY_ID is INVALID_PARAMETER.
 
 use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
@@ -25,6 +28,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{MessageId, RecordView};
 use ferromq_store::{TagFilter, TimeBoundary};
 
+use super::access::{self, Request};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
 use crate::groups::SubscriptionGroupConfig;
@@ -145,9 +149,13 @@ pub(super) fn view_message(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    let phys_offset = match access::commitlog_offset(ctx, header.offset, Request::ViewMessage) {
+        Ok(offset) => offset,
+        Err(refusal) => return refusal.reply(command),
+    };
     let id = MessageId {
         store_host: ctx.broker_addr,
-        phys_offset: header.offset.max(0) as u64,
+        phys_offset,
     }
     .encode();
     match ctx.store.message_by_id(&id) {
@@ -165,6 +173,9 @@ pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    if let Err(refusal) = access::client_topic(ctx, &header.topic, Request::UpdateTopic) {
+        return refusal.reply(command);
+    }
     if header.read_queue_nums <= 0
         || header.write_queue_nums <= 0
         || header.read_queue_nums > 1024
@@ -195,6 +206,9 @@ pub(super) fn delete_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    if let Err(refusal) = access::reserved_topic(ctx, &header.topic, Request::DeleteTopic) {
+        return refusal.reply(command);
+    }
     match ctx.topics.delete(&header.topic) {
         Ok(true) => {
             ctx.register_now.notify_one();
@@ -277,11 +291,8 @@ pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
                 )
             }
         };
-    if config.group_name.is_empty() {
-        return command.reply(
-            response::INVALID_PARAMETER,
-            Some("groupName is empty".into()),
-        );
+    if let Err(refusal) = access::client_group(ctx, &config.group_name, Request::UpdateGroup) {
+        return refusal.reply(command);
     }
     match ctx.groups.upsert(config) {
         Ok(()) => success(command),
@@ -319,6 +330,9 @@ pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    if let Err(refusal) = access::internal_group(ctx, &header.group_name, Request::DeleteGroup) {
+        return refusal.reply(command);
+    }
     match ctx.groups.delete(&header.group_name) {
         Ok(true) => success(command),
         Ok(false) => command.reply(

@@ -41,7 +41,9 @@ pub(super) fn heartbeat(
         let group = &consumer.group_name;
         let retry = match ctx.groups.ensure(group) {
             Ok(config) => config.retry_queue_nums.max(1) as u32,
-            Err(error) => return command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+            Err(error) => {
+                return command.reply(response::INVALID_PARAMETER, Some(error.to_string()))
+            }
         };
         // Consumers subscribe to their retry topic; it must have a route.
         let retry_topic = format!("{RETRY_PREFIX}{group}");

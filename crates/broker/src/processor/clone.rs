@@ -14,12 +14,16 @@
 //!   `ferromq admin cloneGroupOffset`: `cloned` = `topic/queueId:old>new,...` (`old` is `-1`
 //!   when the destination had no offset), `skipped` = topics left out by the rule above, and
 //!   `generation` (the highest one established).
+//! - An internal source or destination group (`%SCHEDULE%`), or an explicit reserved topic, is
+//!   refused with NO_PERMISSION (`access`); when every topic of the source is cloned, reserved
+//!   topics are left out and listed in `skipped`.
 
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::offset::CloneGroupOffsetRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::offsets::OffsetEntry;
 
+use super::access::{self, Request};
 use super::reset::{self, ResetPlan};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
@@ -39,6 +43,11 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Some("srcGroup and destGroup must be two different, non-empty groups".into()),
         );
     }
+    for group in [source, destination] {
+        if let Err(refusal) = access::client_group(ctx, group, Request::Clone) {
+            return refusal.reply(command);
+        }
+    }
     let source_offsets = ctx.store.group_offsets(source);
     let source_known = !source_offsets.is_empty()
         || ctx.groups.get(source).is_some()
@@ -51,6 +60,9 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
     let mut topics: Vec<String> = match header.topic.as_deref().map(str::trim) {
         Some(topic) if !topic.is_empty() => {
+            if let Err(refusal) = access::client_topic(ctx, topic, Request::Clone) {
+                return refusal.reply(command);
+            }
             if ctx.topics.get(topic).is_none() {
                 return command.reply(
                     response::TOPIC_NOT_EXIST,
@@ -65,7 +77,7 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     topics.dedup();
     // The destination becomes a known group, as a commit would make it.
     if let Err(error) = ctx.groups.ensure(destination) {
-        return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
+        return command.reply(response::INVALID_PARAMETER, Some(error.to_string()));
     }
     let offline = header.offline.unwrap_or(false);
     let mut cloned = Vec::new();
@@ -73,6 +85,11 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     let mut generation = 0;
     for topic in &topics {
         if ctx.topics.get(topic).is_none() {
+            continue;
+        }
+        if ferromq_protocol::names::is_reserved_topic(topic) {
+            tracing::info!(%source, %topic, "clone skipped: the topic is reserved for the broker");
+            skipped.push(topic.clone());
             continue;
         }
         if !offline

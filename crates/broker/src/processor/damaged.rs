@@ -12,6 +12,7 @@ use ferromq_protocol::remoting::{ExtFieldsExt, HeaderError, RemotingCommand};
 use ferromq_store::offsets::OffsetEntry;
 use ferromq_store::{ReadError, TagFilter};
 
+use super::access::{self, Request};
 use super::reset::{apply, known_group, ResetPlan};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
@@ -83,6 +84,10 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         queue_id,
         queue_offset,
     } = &request;
+    // A skip is a reset: never of an internal group or a reserved topic.
+    if let Err(refusal) = access::client_offsets(ctx, group, topic, Request::Reset) {
+        return refusal.reply(command);
+    }
     if ctx.topics.get(topic).is_none() {
         return command.reply(
             response::TOPIC_NOT_EXIST,

@@ -4,6 +4,7 @@
 //! panics on client input; a header it cannot read is INVALID_PARAMETER with a remark naming
 //! the field, an unknown code REQUEST_CODE_NOT_SUPPORTED naming the code.
 
+mod access;
 mod admin;
 mod batch;
 mod broker_info;
@@ -16,6 +17,7 @@ mod offset;
 mod pull;
 mod query;
 mod reset;
+mod scheduler;
 mod send;
 mod send_back;
 
@@ -26,7 +28,9 @@ use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 
 pub use pull::PULL_SYSFLAG_COMMIT_OFFSET;
-pub use send_back::{run_scheduler, SCHEDULE_GROUP, SCHEDULE_TOPIC};
+pub use scheduler::{
+    run_scheduler, PROPERTY_DEAD_LETTER_REASON, SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC,
+};
 
 /// Handles one request and builds its reply.
 pub async fn handle(

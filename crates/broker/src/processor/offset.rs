@@ -7,6 +7,8 @@
 //! - A commit is answered SUCCESS only once durable under the flush policy; a rejected one
 //!   gets its own code and a remark saying why (invariant 3).
 //! - Negative commits (ali-ons sends -1) are ignored and counted, never stored.
+//! - A commit naming an internal group (`%SCHEDULE%`) or a reserved topic is refused with
+//!   NO_PERMISSION (`access`), whatever its offset: only the broker moves those offsets.
 //! - A backward commit for a group with no online consumer is an offline reset (what Java
 //!   mqadmin's offline fallbacks send): recorded as a reset with a new generation.
 //! - ferromq extension, wire-compatible: an UPDATE_CONSUMER_OFFSET carrying the ext field
@@ -30,6 +32,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::offsets::{CommitRejection, OffsetCommand, OffsetEntry, OffsetKind, Verdict};
 use ferromq_store::{CommitOutcome, MessageStore, StoreError};
 
+use super::access::{self, Request};
 use super::bad_header;
 use crate::codes;
 use crate::context::BrokerContext;
@@ -89,6 +92,11 @@ pub(super) async fn update(
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    if let Err(refusal) =
+        access::client_offsets(ctx, &header.consumer_group, &header.topic, Request::Commit)
+    {
+        return refusal.reply(command);
+    }
     if header.commit_offset < 0 || header.queue_id < 0 {
         ctx.counters
             .negative_commits_ignored
@@ -104,7 +112,7 @@ pub(super) async fn update(
         );
     }
     if let Err(error) = ctx.groups.ensure(&header.consumer_group) {
-        return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
+        return command.reply(response::INVALID_PARAMETER, Some(error.to_string()));
     }
     let (group, topic, queue_id) = (
         header.consumer_group.as_str(),

@@ -6,6 +6,10 @@
 //! scanned entries filtered out → PULL_RETRY_IMMEDIATELY; offset below the min or beyond the
 //! max → PULL_OFFSET_MOVED with the offset to use. The four required reply fields are always
 //! present.
+//!
+//! A pull by an internal group (`%SCHEDULE%`), and a pull carrying a commit on a reserved
+//! topic, are refused with NO_PERMISSION (`access`): the commit would move offsets only the
+//! broker moves.
 
 use std::time::Duration;
 
@@ -17,6 +21,7 @@ use ferromq_protocol::remoting::headers::pull::{
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::{GetResult, GetStatus, TagFilter};
 
+use super::access::{self, Request};
 use super::{bad_header, offset};
 use crate::context::BrokerContext;
 use crate::long_poll;
@@ -35,6 +40,19 @@ const DISPATCH_CATCH_UP_MAX: Duration = Duration::from_millis(500);
 /// Most bytes one pull returns unless the request asks for less.
 const PULL_BYTES_MAX: usize = 256 * 1024;
 
+/// Refuses a pull by an internal group, or one whose piggy-backed commit names a reserved
+/// topic (reading a readable reserved topic, such as the scheduler's dead letters, is allowed).
+fn guard(
+    ctx: &BrokerContext,
+    header: &PullMessageRequestHeader,
+) -> Result<(), super::send::Refusal> {
+    access::client_group(ctx, &header.consumer_group, Request::Pull)?;
+    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
+        access::client_topic(ctx, &header.topic, Request::Pull)?;
+    }
+    Ok(())
+}
+
 pub(super) async fn handle(
     ctx: &BrokerContext,
     channel: &crate::clients::ClientChannel,
@@ -45,6 +63,9 @@ pub(super) async fn handle(
         Err(error) => return bad_header(command, error),
     };
     let topic = header.topic.as_str();
+    if let Err(refusal) = guard(ctx, &header) {
+        return refusal.reply(command);
+    }
     let Some(config) = ctx.topics.get(topic) else {
         return command.reply(
             response::TOPIC_NOT_EXIST,
@@ -67,7 +88,7 @@ pub(super) async fn handle(
         );
     }
     if let Err(error) = ctx.groups.ensure(&header.consumer_group) {
-        return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
+        return command.reply(response::INVALID_PARAMETER, Some(error.to_string()));
     }
     let queue_id = header.queue_id as u32;
     let group = header.consumer_group.as_str();

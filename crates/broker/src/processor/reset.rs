@@ -13,6 +13,8 @@
 //!   SUCCESS), plus ferromq's ext fields `generation` and `oldOffsets`
 //!   (`queueId:offset,...`, `-1` for a queue without a stored offset) for `ferromq admin`.
 //! - Every moved queue is logged with group, topic, queue, old and new offset and the cause.
+//! - An internal group (`%SCHEDULE%`) or a reserved topic is refused with NO_PERMISSION
+//!   (`access`): only the broker moves their offsets.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use ferromq_protocol::remoting::{LanguageCode, RemotingCommand};
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind, Verdict};
 use ferromq_store::{CommitOutcome, MessageStore, StoreError, TimeBoundary};
 
+use super::access::{self, Request};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
 
@@ -41,6 +44,9 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Err(error) => return bad_header(command, error),
     };
     let (group, topic) = (header.group.as_str(), header.topic.as_str());
+    if let Err(refusal) = access::client_offsets(ctx, group, topic, Request::Reset) {
+        return refusal.reply(command);
+    }
     let Some(config) = ctx.topics.get(topic) else {
         return command.reply(
             response::TOPIC_NOT_EXIST,

@@ -4,21 +4,28 @@
 //! the flush policy (invariant 2). A flush that times out or fails is an error reply the
 //! client retries (ferromq code `NOT_DURABLE`), never RocketMQ's FLUSH_DISK_TIMEOUT, which
 //! Java clients count as sent.
+//!
+//! Clients may not send to a reserved topic (`access::client_topic`): the delay scheduler's,
+//! the transaction topics, the offsets topic. A message's properties may hold at most
+//! [`CLIENT_PROPERTIES_LEN_MAX`] bytes: RocketMQ's 32,767 less the CRC property ferromq adds to
+//! every record (RocketMQ's broker likewise counts the properties it adds against 32,767).
 
+use ferromq_protocol::message::record::{CLIENT_PROPERTIES_LEN_MAX, PROPERTIES_LEN_MAX};
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::send::{
     SendMessageRequestHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{DraftRecord, MessageId, Properties};
+use ferromq_protocol::{DraftRecord, MessageId, Properties, PROPERTY_SEPARATOR};
 use ferromq_store::{AppendError, PutReceipt};
 
+use super::access::{self, Request};
 use super::bad_header;
 use super::batch::decode_batch;
 use crate::clients::ClientChannel;
 use crate::codes;
 use crate::context::BrokerContext;
-use crate::topics::{topic_with_queues, validate_topic_name, PERM_WRITE};
+use crate::topics::{topic_with_queues, PERM_WRITE};
 
 /// Property naming a message's delay level.
 pub(crate) const PROPERTY_DELAY: &str = "DELAY";
@@ -96,6 +103,7 @@ async fn send(
         0
     };
     let properties = header.properties.as_deref().unwrap_or_default().as_bytes();
+    check_properties_len(properties)?;
     let base = DraftRecord {
         topic,
         queue_id: queue_id as u32,
@@ -112,6 +120,9 @@ async fn send(
     let batch = command.code == request::SEND_BATCH_MESSAGE || header.batch == Some(true);
     let receipt = if batch {
         let entries = decode_batch(body).map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e))?;
+        for entry in &entries {
+            check_properties_len(entry.properties)?;
+        }
         let drafts: Vec<DraftRecord<'_>> = entries
             .iter()
             .map(|entry| DraftRecord {
@@ -123,7 +134,7 @@ async fn send(
             .collect();
         store_durably(ctx, &drafts).await?
     } else if let Some(level) = delay_level(properties) {
-        crate::processor::send_back::schedule(ctx, &base, level).await?
+        super::scheduler::schedule(ctx, &base, level).await?
     } else {
         store_durably(ctx, &[base]).await?
     };
@@ -136,20 +147,35 @@ async fn send(
     Ok((receipt, queue_id))
 }
 
-/// The topic's writable queue count, creating the topic when the broker allows it.
+/// Refuses properties longer than a client may send ([`CLIENT_PROPERTIES_LEN_MAX`]), with a
+/// remark that counts what the client sent (not what the record would hold).
+pub(crate) fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
+    // The record encoder ends unterminated properties with a separator before the CRC.
+    let unterminated = !properties.is_empty() && properties.last() != Some(&PROPERTY_SEPARATOR);
+    let max = CLIENT_PROPERTIES_LEN_MAX - usize::from(unterminated);
+    if properties.len() > max {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            format!(
+                "message properties are {} bytes; at most {max} fit (RocketMQ's limit is \
+                 {PROPERTIES_LEN_MAX} bytes including what the broker adds, and ferromq adds a \
+                 {}-byte CRC property)",
+                properties.len(),
+                PROPERTIES_LEN_MAX - CLIENT_PROPERTIES_LEN_MAX
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The topic's writable queue count for a client send, creating the topic when the broker
+/// allows it; reserved topics and invalid names are refused (`access::client_topic`).
 pub(crate) fn writable_queue_nums(
     ctx: &BrokerContext,
     topic: &str,
     requested_queue_nums: i32,
 ) -> Result<i32, Refusal> {
-    validate_topic_name(topic)
-        .map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
-    if topic == ferromq_store::offsets::OFFSET_TOPIC {
-        return Err(Refusal::new(
-            response::NO_PERMISSION,
-            format!("topic {topic} is reserved for consumer offsets"),
-        ));
-    }
+    access::client_topic(ctx, topic, Request::Send)?;
     let config = match ctx.topics.get(topic) {
         Some(config) => config,
         None if ctx.runtime_config.auto_create_topic_enable() => {
@@ -191,8 +217,11 @@ pub(crate) async fn store_durably(
     drafts: &[DraftRecord<'_>],
 ) -> Result<PutReceipt, Refusal> {
     let receipt = ctx.store.append(drafts).map_err(|error| match error {
-        AppendError::InvalidMessage(_) | AppendError::MessageTooLarge { .. } => {
-            Refusal::new(response::MESSAGE_ILLEGAL, error.to_string())
+        AppendError::InvalidMessage(_)
+        | AppendError::MessageTooLarge { .. }
+        | AppendError::InvalidName(_) => Refusal::new(response::MESSAGE_ILLEGAL, error.to_string()),
+        AppendError::ReservedTopic { .. } => {
+            Refusal::new(response::NO_PERMISSION, error.to_string())
         }
         other => Refusal::new(response::SERVICE_NOT_AVAILABLE, other.to_string()),
     })?;

@@ -5,43 +5,35 @@
 //! names one), and to the dead-letter topic `%DLQ%<group>` once it has been delivered
 //! `maxReconsumeTimes` times or the client asks for it (negative level).
 //!
-//! Delayed messages (retries and sends with a `DELAY` property) are stored in
-//! `SCHEDULE_TOPIC_XXXX`, one queue per level, with their real topic and queue as properties.
-//! The scheduler (`run_scheduler`) moves each due message to its real topic and records its
-//! progress per level as an offset commit of the system group `%SCHEDULE%`, so progress is
-//! in the same log as everything else: a crash between the move and the commit delivers a
-//! message twice, never zero times.
+//! Retries are delayed through the scheduler (`scheduler`).
+//!
+//! The request names a message by CommitLog offset and a group: a negative offset, an
+//! internal or invalid group, or a message of a reserved topic (a delayed copy, an offset
+//! record) is refused, so send-back cannot copy broker records into a client-visible topic.
+//! The copy's `reconsumeTimes` saturates at `i32::MAX` rather than wrapping.
 
-use std::sync::Arc;
-use std::time::Duration;
-
+use ferromq_protocol::names;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::client::ConsumerSendMsgBackRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{property_names, DraftRecord, MessageId, Properties, RecordView};
-use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
-use ferromq_store::{PutReceipt, TagFilter};
+use ferromq_store::PutReceipt;
 
+use super::access::{self, Request};
+use super::scheduler::schedule;
 use super::send::{store_durably, Refusal, PROPERTY_DELAY};
 use super::{bad_header, success};
 use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
-use crate::topics::{topic_with_queues, DLQ_PREFIX, RETRY_PREFIX};
+use crate::groups::GroupError;
+use crate::topics::{topic_with_queues, TopicError, DLQ_PREFIX, RETRY_PREFIX};
 
-/// Topic holding delayed messages, one queue per delay level.
-pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
-/// System group whose offsets record the scheduler's progress.
-pub const SCHEDULE_GROUP: &str = "%SCHEDULE%";
-const PROPERTY_REAL_TOPIC: &str = "REAL_TOPIC";
-const PROPERTY_REAL_QUEUE_ID: &str = "REAL_QID";
 const PROPERTY_RETRY_TOPIC: &str = "RETRY_TOPIC";
 const PROPERTY_ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
 const PROPERTY_DLQ_ORIGIN_TOPIC: &str = "DLQ_ORIGIN_TOPIC";
 const PROPERTY_DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
-/// How often the scheduler looks for due messages.
-const SCHEDULER_TICK: Duration = Duration::from_millis(100);
-/// Messages moved per level per tick.
-const SCHEDULER_BATCH_MAX: usize = 64;
+/// Delay level of a retry before its first attempt (RocketMQ: `3 + reconsumeTimes`).
+const RETRY_FIRST_LEVEL: u32 = 3;
 
 pub(super) async fn handle(
     ctx: &BrokerContext,
@@ -63,13 +55,15 @@ async fn send_back(
     channel: &ClientChannel,
     header: &ConsumerSendMsgBackRequestHeader,
 ) -> Result<PutReceipt, Refusal> {
+    let phys_offset = access::commitlog_offset(ctx, header.offset, Request::SendBack)?;
+    access::client_group(ctx, &header.group, Request::SendBack)?;
     let group = ctx
         .groups
         .ensure(&header.group)
-        .map_err(|e| Refusal::new(response::SYSTEM_ERROR, e.to_string()))?;
+        .map_err(|e| group_refusal(ctx, e))?;
     let id = MessageId {
         store_host: ctx.broker_addr,
-        phys_offset: header.offset.max(0) as u64,
+        phys_offset,
     }
     .encode();
     let bytes = ctx
@@ -79,11 +73,12 @@ async fn send_back(
         .ok_or_else(|| {
             Refusal::new(
                 response::SYSTEM_ERROR,
-                format!("no message at CommitLog offset {}", header.offset),
+                format!("no message at CommitLog offset {phys_offset}"),
             )
         })?;
     let original = RecordView::parse(&bytes)
         .map_err(|e| Refusal::new(response::SYSTEM_ERROR, e.to_string()))?;
+    refuse_reserved_record(ctx, &original)?;
     let max_times = header.max_reconsume_times.unwrap_or(group.retry_max_times);
     let attempts = original.reconsume_times.max(0);
     let origin_topic = original
@@ -122,7 +117,7 @@ async fn send_back(
         born_timestamp_ms: original.born_timestamp_ms,
         born_host: original.born_host,
         store_host: ctx.broker_addr,
-        reconsume_times: attempts + 1,
+        reconsume_times: attempts.saturating_add(1),
         prepared_tx_offset: 0,
         body: original.body,
         properties: &properties,
@@ -134,143 +129,55 @@ async fn send_back(
         let level = if header.delay_level > 0 {
             header.delay_level as u32
         } else {
-            3 + attempts as u32
+            RETRY_FIRST_LEVEL.saturating_add(attempts as u32)
         };
         schedule(ctx, &draft, level).await
     }
 }
 
+/// Refuses to copy a record of a reserved topic: a consumer never received one, so sending
+/// one back can only be an attempt to surface a broker record (an offset record, a delayed
+/// copy) in a client topic.
+fn refuse_reserved_record(ctx: &BrokerContext, original: &RecordView<'_>) -> Result<(), Refusal> {
+    let topic = original.topic_str();
+    if !names::is_reserved_topic(topic) {
+        return Ok(());
+    }
+    Err(access::refuse(
+        ctx,
+        "reserved_record",
+        Request::SendBack,
+        response::NO_PERMISSION,
+        format!(
+            "the message at CommitLog offset {} belongs to topic {topic}, which is reserved for \
+             the broker: it cannot be sent back",
+            original.phys_offset
+        ),
+    ))
+}
+
+/// The refusal for a group that cannot be created.
+fn group_refusal(ctx: &BrokerContext, error: GroupError) -> Refusal {
+    match error {
+        GroupError::InvalidName(name) => access::invalid_name(ctx, Request::SendBack, name),
+        other => Refusal::new(response::SYSTEM_ERROR, other.to_string()),
+    }
+}
+
+/// Creates the group's retry or dead-letter topic unless it exists; a group whose name makes
+/// it too long is refused with INVALID_PARAMETER.
 fn ensure_topic(ctx: &BrokerContext, topic: &str, queues: u32) -> Result<(), Refusal> {
     if ctx.topics.get(topic).is_none() {
         ctx.topics
             .put_if_absent(topic_with_queues(topic, queues))
-            .map_err(|e| Refusal::new(response::SYSTEM_ERROR, e.to_string()))?;
+            .map_err(|e| match e {
+                TopicError::InvalidName(name) => Refusal::new(
+                    response::INVALID_PARAMETER,
+                    format!("the group's retry or dead-letter topic cannot exist: {name}"),
+                ),
+                other => Refusal::new(response::SYSTEM_ERROR, other.to_string()),
+            })?;
         ctx.register_now.notify_one();
-    }
-    Ok(())
-}
-
-/// Stores `draft` for delivery after delay `level` (clamped to the configured levels).
-pub(crate) async fn schedule(
-    ctx: &BrokerContext,
-    draft: &DraftRecord<'_>,
-    level: u32,
-) -> Result<PutReceipt, Refusal> {
-    let levels = ctx.delay_levels_ms.len() as u32;
-    if levels == 0 {
-        return store_durably(ctx, std::slice::from_ref(draft)).await;
-    }
-    let level = level.clamp(1, levels);
-    let real = [
-        (PROPERTY_REAL_TOPIC, draft.topic.to_string()),
-        (PROPERTY_REAL_QUEUE_ID, draft.queue_id.to_string()),
-        (PROPERTY_DELAY, level.to_string()),
-    ];
-    let properties = rewrite_properties(&Properties(draft.properties), &[PROPERTY_DELAY], &real);
-    let scheduled = DraftRecord {
-        topic: SCHEDULE_TOPIC,
-        queue_id: level - 1,
-        properties: &properties,
-        ..draft.clone()
-    };
-    store_durably(ctx, &[scheduled]).await
-}
-
-/// Moves due delayed messages to their real topics until the broker stops.
-pub async fn run_scheduler(ctx: Arc<BrokerContext>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(SCHEDULER_TICK);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        for (index, delay_ms) in ctx.delay_levels_ms.iter().enumerate() {
-            if let Err(error) = deliver_due(&ctx, index as u32, *delay_ms).await {
-                tracing::warn!(level = index + 1, %error, "delayed delivery failed; retrying");
-            }
-        }
-    }
-}
-
-async fn deliver_due(ctx: &Arc<BrokerContext>, queue_id: u32, delay_ms: u64) -> Result<(), String> {
-    if ctx.store.queue_bounds(SCHEDULE_TOPIC, queue_id).is_none() {
-        return Ok(());
-    }
-    let from = ctx
-        .store
-        .consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, queue_id)
-        .map_or(0, |s| s.offset);
-    let result = ctx
-        .store
-        .get_messages(
-            SCHEDULE_TOPIC,
-            queue_id,
-            from,
-            SCHEDULER_BATCH_MAX,
-            usize::MAX,
-            &TagFilter::All,
-        )
-        .map_err(|e| e.to_string())?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let mut next = from.max(result.min_offset);
-    for message in &result.messages {
-        let view = RecordView::parse(&message.bytes).map_err(|e| e.to_string())?;
-        if view.store_timestamp_ms + delay_ms as i64 > now {
-            break;
-        }
-        let topic = view
-            .properties
-            .get_str(PROPERTY_REAL_TOPIC)
-            .unwrap_or_default()
-            .to_string();
-        let queue_id = view
-            .properties
-            .get_str(PROPERTY_REAL_QUEUE_ID)
-            .and_then(|q| q.parse().ok())
-            .unwrap_or(0);
-        let properties = rewrite_properties(
-            &view.properties,
-            &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY],
-            &[],
-        );
-        if !topic.is_empty() {
-            let draft = DraftRecord {
-                topic: &topic,
-                queue_id,
-                flag: view.flag,
-                sys_flag: view.sys_flag,
-                born_timestamp_ms: view.born_timestamp_ms,
-                born_host: view.born_host,
-                store_host: ctx.broker_addr,
-                reconsume_times: view.reconsume_times,
-                prepared_tx_offset: 0,
-                body: view.body,
-                properties: &properties,
-            };
-            store_durably(ctx, &[draft]).await.map_err(|r| r.remark)?;
-        }
-        next = message.queue_offset + 1;
-    }
-    if next > from {
-        let store = ctx.store.clone();
-        let command = OffsetCommand {
-            kind: OffsetKind::Commit,
-            group: SCHEDULE_GROUP.into(),
-            client_id: "scheduler".into(),
-            generation: None,
-            entries: vec![OffsetEntry {
-                topic: SCHEDULE_TOPIC.into(),
-                queue_id,
-                offset: next,
-            }],
-        };
-        tokio::task::spawn_blocking(move || store.commit_offsets(&command))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

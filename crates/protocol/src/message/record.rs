@@ -59,6 +59,16 @@ pub const fn record_size_max(body_max: usize) -> usize {
 /// [`RECORD_SIZE_MAX`], the bound past which bytes are garbage.
 pub const BODY_SIZE_LIMIT: usize = RECORD_SIZE_MAX - RECORD_OVERHEAD_MAX;
 
+/// Longest PROPERTIES field a record may carry. Java's `MessageDecoder` reads PROPLEN as a
+/// signed short: a longer field reads as negative there, and the client then mis-decodes every
+/// later record of the pull reply. RocketMQ's broker refuses such a message too
+/// (PROPERTIES_SIZE_EXCEEDED).
+pub const PROPERTIES_LEN_MAX: usize = i16::MAX as usize;
+/// Property bytes a producer's message may carry: [`PROPERTIES_LEN_MAX`] less ferromq's own
+/// CRC property (20 bytes), which every record ends with. RocketMQ likewise counts what its
+/// broker adds (`CLUSTER`, and `UNIQ_KEY` when absent) against the same 32,767 bytes.
+pub const CLIENT_PROPERTIES_LEN_MAX: usize = PROPERTIES_LEN_MAX - CRC_TRAILER_LEN;
+
 const SYSFLAG_BORNHOST_V6: i32 = 0x10;
 const SYSFLAG_STOREHOST_V6: i32 = 0x20;
 const CRC_TRAILER_LEN: usize = 20;
@@ -145,7 +155,7 @@ impl DraftRecord<'_> {
         let needs_separator =
             !self.properties.is_empty() && self.properties.last() != Some(&PROPERTY_SEPARATOR);
         let properties_len = self.properties.len() + usize::from(needs_separator) + CRC_TRAILER_LEN;
-        check_len("properties", properties_len, i16::MAX as usize)?;
+        check_len("properties", properties_len, PROPERTIES_LEN_MAX)?;
 
         let mut sys_flag = self.sys_flag & !(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
         if self.born_host.is_ipv6() {

@@ -42,4 +42,8 @@ pub enum CqError {
     /// Re-dispatch found a different entry at an offset already written.
     #[error("ConsumeQueue {queue} offset {queue_offset} holds another entry")]
     Conflict { queue: String, queue_offset: u64 },
+    /// A queue was asked for under a topic name that breaks the naming rules: its directory is
+    /// never created (the name could lead outside the data directory or not fit a file name).
+    #[error("no ConsumeQueue for this topic: {0}")]
+    InvalidName(#[from] ferromq_protocol::names::NameError),
 }

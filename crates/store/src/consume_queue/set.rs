@@ -67,6 +67,10 @@ impl ConsumeQueueSet {
     }
 
     /// The queue, created on first use.
+    ///
+    /// # Errors
+    /// [`CqError::InvalidName`] before any path is built when `topic` breaks the naming rules;
+    /// a file error when the queue's directory cannot be created or listed.
     pub fn get_or_create(
         &mut self,
         topic: &str,
@@ -78,6 +82,7 @@ impl ConsumeQueueSet {
             .get(topic)
             .is_some_and(|queues| queues.contains_key(&queue_id));
         if !exists {
+            ferromq_protocol::names::validate_topic(topic)?;
             let dir = self.dir.join(topic).join(queue_id.to_string());
             let label = format!("{topic}/{queue_id}");
             let (queue, _) = ConsumeQueue::open(label, &dir, self.entries_per_file)?;

@@ -59,5 +59,6 @@ pub mod view;
 pub use command::*;
 pub use view::*;
 
-/// The system topic whose record bodies are encoded [`OffsetCommand`]s.
-pub const OFFSET_TOPIC: &str = "RMQ_SYS_FERROMQ_OFFSETS";
+/// The system topic whose record bodies are encoded [`OffsetCommand`]s. Only
+/// [`crate::MessageStore::commit_offsets`] writes it: a message append naming it is refused.
+pub const OFFSET_TOPIC: &str = ferromq_protocol::names::OFFSETS_TOPIC;

@@ -120,6 +120,9 @@ pub struct StoreStats {
     pub checkpoint_failures: u64,
     /// The latest checkpoint failure, until a checkpoint succeeds again.
     pub last_checkpoint_failure: Option<String>,
+    /// Records the dispatcher quarantined as undispatchable since open (see
+    /// [`crate::quarantine`]; [`MessageStore::quarantined`] lists them).
+    pub undispatchable_records: u64,
 }
 
 /// Under `AsyncFlush`, an appender wakes the committer once the tail holds this much.
@@ -270,12 +273,14 @@ impl MessageStore {
     /// Appends records as one batch without waiting for durability.
     ///
     /// # Errors
-    /// A record is invalid or too large, the write failed (rolled back), or the store is
-    /// poisoned or closed.
+    /// A record is invalid or too large, its topic breaks the naming rules
+    /// ([`AppendError::InvalidName`]) or is the offsets topic ([`AppendError::ReservedTopic`]),
+    /// the write failed (rolled back), or the store is poisoned or closed.
     pub fn append(&self, records: &[DraftRecord<'_>]) -> Result<PutReceipt, AppendError> {
         let max = self.inner.config.max_message_size_bytes;
         let mut encoded = Vec::with_capacity(records.len());
         for record in records {
+            check_topic(record.topic)?;
             if record.body.len() > max {
                 return Err(AppendError::MessageTooLarge {
                     size: record.body.len(),
@@ -360,6 +365,13 @@ impl MessageStore {
     /// Positions and counters.
     pub fn stats(&self) -> StoreStats {
         let inner = &self.inner;
+        let (offset_rejections_at_dispatch, undispatchable_records) = {
+            let derived = inner.derived.lock().expect("derived lock");
+            (
+                derived.offset_rejections_at_dispatch,
+                derived.quarantine.undispatchable_found(),
+            )
+        };
         StoreStats {
             log_min_offset: inner.log.min_offset(),
             written_end: inner.log.appended_end(),
@@ -370,15 +382,12 @@ impl MessageStore {
             fsync_count: inner.flush.fsync_count.load(Ordering::Relaxed),
             records_appended: inner.records_appended.load(Ordering::Relaxed),
             bytes_cut: inner.bytes_cut.load(Ordering::Relaxed),
-            offset_rejections_at_dispatch: inner
-                .derived
-                .lock()
-                .expect("derived lock")
-                .offset_rejections_at_dispatch,
+            offset_rejections_at_dispatch,
             commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),
             poisoned: inner.poisoned(),
             checkpoint_failures: inner.checkpoint_health.failures(),
             last_checkpoint_failure: inner.checkpoint_health.last_failure(),
+            undispatchable_records,
         }
     }
 
@@ -482,6 +491,18 @@ impl MessageStore {
         crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
         Ok(())
     }
+}
+
+/// Refuses a message record whose topic could not be indexed (a name breaking the rules
+/// would reach a file path at dispatch) or that would forge an offset record.
+fn check_topic(topic: &str) -> Result<(), AppendError> {
+    ferromq_protocol::names::validate_topic(topic)?;
+    if topic == crate::offsets::OFFSET_TOPIC {
+        return Err(AppendError::ReservedTopic {
+            topic: topic.to_string(),
+        });
+    }
+    Ok(())
 }
 
 impl Drop for MessageStore {

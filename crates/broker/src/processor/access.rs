@@ -1,0 +1,236 @@
+//! What a client or an administrator may name: the guard every request passes before it
+//! touches a topic or a group.
+//!
+//! - A name that breaks RocketMQ's rules ([`ferromq_protocol::names::validate`]) is refused
+//!   before anything is created from it.
+//! - A reserved topic ([`names::is_reserved_topic`]: the delay scheduler's, the transaction
+//!   topics, the offsets topic, RocketMQ's system topics) is written, committed, reset, cloned,
+//!   updated and deleted by the broker only: a client send to it, or an offset operation or
+//!   admin change naming it, is refused with NO_PERMISSION (16). Otherwise a client could
+//!   write through the scheduler to any queue, or forge offset records.
+//! - An internal group ([`names::is_internal_group`]: `%SCHEDULE%`, RocketMQ's
+//!   `CID_RMQ_SYS_` groups) is committed by the broker only, through the store directly; a
+//!   client commit, pull, reset, clone or deletion naming it is refused with NO_PERMISSION.
+//!   A client commit of `%SCHEDULE%` would silently drop acknowledged delayed messages.
+//!
+//! Every refusal carries a remark saying why and is counted in
+//! `ferromq_requests_refused_total{reason,request}`.
+
+use ferromq_protocol::names::{self, NameError};
+use ferromq_protocol::remoting::codes::response;
+
+use super::send::Refusal;
+use crate::context::BrokerContext;
+
+/// The operation a refused request asked for: the `request` label of the refusal counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE.
+    Send,
+    /// CONSUMER_SEND_MSG_BACK.
+    SendBack,
+    /// UPDATE_CONSUMER_OFFSET (commits, offline resets, corrections).
+    Commit,
+    /// PULL_MESSAGE and LITE_PULL_MESSAGE (and their piggy-backed commit).
+    Pull,
+    /// INVOKE_BROKER_TO_RESET_OFFSET.
+    Reset,
+    /// CLONE_GROUP_OFFSET.
+    Clone,
+    /// DELETE_TOPIC_IN_BROKER.
+    DeleteTopic,
+    /// UPDATE_AND_CREATE_TOPIC.
+    UpdateTopic,
+    /// DELETE_SUBSCRIPTIONGROUP.
+    DeleteGroup,
+    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP.
+    UpdateGroup,
+    /// VIEW_MESSAGE_BY_ID.
+    ViewMessage,
+    /// A delayed message's target, checked when it is accepted.
+    Schedule,
+}
+
+impl Request {
+    /// The label value (one of [`crate::metrics::REFUSED_REQUESTS`]).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Request::Send => "send",
+            Request::SendBack => "send_back",
+            Request::Commit => "commit",
+            Request::Pull => "pull",
+            Request::Reset => "reset",
+            Request::Clone => "clone",
+            Request::DeleteTopic => "delete_topic",
+            Request::UpdateTopic => "update_topic",
+            Request::DeleteGroup => "delete_group",
+            Request::UpdateGroup => "update_group",
+            Request::ViewMessage => "view_message",
+            Request::Schedule => "schedule",
+        }
+    }
+
+    /// What the request does to a name, for remarks.
+    fn verb(self) -> &'static str {
+        match self {
+            Request::Send | Request::SendBack | Request::Schedule => "written by clients",
+            Request::Commit | Request::Pull => "committed by clients",
+            Request::Reset => "reset",
+            Request::Clone => "cloned",
+            Request::DeleteTopic | Request::DeleteGroup => "deleted",
+            Request::UpdateTopic | Request::UpdateGroup => "created or updated",
+            Request::ViewMessage => "viewed",
+        }
+    }
+}
+
+/// Counts a refusal and builds it.
+pub(crate) fn refuse(
+    ctx: &BrokerContext,
+    reason: &'static str,
+    request: Request,
+    code: i32,
+    remark: String,
+) -> Refusal {
+    ctx.metrics.refused(reason, request.as_str());
+    tracing::debug!(reason, request = request.as_str(), %remark, "request refused");
+    Refusal::new(code, remark)
+}
+
+/// A name that breaks the rules: INVALID_PARAMETER (MESSAGE_ILLEGAL for a send, as RocketMQ's
+/// clients expect for a bad message).
+pub(crate) fn invalid_name(ctx: &BrokerContext, request: Request, error: NameError) -> Refusal {
+    let code = match request {
+        Request::Send => response::MESSAGE_ILLEGAL,
+        _ => response::INVALID_PARAMETER,
+    };
+    refuse(ctx, "invalid_name", request, code, error.to_string())
+}
+
+/// Refuses a topic a client or administrator may not name in `request`: an invalid name, or a
+/// reserved topic.
+pub(crate) fn client_topic(
+    ctx: &BrokerContext,
+    topic: &str,
+    request: Request,
+) -> Result<(), Refusal> {
+    names::validate_topic(topic).map_err(|e| invalid_name(ctx, request, e))?;
+    reserved_topic(ctx, topic, request)
+}
+
+/// Refuses a reserved topic only (a deletion may name a topic stored before names were
+/// checked: it must stay deletable).
+pub(crate) fn reserved_topic(
+    ctx: &BrokerContext,
+    topic: &str,
+    request: Request,
+) -> Result<(), Refusal> {
+    if names::is_reserved_topic(topic) {
+        let remark = format!(
+            "topic {topic} is reserved for the broker's own use (delay scheduler, transactions, \
+             consumer offsets, system topics): it cannot be {}",
+            request.verb()
+        );
+        return Err(refuse(
+            ctx,
+            "reserved_topic",
+            request,
+            response::NO_PERMISSION,
+            remark,
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a group a client or administrator may not name in `request`: an invalid name, or
+/// an internal group.
+pub(crate) fn client_group(
+    ctx: &BrokerContext,
+    group: &str,
+    request: Request,
+) -> Result<(), Refusal> {
+    names::validate_group(group).map_err(|e| invalid_name(ctx, request, e))?;
+    internal_group(ctx, group, request)
+}
+
+/// Refuses an internal group only (a deletion may name a group stored before names were
+/// checked: it must stay deletable).
+pub(crate) fn internal_group(
+    ctx: &BrokerContext,
+    group: &str,
+    request: Request,
+) -> Result<(), Refusal> {
+    if names::is_internal_group(group) {
+        let remark = format!(
+            "group {group} is internal to the broker (its offsets record the broker's own \
+             progress): it cannot be {}",
+            request.verb()
+        );
+        return Err(refuse(
+            ctx,
+            "internal_group",
+            request,
+            response::NO_PERMISSION,
+            remark,
+        ));
+    }
+    Ok(())
+}
+
+/// [`client_group`] then [`client_topic`]: the guard of every offset operation.
+pub(crate) fn client_offsets(
+    ctx: &BrokerContext,
+    group: &str,
+    topic: &str,
+    request: Request,
+) -> Result<(), Refusal> {
+    client_group(ctx, group, request)?;
+    client_topic(ctx, topic, request)
+}
+
+/// A CommitLog offset from a request: negative ones are refused (they used to read as 0).
+pub(crate) fn commitlog_offset(
+    ctx: &BrokerContext,
+    offset: i64,
+    request: Request,
+) -> Result<u64, Refusal> {
+    u64::try_from(offset).map_err(|_| {
+        refuse(
+            ctx,
+            "bad_commitlog_offset",
+            request,
+            response::INVALID_PARAMETER,
+            format!("CommitLog offset {offset} is negative"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_label_is_one_the_metrics_sum() {
+        let all = [
+            Request::Send,
+            Request::SendBack,
+            Request::Commit,
+            Request::Pull,
+            Request::Reset,
+            Request::Clone,
+            Request::DeleteTopic,
+            Request::UpdateTopic,
+            Request::DeleteGroup,
+            Request::UpdateGroup,
+            Request::ViewMessage,
+            Request::Schedule,
+        ];
+        for request in all {
+            assert!(
+                crate::metrics::REFUSED_REQUESTS.contains(&request.as_str()),
+                "{request:?}"
+            );
+        }
+        assert_eq!(all.len(), crate::metrics::REFUSED_REQUESTS.len());
+    }
+}
