@@ -8,6 +8,7 @@
 //! checked against the state before it, and a last check runs after every delayed message
 //! had time to fire.
 
+mod common;
 mod hostile;
 
 use std::collections::BTreeMap;

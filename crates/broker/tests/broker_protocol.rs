@@ -2,7 +2,8 @@
 //! offsets (stale, past-max and negative commits), and bad input that must not hurt other
 //! clients.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use ferromq_broker::{codes, Broker, BrokerConfig};
@@ -12,9 +13,7 @@ use ferromq_protocol::remoting::headers::offset::{
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
 };
-use ferromq_protocol::remoting::headers::pull::{
-    PullMessageRequestHeader, PullMessageResponseHeader,
-};
+use ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader;
 use ferromq_protocol::remoting::headers::send::{
     SendMessageRequestHeaderV2, SendMessageResponseHeader,
 };
@@ -22,129 +21,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{Properties, RecordView};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-async fn broker(dir: &std::path::Path, auto_create: bool) -> Broker {
-    let config = BrokerConfig {
-        listen_port: 0,
-        store_path_root_dir: dir.to_path_buf(),
-        flush_disk_type: "SYNC_FLUSH".into(),
-        auto_create_topic_enable: auto_create,
-        default_topic_queue_nums: 2,
-        mapped_file_size_commit_log: 1 << 20,
-        max_message_size: 64 * 1024,
-        ..BrokerConfig::default()
-    };
-    Broker::start(config).await.expect("broker starts")
-}
-
-async fn client(addr: SocketAddr) -> RemotingClient {
-    RemotingClient::connect(addr, TIMEOUT)
-        .await
-        .expect("connect")
-}
-
-async fn send(
-    client: &RemotingClient,
-    topic: &str,
-    queue_id: i32,
-    body: &[u8],
-    tag: &str,
-) -> RemotingCommand {
-    send_to(
-        client,
-        topic,
-        queue_id,
-        body,
-        &[("TAGS", tag), ("KEYS", "k1")],
-    )
-    .await
-}
-
-async fn send_to(
-    client: &RemotingClient,
-    topic: &str,
-    queue_id: i32,
-    body: &[u8],
-    properties: &[(&str, &str)],
-) -> RemotingCommand {
-    let properties = String::from_utf8(Properties::encode(properties.iter().copied())).unwrap();
-    let header = SendMessageRequestHeaderV2 {
-        e: queue_id,
-        i: Some(properties),
-        ..header_v2(topic)
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.to_vec());
-    client.invoke(command, TIMEOUT).await.expect("send reply")
-}
-
-fn pull_command(
-    topic: &str,
-    queue_id: i32,
-    offset: i64,
-    suspend_ms: i64,
-    expression: &str,
-) -> RemotingCommand {
-    let header = PullMessageRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id,
-        queue_offset: offset,
-        max_msg_nums: 32,
-        sys_flag: if suspend_ms > 0 { 0x2 | 0x4 } else { 0x4 },
-        commit_offset: 0,
-        suspend_timeout_millis: suspend_ms,
-        subscription: Some(expression.into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        ..Default::default()
-    };
-    RemotingCommand::request_with_header(request::PULL_MESSAGE, &header)
-}
-
-fn bodies(reply: &RemotingCommand) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut rest = reply.body.as_deref().unwrap_or_default();
-    while !rest.is_empty() {
-        let view = RecordView::parse(rest).expect("pull body holds whole records");
-        out.push(view.body.to_vec());
-        rest = &rest[view.total_size()..];
-    }
-    out
-}
-
-async fn commit(
-    client: &RemotingClient,
-    topic: &str,
-    queue_id: i32,
-    offset: i64,
-) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id,
-        commit_offset: offset,
-    };
-    let command = RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
-    client.invoke(command, TIMEOUT).await.expect("commit reply")
-}
-
-async fn query(client: &RemotingClient, topic: &str, queue_id: i32) -> RemotingCommand {
-    let header = QueryConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id,
-        set_zero_if_not_found: Some(false),
-    };
-    client
-        .invoke(
-            RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header),
-            TIMEOUT,
-        )
-        .await
-        .expect("query reply")
-}
+use common::{
+    bodies, broker, client, commit, header_v2, pull_command, query, send, send_to, TIMEOUT,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_then_pull_returns_stored_records_filtered_by_tag() {
@@ -537,15 +416,19 @@ async fn a_delayed_send_is_delivered_after_its_level() {
         None,
         "the delay property is consumed"
     );
-    // The scheduler's progress is an offset in the log like any other.
+    // The scheduler's progress is an offset in the log like any other; it commits it just
+    // after the delivery a consumer may already see, so wait for it (bounded).
     let store = &broker.context().store;
-    assert_eq!(
+    let deadline = Instant::now() + TIMEOUT;
+    let progress = || {
         store
             .consumer_offset("%SCHEDULE%", "SCHEDULE_TOPIC_XXXX", 0)
-            .unwrap()
-            .offset,
-        1
-    );
+            .map(|stored| stored.offset)
+    };
+    while progress() != Some(1) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(progress(), Some(1));
     broker.shutdown().await.unwrap();
 }
 
@@ -733,18 +616,6 @@ async fn batch_send_stores_each_message_with_consecutive_offsets() {
         .unwrap();
     assert_eq!(reply.code, response::MESSAGE_ILLEGAL);
     broker.shutdown().await.unwrap();
-}
-
-fn header_v2(topic: &str) -> SendMessageRequestHeaderV2 {
-    SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: topic.into(),
-        c: "TBW102".into(),
-        d: 4,
-        e: 0,
-        g: 1,
-        ..Default::default()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 //! and internal groups, and the smaller edge cases (a full disk on a new group's first pull,
 //! properties at the limit, `reconsumeTimes` at `i32::MAX`, negative CommitLog offsets).
 
+mod common;
 mod hostile;
 
 use std::time::Duration;

@@ -72,6 +72,23 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// `admin queryMsgByOffset` of T/broker-a/0 at `offset`.
+fn query_by_offset<'a>(ns: &'a str, offset: &'a str) -> [&'a str; 11] {
+    [
+        "queryMsgByOffset",
+        "-n",
+        ns,
+        "-t",
+        "T",
+        "-b",
+        "broker-a",
+        "-i",
+        "0",
+        "-o",
+        offset,
+    ]
+}
+
 /// Runs `ferromq standalone --check [--full]`; returns the exit code and the JSON line.
 fn check(data: &Path, full: bool) -> (Option<i32>, Value) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
@@ -136,39 +153,12 @@ fn damaged_record_is_reported_read_only_named_on_read_and_skipped_by_an_admin() 
         "G",
     ]);
     // A read of the damaged offset names it; the records around it read fine.
-    let error = fails(
-        &[
-            "queryMsgByOffset",
-            "-n",
-            &ns,
-            "-t",
-            "T",
-            "-b",
-            "broker-a",
-            "-i",
-            "0",
-            "-o",
-            "2",
-        ],
-        1,
-    );
+    let error = fails(&query_by_offset(&ns, "2"), 1);
     assert!(
         error.contains("damaged") && error.contains("queue offset 2"),
         "{error}"
     );
-    ok(&[
-        "queryMsgByOffset",
-        "-n",
-        &ns,
-        "-t",
-        "T",
-        "-b",
-        "broker-a",
-        "-i",
-        "0",
-        "-o",
-        "3",
-    ]);
+    ok(&query_by_offset(&ns, "3"));
     let listed = ok_json(&["quarantineList", "-n", &ns]);
     assert_eq!(listed["brokers"][0]["total"], 1, "{listed}");
     assert_eq!(

@@ -19,8 +19,7 @@ use ferromq_protocol::remoting::headers::send::{
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{DraftRecord, Properties, RecordView};
 
-/// Bound of one request and of the waits that follow one.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::common::{client, header_v2, TIMEOUT};
 
 /// A broker whose data directory is `<dir>/data`, so a test can check that nothing appears
 /// beside it; delay levels of one second each.
@@ -31,15 +30,8 @@ pub async fn broker(dir: &Path) -> Broker {
 /// The test broker's configuration (see [`broker`]).
 pub fn config(dir: &Path) -> BrokerConfig {
     BrokerConfig {
-        listen_port: 0,
-        store_path_root_dir: data_dir(dir),
-        flush_disk_type: "SYNC_FLUSH".into(),
-        auto_create_topic_enable: true,
-        default_topic_queue_nums: 2,
-        mapped_file_size_commit_log: 1 << 20,
-        max_message_size: 64 * 1024,
         message_delay_level: "1s 1s 1s".into(),
-        ..BrokerConfig::default()
+        ..crate::common::broker_config(&data_dir(dir), true)
     }
 }
 
@@ -56,24 +48,6 @@ pub fn entries(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-pub async fn client(addr: SocketAddr) -> RemotingClient {
-    RemotingClient::connect(addr, TIMEOUT)
-        .await
-        .expect("connect")
-}
-
-pub fn header_v2(topic: &str) -> SendMessageRequestHeaderV2 {
-    SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: topic.into(),
-        c: "TBW102".into(),
-        d: 4,
-        e: 0,
-        g: 1,
-        ..Default::default()
-    }
 }
 
 pub fn properties(pairs: &[(&str, &str)]) -> String {
