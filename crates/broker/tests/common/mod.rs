@@ -111,14 +111,29 @@ pub fn pull_command(
     suspend_ms: i64,
     expression: &str,
 ) -> RemotingCommand {
+    pull_request("G", topic, queue_id, offset, suspend_ms, expression, None)
+}
+
+/// PULL_MESSAGE of `group` (at most 32 messages), held `suspend_ms` when nothing is there;
+/// `commit` adds a piggy-backed commit of that offset.
+pub fn pull_request(
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    suspend_ms: i64,
+    expression: &str,
+    commit: Option<i64>,
+) -> RemotingCommand {
+    let suspend = if suspend_ms > 0 { 0x2 } else { 0 };
     let header = PullMessageRequestHeader {
-        consumer_group: "G".into(),
+        consumer_group: group.into(),
         topic: topic.into(),
         queue_id,
         queue_offset: offset,
         max_msg_nums: 32,
-        sys_flag: if suspend_ms > 0 { 0x2 | 0x4 } else { 0x4 },
-        commit_offset: 0,
+        sys_flag: 0x4 | suspend | if commit.is_some() { 0x1 } else { 0 },
+        commit_offset: commit.unwrap_or(0),
         suspend_timeout_millis: suspend_ms,
         subscription: Some(expression.into()),
         sub_version: 0,
@@ -128,16 +143,24 @@ pub fn pull_command(
     RemotingCommand::request_with_header(request::PULL_MESSAGE, &header)
 }
 
-/// The bodies of the records in a pull reply.
-pub fn bodies(reply: &RemotingCommand) -> Vec<Vec<u8>> {
+/// The records of a pull reply's body, whole.
+pub fn records(reply: &RemotingCommand) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut rest = reply.body.as_deref().unwrap_or_default();
     while !rest.is_empty() {
         let view = RecordView::parse(rest).expect("pull body holds whole records");
-        out.push(view.body.to_vec());
+        out.push(view.as_bytes().to_vec());
         rest = &rest[view.total_size()..];
     }
     out
+}
+
+/// The bodies of the records in a pull reply.
+pub fn bodies(reply: &RemotingCommand) -> Vec<Vec<u8>> {
+    records(reply)
+        .iter()
+        .map(|record| RecordView::parse(record).expect("verified").body.to_vec())
+        .collect()
 }
 
 /// UPDATE_CONSUMER_OFFSET of group G.

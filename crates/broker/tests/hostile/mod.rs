@@ -12,14 +12,13 @@ use ferromq_broker::{Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::offset::UpdateConsumerOffsetRequestHeader;
-use ferromq_protocol::remoting::headers::pull::PullMessageRequestHeader;
 use ferromq_protocol::remoting::headers::send::{
     SendMessageRequestHeader, SendMessageRequestHeaderV2,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{DraftRecord, Properties, RecordView};
+use ferromq_protocol::{DraftRecord, Properties};
 
-pub use crate::common::{client, header_v2, TIMEOUT};
+pub use crate::common::{client, header_v2, records, TIMEOUT};
 
 /// A broker whose data directory is `<dir>/data`, so a test can check that nothing appears
 /// beside it; delay levels of one second each.
@@ -160,33 +159,7 @@ pub fn pull_command(
     offset: i64,
     commit: Option<i64>,
 ) -> RemotingCommand {
-    let header = PullMessageRequestHeader {
-        consumer_group: group.into(),
-        topic: topic.into(),
-        queue_id,
-        queue_offset: offset,
-        max_msg_nums: 32,
-        sys_flag: 0x4 | if commit.is_some() { 0x1 } else { 0 },
-        commit_offset: commit.unwrap_or(0),
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        ..Default::default()
-    };
-    RemotingCommand::request_with_header(request::PULL_MESSAGE, &header)
-}
-
-/// The records of a pull reply's body, as owned bytes.
-pub fn records(reply: &RemotingCommand) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut rest = reply.body.as_deref().unwrap_or_default();
-    while !rest.is_empty() {
-        let view = RecordView::parse(rest).expect("pull body holds whole records");
-        out.push(view.as_bytes().to_vec());
-        rest = &rest[view.total_size()..];
-    }
-    out
+    crate::common::pull_request(group, topic, queue_id, offset, 0, "*", commit)
 }
 
 /// Pulls `topic`/`queue_id` from `offset` as group `G` until a message arrives, at most `hold`.
