@@ -955,3 +955,38 @@ async fn commits_racing_with_a_reset_never_land_after_it() {
     }
     broker.shutdown().await.unwrap();
 }
+
+/// A send names a queue the topic does not have (a stale route): refused as RocketMQ refuses
+/// it, never wrapped into another queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_a_queue_the_topic_does_not_have_is_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    // Auto-created with two queues.
+    assert_eq!(
+        send(&client, "Q2", 1, b"in range", "a").await.code,
+        response::SUCCESS
+    );
+    let reply = send(&client, "Q2", 2, b"out of range", "a").await;
+    assert_eq!(reply.code, response::SYSTEM_ERROR, "{:?}", reply.remark);
+    assert!(
+        reply
+            .remark
+            .as_deref()
+            .unwrap_or_default()
+            .contains("queueId[2] is illegal"),
+        "{:?}",
+        reply.remark
+    );
+    assert_eq!(
+        broker.context().store.queue_bounds("Q2", 0),
+        None,
+        "nothing wrapped into 0"
+    );
+    assert_eq!(
+        send(&client, "Q2", -1, b"any", "a").await.code,
+        response::SUCCESS
+    );
+    broker.shutdown().await.unwrap();
+}

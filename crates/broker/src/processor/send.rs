@@ -96,11 +96,14 @@ async fn send(
 ) -> Result<(PutReceipt, i32), Refusal> {
     let body = command.body.as_deref().unwrap_or_default();
     let topic = header.topic.as_str();
+    let before = ctx.topics.get(topic).is_some();
     let queue_nums = writable_queue_nums(ctx, topic, header.default_topic_queue_nums)?;
-    let queue_id = if header.queue_id >= 0 {
-        header.queue_id % queue_nums
+    let queue_id = if before {
+        send_queue_id(ctx, topic, header.queue_id, queue_nums)?
     } else {
-        0
+        // This send created the topic: the client picked its queue from the auto-create
+        // template's route (TBW102), not the topic's, so map it into the topic's queues.
+        header.queue_id.max(0) % queue_nums
     };
     let properties = header.properties.as_deref().unwrap_or_default().as_bytes();
     check_properties_len(properties)?;
@@ -166,6 +169,32 @@ pub(crate) fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
         ));
     }
     Ok(())
+}
+
+/// The queue a send goes to: the one asked for when the topic has it (RocketMQ's bound: the
+/// larger of the write and read queue counts), queue 0 for a negative id ("any queue").
+/// A queue the topic does not have is refused as RocketMQ refuses it (SYSTEM_ERROR, which
+/// Java producers retry on a fresh route), never wrapped into another queue.
+fn send_queue_id(
+    ctx: &BrokerContext,
+    topic: &str,
+    requested: i32,
+    write_queue_nums: i32,
+) -> Result<i32, Refusal> {
+    if requested < 0 {
+        return Ok(0);
+    }
+    let read_queue_nums = ctx.topics.get(topic).map_or(0, |c| c.read_queue_nums);
+    let addressable = write_queue_nums.max(read_queue_nums);
+    if requested >= addressable {
+        return Err(Refusal::new(
+            response::SYSTEM_ERROR,
+            format!(
+                "request queueId[{requested}] is illegal: topic {topic} has {addressable} queues"
+            ),
+        ));
+    }
+    Ok(requested)
 }
 
 /// The topic's writable queue count for a client send, creating the topic when the broker
