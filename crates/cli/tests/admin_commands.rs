@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{admin, admin_in_zone, fails, ok, ok_json, start};
+use common::{admin_in_zone, create_topic, fails, ok, ok_json, start, wait_route};
 
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::offset::UpdateConsumerOffsetRequestHeader;
@@ -74,43 +74,6 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-/// Waits (bounded) until the name server serves the topic's route.
-/// Creates `topic` on `broker` with `queues` read and write queues (`updateTopic`) and waits
-/// until the name server routes it.
-fn create_topic(namesrv: &str, broker: &str, topic: &str, queues: &str) {
-    ok(&[
-        "updateTopic",
-        "-n",
-        namesrv,
-        "-b",
-        broker,
-        "-t",
-        topic,
-        "-r",
-        queues,
-        "-w",
-        queues,
-    ]);
-    wait_route(namesrv, topic);
-}
-
-fn wait_route(namesrv: &str, topic: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if admin(&["topicRoute", "-n", namesrv, "-t", topic])
-            .status
-            .success()
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no route for {topic} within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn queue(value: &Value, queue_id: i64) -> &Value {

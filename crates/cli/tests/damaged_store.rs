@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{fails, ok, ok_json, start_in};
+use common::{create_topic, fails, ok, ok_json, start_in};
 use serde_json::Value;
 
 fn body(i: usize) -> String {
@@ -110,6 +110,9 @@ fn damaged_record_is_reported_read_only_named_on_read_and_skipped_by_an_admin() 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let standalone = start_in(&data, &[]);
+    // The broker registers with the name server after it prints its address: create the
+    // topic and wait for its route before producing.
+    create_topic(&standalone.namesrv, &standalone.broker, "T", "1");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(produce(&standalone.namesrv, 6));
     standalone.stop();

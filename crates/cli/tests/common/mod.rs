@@ -279,3 +279,40 @@ pub fn http_get(addr: &str, path: &str) -> String {
     stream.read_to_string(&mut reply).unwrap();
     reply
 }
+
+/// Creates `topic` on `broker` with `queues` read and write queues (`updateTopic`) and waits
+/// until the name server routes it.
+pub fn create_topic(namesrv: &str, broker: &str, topic: &str, queues: &str) {
+    ok(&[
+        "updateTopic",
+        "-n",
+        namesrv,
+        "-b",
+        broker,
+        "-t",
+        topic,
+        "-r",
+        queues,
+        "-w",
+        queues,
+    ]);
+    wait_route(namesrv, topic);
+}
+
+/// Waits (bounded) until the name server serves the topic's route.
+pub fn wait_route(namesrv: &str, topic: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if admin(&["topicRoute", "-n", namesrv, "-t", topic])
+            .status
+            .success()
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no route for {topic} within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
