@@ -460,6 +460,7 @@ struct ScrapeValues {
     lags: Vec<(String, String, u32, u64)>,
     flush: FlushLatencySnapshot,
     dispatch_behind_bytes: u64,
+    dispatch_stalled: u64,
     log_min_offset: u64,
     log_max_offset: u64,
     limits: LimitSnapshot,
@@ -494,6 +495,7 @@ impl ScrapeValues {
             lags,
             flush: ctx.store.flush_latency().snapshot(),
             dispatch_behind_bytes: stats.written_end.saturating_sub(stats.dispatched_end),
+            dispatch_stalled: u64::from(stats.dispatch_failure.is_some()),
             log_min_offset: stats.log_min_offset,
             log_max_offset: stats.written_end,
             limits: ctx.connection_limits.counters().snapshot(),
@@ -591,6 +593,12 @@ impl Collector for ScrapeValues {
                 "ferromq_dispatch_behind_bytes",
                 "CommitLog bytes written but not yet dispatched to consume queues",
                 self.dispatch_behind_bytes,
+            ),
+            (
+                "ferromq_dispatch_stalled",
+                "1 while the dispatcher's passes fail (writes refused SYSTEM_BUSY, empty reads \
+                 answered SYSTEM_BUSY), else 0",
+                self.dispatch_stalled,
             ),
             (
                 "ferromq_commitlog_min_offset",

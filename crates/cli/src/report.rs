@@ -98,6 +98,7 @@ pub fn stats_json(stats: &StoreStats) -> Value {
         "offset_rejections_at_dispatch": stats.offset_rejections_at_dispatch,
         "commits_rejected": stats.commits_rejected,
         "poisoned": stats.poisoned,
+        "dispatch_failure": stats.dispatch_failure,
         "checkpoint_failures": stats.checkpoint_failures,
         "last_checkpoint_failure": stats.last_checkpoint_failure,
     })

@@ -55,6 +55,10 @@ pub enum AppendError {
     /// The store is shutting down.
     #[error("store is closed")]
     Closed,
+    /// The dispatcher cannot index new records (it retries every tick): a write now would be
+    /// acknowledged but stay invisible to consumers, so it is refused until dispatch resumes.
+    #[error("the store cannot index new records ({0}); retry later")]
+    DispatchStalled(String),
     /// A record's topic breaks the naming rules (`ferromq_protocol::names`): no file path may
     /// ever be built from it.
     #[error("record refused: {0}")]
@@ -119,6 +123,9 @@ pub enum ReadError {
         phys_offset: u64,
         reason: String,
     },
+    /// The dispatcher cannot index new records: "nothing new" would be a stale answer.
+    #[error("the store cannot index new records ({0}); retry later")]
+    DispatchStalled(String),
     /// A message id that does not decode.
     #[error("bad message id: {0}")]
     BadMessageId(String),

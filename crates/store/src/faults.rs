@@ -16,6 +16,7 @@ pub struct Faults {
     hold_background_commits: AtomicBool,
     fail_checkpoints: AtomicU32,
     fail_derived_syncs: AtomicU32,
+    fail_dispatches: AtomicU32,
 }
 
 impl Faults {
@@ -44,6 +45,16 @@ impl Faults {
     /// `count` checkpoints.
     pub fn fail_derived_syncs(&self, count: u32) {
         self.fail_derived_syncs.store(count, Ordering::Release);
+    }
+
+    /// Makes the next `count` dispatch passes fail as creating a ConsumeQueue file fails when
+    /// the process is out of descriptors (EMFILE).
+    pub fn fail_dispatches(&self, count: u32) {
+        self.fail_dispatches.store(count, Ordering::Release);
+    }
+
+    pub(crate) fn take_dispatch(&self) -> bool {
+        take(&self.fail_dispatches)
     }
 
     pub(crate) fn take_checkpoint(&self) -> bool {

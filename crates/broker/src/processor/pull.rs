@@ -230,6 +230,9 @@ fn read(
     ctx.store
         .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
         .map_err(|error| match error {
+            ferromq_store::ReadError::DispatchStalled(_) => {
+                super::send::Refusal::new(response::SYSTEM_BUSY, error.to_string())
+            }
             ferromq_store::ReadError::Damaged { .. } => {
                 ctx.metrics.damaged_read();
                 super::send::Refusal::new(crate::codes::MESSAGE_DAMAGED, error.to_string())

@@ -252,6 +252,9 @@ pub(crate) async fn store_durably(
         AppendError::ReservedTopic { .. } => {
             Refusal::new(response::NO_PERMISSION, error.to_string())
         }
+        // Dispatch is failing and retrying: the producer retries (Java: SYSTEM_BUSY is one of
+        // its retry codes).
+        AppendError::DispatchStalled(_) => Refusal::new(response::SYSTEM_BUSY, error.to_string()),
         other => Refusal::new(response::SERVICE_NOT_AVAILABLE, other.to_string()),
     })?;
     ctx.store

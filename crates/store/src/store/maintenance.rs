@@ -38,6 +38,11 @@ pub struct RetentionReport {
 impl Inner {
     /// Dispatches up to the dispatch limit and publishes the new dispatched end.
     pub(crate) fn dispatch_once(&self) -> Result<(), DispatchError> {
+        if self.log.faults.take_dispatch() {
+            let dir = self.config.consume_queue_dir();
+            let error = FileError::new("create", &dir, crate::faults::too_many_open_files());
+            return Err(DispatchError::Index(error));
+        }
         let limit = self.dispatch_limit();
         let mut derived = self.derived.lock().expect("derived lock");
         let segment_size = self.config.segment_size_bytes;

@@ -110,6 +110,8 @@ pub struct StoreStats {
     pub records_appended: u64,
     /// Bytes cut from the log by recoveries and truncations since open.
     pub bytes_cut: u64,
+    /// Why the dispatcher cannot index new records, while it cannot (`None` when it can).
+    pub dispatch_failure: Option<String>,
     /// Offset-record entries rejected by the dispatcher (should stay 0).
     pub offset_rejections_at_dispatch: u64,
     /// Commit entries rejected by the offset rules since open.
@@ -123,6 +125,20 @@ pub struct StoreStats {
     /// Records the dispatcher quarantined as undispatchable since open (see
     /// [`crate::quarantine`]; [`MessageStore::quarantined`] lists them).
     pub undispatchable_records: u64,
+}
+
+/// How long dispatch passes must keep failing before the store calls dispatch stalled and
+/// refuses writes: a pass that fails once and succeeds on the next tick (a read racing a
+/// truncation or a tail commit) is retried, not reported.
+const DISPATCH_STALL_AFTER: Duration = Duration::from_secs(1);
+
+/// The dispatcher's current run of failed passes.
+#[derive(Debug, Clone)]
+pub(crate) struct DispatchFailure {
+    /// The last pass's error.
+    error: String,
+    /// When the run of failures began.
+    since: std::time::Instant,
 }
 
 /// Under `AsyncFlush`, an appender wakes the committer once the tail holds this much.
@@ -189,7 +205,12 @@ pub(crate) struct Inner {
     pub records_appended: AtomicU64,
     pub bytes_cut: AtomicU64,
     pub commits_rejected: AtomicU64,
-    pub dispatch_failure: Mutex<Option<String>>,
+    /// Why the dispatcher's last pass failed, while it keeps failing (cleared by the next
+    /// pass that succeeds); `dispatch_stalled` mirrors it for the hot paths.
+    pub dispatch_failure: Mutex<Option<DispatchFailure>>,
+    pub dispatch_stalled: AtomicBool,
+    /// A run of failed passes is under way (stalled or not yet).
+    pub dispatch_failing: AtomicBool,
     pub checkpoint_health: checkpoint_health::CheckpointHealth,
     pub _lock: File,
 }
@@ -249,6 +270,8 @@ impl MessageStore {
             bytes_cut: AtomicU64::new(bytes_cut),
             commits_rejected: AtomicU64::new(0),
             dispatch_failure: Mutex::new(None),
+            dispatch_stalled: AtomicBool::new(false),
+            dispatch_failing: AtomicBool::new(false),
             checkpoint_health: Default::default(),
             _lock: recovered.lock,
         });
@@ -385,6 +408,7 @@ impl MessageStore {
             offset_rejections_at_dispatch,
             commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),
             poisoned: inner.poisoned(),
+            dispatch_failure: inner.dispatch_stall(),
             checkpoint_failures: inner.checkpoint_health.failures(),
             last_checkpoint_failure: inner.checkpoint_health.last_failure(),
             undispatchable_records,
@@ -518,6 +542,49 @@ impl Inner {
         self.flush.failure()
     }
 
+    /// Why dispatch is failing, once it has failed for `DISPATCH_STALL_AFTER` (one load when
+    /// it is not).
+    pub(crate) fn dispatch_stall(&self) -> Option<String> {
+        if !self.dispatch_stalled.load(Ordering::Acquire) {
+            return None;
+        }
+        self.dispatch_failure
+            .lock()
+            .expect("dispatch failure lock")
+            .as_ref()
+            .map(|failure| failure.error.clone())
+    }
+
+    /// Records the outcome of a dispatch pass: a failure is kept (and logged once) until a
+    /// pass succeeds again.
+    pub(crate) fn note_dispatch(&self, outcome: Result<(), String>) {
+        if outcome.is_ok() && !self.dispatch_failing.load(Ordering::Acquire) {
+            return; // the common case: no lock on the dispatcher's every pass
+        }
+        let mut failure = self.dispatch_failure.lock().expect("dispatch failure lock");
+        match outcome {
+            Ok(()) => {
+                if self.dispatch_stalled.swap(false, Ordering::AcqRel) {
+                    tracing::warn!(failure = ?failure.as_ref().map(|f| &f.error), "dispatch resumed");
+                }
+                *failure = None;
+                self.dispatch_failing.store(false, Ordering::Release);
+            }
+            Err(error) => {
+                self.dispatch_failing.store(true, Ordering::Release);
+                let since = failure
+                    .as_ref()
+                    .map_or_else(std::time::Instant::now, |f| f.since);
+                let stalled = since.elapsed() >= DISPATCH_STALL_AFTER;
+                if stalled && !self.dispatch_stalled.swap(true, Ordering::AcqRel) {
+                    tracing::error!(%error, "dispatch keeps failing: new records stay invisible \
+                        and writes are refused until a pass succeeds");
+                }
+                *failure = Some(DispatchFailure { error, since });
+            }
+        }
+    }
+
     /// Appends under the writer lock; poisons the store when a rollback fails.
     pub(crate) fn append_locked(
         &self,
@@ -529,6 +596,9 @@ impl Inner {
         }
         if self.flush.is_poisoned() {
             return Err(AppendError::Poisoned(self.poisoned().unwrap_or_default()));
+        }
+        if let Some(failure) = self.dispatch_stall() {
+            return Err(AppendError::DispatchStalled(failure));
         }
         let segment_room = self.config.segment_size_bytes - crate::commitlog::BLANK_LEN;
         if let Some((_, big)) = records.iter().find(|(_, r)| r.len() as u64 > segment_room) {

@@ -166,6 +166,26 @@ impl MessageStore {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult, ReadError> {
+        let result =
+            self.read_messages(topic, queue_id, queue_offset, max_count, max_bytes, filter)?;
+        // While dispatch is failing, "nothing (new) here" may be false: say why instead.
+        if result.messages.is_empty() {
+            if let Some(failure) = self.inner.dispatch_stall() {
+                return Err(ReadError::DispatchStalled(failure));
+            }
+        }
+        Ok(result)
+    }
+
+    fn read_messages(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult, ReadError> {
         let (min, max, entries) = {
             let derived = self.inner.derived.lock().expect("derived lock");
             let Some(queue) = derived.queues.get(topic, queue_id) else {

@@ -65,16 +65,7 @@ fn dispatch_loop(inner: &Inner) {
             // commit_tail; dispatch goes on below what the files hold.
             let _ = inner.commit_tail_in_background();
         }
-        if let Err(error) = inner.dispatch_once() {
-            let mut failure = inner
-                .dispatch_failure
-                .lock()
-                .expect("dispatch failure lock");
-            if failure.is_none() {
-                tracing::error!(%error, "dispatch stopped; consumers see no new records until restart");
-                *failure = Some(error.to_string());
-            }
-        }
+        inner.note_dispatch(inner.dispatch_once().map_err(|error| error.to_string()));
         if closed {
             return;
         }
