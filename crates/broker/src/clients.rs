@@ -31,6 +31,9 @@ pub struct ClientChannel {
     pub language: LanguageCode,
     /// Client version from its first request.
     pub version: i32,
+    /// Pulls of this connection held now (long polling), bounded by
+    /// `pullHoldMaxPerConnection`.
+    pub held_pulls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// One consumer in a group.

@@ -10,6 +10,8 @@ use ferromq_protocol::remoting::limits::{self, LimitError, LimitSettings};
 use ferromq_store::{FlushDiskType, StoreConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::work_limits;
+
 /// A configuration problem, naming the key or file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -122,6 +124,15 @@ pub struct BrokerConfig {
     /// absent: no endpoint; 0: any free port, see `Broker::metrics_addr`. ferromq's own key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_port: Option<u16>,
+    /// Most long-poll pulls the broker holds at once; a pull that would pass it is answered
+    /// SYSTEM_BUSY at once (`work_limits`). ferromq's own key.
+    pub pull_hold_max: u32,
+    /// Most long-poll pulls one connection may have held at once; past it SYSTEM_BUSY.
+    /// ferromq's own key.
+    pub pull_hold_max_per_connection: u32,
+    /// Most requests one connection may have in flight (read, not yet answered); past it a
+    /// request is answered SYSTEM_BUSY at once, never queued. ferromq's own key.
+    pub max_in_flight_requests_per_connection: u32,
 }
 
 impl Default for BrokerConfig {
@@ -158,6 +169,10 @@ impl Default for BrokerConfig {
             frame_read_timeout_millis: limits::DEFAULT_FRAME_READ_TIMEOUT.as_millis() as u64,
             partial_frame_budget_bytes: limits::DEFAULT_PARTIAL_FRAME_BUDGET,
             metrics_port: None,
+            pull_hold_max: work_limits::DEFAULT_PULL_HOLD_MAX,
+            pull_hold_max_per_connection: work_limits::DEFAULT_PULL_HOLD_MAX_PER_CONNECTION,
+            max_in_flight_requests_per_connection:
+                work_limits::DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
         }
     }
 }
@@ -227,6 +242,36 @@ impl BrokerConfig {
         self.namesrv_addrs()?;
         self.delay_levels_ms()?;
         self.connection_limits().validate()?;
+        self.validate_work_limits()
+    }
+
+    /// `pullHoldMax`, `pullHoldMaxPerConnection` and `maxInFlightRequestsPerConnection`: zero
+    /// would refuse all work, more than their bound would let clients hold gigabytes.
+    fn validate_work_limits(&self) -> Result<(), ConfigError> {
+        for (key, value, max) in [
+            (
+                "pullHoldMax",
+                self.pull_hold_max,
+                work_limits::PULL_HOLD_MAX_LIMIT,
+            ),
+            (
+                "pullHoldMaxPerConnection",
+                self.pull_hold_max_per_connection,
+                work_limits::PER_CONNECTION_LIMIT,
+            ),
+            (
+                "maxInFlightRequestsPerConnection",
+                self.max_in_flight_requests_per_connection,
+                work_limits::PER_CONNECTION_LIMIT,
+            ),
+        ] {
+            if value == 0 || value > max {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("must be between 1 and {max}, got {value}"),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -489,6 +534,44 @@ mod tests {
             (
                 "partialFrameBudgetBytes = 1000\n",
                 "partialFrameBudgetBytes",
+            ),
+        ] {
+            let config: BrokerConfig = toml::from_str(text).unwrap();
+            let message = config.validate().unwrap_err().to_string();
+            assert!(message.contains(key), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn work_limit_keys_parse_and_zero_or_absurd_values_name_their_key() {
+        let config: BrokerConfig = toml::from_str(
+            "pullHoldMax = 10\npullHoldMaxPerConnection = 5\nmaxInFlightRequestsPerConnection = 7\n",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            (
+                config.pull_hold_max,
+                config.pull_hold_max_per_connection,
+                config.max_in_flight_requests_per_connection
+            ),
+            (10, 5, 7)
+        );
+        for (text, key) in [
+            ("pullHoldMax = 0\n", "pullHoldMax"),
+            ("pullHoldMax = 100000000\n", "pullHoldMax"),
+            ("pullHoldMaxPerConnection = 0\n", "pullHoldMaxPerConnection"),
+            (
+                "pullHoldMaxPerConnection = 1000000\n",
+                "pullHoldMaxPerConnection",
+            ),
+            (
+                "maxInFlightRequestsPerConnection = 0\n",
+                "maxInFlightRequestsPerConnection",
+            ),
+            (
+                "maxInFlightRequestsPerConnection = 1000000\n",
+                "maxInFlightRequestsPerConnection",
             ),
         ] {
             let config: BrokerConfig = toml::from_str(text).unwrap();

@@ -13,6 +13,10 @@
 //! frame that would pass the `partialFrameBudgetBytes` shared by all connections each close the
 //! connection, counted.
 //!
+//! At most `maxInFlightRequestsPerConnection` requests of a connection are in flight; one
+//! more is answered SYSTEM_BUSY at once (`work_limits`). When the connection ends its held
+//! pulls end at once (they watch the writer's queue close).
+//!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
 
@@ -21,6 +25,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::limits::{Accepted, FrameReadError, FrameReader};
 use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingCommand};
 use futures_util::SinkExt;
@@ -30,6 +35,7 @@ use tokio_util::codec::FramedWrite;
 use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::processor;
+use crate::work_limits::InFlight;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
 const OUTBOUND_QUEUE_MAX: usize = 4096;
@@ -61,7 +67,9 @@ pub async fn serve(
         tx,
         language: LanguageCode::Java,
         version: 0,
+        held_pulls: Arc::default(),
     };
+    let in_flight = InFlight::new(ctx.config.max_in_flight_requests_per_connection);
     // Sends of this connection being handled (read, reply not yet queued). Held pulls are
     // not counted: a reply must not wait for them.
     let busy = Arc::new(AtomicUsize::new(0));
@@ -124,6 +132,13 @@ pub async fn serve(
             // Replies to the broker's one-way pushes; nothing waits for them.
             continue;
         }
+        let permit = match in_flight.try_begin(&ctx.metrics) {
+            Ok(permit) => permit,
+            Err(remark) => {
+                refuse_busy(&channel, command, remark).await;
+                continue;
+            }
+        };
         let inline = matches!(
             command.code,
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE
@@ -133,9 +148,9 @@ pub async fn serve(
             busy.fetch_add(1, Ordering::Relaxed);
         }
         // A request in flight (a held pull) keeps the connection from counting as idle.
-        let in_flight = reader.activity().begin();
+        let in_flight_activity = reader.activity().begin();
         let mut request = Box::pin(async move {
-            let _in_flight = in_flight;
+            let _in_flight = (in_flight_activity, permit);
             let oneway = command.is_oneway();
             let reply = processor::handle(&ctx, &channel, command).await;
             if inline {
@@ -167,6 +182,19 @@ pub async fn serve(
     write_task.abort();
     ctx.metrics.connection_closed();
     tracing::debug!(%peer, "connection closed");
+}
+
+/// Answers a request past `maxInFlightRequestsPerConnection` with SYSTEM_BUSY at once (a
+/// one-way request is dropped), through the connection's bounded writer queue.
+async fn refuse_busy(channel: &ClientChannel, command: RemotingCommand, remark: String) {
+    tracing::debug!(peer = %channel.peer, code = command.code, %remark, "request refused");
+    if command.is_oneway() {
+        return;
+    }
+    let reply = command.reply(response::SYSTEM_BUSY, Some(remark));
+    if channel.tx.send(reply).await.is_err() {
+        tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
+    }
 }
 
 /// Logs why the reader closed the connection: a limit or a bad frame at `warn` (an operator

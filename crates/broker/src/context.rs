@@ -67,6 +67,9 @@ pub struct BrokerContext {
     pub runtime_config: crate::runtime_config::RuntimeConfig,
     /// The connection limits in force, the partial-frame budget in use and their counters.
     pub connection_limits: Arc<ferromq_protocol::remoting::limits::ConnectionGuard>,
+    /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,
+    /// `pullHoldMaxPerConnection`).
+    pub held_pulls: Arc<crate::work_limits::HeldPulls>,
 }
 
 impl BrokerContext {

@@ -33,6 +33,7 @@ pub mod reset_fence;
 pub mod runtime_config;
 pub mod server;
 pub mod topics;
+pub mod work_limits;
 
 pub use config::{BrokerConfig, ConfigError};
 pub use context::BrokerContext;

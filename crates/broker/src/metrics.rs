@@ -43,7 +43,10 @@
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
 //!
-//! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED.
+//! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED;
+//! `ferromq_requests_busy_total{reason}`, requests answered SYSTEM_BUSY by a work limit
+//! (`held_pulls`, `held_pulls_per_connection`, `in_flight_per_connection`; see
+//! `work_limits`); and the gauge `ferromq_held_pulls`, long-poll pulls held now.
 //!
 //! Every reset and correction also gets one log line naming group, topic, queue, old and new
 //! offset and the cause ([`BrokerMetrics::offset_moved`]).
@@ -173,6 +176,8 @@ pub struct BrokerMetrics {
     refusals: Family<RefusalLabel, Counter>,
     scheduler_dead_letters: Counter,
     damaged_reads: Counter,
+    held_pulls: Gauge,
+    busy: Family<StaticLabel, Counter>,
 }
 
 impl Default for BrokerMetrics {
@@ -198,6 +203,8 @@ impl BrokerMetrics {
             refusals: Family::default(),
             scheduler_dead_letters: Counter::default(),
             damaged_reads: Counter::default(),
+            held_pulls: Gauge::default(),
+            busy: Family::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -264,6 +271,16 @@ impl BrokerMetrics {
             "ferromq_damaged_reads",
             "Pulls answered MESSAGE_DAMAGED: the next record of the queue is quarantined",
             metrics.damaged_reads.clone(),
+        );
+        registry.register(
+            "ferromq_held_pulls",
+            "Long-poll pulls held now, waiting for a message",
+            metrics.held_pulls.clone(),
+        );
+        registry.register(
+            "ferromq_requests_busy",
+            "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
+            metrics.busy.clone(),
         );
         BrokerMetrics {
             registry,
@@ -416,6 +433,33 @@ impl BrokerMetrics {
     /// A pull reached a damaged (quarantined) record.
     pub fn damaged_read(&self) {
         self.damaged_reads.inc();
+    }
+
+    /// A pull started being held (long polling).
+    pub fn held_pull_started(&self) {
+        self.held_pulls.inc();
+    }
+
+    /// A held pull ended: answered, timed out, or dropped with its connection.
+    pub fn held_pull_ended(&self) {
+        self.held_pulls.dec();
+    }
+
+    /// Pulls held now.
+    pub fn held_pulls(&self) -> i64 {
+        self.held_pulls.get()
+    }
+
+    /// Counts a request answered SYSTEM_BUSY for `reason`.
+    pub fn busy(&self, reason: crate::work_limits::Busy) {
+        self.busy.get_or_create(&[("reason", reason.label())]).inc();
+    }
+
+    /// Requests answered SYSTEM_BUSY so far for `reason`.
+    pub fn busy_count(&self, reason: crate::work_limits::Busy) -> u64 {
+        self.busy
+            .get(&[("reason", reason.label())])
+            .map_or(0, |c| c.get())
     }
 
     /// A remoting connection opened.

@@ -97,6 +97,12 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "partialFrameBudgetBytes",
         "connection limits are set at startup",
     ),
+    ("pullHoldMax", "work limits are set at startup"),
+    ("pullHoldMaxPerConnection", "work limits are set at startup"),
+    (
+        "maxInFlightRequestsPerConnection",
+        "work limits are set at startup",
+    ),
 ];
 
 /// Why an update was refused; names the key.

@@ -126,6 +126,10 @@ impl Broker {
             metrics: Default::default(),
             stats: Default::default(),
             runtime_config: crate::runtime_config::RuntimeConfig::new(&config),
+            held_pulls: Arc::new(crate::work_limits::HeldPulls::new(
+                config.pull_hold_max,
+                config.pull_hold_max_per_connection,
+            )),
             config,
             connection_limits,
         });

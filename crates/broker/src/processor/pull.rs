@@ -175,11 +175,17 @@ pub(super) async fn handle(
         };
     }
     if let (true, Some(hold)) = (nothing_new(&result, offset), hold) {
-        if long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold).await {
-            result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
-                Ok(result) => result,
-                Err(reply) => return reply.reply(command),
-            };
+        match hold_pull(ctx, channel, topic, queue_id, offset, hold).await {
+            Held::Arrived => {
+                result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+                    Ok(result) => result,
+                    Err(reply) => return reply.reply(command),
+                };
+            }
+            Held::TimedOut => {}
+            Held::Busy(remark) => return command.reply(response::SYSTEM_BUSY, Some(remark)),
+            // Nobody reads the answer: end now and free the hold.
+            Held::ConnectionClosed => return command.reply(response::SYSTEM_BUSY, None),
         }
     }
     if matches!(
@@ -198,6 +204,44 @@ pub(super) async fn handle(
     ctx.metrics
         .record_pull(group, topic, queue_id, offset, &result);
     reply_for(ctx, command, offset, result)
+}
+
+/// How a long-poll hold ended.
+enum Held {
+    /// A message arrived in the queue.
+    Arrived,
+    /// The hold time passed with nothing new.
+    TimedOut,
+    /// A hold limit was reached; the remark says which.
+    Busy(String),
+    /// The pull's connection closed while it was held.
+    ConnectionClosed,
+}
+
+/// Holds the pull until a message passes `offset`, `hold` elapses or the connection closes,
+/// within the broker's and the connection's hold limits (`work_limits`).
+async fn hold_pull(
+    ctx: &BrokerContext,
+    channel: &crate::clients::ClientChannel,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    hold: Duration,
+) -> Held {
+    if hold.is_zero() {
+        return Held::TimedOut;
+    }
+    let _permit = match ctx.held_pulls.try_hold(&channel.held_pulls, &ctx.metrics) {
+        Ok(permit) => permit,
+        Err(remark) => return Held::Busy(remark),
+    };
+    tokio::select! {
+        arrived = long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold) => {
+            if arrived { Held::Arrived } else { Held::TimedOut }
+        }
+        // The writer of a closed connection drops its receiver.
+        () = channel.tx.closed() => Held::ConnectionClosed,
+    }
 }
 
 /// True when the answer would be "offset out of range" beyond the queue's end.
