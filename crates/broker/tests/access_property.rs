@@ -151,6 +151,7 @@ fn forged_body(which: usize) -> Vec<u8> {
             queue_id: 0,
             offset,
         }],
+        fenced_clients: Vec::new(),
     }
     .encode()
     .unwrap()

@@ -60,6 +60,7 @@ fn forged_bodies() -> Vec<Vec<u8>> {
         client_id: "forger".into(),
         generation,
         entries: vec![entry(offset)],
+        fenced_clients: Vec::new(),
     };
     [
         command(OffsetKind::Commit, "G", None, 9),

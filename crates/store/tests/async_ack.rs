@@ -102,6 +102,7 @@ fn async_acknowledgement_means_the_record_is_in_the_segment_file() {
             queue_id: 0,
             offset: 1,
         }],
+        fenced_clients: Vec::new(),
     };
     let outcome = store.commit_offsets(&command).unwrap();
     let record = outcome.record.expect("the commit was written");

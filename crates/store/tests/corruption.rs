@@ -67,6 +67,7 @@ fn command(
             queue_id,
             offset,
         }],
+        fenced_clients: Vec::new(),
     }
 }
 

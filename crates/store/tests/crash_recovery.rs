@@ -313,6 +313,7 @@ fn committer(
                 Some(generation[t])
             },
             entries,
+            fenced_clients: Vec::new(),
         };
         emit(
             out,

@@ -58,6 +58,7 @@ fn commit(store: &MessageStore, offset: u64) {
             queue_id: 0,
             offset,
         }],
+        fenced_clients: Vec::new(),
     };
     let outcome = store.commit_offsets(&command).expect("commit");
     assert_eq!(outcome.verdicts, vec![Verdict::Applied]);

@@ -520,6 +520,7 @@ impl Harness {
                         queue_id: *queue,
                         offset,
                     }],
+                    fenced_clients: Vec::new(),
                 };
                 let resolved =
                     format!("commit {group} {topic}/{queue} = {offset} gen {generation:?}");
@@ -554,6 +555,7 @@ impl Harness {
                     client_id: RESET_CLIENT.into(),
                     generation: None,
                     entries,
+                    fenced_clients: Vec::new(),
                 };
                 self.offsets(&view, command)
                     .map(|v| format!("{resolved} -> {v}"))

@@ -52,6 +52,7 @@ fn commit(
             queue_id,
             offset,
         }],
+        fenced_clients: Vec::new(),
     }
 }
 
@@ -69,6 +70,7 @@ fn reset(group: &str, topic: &str, offsets: &[(u32, u64)]) -> OffsetCommand {
                 offset: *o,
             })
             .collect(),
+        fenced_clients: Vec::new(),
     }
 }
 

@@ -427,6 +427,7 @@ fn single(
             queue_id,
             offset,
         }],
+        fenced_clients: Vec::new(),
     }
 }
 

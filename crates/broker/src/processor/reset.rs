@@ -232,6 +232,7 @@ pub(super) async fn apply(
         client_id: plan.client_id.to_string(),
         generation: None,
         entries: plan.entries.clone(),
+        fenced_clients: Vec::new(),
     };
     let outcome = write(&ctx.store, reset).await.map_err(|error| {
         // The record may still become durable: keep the fences, and let pulls lift them

@@ -415,6 +415,7 @@ async fn commit_progress(ctx: &BrokerContext, level_queue: u32, next: u64) -> Re
             queue_id: level_queue,
             offset: next,
         }],
+        fenced_clients: Vec::new(),
     };
     tokio::task::spawn_blocking(move || store.commit_offsets(&command))
         .await

@@ -10,13 +10,20 @@
 //! u8  has_generation  0 = none, 1 = followed by u64 generation
 //! u16 entry count, then per entry: str topic, u32 queue_id, u64 offset
 //! ```
+//!
+//! Format version 2 is version 1 followed by the clients a reset or correction fences
+//! (`u16 count, then str client_id each`); a command fencing nobody is written as version 1,
+//! so records from before fences existed and records of commits keep their bytes.
 
 use std::fmt;
 
 use thiserror::Error;
 
-/// The format version written as the first byte of every encoding.
+/// The format version of a command fencing nobody, and of every view snapshot without fences.
 pub const OFFSET_FORMAT_VERSION: u8 = 1;
+/// The format version of a command that names fenced clients (a reset or correction issued
+/// while consumers were online), and of a view snapshot holding fences.
+pub const OFFSET_FORMAT_VERSION_FENCES: u8 = 2;
 
 /// What an offset record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,6 +89,11 @@ pub struct OffsetCommand {
     /// Reset/Correction in a stored record: the NEW generation this record establishes (assigned by the store = current + 1).
     pub generation: Option<u64>,
     pub entries: Vec<OffsetEntry>,
+    /// Reset/Correction: the client ids of the group's consumers online when it was issued.
+    /// Their commits are refused on the moved queues until they follow the move (the broker's
+    /// fences); recorded so the fences survive a restart and replicate with the log. Empty for
+    /// commits.
+    pub fenced_clients: Vec<String>,
 }
 
 /// Why an offset command or offset view could not be encoded or decoded.
@@ -151,7 +163,17 @@ impl OffsetCommand {
                     .map(|e| 14 + e.topic.len())
                     .sum::<usize>(),
         );
-        out.push(OFFSET_FORMAT_VERSION);
+        let fenced = u16::try_from(self.fenced_clients.len()).map_err(|_| {
+            OffsetCodecError::TooManyEntries {
+                count: self.fenced_clients.len(),
+                max: usize::from(u16::MAX),
+            }
+        })?;
+        out.push(if fenced == 0 {
+            OFFSET_FORMAT_VERSION
+        } else {
+            OFFSET_FORMAT_VERSION_FENCES
+        });
         out.push(self.kind.code());
         put_str16(&mut out, "group", &self.group)?;
         put_str16(&mut out, "client_id", &self.client_id)?;
@@ -168,6 +190,12 @@ impl OffsetCommand {
             out.extend_from_slice(&entry.queue_id.to_be_bytes());
             out.extend_from_slice(&entry.offset.to_be_bytes());
         }
+        if fenced > 0 {
+            out.extend_from_slice(&fenced.to_be_bytes());
+            for client in &self.fenced_clients {
+                put_str16(&mut out, "fenced client", client)?;
+            }
+        }
         Ok(out)
     }
 
@@ -178,10 +206,10 @@ impl OffsetCommand {
     pub fn decode(bytes: &[u8]) -> Result<OffsetCommand, OffsetCodecError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("version")?;
-        if version != OFFSET_FORMAT_VERSION {
+        if version != OFFSET_FORMAT_VERSION && version != OFFSET_FORMAT_VERSION_FENCES {
             return Err(OffsetCodecError::UnknownVersion {
                 found: version,
-                supported: OFFSET_FORMAT_VERSION,
+                supported: OFFSET_FORMAT_VERSION_FENCES,
             });
         }
         let kind_at = r.pos();
@@ -216,6 +244,20 @@ impl OffsetCommand {
                 offset,
             });
         }
+        let mut fenced_clients = Vec::new();
+        if version == OFFSET_FORMAT_VERSION_FENCES {
+            let at = r.pos();
+            let count = r.u16("fenced client count")?;
+            if count == 0 {
+                return Err(OffsetCodecError::NonCanonical {
+                    reason: "version 2 command without fenced clients",
+                    at,
+                });
+            }
+            for _ in 0..count {
+                fenced_clients.push(r.str16("fenced client")?);
+            }
+        }
         if r.remaining() > 0 {
             return Err(OffsetCodecError::TrailingBytes {
                 count: r.remaining(),
@@ -228,6 +270,7 @@ impl OffsetCommand {
             client_id,
             generation,
             entries,
+            fenced_clients,
         })
     }
 }
@@ -350,6 +393,7 @@ mod tests {
                     offset: u64::MAX,
                 },
             ],
+            fenced_clients: Vec::new(),
         }
     }
 
@@ -382,6 +426,7 @@ mod tests {
                 queue_id: 3,
                 offset: 5,
             }],
+            fenced_clients: Vec::new(),
         };
         let bytes = cmd.encode().unwrap();
         let expected: Vec<u8> = [
@@ -409,12 +454,12 @@ mod tests {
     #[test]
     fn decode_rejects_unknown_version() {
         let mut bytes = sample().encode().unwrap();
-        bytes[0] = 2;
+        bytes[0] = 3;
         assert_eq!(
             OffsetCommand::decode(&bytes),
             Err(OffsetCodecError::UnknownVersion {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             })
         );
     }
@@ -574,6 +619,7 @@ mod tests {
                             offset,
                         })
                         .collect(),
+                    fenced_clients: Vec::new(),
                 },
             )
     }

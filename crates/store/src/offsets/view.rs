@@ -14,12 +14,50 @@
 //!         u64 queue count, queues in ascending queue_id order, each:
 //!             u32 queue_id, u64 offset, u64 generation, i64 updated_ms
 //! ```
+//!
+//! Format version 2 (written only when the view holds at least one fence) adds, after each
+//! topic's queues: `u64 fence count`, fences in ascending queue_id order, each `u32 queue_id,
+//! u64 offset, u64 generation, u64 client count, str client...` (clients ascending).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
-use super::command::{OffsetCodecError, OffsetCommand, OffsetKind, Reader, OFFSET_FORMAT_VERSION};
+use super::command::{
+    OffsetCodecError, OffsetCommand, OffsetKind, Reader, OFFSET_FORMAT_VERSION,
+    OFFSET_FORMAT_VERSION_FENCES,
+};
+
+/// Most clients one queue's fence holds. A reset's fence is the union of the clients it names
+/// and those an earlier fence still holds; past this bound the earlier ones (which have had
+/// the longest to follow) are dropped first.
+pub const FENCED_CLIENTS_MAX: usize = 4096;
+
+/// A reset's or correction's fence on one queue, as the log recorded it: the consumers online
+/// at the move that have not yet committed since. The broker refuses their commits on the
+/// queue until they pull it (see the broker's `core::fences`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetFence {
+    /// Consumer group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Queue.
+    pub queue_id: u32,
+    /// The offset the move set.
+    pub offset: u64,
+    /// The generation it established.
+    pub generation: u64,
+    /// Fenced client ids, ascending.
+    pub clients: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct QueueFence {
+    offset: u64,
+    generation: u64,
+    clients: BTreeSet<String>,
+}
 
 /// Why one entry of an offset command was not applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -83,6 +121,9 @@ pub struct StoredOffset {
 struct TopicOffsets {
     generation: u64,
     queues: BTreeMap<u32, StoredOffset>,
+    /// Fences of the latest moves, by queue; a queue's entry exists only while it fences
+    /// someone.
+    fences: BTreeMap<u32, QueueFence>,
 }
 
 /// Consumer offsets per (group, topic, queue) plus the reset generation per (group, topic),
@@ -172,8 +213,45 @@ impl OffsetView {
                 updated_ms: timestamp_ms,
             };
             topic.queues.insert(entry.queue_id, stored);
+            match cmd.kind {
+                OffsetKind::Commit => lift_fence(&mut topic.fences, entry.queue_id, &cmd.client_id),
+                OffsetKind::Reset | OffsetKind::Correction => raise_fence(
+                    &mut topic.fences,
+                    entry.queue_id,
+                    entry.offset,
+                    topic.generation,
+                    &cmd.fenced_clients,
+                ),
+            }
         }
         verdicts
+    }
+
+    /// Every fence the view holds, in (group, topic, queue) order.
+    pub fn fences(&self) -> Vec<OffsetFence> {
+        let mut out = Vec::new();
+        for (group, topics) in &self.groups {
+            for (topic, t) in topics {
+                for (queue_id, fence) in &t.fences {
+                    out.push(OffsetFence {
+                        group: group.clone(),
+                        topic: topic.clone(),
+                        queue_id: *queue_id,
+                        offset: fence.offset,
+                        generation: fence.generation,
+                        clients: fence.clients.iter().cloned().collect(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn has_fences(&self) -> bool {
+        self.groups
+            .values()
+            .flat_map(|topics| topics.values())
+            .any(|t| !t.fences.is_empty())
     }
 
     fn evaluate(
@@ -328,7 +406,12 @@ impl OffsetView {
 
     /// Appends a deterministic binary encoding (versioned) of the whole view to `out`; `decode` reads it back, returning (view, bytes consumed) or an error (never panics on garbage).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.push(OFFSET_FORMAT_VERSION);
+        let with_fences = self.has_fences();
+        out.push(if with_fences {
+            OFFSET_FORMAT_VERSION_FENCES
+        } else {
+            OFFSET_FORMAT_VERSION
+        });
         put_u64(out, self.groups.len());
         for (group, topics) in &self.groups {
             put_str64(out, group);
@@ -343,6 +426,9 @@ impl OffsetView {
                     out.extend_from_slice(&stored.generation.to_be_bytes());
                     out.extend_from_slice(&stored.updated_ms.to_be_bytes());
                 }
+                if with_fences {
+                    encode_fences(out, &t.fences);
+                }
             }
         }
     }
@@ -356,10 +442,10 @@ impl OffsetView {
     pub fn decode(bytes: &[u8]) -> Result<(OffsetView, usize), OffsetCodecError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("view version")?;
-        if version != OFFSET_FORMAT_VERSION {
+        if version != OFFSET_FORMAT_VERSION && version != OFFSET_FORMAT_VERSION_FENCES {
             return Err(OffsetCodecError::UnknownVersion {
                 found: version,
-                supported: OFFSET_FORMAT_VERSION,
+                supported: OFFSET_FORMAT_VERSION_FENCES,
             });
         }
         let mut groups: BTreeMap<String, BTreeMap<String, TopicOffsets>> = BTreeMap::new();
@@ -417,12 +503,129 @@ impl OffsetView {
                     }
                     queues.insert(queue_id, stored);
                 }
-                topics.insert(topic, TopicOffsets { generation, queues });
+                let fences = if version == OFFSET_FORMAT_VERSION_FENCES {
+                    decode_fences(&mut r, generation)?
+                } else {
+                    BTreeMap::new()
+                };
+                topics.insert(
+                    topic,
+                    TopicOffsets {
+                        generation,
+                        queues,
+                        fences,
+                    },
+                );
             }
             groups.insert(group, topics);
         }
-        Ok((OffsetView { groups }, r.pos()))
+        let view = OffsetView { groups };
+        if version == OFFSET_FORMAT_VERSION_FENCES && !view.has_fences() {
+            return Err(non_canonical("version 2 view without fences", r.pos()));
+        }
+        Ok((view, r.pos()))
     }
+}
+
+/// A reset or correction moved `queue_id` to `offset` at `generation`: `clients` join the
+/// fence (those of an earlier fence stay: they have not followed either move).
+fn raise_fence(
+    fences: &mut BTreeMap<u32, QueueFence>,
+    queue_id: u32,
+    offset: u64,
+    generation: u64,
+    clients: &[String],
+) {
+    let mut kept: BTreeSet<String> = clients.iter().cloned().collect();
+    if let Some(previous) = fences.remove(&queue_id) {
+        for client in previous.clients {
+            if kept.len() >= FENCED_CLIENTS_MAX {
+                break;
+            }
+            kept.insert(client);
+        }
+    }
+    while kept.len() > FENCED_CLIENTS_MAX {
+        kept.pop_last();
+    }
+    if !kept.is_empty() {
+        fences.insert(
+            queue_id,
+            QueueFence {
+                offset,
+                generation,
+                clients: kept,
+            },
+        );
+    }
+}
+
+/// An applied commit from `client` shows it follows the latest move of `queue_id`.
+fn lift_fence(fences: &mut BTreeMap<u32, QueueFence>, queue_id: u32, client: &str) {
+    if let Some(fence) = fences.get_mut(&queue_id) {
+        fence.clients.remove(client);
+        if fence.clients.is_empty() {
+            fences.remove(&queue_id);
+        }
+    }
+}
+
+fn encode_fences(out: &mut Vec<u8>, fences: &BTreeMap<u32, QueueFence>) {
+    put_u64(out, fences.len());
+    for (queue_id, fence) in fences {
+        out.extend_from_slice(&queue_id.to_be_bytes());
+        out.extend_from_slice(&fence.offset.to_be_bytes());
+        out.extend_from_slice(&fence.generation.to_be_bytes());
+        put_u64(out, fence.clients.len());
+        for client in &fence.clients {
+            put_str64(out, client);
+        }
+    }
+}
+
+fn decode_fences(
+    r: &mut Reader<'_>,
+    topic_generation: u64,
+) -> Result<BTreeMap<u32, QueueFence>, OffsetCodecError> {
+    let mut fences = BTreeMap::new();
+    let count = r.u64("fence count")?;
+    for _ in 0..count {
+        let at = r.pos();
+        let queue_id = r.u32("fence queue_id")?;
+        if fences
+            .last_key_value()
+            .is_some_and(|(last, _): (&u32, _)| *last >= queue_id)
+        {
+            return Err(non_canonical("fence queue ids not strictly ascending", at));
+        }
+        let offset = r.u64("fence offset")?;
+        let generation = r.u64("fence generation")?;
+        if generation > topic_generation {
+            return Err(non_canonical("fence generation above its topic's", at));
+        }
+        let client_count = r.u64("fenced client count")?;
+        if client_count == 0 || client_count > FENCED_CLIENTS_MAX as u64 {
+            return Err(non_canonical("fence client count out of range", at));
+        }
+        let mut clients = BTreeSet::new();
+        for _ in 0..client_count {
+            let at = r.pos();
+            let client = str64(r, "fenced client")?;
+            if clients.last().is_some_and(|last: &String| *last >= client) {
+                return Err(non_canonical("fenced clients not strictly ascending", at));
+            }
+            clients.insert(client);
+        }
+        fences.insert(
+            queue_id,
+            QueueFence {
+                offset,
+                generation,
+                clients,
+            },
+        );
+    }
+    Ok(fences)
 }
 
 fn non_canonical(reason: &'static str, at: usize) -> OffsetCodecError {
@@ -485,6 +688,7 @@ mod tests {
                     offset,
                 })
                 .collect(),
+            fenced_clients: Vec::new(),
         }
     }
 
@@ -512,6 +716,72 @@ mod tests {
             [Verdict::Applied]
         );
         v
+    }
+
+    fn fenced_reset(generation: u64, queue: u32, offset: u64, clients: &[&str]) -> OffsetCommand {
+        let mut c = reset(Some(generation), &[("t", queue, offset)]);
+        c.fenced_clients = clients.iter().map(|c| c.to_string()).collect();
+        c
+    }
+
+    fn commit_from(client: &str, generation: u64, queue: u32, offset: u64) -> OffsetCommand {
+        let mut c = commit(Some(generation), &[("t", queue, offset)]);
+        c.client_id = client.into();
+        c
+    }
+
+    #[test]
+    fn a_reset_fences_its_clients_until_each_commits_and_the_fences_survive_a_snapshot() {
+        let mut v = OffsetView::new();
+        v.apply(&commit(None, &[("t", 0, 50), ("t", 1, 50)]), 1, &qm);
+        v.apply(&fenced_reset(1, 0, 10, &["b", "a"]), 2, &qm);
+        let fences = v.fences();
+        assert_eq!(fences.len(), 1);
+        assert_eq!(
+            (fences[0].queue_id, fences[0].offset, fences[0].generation),
+            (0, 10, 1)
+        );
+        assert_eq!(fences[0].clients, vec!["a".to_string(), "b".to_string()]);
+        // Snapshot round trip keeps them (format version 2), byte for byte.
+        let mut bytes = Vec::new();
+        v.encode_into(&mut bytes);
+        assert_eq!(bytes[0], OFFSET_FORMAT_VERSION_FENCES);
+        let (decoded, used) = OffsetView::decode(&bytes).unwrap();
+        assert_eq!((decoded.clone(), used), (v.clone(), bytes.len()));
+        // A commit from "a" (it followed) lifts only its own fence; a commit on another queue
+        // lifts nothing.
+        v.apply(&commit_from("a", 1, 1, 60), 3, &qm);
+        assert_eq!(v.fences()[0].clients.len(), 2);
+        v.apply(&commit_from("a", 1, 0, 12), 4, &qm);
+        assert_eq!(v.fences()[0].clients, vec!["b".to_string()]);
+        // A second reset while "b" is still fenced keeps "b" and adds the new online set.
+        v.apply(&fenced_reset(2, 0, 5, &["c"]), 5, &qm);
+        assert_eq!(
+            v.fences()[0].clients,
+            vec!["b".to_string(), "c".to_string()]
+        );
+        assert_eq!(v.fences()[0].generation, 2);
+        v.apply(&commit_from("b", 2, 0, 6), 6, &qm);
+        v.apply(&commit_from("c", 2, 0, 7), 7, &qm);
+        assert!(v.fences().is_empty());
+        let mut bytes = Vec::new();
+        v.encode_into(&mut bytes);
+        assert_eq!(
+            bytes[0], OFFSET_FORMAT_VERSION,
+            "no fences: version 1 as before"
+        );
+    }
+
+    #[test]
+    fn a_fenced_command_round_trips_and_a_plain_one_keeps_version_1() {
+        let c = fenced_reset(1, 0, 10, &["x"]);
+        let bytes = c.encode().unwrap();
+        assert_eq!(bytes[0], OFFSET_FORMAT_VERSION_FENCES);
+        assert_eq!(OffsetCommand::decode(&bytes).unwrap(), c);
+        let plain = commit(Some(1), &[("t", 0, 1)]);
+        assert_eq!(plain.encode().unwrap()[0], OFFSET_FORMAT_VERSION);
+        // A truncated fence list is an error, not a panic.
+        assert!(OffsetCommand::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]
@@ -1101,7 +1371,7 @@ mod tests {
             OffsetView::decode(&bytes),
             Err(OffsetCodecError::UnknownVersion {
                 found: 0,
-                supported: 1
+                supported: 2
             })
         );
     }
@@ -1400,6 +1670,7 @@ mod tests {
             client_id: "c".to_string(),
             generation,
             entries,
+            fenced_clients: Vec::new(),
         }
     }
 

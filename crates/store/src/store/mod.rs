@@ -23,6 +23,7 @@
 mod checkpoint_health;
 mod commit;
 mod committed;
+mod fences_api;
 mod maintenance;
 mod offsets_api;
 mod read;

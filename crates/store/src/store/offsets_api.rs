@@ -356,6 +356,7 @@ mod tests {
                 queue_id: 0,
                 offset,
             }],
+            fenced_clients: Vec::new(),
         }
     }
 

@@ -1,0 +1,21 @@
+//! The fences recorded in the log: which consumers a reset or correction fenced off which
+//! queues and have not committed there since (see [`crate::offsets::OffsetFence`]).
+
+use super::MessageStore;
+use crate::offsets::OffsetFence;
+
+impl MessageStore {
+    /// Every fence of the offset view, after the view has caught up with everything
+    /// acknowledged before the call (blocking, bounded by the flush timeout: call it from a
+    /// blocking context). The broker rebuilds its fences from this at start, so a consumer
+    /// fenced before a restart (or a failover) stays fenced after it.
+    pub fn offset_fences(&self) -> Vec<OffsetFence> {
+        self.catch_up_dispatch();
+        self.inner
+            .derived
+            .lock()
+            .expect("derived lock")
+            .view
+            .fences()
+    }
+}
