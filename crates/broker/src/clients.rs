@@ -204,6 +204,16 @@ impl ClientRegistry {
     }
 
     /// Whether any consumer of the group is connected.
+    /// Whether `client_id` is a registered consumer of `group` now.
+    pub fn is_consumer_of(&self, group: &str, client_id: &str) -> bool {
+        self.registry
+            .lock()
+            .expect("clients lock")
+            .consumers
+            .get(group)
+            .is_some_and(|members| members.contains_key(client_id))
+    }
+
     pub fn has_online_consumers(&self, group: &str) -> bool {
         let registry = self.registry.lock().expect("clients lock");
         registry.consumers.get(group).is_some_and(|m| !m.is_empty())

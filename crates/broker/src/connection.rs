@@ -175,7 +175,7 @@ pub async fn serve(
             tokio::spawn(request);
         }
     }
-    ctx.fences.channel_closed(channel.id);
+    ctx.sessions.connection_closed(channel.id);
     let changed = ctx.clients.channel_closed(channel.id);
     ctx.notify_ids_changed(&changed);
     drop(channel);

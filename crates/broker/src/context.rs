@@ -1,7 +1,7 @@
 //! Everything a request processor needs: configuration, store, topics, groups, clients.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use ferromq_protocol::remoting::codes::request;
@@ -58,7 +58,9 @@ pub struct BrokerContext {
     /// Connections to the name servers.
     pub namesrv_client: ferromq_namesrv::NamesrvClient,
     /// Consumers fenced off their queues by a reset until they follow it.
-    pub fences: crate::reset_fence::ResetFences,
+    pub fences: crate::core::fences::ResetFences,
+    /// Who each connection is, and how long groups have had no member.
+    pub sessions: crate::core::sessions::Sessions,
     /// Prometheus metrics (shared with tasks that outlive a request borrow).
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
     /// Recent rates for GET_BROKER_RUNTIME_INFO.
@@ -76,7 +78,11 @@ impl BrokerContext {
     /// Tells every member of each changed group to rebalance (one-way
     /// NOTIFY_CONSUMER_IDS_CHANGED, as RocketMQ does); a full or closed connection is skipped.
     pub fn notify_ids_changed(&self, groups: &[String]) {
+        let now = std::time::Instant::now();
         for group in groups {
+            if !self.clients.has_online_consumers(group) {
+                self.sessions.group_emptied(group, now);
+            }
             let notify_enabled = self
                 .groups
                 .get(group)
@@ -99,10 +105,5 @@ impl BrokerContext {
             }
             tracing::info!(%group, members = ?self.clients.consumer_ids(group), "consumer group membership changed");
         }
-    }
-
-    /// Bumps a counter.
-    pub fn count(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -3,7 +3,9 @@
 //! - [`config`]: broker configuration with RocketMQ's key names, from TOML.
 //! - [`server`] and [`connection`]: the TCP server; one task per connection, requests handled
 //!   concurrently, replies matched by opaque.
-//! - [`processor`]: one module per request family (send, pull, offsets, clients, admin).
+//! - [`core`]: the broker's operations and rules, with no wire format in them.
+//! - [`processor`]: the remoting adapter: one module per request family (send, pull,
+//!   offsets, clients, admin) that decodes, calls the core and maps its answer to a code.
 //! - [`topics`], [`groups`], [`clients`]: topic configs, subscription groups, the registry
 //!   of connected producers and consumers.
 //! - [`long_poll`]: pull requests held until new messages are dispatched.
@@ -23,13 +25,13 @@ pub mod codes;
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod core;
 pub mod groups;
 pub mod long_poll;
 pub mod metrics;
 pub mod metrics_http;
 pub mod processor;
 pub mod registration;
-pub mod reset_fence;
 pub mod runtime_config;
 pub mod server;
 pub mod topics;

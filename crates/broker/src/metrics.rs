@@ -116,12 +116,14 @@ impl CommitCount {
         }
     }
 
-    /// The count for a rejection answered with one of ferromq's commit codes (`codes`).
-    pub fn of_code(code: i32) -> CommitCount {
-        match code {
-            crate::codes::COMMIT_REGRESSION => CommitCount::Regression,
-            crate::codes::COMMIT_STALE_GENERATION => CommitCount::StaleGeneration,
-            crate::codes::COMMIT_PAST_MAX => CommitCount::PastMax,
+    /// The count for a refused correction.
+    pub fn of_correction(refusal: &crate::core::error::CorrectionRefusal) -> CommitCount {
+        use crate::core::error::CorrectionRefusal;
+        match refusal {
+            CorrectionRefusal::PastMax { .. } => CommitCount::PastMax,
+            CorrectionRefusal::Healthy { offset, stored, .. } if offset < stored => {
+                CommitCount::Regression
+            }
             _ => CommitCount::Other,
         }
     }

@@ -98,9 +98,24 @@ impl Broker {
         let broker_addr = config.advertised_addr(local_addr.port());
         let mut store_config = config.store_config()?;
         store_config.store_host = broker_addr;
-        let store = tokio::task::spawn_blocking(move || MessageStore::open(store_config))
-            .await
-            .map_err(|e| BrokerError::Task(e.to_string()))??;
+        // The fences the log recorded come back with the store: a consumer fenced by a reset
+        // before a restart is still fenced after it.
+        let (store, recorded_fences) = tokio::task::spawn_blocking(move || {
+            MessageStore::open(store_config).map(|store| {
+                let fences = store.offset_fences();
+                (store, fences)
+            })
+        })
+        .await
+        .map_err(|e| BrokerError::Task(e.to_string()))??;
+        let fences = crate::core::fences::ResetFences::default();
+        if !recorded_fences.is_empty() {
+            tracing::info!(
+                queues = recorded_fences.len(),
+                "reset fences recovered from the log"
+            );
+        }
+        fences.recover(recorded_fences);
         let report = store.recovery_report().clone();
         tracing::info!(clean = report.clean_shutdown, log_end = report.log_end, cut = ?report.cut, "store opened");
         let topics = TopicManager::load(
@@ -122,7 +137,8 @@ impl Broker {
             counters: BrokerCounters::default(),
             locks: QueueLocks::default(),
             namesrv_client: ferromq_namesrv::NamesrvClient::new(),
-            fences: Default::default(),
+            fences,
+            sessions: crate::core::sessions::Sessions::new(std::time::Instant::now()),
             metrics: Default::default(),
             stats: Default::default(),
             runtime_config: crate::runtime_config::RuntimeConfig::new(&config),

@@ -190,12 +190,24 @@ async fn commits_are_monotone_bounded_and_ignore_negative_offsets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backward_commit_of_an_offline_group_is_a_reset() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = broker(dir.path(), true).await;
+    let config = BrokerConfig {
+        channel_expired_timeout: 1000,
+        ..common::broker_config(dir.path(), true)
+    };
+    let broker = Broker::start(config).await.unwrap();
     let client = client(broker.local_addr()).await;
     for i in 0..5 {
         send(&client, "R", 0, format!("m{i}").as_bytes(), "a").await;
     }
     assert_eq!(commit(&client, "R", 0, 4).await.code, response::SUCCESS);
+    // Up for less than channelExpiredTimeout: the broker cannot know the group is offline
+    // (its consumers' heartbeats may not have arrived yet), so this is a regression.
+    assert_eq!(
+        commit(&client, "R", 0, 1).await.code,
+        codes::COMMIT_REGRESSION,
+        "too early to call the group offline"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(
         commit(&client, "R", 0, 1).await.code,
         response::SUCCESS,

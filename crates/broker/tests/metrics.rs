@@ -31,6 +31,8 @@ async fn broker(dir: &std::path::Path, metrics_port: Option<u16>) -> Broker {
         mapped_file_size_commit_log: 1 << 20,
         max_message_size: 64 * 1024,
         metrics_port,
+        // The offline-reset rule needs the group memberless for this long.
+        channel_expired_timeout: 1000,
         ..BrokerConfig::default()
     };
     Broker::start(config).await.expect("broker starts")
@@ -152,7 +154,9 @@ async fn counters_lag_and_rejections_move_with_sends_pulls_and_commits() {
         1.0
     );
 
-    // No consumer of the group is online: a backward commit is an offline reset.
+    // No consumer of the group has been online for channelExpiredTimeout: a backward commit
+    // is an offline reset.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(commit(&client, 2).await, response::SUCCESS);
     let after_reset = scrape(addr).await;
     assert_eq!(value(&after_reset, "ferromq_consumer_lag", &lag), 3.0);

@@ -28,9 +28,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{MessageId, RecordView};
 use ferromq_store::{TagFilter, TimeBoundary};
 
-use super::access::{self, Request};
 use super::{bad_header, success};
 use crate::context::BrokerContext;
+use crate::core::access::{self, Request};
 use crate::groups::SubscriptionGroupConfig;
 use crate::topics::{PERM_READ, PERM_WRITE};
 
@@ -151,7 +151,7 @@ pub(super) fn view_message(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     };
     let phys_offset = match access::commitlog_offset(ctx, header.offset, Request::ViewMessage) {
         Ok(offset) => offset,
-        Err(refusal) => return refusal.reply(command),
+        Err(refusal) => return super::code_map::error_reply(command, &refusal),
     };
     let id = MessageId {
         store_host: ctx.broker_addr,
@@ -174,7 +174,7 @@ pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Err(error) => return bad_header(command, error),
     };
     if let Err(refusal) = access::client_topic(ctx, &header.topic, Request::UpdateTopic) {
-        return refusal.reply(command);
+        return super::code_map::error_reply(command, &refusal);
     }
     if header.read_queue_nums <= 0
         || header.write_queue_nums <= 0
@@ -207,7 +207,7 @@ pub(super) fn delete_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Err(error) => return bad_header(command, error),
     };
     if let Err(refusal) = access::reserved_topic(ctx, &header.topic, Request::DeleteTopic) {
-        return refusal.reply(command);
+        return super::code_map::error_reply(command, &refusal);
     }
     match ctx.topics.delete(&header.topic) {
         Ok(true) => {
@@ -292,7 +292,7 @@ pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             }
         };
     if let Err(refusal) = access::client_group(ctx, &config.group_name, Request::UpdateGroup) {
-        return refusal.reply(command);
+        return super::code_map::error_reply(command, &refusal);
     }
     match ctx.groups.upsert(config) {
         Ok(()) => success(command),
@@ -331,7 +331,7 @@ pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Err(error) => return bad_header(command, error),
     };
     if let Err(refusal) = access::internal_group(ctx, &header.group_name, Request::DeleteGroup) {
-        return refusal.reply(command);
+        return super::code_map::error_reply(command, &refusal);
     }
     match ctx.groups.delete(&header.group_name) {
         Ok(true) => success(command),

@@ -57,6 +57,9 @@ pub(super) fn heartbeat(
             ctx.register_now.notify_one();
         }
     }
+    if !data.client_id.is_empty() {
+        ctx.sessions.bind(channel.id, &data.client_id);
+    }
     let changed = ctx.clients.heartbeat(&channel, &data);
     ctx.notify_ids_changed(&changed);
     success(command).with_header(&HeartbeatResponseHeader {

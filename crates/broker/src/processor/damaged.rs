@@ -9,16 +9,11 @@
 use ferromq_protocol::remoting::body::mq_map::encode_fastjson;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::{ExtFieldsExt, HeaderError, RemotingCommand};
-use ferromq_store::offsets::OffsetEntry;
-use ferromq_store::{ReadError, TagFilter};
 
-use super::access::{self, Request};
-use super::reset::{apply, known_group, ResetPlan};
+use super::code_map::error_reply;
 use super::{bad_header, success};
 use crate::context::BrokerContext;
-
-/// Client id recorded on the reset record a skip writes.
-const SKIP_CLIENT_ID: &str = "admin-skip-damaged";
+use crate::core::reset;
 
 /// QUARANTINE_LIST: the store's quarantined ranges as JSON.
 pub(super) fn list(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
@@ -71,7 +66,7 @@ fn parse_skip(command: &RemotingCommand) -> Result<Result<SkipRequest, String>, 
 }
 
 /// SKIP_DAMAGED_MESSAGE: reset (group, topic, queue) to `queueOffset + 1`, only when the
-/// record at `queueOffset` is damaged.
+/// record at `queueOffset` is damaged (`core::reset::skip_damaged`).
 pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
     let request = match parse_skip(command) {
         Ok(Ok(request)) => request,
@@ -84,45 +79,10 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         queue_id,
         queue_offset,
     } = &request;
-    // A skip is a reset: never of an internal group or a reserved topic.
-    if let Err(refusal) = access::client_offsets(ctx, group, topic, Request::Reset) {
-        return refusal.reply(command);
-    }
-    if ctx.topics.get(topic).is_none() {
-        return command.reply(
-            response::TOPIC_NOT_EXIST,
-            Some(format!("topic {topic} does not exist")),
-        );
-    }
-    if !known_group(ctx, group) {
-        return command.reply(
-            response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(format!("subscription group {group} does not exist")),
-        );
-    }
-    let phys_offset = match damaged_at(ctx, topic, *queue_id, *queue_offset).await {
-        Ok(phys_offset) => phys_offset,
-        Err(remark) => return command.reply(response::INVALID_PARAMETER, Some(remark)),
-    };
-    let plan = ResetPlan {
-        group,
-        topic,
-        entries: vec![OffsetEntry {
-            topic: topic.clone(),
-            queue_id: *queue_id,
-            offset: queue_offset + 1,
-        }],
-        client_id: SKIP_CLIENT_ID,
-        cause: format!(
-            "admin skipped the damaged record at queue offset {queue_offset} \
-             (CommitLog offset {phys_offset})"
-        ),
-        timestamp: 0,
-        cpp_request: false,
-    };
-    match apply(ctx, plan).await {
-        Ok(done) => {
-            let mut reply = success(command).with_body(encode_fastjson(&done.body));
+    match reset::skip_damaged(ctx, group, topic, *queue_id, *queue_offset).await {
+        Ok((done, phys_offset)) => {
+            let body = super::reset::notify_reset(ctx, group, topic, &done, 0, false);
+            let mut reply = success(command).with_body(encode_fastjson(&body));
             reply
                 .ext_fields
                 .insert("generation".into(), done.generation.to_string());
@@ -131,50 +91,6 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
                 .insert("physOffset".into(), phys_offset.to_string());
             reply
         }
-        Err((code, remark)) => command.reply(code, Some(remark)),
-    }
-}
-
-/// The CommitLog offset of the damaged record at `queue_offset`, or why there is none.
-async fn damaged_at(
-    ctx: &BrokerContext,
-    topic: &str,
-    queue_id: u32,
-    queue_offset: u64,
-) -> Result<u64, String> {
-    let store = ctx.store.clone();
-    let owned_topic = topic.to_string();
-    // Reading the log is blocking I/O; keep it off the async workers.
-    let read = tokio::task::spawn_blocking(move || {
-        store.get_messages(
-            &owned_topic,
-            queue_id,
-            queue_offset,
-            1,
-            usize::MAX,
-            &TagFilter::All,
-        )
-    })
-    .await
-    .map_err(|join| format!("the read of {topic}/{queue_id} failed: {join}"))?;
-    match read {
-        Err(ReadError::Damaged {
-            queue_offset: damaged,
-            phys_offset,
-            ..
-        }) if damaged == queue_offset => Ok(phys_offset),
-        Err(error) => Err(format!(
-            "cannot tell whether {topic}/{queue_id} offset {queue_offset} is damaged: {error}"
-        )),
-        Ok(result) if result.messages.first().map(|m| m.queue_offset) == Some(queue_offset) => {
-            Err(format!(
-                "the record at {topic}/{queue_id} offset {queue_offset} is not damaged (it reads \
-                 and verifies); move consumers with resetOffsetByTime instead"
-            ))
-        }
-        Ok(result) => Err(format!(
-            "{topic}/{queue_id} has no record at offset {queue_offset} (queue range [{}, {}))",
-            result.min_offset, result.max_offset
-        )),
+        Err(error) => error_reply(command, &error),
     }
 }

@@ -4,12 +4,12 @@
 //! panics on client input; a header it cannot read is INVALID_PARAMETER with a remark naming
 //! the field, an unknown code REQUEST_CODE_NOT_SUPPORTED naming the code.
 
-mod access;
 mod admin;
 mod batch;
 mod broker_info;
 mod client;
 mod clone;
+pub mod code_map;
 mod connection;
 mod damaged;
 mod history;
@@ -17,7 +17,6 @@ mod offset;
 mod pull;
 mod query;
 mod reset;
-mod scheduler;
 mod send;
 mod send_back;
 
@@ -27,14 +26,14 @@ use ferromq_protocol::remoting::{request_code_name, HeaderError, RemotingCommand
 use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 
-pub use pull::PULL_SYSFLAG_COMMIT_OFFSET;
-pub use scheduler::{
+pub use crate::core::scheduler::{
     run_scheduler, PROPERTY_DEAD_LETTER_REASON, SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC,
 };
+pub use pull::PULL_SYSFLAG_COMMIT_OFFSET;
 
 /// Handles one request and builds its reply.
 pub async fn handle(
-    ctx: &BrokerContext,
+    ctx: &std::sync::Arc<BrokerContext>,
     channel: &ClientChannel,
     command: RemotingCommand,
 ) -> RemotingCommand {
@@ -52,7 +51,7 @@ pub async fn handle(
         request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
             pull::handle(ctx, channel, &command).await
         }
-        request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command),
+        request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command).await,
         request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, channel, &command).await,
         request::GET_MAX_OFFSET => admin::max_offset(ctx, &command).await,
         request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),

@@ -21,9 +21,11 @@ use ferromq_protocol::remoting::headers::pull::{
 use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::{GetResult, GetStatus, TagFilter};
 
-use super::access::{self, Request};
-use super::{bad_header, offset};
+use super::bad_header;
+use super::code_map::error_reply;
 use crate::context::BrokerContext;
+use crate::core::access::{self, Request};
+use crate::core::offsets::{self, CommitRequest};
 use crate::long_poll;
 use crate::topics::PERM_READ;
 
@@ -45,7 +47,7 @@ const PULL_BYTES_MAX: usize = 256 * 1024;
 fn guard(
     ctx: &BrokerContext,
     header: &PullMessageRequestHeader,
-) -> Result<(), super::send::Refusal> {
+) -> Result<(), crate::core::error::Refusal> {
     access::client_group(ctx, &header.consumer_group, Request::Pull)?;
     if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
         access::client_topic(ctx, &header.topic, Request::Pull)?;
@@ -54,7 +56,7 @@ fn guard(
 }
 
 pub(super) async fn handle(
-    ctx: &BrokerContext,
+    ctx: &std::sync::Arc<BrokerContext>,
     channel: &crate::clients::ClientChannel,
     command: &RemotingCommand,
 ) -> RemotingCommand {
@@ -64,7 +66,7 @@ pub(super) async fn handle(
     };
     let topic = header.topic.as_str();
     if let Err(refusal) = guard(ctx, &header) {
-        return refusal.reply(command);
+        return super::code_map::error_reply(command, &refusal);
     }
     let Some(config) = ctx.topics.get(topic) else {
         return command.reply(
@@ -92,59 +94,47 @@ pub(super) async fn handle(
     }
     let queue_id = header.queue_id as u32;
     let group = header.consumer_group.as_str();
-    // A connection fenced by a reset may not commit, and learns the reset offset now. The
-    // generation is read before the fences (see `reset_fence`).
-    let generation = ctx.store.offset_generation(group, topic);
-    let fenced = ctx
-        .fences
-        .blocks_commit(group, topic, queue_id, channel.id)
-        .is_some();
-    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 && !fenced {
-        offset::commit_from_pull(
-            ctx,
-            group,
-            topic,
-            queue_id,
-            header.commit_offset,
-            generation,
-        );
-    } else if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
-        ctx.counters
-            .commits_rejected
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ctx.metrics
-            .commit(crate::metrics::CommitCount::StaleGeneration);
+    let caller = ctx.sessions.caller(channel.id);
+    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0
+        && !offsets::pull_commit_fenced(ctx, &caller, group, topic, queue_id)
+    {
+        match u64::try_from(header.commit_offset) {
+            Ok(offset) => offsets::commit_from_pull(
+                ctx,
+                caller.clone(),
+                CommitRequest {
+                    group: group.to_string(),
+                    topic: topic.to_string(),
+                    queue_id,
+                    offset,
+                    correction: false,
+                },
+            ),
+            Err(_) => super::offset::count_negative(ctx),
+        }
     }
-    if let Some(moved) = ctx.fences.on_pull(
-        group,
-        topic,
-        queue_id,
-        channel.id,
-        header.queue_offset.max(0) as u64,
-        || {
-            ctx.store
-                .consumer_offset(group, topic, queue_id)
-                .map(|s| s.offset)
-        },
-    ) {
-        let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
-        tracing::info!(%group, %topic, queue_id, from = header.queue_offset, to = moved.offset,
-            "consumer moved to the group's offset after a reset");
-        return command
-            .reply(
-                response::PULL_OFFSET_MOVED,
-                Some("the group's offset was reset".into()),
-            )
-            .with_header(&PullMessageResponseHeader {
-                suggest_which_broker_id: 0,
-                next_begin_offset: moved.offset as i64,
-                min_offset: min as i64,
-                max_offset: max as i64,
-                offset_delta: None,
-                topic_sys_flag: None,
-                group_sys_flag: None,
-                forbidden_type: None,
-            });
+    let pulled_at = header.queue_offset.max(0) as u64;
+    match offsets::follow_on_pull(ctx, &caller, group, topic, queue_id, pulled_at).await {
+        Ok(None) => {}
+        Ok(Some(moved)) => {
+            let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
+            return command
+                .reply(
+                    response::PULL_OFFSET_MOVED,
+                    Some("the group's offset was reset".into()),
+                )
+                .with_header(&PullMessageResponseHeader {
+                    suggest_which_broker_id: 0,
+                    next_begin_offset: moved as i64,
+                    min_offset: min as i64,
+                    max_offset: max as i64,
+                    offset_delta: None,
+                    topic_sys_flag: None,
+                    group_sys_flag: None,
+                    forbidden_type: None,
+                });
+        }
+        Err(error) => return error_reply(command, &error),
     }
     let filter = match filter_of(ctx, &header) {
         Ok(filter) => filter,
@@ -161,25 +151,31 @@ pub(super) async fn handle(
                 .min(ctx.runtime_config.broker_suspend_max_time_millis()),
         )
     });
-    let mut result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+    let mut result = match crate::core::pull::read(
+        ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
+    ) {
         Ok(result) => result,
-        Err(reply) => return reply.reply(command),
+        Err(error) => return error_reply(command, &error),
     };
     if past_the_end(&result, offset) {
         // The queue may be behind only because a record acknowledged a moment ago is still
         // being dispatched: catch up before telling the client its offset is out of range.
         ctx.store.dispatch_caught_up(DISPATCH_CATCH_UP_MAX).await;
-        result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+        result = match crate::core::pull::read(
+            ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
+        ) {
             Ok(result) => result,
-            Err(reply) => return reply.reply(command),
+            Err(error) => return error_reply(command, &error),
         };
     }
     if let (true, Some(hold)) = (nothing_new(&result, offset), hold) {
         match hold_pull(ctx, channel, topic, queue_id, offset, hold).await {
             Held::Arrived => {
-                result = match read(ctx, topic, queue_id, offset, max_count, max_bytes, &filter) {
+                result = match crate::core::pull::read(
+                    ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
+                ) {
                     Ok(result) => result,
-                    Err(reply) => return reply.reply(command),
+                    Err(error) => return error_reply(command, &error),
                 };
             }
             Held::TimedOut => {}
@@ -260,32 +256,6 @@ fn nothing_new(result: &GetResult, offset: u64) -> bool {
         GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset == 0,
         _ => false,
     }
-}
-
-fn read(
-    ctx: &BrokerContext,
-    topic: &str,
-    queue_id: u32,
-    offset: u64,
-    max_count: usize,
-    max_bytes: usize,
-    filter: &TagFilter,
-) -> Result<GetResult, super::send::Refusal> {
-    ctx.store
-        .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
-        .map_err(|error| match error {
-            ferromq_store::ReadError::DispatchStalled(_) => {
-                super::send::Refusal::new(response::SYSTEM_BUSY, error.to_string())
-            }
-            ferromq_store::ReadError::Damaged { .. } => {
-                ctx.metrics.damaged_read();
-                super::send::Refusal::new(crate::codes::MESSAGE_DAMAGED, error.to_string())
-            }
-            error => super::send::Refusal::new(
-                response::SYSTEM_ERROR,
-                format!("reading {topic}/{queue_id}: {error}"),
-            ),
-        })
 }
 
 fn reply_for(

@@ -20,9 +20,11 @@
 //! or machine crash may lose the suffix not yet fsynced (at most `flush_interval_ms` of
 //! appends) but never a record in the middle (recovery cuts the log at the first bad record).
 
+mod ack_shim;
 mod checkpoint_health;
 mod commit;
 mod committed;
+pub use ack_shim::{AckTicket, OffsetView as OffsetViewReader};
 mod fences_api;
 mod maintenance;
 mod offsets_api;

@@ -14,17 +14,17 @@
 //!   A client commit of `%SCHEDULE%` would silently drop acknowledged delayed messages.
 //!
 //! Every refusal carries a remark saying why and is counted in
-//! `ferromq_requests_refused_total{reason,request}`.
+//! `ferromq_requests_refused_total{reason,request}`. A bad name in a send is an invalid
+//! message (Java producers expect MESSAGE_ILLEGAL); elsewhere it is an invalid name.
 
 use ferromq_protocol::names::{self, NameError};
-use ferromq_protocol::remoting::codes::response;
 
-use super::send::Refusal;
+use super::error::{Refusal, RefusalKind};
 use crate::context::BrokerContext;
 
 /// The operation a refused request asked for: the `request` label of the refusal counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Request {
+pub enum Request {
     /// SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE.
     Send,
     /// CONSUMER_SEND_MSG_BACK.
@@ -53,7 +53,7 @@ pub(crate) enum Request {
 
 impl Request {
     /// The label value (one of [`crate::metrics::REFUSED_REQUESTS`]).
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Request::Send => "send",
             Request::SendBack => "send_back",
@@ -85,46 +85,37 @@ impl Request {
 }
 
 /// Counts a refusal and builds it.
-pub(crate) fn refuse(
+pub fn refuse(
     ctx: &BrokerContext,
     reason: &'static str,
     request: Request,
-    code: i32,
+    kind: RefusalKind,
     remark: String,
 ) -> Refusal {
     ctx.metrics.refused(reason, request.as_str());
     tracing::debug!(reason, request = request.as_str(), %remark, "request refused");
-    Refusal::new(code, remark)
+    Refusal::new(kind, remark)
 }
 
-/// A name that breaks the rules: INVALID_PARAMETER (MESSAGE_ILLEGAL for a send, as RocketMQ's
-/// clients expect for a bad message).
-pub(crate) fn invalid_name(ctx: &BrokerContext, request: Request, error: NameError) -> Refusal {
-    let code = match request {
-        Request::Send => response::MESSAGE_ILLEGAL,
-        _ => response::INVALID_PARAMETER,
+/// A name that breaks the rules (an invalid message when it is a send's topic).
+pub fn invalid_name(ctx: &BrokerContext, request: Request, error: NameError) -> Refusal {
+    let kind = match request {
+        Request::Send => RefusalKind::InvalidMessage,
+        _ => RefusalKind::InvalidName,
     };
-    refuse(ctx, "invalid_name", request, code, error.to_string())
+    refuse(ctx, "invalid_name", request, kind, error.to_string())
 }
 
 /// Refuses a topic a client or administrator may not name in `request`: an invalid name, or a
 /// reserved topic.
-pub(crate) fn client_topic(
-    ctx: &BrokerContext,
-    topic: &str,
-    request: Request,
-) -> Result<(), Refusal> {
+pub fn client_topic(ctx: &BrokerContext, topic: &str, request: Request) -> Result<(), Refusal> {
     names::validate_topic(topic).map_err(|e| invalid_name(ctx, request, e))?;
     reserved_topic(ctx, topic, request)
 }
 
 /// Refuses a reserved topic only (a deletion may name a topic stored before names were
 /// checked: it must stay deletable).
-pub(crate) fn reserved_topic(
-    ctx: &BrokerContext,
-    topic: &str,
-    request: Request,
-) -> Result<(), Refusal> {
+pub fn reserved_topic(ctx: &BrokerContext, topic: &str, request: Request) -> Result<(), Refusal> {
     if names::is_reserved_topic(topic) {
         let remark = format!(
             "topic {topic} is reserved for the broker's own use (delay scheduler, transactions, \
@@ -135,7 +126,7 @@ pub(crate) fn reserved_topic(
             ctx,
             "reserved_topic",
             request,
-            response::NO_PERMISSION,
+            RefusalKind::Forbidden,
             remark,
         ));
     }
@@ -144,22 +135,14 @@ pub(crate) fn reserved_topic(
 
 /// Refuses a group a client or administrator may not name in `request`: an invalid name, or
 /// an internal group.
-pub(crate) fn client_group(
-    ctx: &BrokerContext,
-    group: &str,
-    request: Request,
-) -> Result<(), Refusal> {
+pub fn client_group(ctx: &BrokerContext, group: &str, request: Request) -> Result<(), Refusal> {
     names::validate_group(group).map_err(|e| invalid_name(ctx, request, e))?;
     internal_group(ctx, group, request)
 }
 
 /// Refuses an internal group only (a deletion may name a group stored before names were
 /// checked: it must stay deletable).
-pub(crate) fn internal_group(
-    ctx: &BrokerContext,
-    group: &str,
-    request: Request,
-) -> Result<(), Refusal> {
+pub fn internal_group(ctx: &BrokerContext, group: &str, request: Request) -> Result<(), Refusal> {
     if names::is_internal_group(group) {
         let remark = format!(
             "group {group} is internal to the broker (its offsets record the broker's own \
@@ -170,7 +153,7 @@ pub(crate) fn internal_group(
             ctx,
             "internal_group",
             request,
-            response::NO_PERMISSION,
+            RefusalKind::Forbidden,
             remark,
         ));
     }
@@ -178,7 +161,7 @@ pub(crate) fn internal_group(
 }
 
 /// [`client_group`] then [`client_topic`]: the guard of every offset operation.
-pub(crate) fn client_offsets(
+pub fn client_offsets(
     ctx: &BrokerContext,
     group: &str,
     topic: &str,
@@ -189,7 +172,7 @@ pub(crate) fn client_offsets(
 }
 
 /// A CommitLog offset from a request: negative ones are refused (they used to read as 0).
-pub(crate) fn commitlog_offset(
+pub fn commitlog_offset(
     ctx: &BrokerContext,
     offset: i64,
     request: Request,
@@ -199,7 +182,7 @@ pub(crate) fn commitlog_offset(
             ctx,
             "bad_commitlog_offset",
             request,
-            response::INVALID_PARAMETER,
+            RefusalKind::InvalidArgument,
             format!("CommitLog offset {offset} is negative"),
         )
     })

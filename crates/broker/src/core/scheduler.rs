@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferromq_protocol::names::{self, NameError};
-use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::{DraftRecord, Properties, RecordView};
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
 use ferromq_store::{GetResult, PutReceipt, ReadError, StoredMessage, TagFilter};
 
 use super::access::{self, Request};
-use super::send::{check_properties_len, store_durably, Refusal, PROPERTY_DELAY};
+use super::error::{Refusal, RefusalKind, SendError};
+use super::send::{check_properties_len, put, PROPERTY_DELAY};
 use super::send_back::rewrite_properties;
 use crate::context::BrokerContext;
 use crate::topics::{PERM_READ, PERM_WRITE};
@@ -75,14 +75,14 @@ pub(crate) enum TargetError {
 }
 
 impl TargetError {
-    /// The reply code when a send names this target.
-    fn code(&self) -> i32 {
+    /// The kind of refusal when a send names this target.
+    fn kind(&self) -> RefusalKind {
         match self {
             TargetError::InvalidName(_) | TargetError::NoSuchQueue { .. } => {
-                response::INVALID_PARAMETER
+                RefusalKind::InvalidArgument
             }
-            TargetError::Reserved(_) | TargetError::NotWritable(_) => response::NO_PERMISSION,
-            TargetError::Missing(_) => response::TOPIC_NOT_EXIST,
+            TargetError::Reserved(_) | TargetError::NotWritable(_) => RefusalKind::Forbidden,
+            TargetError::Missing(_) => RefusalKind::TopicMissing,
         }
     }
 }
@@ -130,7 +130,7 @@ pub(crate) async fn schedule(
     ctx: &BrokerContext,
     draft: &DraftRecord<'_>,
     level: u32,
-) -> Result<PutReceipt, Refusal> {
+) -> Result<PutReceipt, SendError> {
     let queue = draft.queue_id.to_string();
     if let Err(error) = check_target(ctx, draft.topic, &queue) {
         let remark = format!("delayed message refused: {error}");
@@ -138,13 +138,14 @@ pub(crate) async fn schedule(
             ctx,
             "schedule_target",
             Request::Schedule,
-            error.code(),
+            error.kind(),
             remark,
-        ));
+        )
+        .into());
     }
     let levels = ctx.delay_levels_ms.len() as u32;
     if levels == 0 {
-        return store_durably(ctx, std::slice::from_ref(draft)).await;
+        return put(ctx, std::slice::from_ref(draft)).await;
     }
     let level = level.clamp(1, levels);
     let real = [
@@ -155,7 +156,7 @@ pub(crate) async fn schedule(
     let properties = rewrite_properties(&Properties(draft.properties), &[PROPERTY_DELAY], &real);
     check_properties_len(&properties).map_err(|refusal| {
         Refusal::new(
-            refusal.code,
+            refusal.kind,
             format!(
                 "delayed message refused: with the scheduler's REAL_TOPIC, REAL_QID and DELAY, {}",
                 refusal.remark
@@ -168,7 +169,7 @@ pub(crate) async fn schedule(
         properties: &properties,
         ..draft.clone()
     };
-    store_durably(ctx, &[scheduled]).await
+    put(ctx, &[scheduled]).await
 }
 
 /// Moves due delayed messages to their real topics until the broker stops.
@@ -293,8 +294,8 @@ async fn deliver_one(
     let reason = match check_target(ctx, topic, queue) {
         Ok(()) => match move_to_target(ctx, &view, topic, queue).await {
             Ok(()) => return Ok(true),
-            Err(refusal) if is_permanent(&refusal) => refusal.remark,
-            Err(refusal) => return Err(refusal.remark),
+            Err(error) if is_permanent(&error) => error.to_string(),
+            Err(error) => return Err(error.to_string()),
         },
         Err(error) => error.to_string(),
     };
@@ -308,7 +309,7 @@ async fn move_to_target(
     view: &RecordView<'_>,
     topic: &str,
     queue: &str,
-) -> Result<(), Refusal> {
+) -> Result<(), SendError> {
     let properties = rewrite_properties(
         &view.properties,
         &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY],
@@ -320,7 +321,7 @@ async fn move_to_target(
         properties: &properties,
         ..draft_of(ctx, view)
     };
-    store_durably(ctx, &[draft]).await.map(|_| ())
+    put(ctx, &[draft]).await.map(|_| ())
 }
 
 /// The fields a moved copy keeps from the delayed record.
@@ -342,11 +343,20 @@ fn draft_of<'a>(ctx: &BrokerContext, view: &RecordView<'a>) -> DraftRecord<'a> {
 
 /// Whether a failed move can never succeed (the message or its target is refused for what it
 /// is), as opposed to a store failure that a retry may cure.
-fn is_permanent(refusal: &Refusal) -> bool {
-    matches!(
-        refusal.code,
-        response::MESSAGE_ILLEGAL | response::NO_PERMISSION | response::INVALID_PARAMETER
-    )
+fn is_permanent(error: &SendError) -> bool {
+    use super::error::WriteError;
+    match error {
+        SendError::Refused(refusal) => matches!(
+            refusal.kind,
+            RefusalKind::InvalidMessage
+                | RefusalKind::InvalidName
+                | RefusalKind::Forbidden
+                | RefusalKind::TopicPermission
+                | RefusalKind::InvalidArgument
+        ),
+        SendError::Write(WriteError::Invalid(_) | WriteError::Reserved(_)) => true,
+        SendError::Write(_) => false,
+    }
 }
 
 /// Moves a delayed message whose target is refused to [`SCHEDULE_DLQ_TOPIC`] (read-only for
@@ -376,14 +386,14 @@ async fn dead_letter(
         properties: &properties,
         ..draft_of(ctx, view)
     };
-    match store_durably(ctx, &[draft]).await {
+    match put(ctx, &[draft]).await {
         Ok(_) => Ok(()),
-        Err(refusal) if is_permanent(&refusal) => {
-            tracing::error!(phys_offset = view.phys_offset, remark = %refusal.remark,
+        Err(error) if is_permanent(&error) => {
+            tracing::error!(phys_offset = view.phys_offset, remark = %error,
                 "delayed message dropped: even the scheduler's dead-letter topic refuses it");
             Ok(())
         }
-        Err(refusal) => Err(refusal.remark),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -396,7 +406,7 @@ fn ensure_dead_letter_topic(ctx: &BrokerContext) -> Result<(), Refusal> {
     config.perm = PERM_READ;
     ctx.topics
         .put_if_absent(config)
-        .map_err(|e| Refusal::new(response::SYSTEM_ERROR, e.to_string()))?;
+        .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))?;
     ctx.register_now.notify_one();
     Ok(())
 }
@@ -404,7 +414,6 @@ fn ensure_dead_letter_topic(ctx: &BrokerContext) -> Result<(), Refusal> {
 /// Commits the scheduler's progress on one level through the store directly: the internal
 /// path of `%SCHEDULE%`, which no client request can take.
 async fn commit_progress(ctx: &BrokerContext, level_queue: u32, next: u64) -> Result<(), String> {
-    let store = ctx.store.clone();
     let command = OffsetCommand {
         kind: OffsetKind::Commit,
         group: SCHEDULE_GROUP.into(),
@@ -417,9 +426,8 @@ async fn commit_progress(ctx: &BrokerContext, level_queue: u32, next: u64) -> Re
         }],
         fenced_clients: Vec::new(),
     };
-    tokio::task::spawn_blocking(move || store.commit_offsets(&command))
+    super::ack::put_offsets(&ctx.store, &command)
         .await
-        .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -1,0 +1,310 @@
+//! The core's typed errors. They say what went wrong in the broker's terms and keep their
+//! cause; no wire code appears here. Each wire adapter maps them to its protocol's codes in
+//! one table (`remoting::code_map` for the remoting protocol).
+
+use ferromq_protocol::names::NameError;
+use ferromq_store::offsets::CommitRejection;
+use ferromq_store::{AppendError, DurabilityError, ReadError, StoreError};
+use thiserror::Error;
+
+/// Why a write — a message, a batch, an offset commit, a reset, a correction, the delay
+/// scheduler's progress — was not acknowledged. Every write ends in [`super::ack`], so every
+/// kind of write fails in these same ways.
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// The record was handed to the store but is not known to be durable (an fsync or write
+    /// failed, or the flush timed out): it may or may not be stored. Clients must retry.
+    #[error("the {what} may not be durable: {cause}")]
+    NotDurable {
+        /// What was written ("message", "commit", "reset", ...).
+        what: &'static str,
+        /// The store's answer, with the I/O error text it carries.
+        #[source]
+        cause: DurabilityError,
+    },
+    /// The CommitLog write itself failed (rolled back): nothing was stored, and the failure
+    /// has poisoned the store.
+    #[error("the {what} was not written: {cause}")]
+    WriteFailed {
+        /// What was written.
+        what: &'static str,
+        /// The append error, with its file error.
+        #[source]
+        cause: AppendError,
+    },
+    /// An earlier CommitLog write or fsync failed: the store refuses every write until the
+    /// broker restarts and recovers (reads keep working).
+    #[error("the store refuses writes after an earlier I/O failure ({reason}); restart the broker to recover")]
+    Poisoned {
+        /// The failure that poisoned the store.
+        reason: String,
+    },
+    /// The store is shutting down.
+    #[error("the store is closed")]
+    Closed,
+    /// Dispatch has kept failing: writes wait until it recovers.
+    #[error("{0}")]
+    DispatchStalled(String),
+    /// The record is invalid or too large (a client error).
+    #[error("{0}")]
+    Invalid(#[source] AppendError),
+    /// The record names a topic only the broker writes.
+    #[error("{0}")]
+    Reserved(#[source] AppendError),
+}
+
+impl WriteError {
+    /// The error for an append of a `what` the store refused.
+    pub fn from_append(what: &'static str, error: AppendError) -> WriteError {
+        match error {
+            AppendError::InvalidMessage(_)
+            | AppendError::MessageTooLarge { .. }
+            | AppendError::InvalidName(_)
+            | AppendError::OffsetEncoding(_) => WriteError::Invalid(error),
+            AppendError::ReservedTopic { .. } => WriteError::Reserved(error),
+            AppendError::Poisoned(reason) => WriteError::Poisoned { reason },
+            AppendError::Closed => WriteError::Closed,
+            AppendError::DispatchStalled(reason) => WriteError::DispatchStalled(reason),
+            AppendError::Write(_) => WriteError::WriteFailed { what, cause: error },
+        }
+    }
+
+    /// The error for a store call that appends and waits.
+    pub fn from_store(what: &'static str, error: StoreError) -> WriteError {
+        match error {
+            StoreError::Append(error) => WriteError::from_append(what, error),
+            StoreError::Durability(cause) => WriteError::from_durability(what, cause),
+            StoreError::Poisoned(reason) => WriteError::Poisoned { reason },
+            other => WriteError::NotDurable {
+                what,
+                cause: DurabilityError::FlushFailed(other.to_string()),
+            },
+        }
+    }
+
+    /// The error for a wait that did not end in an acknowledgement. A `Closed` store is
+    /// reported as such (the broker is stopping), everything else as not durable.
+    pub fn from_durability(what: &'static str, cause: DurabilityError) -> WriteError {
+        match cause {
+            DurabilityError::Closed => WriteError::Closed,
+            cause => WriteError::NotDurable { what, cause },
+        }
+    }
+}
+
+/// The offset view could not answer: it could not catch up with what was acknowledged, so
+/// any answer might be stale (invariant 7: "could not read" is never "no offset").
+#[derive(Debug, Error)]
+#[error("consumer offsets cannot be read now: {0}")]
+pub struct ViewError(#[from] pub ReadError);
+
+/// A request the core refuses before touching the store: bad names, missing topics or groups,
+/// permissions. `remark` says why in words a user can act on.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("{remark}")]
+pub struct Refusal {
+    /// What kind of refusal (the wire adapters map it to a code).
+    pub kind: RefusalKind,
+    /// Why, for the reply.
+    pub remark: String,
+}
+
+impl Refusal {
+    /// A refusal of `kind` with `remark`.
+    pub fn new(kind: RefusalKind, remark: impl Into<String>) -> Refusal {
+        Refusal {
+            kind,
+            remark: remark.into(),
+        }
+    }
+}
+
+/// The kinds of [`Refusal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// A topic or group name that breaks RocketMQ's naming rules.
+    InvalidName,
+    /// A reserved topic or an internal group a client may not name for this operation.
+    Forbidden,
+    /// A request field out of range or inconsistent (queue id, offset, timestamp).
+    InvalidArgument,
+    /// The message itself is malformed (properties too long, a bad batch).
+    InvalidMessage,
+    /// The topic does not exist (and may not be created here).
+    TopicMissing,
+    /// The subscription group does not exist.
+    GroupMissing,
+    /// The topic exists but does not allow this (not writable, not readable).
+    TopicPermission,
+    /// A send names a queue the topic does not have (a stale route).
+    QueueMissing,
+    /// A broker-side failure unrelated to the request (a config file could not be saved).
+    Internal,
+    /// A limit is reached; the client should retry later.
+    Busy,
+}
+
+impl From<NameError> for Refusal {
+    fn from(error: NameError) -> Refusal {
+        Refusal::new(RefusalKind::InvalidName, error.to_string())
+    }
+}
+
+/// Why a consumer's commit (or correction) of its offset was not stored.
+#[derive(Debug, Error)]
+pub enum CommitError {
+    /// Refused before judging (names, topic, group).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The client was online at a reset or correction of this queue and has not pulled the
+    /// queue since: its commit comes from before the move and would undo it.
+    #[error("commit of {proposed} was made before the reset of {group} on {topic}/{queue_id} to {reset_offset} (generation {generation}); pull the queue to follow the reset")]
+    Fenced {
+        /// Group.
+        group: String,
+        /// Topic.
+        topic: String,
+        /// Queue.
+        queue_id: u32,
+        /// The offset the commit proposed.
+        proposed: u64,
+        /// The offset the reset set.
+        reset_offset: u64,
+        /// The generation the reset established (0 while it is becoming durable).
+        generation: u64,
+    },
+    /// The connection has not said which client it is (no heartbeat yet) and the queue has
+    /// fenced clients: the commit may be a fenced client's, reconnected.
+    #[error("commit of {proposed} on {topic}/{queue_id} comes from a connection that has not identified its client (no heartbeat) while consumers of {group} are fenced there by a reset; send a heartbeat first")]
+    Unidentified {
+        /// Group.
+        group: String,
+        /// Topic.
+        topic: String,
+        /// Queue.
+        queue_id: u32,
+        /// The offset the commit proposed.
+        proposed: u64,
+    },
+    /// The offset rules rejected it (invariant 3): regression, stale generation, past max.
+    #[error("commit rejected: {0}")]
+    Rejected(CommitRejection),
+    /// A correction the queue's state does not justify.
+    #[error("{0}")]
+    CorrectionRefused(#[from] CorrectionRefusal),
+    /// It could not be made durable.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The offset view could not be read.
+    #[error(transparent)]
+    View(#[from] ViewError),
+}
+
+/// Why a correction (a consumer's move after OFFSET_ILLEGAL) was refused.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum CorrectionRefusal {
+    /// The proposal is past the queue's max offset.
+    #[error("correction to {offset} is past the queue's max offset {max}")]
+    PastMax {
+        /// Proposed offset.
+        offset: u64,
+        /// Queue max (next offset to be written).
+        max: u64,
+    },
+    /// The proposal is below the queue's min offset.
+    #[error("correction to {offset} is below the queue's min offset {min}")]
+    BelowMin {
+        /// Proposed offset.
+        offset: u64,
+        /// Queue min.
+        min: u64,
+    },
+    /// The stored offset lies inside the queue: nothing needs correcting.
+    #[error("correction to {offset} is not justified: the stored offset {stored} lies inside the queue's range [{min}, {max}]")]
+    Healthy {
+        /// Proposed offset.
+        offset: u64,
+        /// Stored offset.
+        stored: u64,
+        /// Queue min.
+        min: u64,
+        /// Queue max.
+        max: u64,
+    },
+}
+
+/// Why an administrator's reset (or clone, or skip of a damaged record) was not applied.
+#[derive(Debug, Error)]
+pub enum ResetError {
+    /// Refused before anything was written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The offset rules rejected some queue's entry; the remark lists them.
+    #[error("reset rejected: {}", .0.join("; "))]
+    Rejected(Vec<String>),
+    /// It could not be made durable.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The offset view could not be read.
+    #[error(transparent)]
+    View(#[from] ViewError),
+}
+
+/// Why a send was not acknowledged.
+#[derive(Debug, Error)]
+pub enum SendError {
+    /// Refused before anything was written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The write failed or is not known to be durable.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// Why an offset could not be answered.
+#[derive(Debug, Error)]
+pub enum QueryError {
+    /// The group never stored an offset for the queue (and the queue's start is trimmed, or
+    /// the client did not ask for 0).
+    #[error("no offset stored for group {group} on {topic}/{queue_id}")]
+    NotFound {
+        /// Group.
+        group: String,
+        /// Topic.
+        topic: String,
+        /// Queue.
+        queue_id: u32,
+    },
+    /// The offset view could not be read.
+    #[error(transparent)]
+    View(#[from] ViewError),
+}
+
+/// Why a pull could not read its queue.
+#[derive(Debug, Error)]
+pub enum PullError {
+    /// Refused before reading.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The record at the pulled offset is damaged and quarantined: the consumer stays there
+    /// until an administrator skips it.
+    #[error("{0}")]
+    Damaged(#[source] ReadError),
+    /// Dispatch is stalled: the queue may be behind what was acknowledged.
+    #[error("{0}")]
+    DispatchStalled(#[source] ReadError),
+    /// The read failed.
+    #[error("reading {topic}/{queue_id}: {cause}")]
+    Failed {
+        /// Topic.
+        topic: String,
+        /// Queue.
+        queue_id: u32,
+        /// The store's error.
+        #[source]
+        cause: ReadError,
+    },
+    /// The offset view could not be read (to follow a reset).
+    #[error(transparent)]
+    View(#[from] ViewError),
+}

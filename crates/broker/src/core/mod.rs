@@ -1,0 +1,33 @@
+//! The broker core: every operation the broker offers, as typed requests with typed outcomes
+//! and typed errors, and every rule that keeps consumer progress honest — with no wire format
+//! in it. The remoting processors (`processor`) decode a header, call the core and map its
+//! outcome to a response code in one table (`processor::code_map`); a gRPC adapter sits
+//! beside them over the same calls.
+//!
+//! - [`send`], [`send_back`], [`scheduler`]: messages, batches, redeliveries and delayed
+//!   messages.
+//! - [`pull`]: reading a queue for a pull.
+//! - [`offsets`]: queries, commits, corrections, the commit a pull carries, and following a
+//!   reset on the next pull — every rule of invariant 3 the broker adds to the store's.
+//! - [`reset`]: administrators' resets, clones and skips of damaged records.
+//! - [`fences`]: who may not commit on which queue after a reset, by client id, recovered
+//!   from the log.
+//! - [`sessions`]: who a request comes from (client id, not connection) and how long a group
+//!   has had no member.
+//! - [`ack`]: the one acknowledgement path every write ends in (invariant 2).
+//! - [`view`]: offset reads that fail rather than answer from a stale view (invariant 7).
+//! - [`access`]: which topics and groups a client or administrator may name.
+//! - [`error`]: the typed errors.
+
+pub mod access;
+pub mod ack;
+pub mod error;
+pub mod fences;
+pub mod offsets;
+pub mod pull;
+pub mod reset;
+pub mod scheduler;
+pub mod send;
+pub mod send_back;
+pub mod sessions;
+pub mod view;

@@ -1,0 +1,236 @@
+//! Sends: single messages, batches and delayed messages, from any wire adapter.
+//!
+//! A send is acknowledged only once the store says the records are acknowledgeable under the
+//! flush policy ([`super::ack`], invariant 2). A flush that times out or fails is
+//! [`WriteError::NotDurable`] (clients retry), never a "sent" answer.
+//!
+//! - Clients may not send to a reserved topic (`access::client_topic`): the delay scheduler's,
+//!   the transaction topics, the offsets topic.
+//! - A message's properties may hold at most [`CLIENT_PROPERTIES_LEN_MAX`] bytes: RocketMQ's
+//!   32,767 less the CRC property ferromq adds to every record.
+//! - A send naming a queue the topic does not have (a stale route) is refused, never wrapped
+//!   into another queue; only the send that auto-creates its topic maps its queue (picked
+//!   from the auto-create template's route) into the new topic's queues.
+//! - A message with a `DELAY` level goes through the delay scheduler (`scheduler`).
+
+use std::net::SocketAddr;
+
+use ferromq_protocol::message::record::{CLIENT_PROPERTIES_LEN_MAX, PROPERTIES_LEN_MAX};
+use ferromq_protocol::{DraftRecord, Properties, PROPERTY_SEPARATOR};
+use ferromq_store::PutReceipt;
+
+use super::access::{self, Request};
+use super::error::{Refusal, RefusalKind, SendError};
+use super::{ack, scheduler};
+use crate::context::BrokerContext;
+use crate::topics::{topic_with_queues, PERM_WRITE};
+
+/// Property naming a message's delay level.
+pub const PROPERTY_DELAY: &str = "DELAY";
+
+/// One send: a message, or a batch of messages sharing its header.
+#[derive(Debug, Clone)]
+pub struct SendRequest<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// The queue the client picked; `None`: any queue.
+    pub queue_id: Option<u32>,
+    /// Queues to create the topic with when it is auto-created.
+    pub default_topic_queue_nums: i32,
+    /// Message flag.
+    pub flag: i32,
+    /// System flag.
+    pub sys_flag: i32,
+    /// Producer's timestamp, ms.
+    pub born_timestamp_ms: i64,
+    /// Producer's address.
+    pub born_host: SocketAddr,
+    /// Times the message was consumed and sent back.
+    pub reconsume_times: i32,
+    /// Body (of the single message).
+    pub body: &'a [u8],
+    /// Properties (of the single message).
+    pub properties: &'a [u8],
+    /// For a batch: each message's flag, body and properties.
+    pub batch: Option<Vec<BatchMessage<'a>>>,
+}
+
+/// One message of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMessage<'a> {
+    /// Message flag.
+    pub flag: i32,
+    /// Body.
+    pub body: &'a [u8],
+    /// Properties.
+    pub properties: &'a [u8],
+}
+
+/// An acknowledged send.
+#[derive(Debug)]
+pub struct Sent {
+    /// Where the records landed.
+    pub receipt: PutReceipt,
+    /// The queue they went to.
+    pub queue_id: u32,
+}
+
+/// Stores a send and waits for its acknowledgement.
+pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent, SendError> {
+    let topic = request.topic;
+    let before = ctx.topics.get(topic).is_some();
+    let queue_nums = writable_queue_nums(ctx, topic, request.default_topic_queue_nums)?;
+    let requested = request
+        .queue_id
+        .map_or(-1, |q| i32::try_from(q).unwrap_or(i32::MAX));
+    let queue_id = if before {
+        send_queue_id(ctx, topic, requested, queue_nums)?
+    } else {
+        // This send created the topic: the client picked its queue from the auto-create
+        // template's route (TBW102), not the topic's, so map it into the topic's queues.
+        requested.max(0) % queue_nums
+    } as u32;
+    check_properties_len(request.properties)?;
+    let base = DraftRecord {
+        topic,
+        queue_id,
+        flag: request.flag,
+        sys_flag: request.sys_flag,
+        born_timestamp_ms: request.born_timestamp_ms,
+        born_host: request.born_host,
+        store_host: ctx.broker_addr,
+        reconsume_times: request.reconsume_times.max(0),
+        prepared_tx_offset: 0,
+        body: request.body,
+        properties: request.properties,
+    };
+    let receipt = if let Some(batch) = &request.batch {
+        for message in batch {
+            check_properties_len(message.properties)?;
+        }
+        let drafts: Vec<DraftRecord<'_>> = batch
+            .iter()
+            .map(|message| DraftRecord {
+                flag: message.flag,
+                body: message.body,
+                properties: message.properties,
+                ..base.clone()
+            })
+            .collect();
+        put(ctx, &drafts).await?
+    } else if let Some(level) = delay_level(request.properties) {
+        scheduler::schedule(ctx, &base, level).await?
+    } else {
+        put(ctx, &[base]).await?
+    };
+    ctx.counters.messages_put.fetch_add(
+        receipt.placements.len() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    ctx.metrics
+        .record_send(topic, receipt.placements.len(), request.body.len());
+    Ok(Sent { receipt, queue_id })
+}
+
+/// Appends `drafts` as one batch and waits for the acknowledgement.
+pub async fn put(ctx: &BrokerContext, drafts: &[DraftRecord<'_>]) -> Result<PutReceipt, SendError> {
+    Ok(ack::put_messages(&ctx.store, drafts).await?)
+}
+
+/// Refuses properties longer than a client may send ([`CLIENT_PROPERTIES_LEN_MAX`]), with a
+/// remark that counts what the client sent (not what the record would hold).
+pub fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
+    // The record encoder ends unterminated properties with a separator before the CRC.
+    let unterminated = !properties.is_empty() && properties.last() != Some(&PROPERTY_SEPARATOR);
+    let max = CLIENT_PROPERTIES_LEN_MAX - usize::from(unterminated);
+    if properties.len() > max {
+        return Err(Refusal::new(
+            RefusalKind::InvalidMessage,
+            format!(
+                "message properties are {} bytes; at most {max} fit (RocketMQ's limit is \
+                 {PROPERTIES_LEN_MAX} bytes including what the broker adds, and ferromq adds a \
+                 {}-byte CRC property)",
+                properties.len(),
+                PROPERTIES_LEN_MAX - CLIENT_PROPERTIES_LEN_MAX
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The queue a send goes to: the one asked for when the topic has it (RocketMQ's bound: the
+/// larger of the write and read queue counts), queue 0 for a negative id ("any queue").
+/// A queue the topic does not have is refused as RocketMQ refuses it (SYSTEM_ERROR, which
+/// Java producers retry on a fresh route), never wrapped into another queue.
+fn send_queue_id(
+    ctx: &BrokerContext,
+    topic: &str,
+    requested: i32,
+    write_queue_nums: i32,
+) -> Result<i32, Refusal> {
+    if requested < 0 {
+        return Ok(0);
+    }
+    let read_queue_nums = ctx.topics.get(topic).map_or(0, |c| c.read_queue_nums);
+    let addressable = write_queue_nums.max(read_queue_nums);
+    if requested >= addressable {
+        return Err(Refusal::new(
+            RefusalKind::QueueMissing,
+            format!(
+                "request queueId[{requested}] is illegal: topic {topic} has {addressable} queues"
+            ),
+        ));
+    }
+    Ok(requested)
+}
+
+/// The topic's writable queue count for a client send, creating the topic when the broker
+/// allows it; reserved topics and invalid names are refused (`access::client_topic`).
+pub fn writable_queue_nums(
+    ctx: &BrokerContext,
+    topic: &str,
+    requested_queue_nums: i32,
+) -> Result<i32, Refusal> {
+    access::client_topic(ctx, topic, Request::Send)?;
+    let config = match ctx.topics.get(topic) {
+        Some(config) => config,
+        None if ctx.runtime_config.auto_create_topic_enable() => {
+            let queue_nums = (requested_queue_nums.max(1) as u32)
+                .min(ctx.runtime_config.default_topic_queue_nums());
+            let created = ctx
+                .topics
+                .put_if_absent(topic_with_queues(topic, queue_nums))
+                .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))?;
+            tracing::info!(%topic, queues = created.write_queue_nums, "topic created on first send");
+            ctx.register_now.notify_one();
+            created
+        }
+        None => {
+            return Err(Refusal::new(
+                RefusalKind::TopicMissing,
+                format!("topic {topic} does not exist and autoCreateTopicEnable is false"),
+            ));
+        }
+    };
+    if config.perm & PERM_WRITE == 0 {
+        return Err(Refusal::new(
+            RefusalKind::TopicPermission,
+            format!("topic {topic} is not writable"),
+        ));
+    }
+    if config.write_queue_nums <= 0 {
+        return Err(Refusal::new(
+            RefusalKind::TopicPermission,
+            format!("topic {topic} has no writable queue"),
+        ));
+    }
+    Ok(config.write_queue_nums)
+}
+
+/// The delay level a message's `DELAY` property asks for (0 or unreadable: none).
+fn delay_level(properties: &[u8]) -> Option<u32> {
+    Properties(properties)
+        .get_str(PROPERTY_DELAY)
+        .and_then(|level| level.trim().parse::<u32>().ok())
+        .filter(|level| *level > 0)
+}

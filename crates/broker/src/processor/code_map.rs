@@ -1,0 +1,161 @@
+//! The one table from the core's typed errors to RocketMQ's (and ferromq's) response codes.
+//! Every remoting processor answers a core error through [`error_reply`]; no other file picks
+//! a code for a core outcome.
+//!
+//! | core error | code |
+//! |---|---|
+//! | `WriteError::NotDurable`, `WriteError::WriteFailed` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
+//! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
+//! | `WriteError::DispatchStalled`, `ViewError`, `RefusalKind::Busy` | SYSTEM_BUSY (2) |
+//! | `WriteError::Invalid`, `RefusalKind::InvalidMessage` | MESSAGE_ILLEGAL (13) |
+//! | `WriteError::Reserved`, `RefusalKind::Forbidden`, `RefusalKind::TopicPermission` | NO_PERMISSION (16) |
+//! | `RefusalKind::InvalidName`, `RefusalKind::InvalidArgument` | INVALID_PARAMETER (25) |
+//! | `RefusalKind::TopicMissing` | TOPIC_NOT_EXIST (17) |
+//! | `RefusalKind::GroupMissing` | SUBSCRIPTION_GROUP_NOT_EXIST (26) |
+//! | `RefusalKind::QueueMissing`, `RefusalKind::Internal` | SYSTEM_ERROR (1) |
+//! | `CommitError::Rejected(Regression)`, a correction below the stored offset | COMMIT_REGRESSION (2101) |
+//! | `CommitError::Fenced`, `CommitError::Unidentified`, `Rejected(StaleGeneration)` | COMMIT_STALE_GENERATION (2102) |
+//! | `Rejected(PastMax)`, a correction past max | COMMIT_PAST_MAX (2103) |
+//! | any other commit or correction rejection, `ResetError::Rejected` | COMMIT_REJECTED (2104) |
+//! | `QueryError::NotFound` | QUERY_NOT_FOUND (22) |
+//! | `PullError::Damaged` | MESSAGE_DAMAGED (2105) |
+//! | `PullError::DispatchStalled` | SYSTEM_BUSY (2) |
+//! | `PullError::Failed` | SYSTEM_ERROR (1) |
+//!
+//! A poisoned store answers SERVICE_NOT_AVAILABLE for every write kind (messages, commits,
+//! resets): Java producers then try another broker, and the remark names the failure.
+
+use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_store::offsets::CommitRejection;
+
+use crate::codes;
+use crate::core::error::{
+    CommitError, CorrectionRefusal, PullError, QueryError, RefusalKind, ResetError, SendError,
+    ViewError, WriteError,
+};
+
+/// A core error's remoting response code.
+pub trait ResponseCode: std::fmt::Display {
+    /// The code.
+    fn code(&self) -> i32;
+}
+
+/// The reply to `command` for a core error: its code and its message as the remark.
+pub fn error_reply(command: &RemotingCommand, error: &impl ResponseCode) -> RemotingCommand {
+    command.reply(error.code(), Some(error.to_string()))
+}
+
+/// The code of a refusal kind.
+pub fn refusal_code(kind: RefusalKind) -> i32 {
+    match kind {
+        RefusalKind::InvalidName | RefusalKind::InvalidArgument => response::INVALID_PARAMETER,
+        RefusalKind::Forbidden | RefusalKind::TopicPermission => response::NO_PERMISSION,
+        RefusalKind::InvalidMessage => response::MESSAGE_ILLEGAL,
+        RefusalKind::TopicMissing => response::TOPIC_NOT_EXIST,
+        RefusalKind::GroupMissing => response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        RefusalKind::QueueMissing | RefusalKind::Internal => response::SYSTEM_ERROR,
+        RefusalKind::Busy => response::SYSTEM_BUSY,
+    }
+}
+
+impl ResponseCode for crate::core::error::Refusal {
+    fn code(&self) -> i32 {
+        refusal_code(self.kind)
+    }
+}
+
+impl ResponseCode for WriteError {
+    fn code(&self) -> i32 {
+        match self {
+            WriteError::NotDurable { .. } | WriteError::WriteFailed { .. } => codes::NOT_DURABLE,
+            WriteError::Poisoned { .. } | WriteError::Closed => response::SERVICE_NOT_AVAILABLE,
+            WriteError::DispatchStalled(_) => response::SYSTEM_BUSY,
+            WriteError::Invalid(_) => response::MESSAGE_ILLEGAL,
+            WriteError::Reserved(_) => response::NO_PERMISSION,
+        }
+    }
+}
+
+impl ResponseCode for ViewError {
+    fn code(&self) -> i32 {
+        response::SYSTEM_BUSY
+    }
+}
+
+fn rejection_code(rejection: &CommitRejection) -> i32 {
+    match rejection {
+        CommitRejection::Regression { .. } => codes::COMMIT_REGRESSION,
+        CommitRejection::StaleGeneration { .. } => codes::COMMIT_STALE_GENERATION,
+        CommitRejection::PastMax { .. } => codes::COMMIT_PAST_MAX,
+        _ => codes::COMMIT_REJECTED,
+    }
+}
+
+fn correction_code(refusal: &CorrectionRefusal) -> i32 {
+    match refusal {
+        CorrectionRefusal::PastMax { .. } => codes::COMMIT_PAST_MAX,
+        CorrectionRefusal::Healthy { offset, stored, .. } if offset < stored => {
+            codes::COMMIT_REGRESSION
+        }
+        CorrectionRefusal::Healthy { .. } | CorrectionRefusal::BelowMin { .. } => {
+            codes::COMMIT_REJECTED
+        }
+    }
+}
+
+impl ResponseCode for CommitError {
+    fn code(&self) -> i32 {
+        match self {
+            CommitError::Refused(refusal) => refusal.code(),
+            CommitError::Fenced { .. } | CommitError::Unidentified { .. } => {
+                codes::COMMIT_STALE_GENERATION
+            }
+            CommitError::Rejected(rejection) => rejection_code(rejection),
+            CommitError::CorrectionRefused(refusal) => correction_code(refusal),
+            CommitError::Write(error) => error.code(),
+            CommitError::View(error) => error.code(),
+        }
+    }
+}
+
+impl ResponseCode for ResetError {
+    fn code(&self) -> i32 {
+        match self {
+            ResetError::Refused(refusal) => refusal.code(),
+            ResetError::Rejected(_) => codes::COMMIT_REJECTED,
+            ResetError::Write(error) => error.code(),
+            ResetError::View(error) => error.code(),
+        }
+    }
+}
+
+impl ResponseCode for SendError {
+    fn code(&self) -> i32 {
+        match self {
+            SendError::Refused(refusal) => refusal.code(),
+            SendError::Write(error) => error.code(),
+        }
+    }
+}
+
+impl ResponseCode for QueryError {
+    fn code(&self) -> i32 {
+        match self {
+            QueryError::NotFound { .. } => response::QUERY_NOT_FOUND,
+            QueryError::View(error) => error.code(),
+        }
+    }
+}
+
+impl ResponseCode for PullError {
+    fn code(&self) -> i32 {
+        match self {
+            PullError::Refused(refusal) => refusal.code(),
+            PullError::Damaged(_) => codes::MESSAGE_DAMAGED,
+            PullError::DispatchStalled(_) => response::SYSTEM_BUSY,
+            PullError::Failed { .. } => response::SYSTEM_ERROR,
+            PullError::View(error) => error.code(),
+        }
+    }
+}
