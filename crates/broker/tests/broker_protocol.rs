@@ -21,7 +21,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{Properties, RecordView};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{
+use common::{join_group, reset_queue, 
     bodies, broker, client, commit, header_v2, pull_command, query, send, send_to, TIMEOUT,
 };
 
@@ -444,12 +444,6 @@ async fn a_delayed_send_is_delivered_after_its_level() {
     broker.shutdown().await.unwrap();
 }
 
-fn heartbeat_body(client_id: &str) -> Vec<u8> {
-    format!(
-        r#"{{"clientID":"{client_id}","producerDataSet":[],"consumerDataSet":[{{"groupName":"G","consumeType":1,"messageModel":1,"consumeFromWhere":0,"subscriptionDataSet":[{{"topic":"O","subString":"*","tagsSet":[],"codeSet":[],"subVersion":"0"}}],"unitMode":false}}]}}"#
-    )
-    .into_bytes()
-}
 
 async fn lock(client: &RemotingClient, client_id: &str, queue_id: i32) -> Vec<i32> {
     let body = format!(
@@ -484,7 +478,7 @@ async fn members_are_listed_notified_of_changes_and_queue_locks_are_exclusive() 
     };
     // C++-style heartbeat: enums as ordinals, subVersion as a string.
     let reply = a
-        .invoke(beat(heartbeat_body("10.0.0.1@a")), TIMEOUT)
+        .invoke(beat(common::heartbeat_body("10.0.0.1@a", "O")), TIMEOUT)
         .await
         .unwrap();
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
@@ -497,7 +491,7 @@ async fn members_are_listed_notified_of_changes_and_queue_locks_are_exclusive() 
     );
     let b = client(broker.local_addr()).await;
     assert_eq!(
-        b.invoke(beat(heartbeat_body("10.0.0.1@b")), TIMEOUT)
+        b.invoke(beat(common::heartbeat_body("10.0.0.1@b", "O")), TIMEOUT)
             .await
             .unwrap()
             .code,
@@ -768,12 +762,12 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     for i in 0..6 {
         send(&consumer, "O", 0, format!("m{i}").as_bytes(), "a").await;
     }
-    join_group(&consumer, "10.0.0.1@a").await;
+    join_group(&consumer, "10.0.0.1@a", "O").await;
     assert_eq!(commit(&consumer, "O", 0, 4).await.code, response::SUCCESS);
 
     // An administrator moves the group back to offset 1 while the consumer runs.
     let admin = client(broker.local_addr()).await;
-    reset_queue0(&admin, 1).await;
+    assert_eq!(reset_queue(&admin, "O", 0, 1).await.code, response::SUCCESS);
     let push = loop {
         let push = tokio::time::timeout(TIMEOUT, pushes.recv())
             .await
@@ -827,34 +821,7 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     broker.shutdown().await.unwrap();
 }
 
-/// Sends the reset of group G on `O`/0 to `offset` and expects SUCCESS.
-async fn reset_queue0(admin: &RemotingClient, offset: i64) {
-    let header = ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader {
-        group: "G".into(),
-        topic: "O".into(),
-        queue_id: Some(0),
-        offset: Some(offset),
-        timestamp: 0,
-        is_force: true,
-    };
-    let reply = admin
-        .invoke(
-            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
-            TIMEOUT,
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-}
 
-async fn join_group(client: &RemotingClient, client_id: &str) {
-    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
-        .with_body(heartbeat_body(client_id));
-    assert_eq!(
-        client.invoke(beat, TIMEOUT).await.unwrap().code,
-        response::SUCCESS
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_member_taking_over_a_queue_follows_the_group_not_the_old_reset() {
@@ -865,12 +832,12 @@ async fn a_fenced_member_taking_over_a_queue_follows_the_group_not_the_old_reset
     for i in 0..8 {
         send(&owner, "O", 0, format!("m{i}").as_bytes(), "a").await;
     }
-    join_group(&owner, "10.0.0.1@owner").await;
-    join_group(&idle, "10.0.0.2@idle").await;
+    join_group(&owner, "10.0.0.1@owner", "O").await;
+    join_group(&idle, "10.0.0.2@idle", "O").await;
     assert_eq!(commit(&owner, "O", 0, 6).await.code, response::SUCCESS);
 
     let admin = client(broker.local_addr()).await;
-    reset_queue0(&admin, 1).await;
+    assert_eq!(reset_queue(&admin, "O", 0, 1).await.code, response::SUCCESS);
     // The owner follows the reset and makes progress past it.
     let pulled = owner
         .invoke(pull_command("O", 0, 1, 0, "*"), TIMEOUT)
@@ -923,7 +890,7 @@ async fn commits_racing_with_a_reset_never_land_after_it() {
     for i in 0..400 {
         send(&consumer, "O", 0, format!("m{i}").as_bytes(), "a").await;
     }
-    join_group(&consumer, "10.0.0.1@racer").await;
+    join_group(&consumer, "10.0.0.1@racer", "O").await;
     let admin = client(broker.local_addr()).await;
     let store = broker.context().store.clone();
     // Each round: the consumer (online) commits rising offsets as fast as it can while the
@@ -954,7 +921,7 @@ async fn commits_racing_with_a_reset_never_land_after_it() {
             })
         };
         tokio::time::sleep(std::time::Duration::from_millis(round as u64 % 4)).await;
-        reset_queue0(&admin, 0).await;
+        assert_eq!(reset_queue(&admin, "O", 0, 0).await.code, response::SUCCESS);
         let answers = racer.await.unwrap();
         assert!(answers
             .iter()

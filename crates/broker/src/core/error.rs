@@ -34,7 +34,7 @@ pub enum WriteError {
     },
     /// An earlier CommitLog write or fsync failed: the store refuses every write until the
     /// broker restarts and recovers (reads keep working).
-    #[error("the store refuses writes after an earlier I/O failure ({reason}); restart the broker to recover")]
+    #[error("the store is poisoned by an earlier I/O failure ({reason}) and refuses writes; restart the broker to recover")]
     Poisoned {
         /// The failure that poisoned the store.
         reason: String,

@@ -202,10 +202,11 @@ async fn deliver_due(
     {
         return Ok(());
     }
-    let from = ctx
-        .store
-        .consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, level_queue)
-        .map_or(0, |s| s.offset);
+    let from = super::view::offsets(&ctx.store)
+        .await
+        .map_err(|e| e.to_string())?
+        .stored(SCHEDULE_GROUP, SCHEDULE_TOPIC, level_queue)
+        .unwrap_or(0);
     let result = match read_due(ctx, level_queue, from).await? {
         Ok(result) => result,
         Err(past_damage) => return commit_progress(ctx, level_queue, past_damage).await,

@@ -354,11 +354,14 @@ pub(super) async fn consume_stats(
         Err(error) => return bad_header(command, error),
     };
     let group = header.consumer_group.as_str();
+    let offsets = match crate::core::view::offsets(&ctx.store).await {
+        Ok(offsets) => offsets,
+        Err(error) => return super::code_map::error_reply(command, &error),
+    };
     let mut topics: Vec<String> = match (&header.topic, &header.topic_list) {
         (Some(topic), _) if !topic.is_empty() => vec![topic.clone()],
         (_, Some(list)) if !list.is_empty() => list.split(';').map(str::to_string).collect(),
-        _ => ctx
-            .store
+        _ => offsets
             .group_offsets(group)
             .into_iter()
             .map(|(topic, _, _)| topic)
@@ -381,10 +384,7 @@ pub(super) async fn consume_stats(
                 .store
                 .queue_bounds(topic, queue_id)
                 .map_or(0, |(_, max)| max);
-            let consumer_offset = ctx
-                .store
-                .consumer_offset(group, topic, queue_id)
-                .map_or(0, |s| s.offset);
+            let consumer_offset = offsets.stored(group, topic, queue_id).unwrap_or(0);
             let last = if consumer_offset > 0 {
                 store_time_at(ctx, topic, queue_id, consumer_offset - 1).unwrap_or(0)
             } else {

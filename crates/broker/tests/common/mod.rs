@@ -276,3 +276,43 @@ pub fn value(metrics: &BTreeMap<Series, f64>, name: &str, labels: &[(&str, &str)
         .copied()
         .unwrap_or(0.0)
 }
+
+/// A HEART_BEAT body of consumer `client_id` in group G subscribed to `topic`.
+pub fn heartbeat_body(client_id: &str, topic: &str) -> Vec<u8> {
+    format!(
+        r#"{{"clientID":"{client_id}","producerDataSet":[],"consumerDataSet":[{{"groupName":"G","consumeType":1,"messageModel":1,"consumeFromWhere":0,"subscriptionDataSet":[{{"topic":"{topic}","subString":"*","tagsSet":[],"codeSet":[],"subVersion":"0"}}],"unitMode":false}}]}}"#
+    )
+    .into_bytes()
+}
+
+/// Joins group G as consumer `client_id` of `topic` on this connection (a heartbeat).
+pub async fn join_group(client: &RemotingClient, client_id: &str, topic: &str) {
+    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+        .with_body(heartbeat_body(client_id, topic));
+    let reply = client.invoke(beat, TIMEOUT).await.expect("heartbeat reply");
+    assert_eq!(reply.code, 0, "{:?}", reply.remark);
+}
+
+/// An administrator's reset of group G on `topic`/`queue_id` to `offset`; the reply.
+pub async fn reset_queue(
+    admin: &RemotingClient,
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+) -> RemotingCommand {
+    let header = ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader {
+        group: "G".into(),
+        topic: topic.into(),
+        queue_id: Some(queue_id),
+        offset: Some(offset),
+        timestamp: 0,
+        is_force: true,
+    };
+    admin
+        .invoke(
+            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &header),
+            TIMEOUT,
+        )
+        .await
+        .expect("reset reply")
+}

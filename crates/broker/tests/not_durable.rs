@@ -1,0 +1,123 @@
+//! NOT_DURABLE proven at the broker (issue 11 item 7): with the store's fault hooks armed, a
+//! send, a batch, a commit and a reset whose fsync fails each get NOT_DURABLE (2110) with a
+//! remark; every later write of any kind gets the poisoned store's one answer,
+//! SERVICE_NOT_AVAILABLE (14), naming the failure; reads keep working; nothing panics.
+
+mod common;
+
+use ferromq_broker::{codes, Broker};
+use ferromq_protocol::remoting::client::RemotingClient;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::Properties;
+
+use common::{bodies, broker, client, commit, pull_command, query, reset_queue, TIMEOUT};
+
+const TOPIC: &str = "Durable";
+
+/// The write kinds a broker acknowledges.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Send,
+    Batch,
+    Commit,
+    Reset,
+}
+
+const ALL: [Write; 4] = [Write::Send, Write::Batch, Write::Commit, Write::Reset];
+
+async fn send_one(client: &RemotingClient, body: &str) -> RemotingCommand {
+    common::send(client, TOPIC, 0, body.as_bytes(), "t").await
+}
+
+async fn send_batch(client: &RemotingClient) -> RemotingCommand {
+    let mut body = Vec::new();
+    for (i, key) in ["b1", "b2"].iter().enumerate() {
+        let payload = format!("batch-{i}");
+        let props = Properties::encode([("UNIQ_KEY", *key)]);
+        let total = 20 + payload.len() + 2 + props.len();
+        for value in [total as i32, 0, 0, 0, payload.len() as i32] {
+            body.extend_from_slice(&value.to_be_bytes());
+        }
+        body.extend_from_slice(payload.as_bytes());
+        body.extend_from_slice(&(props.len() as u16).to_be_bytes());
+        body.extend_from_slice(&props);
+    }
+    let header = SendMessageRequestHeaderV2 {
+        a: "PG".into(),
+        b: TOPIC.into(),
+        c: "TBW102".into(),
+        d: 1,
+        e: 0,
+        g: 1,
+        m: Some(true),
+        ..Default::default()
+    };
+    let command =
+        RemotingCommand::request_with_header(request::SEND_BATCH_MESSAGE, &header).with_body(body);
+    client.invoke(command, TIMEOUT).await.expect("batch reply")
+}
+
+async fn write(client: &RemotingClient, kind: Write, round: i64) -> RemotingCommand {
+    match kind {
+        Write::Send => send_one(client, "after").await,
+        Write::Batch => send_batch(client).await,
+        // Forward commits: each is a change the store must write.
+        Write::Commit => commit(client, TOPIC, 0, 2 + round).await,
+        Write::Reset => reset_queue(client, TOPIC, 0, 1).await,
+    }
+}
+
+/// A broker with four messages on Durable/0 and group G's offset at 1.
+async fn prepared(dir: &std::path::Path) -> (Broker, RemotingClient) {
+    let broker = broker(dir, true).await;
+    let client = client(broker.local_addr()).await;
+    for i in 0..4 {
+        assert_eq!(send_one(&client, &format!("m{i}")).await.code, response::SUCCESS);
+    }
+    assert_eq!(commit(&client, TOPIC, 0, 1).await.code, response::SUCCESS);
+    (broker, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_is_not_durable_for_every_write_kind_and_poisons_all_later_writes() {
+    for first in ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, client) = prepared(dir.path()).await;
+        broker.context().store.faults().arm(0, 1);
+        let reply = write(&client, first, 0).await;
+        assert_eq!(
+            reply.code,
+            codes::NOT_DURABLE,
+            "{first:?} whose fsync fails: {:?}",
+            reply.remark
+        );
+        let remark = reply.remark.unwrap_or_default();
+        assert!(remark.contains("may not be durable"), "{first:?}: {remark}");
+        for (round, later) in ALL.into_iter().enumerate() {
+            let reply = write(&client, later, round as i64).await;
+            assert_eq!(
+                reply.code,
+                response::SERVICE_NOT_AVAILABLE,
+                "{later:?} after a failed {first:?}: {:?}",
+                reply.remark
+            );
+            let remark = reply.remark.unwrap_or_default();
+            assert!(remark.contains("refuses writes"), "{later:?}: {remark}");
+        }
+        // Reads keep working: the acknowledged messages and the acknowledged offset.
+        let reply = client
+            .invoke(pull_command(TOPIC, 0, 0, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+        let read = bodies(&reply);
+        assert!(read.len() >= 4, "{first:?}: {} records", read.len());
+        assert_eq!(read[0], b"m0");
+        assert_eq!(query(&client, TOPIC, 0).await.code, response::SUCCESS);
+        drop(client);
+        let error = broker.shutdown().await.expect_err("poisoned");
+        assert!(error.to_string().contains("poisoned"), "{error}");
+    }
+}
