@@ -202,8 +202,15 @@ async fn backward_commit_of_an_offline_group_is_a_reset() {
         "no consumer online: a reset"
     );
     let store = &broker.context().store;
-    assert_eq!(store.consumer_offset("G", "R", 0).unwrap().offset, 1);
-    assert_eq!(store.offset_generation("G", "R"), 1);
+    assert_eq!(
+        store
+            .consumer_offset("G", "R", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        1
+    );
+    assert_eq!(store.offset_generation("G", "R").expect("offset view"), 1);
     let history = store.offset_history("G", "R", Some(0)).unwrap();
     let kinds: Vec<_> = history
         .iter()
@@ -423,6 +430,7 @@ async fn a_delayed_send_is_delivered_after_its_level() {
     let progress = || {
         store
             .consumer_offset("%SCHEDULE%", "SCHEDULE_TOPIC_XXXX", 0)
+            .expect("offset view")
             .map(|stored| stored.offset)
     };
     while progress() != Some(1) && Instant::now() < deadline {
@@ -797,7 +805,14 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     // From there on it commits normally.
     assert_eq!(commit(&consumer, "O", 0, 2).await.code, response::SUCCESS);
     let store = &broker.context().store;
-    assert_eq!(store.consumer_offset("G", "O", 0).unwrap().offset, 2);
+    assert_eq!(
+        store
+            .consumer_offset("G", "O", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        2
+    );
     let kinds: Vec<(String, u64)> = store
         .offset_history("G", "O", Some(0))
         .unwrap()
@@ -948,7 +963,11 @@ async fn commits_racing_with_a_reset_never_land_after_it() {
             .iter()
             .all(|code| [response::SUCCESS, codes::COMMIT_STALE_GENERATION].contains(code)));
         assert_eq!(
-            store.consumer_offset("G", "O", 0).unwrap().offset,
+            store
+                .consumer_offset("G", "O", 0)
+                .expect("offset view")
+                .unwrap()
+                .offset,
             0,
             "round {round}: a commit landed after the reset ({answers:?})"
         );

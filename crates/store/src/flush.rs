@@ -158,11 +158,6 @@ impl FlushControl {
         }
     }
 
-    /// The current progress.
-    pub fn progress(&self) -> FlushProgress {
-        self.state.lock().expect("flush lock").progress.clone()
-    }
-
     /// Durable end of the log.
     pub fn flushed_end(&self) -> u64 {
         self.flushed_end.load(Ordering::Acquire)
@@ -375,6 +370,8 @@ impl FlushControl {
         if target <= flushed || self.failure().is_some() {
             return Ok(());
         }
+        // A test's stall holds the flusher here, as a wedged disk would hold its fsync.
+        log.faults.wait_sync_stall();
         let first = log.segment_start_of(flushed);
         let started = Instant::now();
         for segment in log.segments() {

@@ -41,6 +41,7 @@ pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateErro
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
-    CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, PutReceipt, RetentionReport,
-    StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary, TruncateReport,
+    AckTicket, CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, OffsetView,
+    PutReceipt, RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary,
+    TruncateReport,
 };

@@ -353,12 +353,15 @@ pub(super) async fn consume_stats(
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
+    let view = match ctx.store.offset_view().await {
+        Ok(view) => view,
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
     let group = header.consumer_group.as_str();
     let mut topics: Vec<String> = match (&header.topic, &header.topic_list) {
         (Some(topic), _) if !topic.is_empty() => vec![topic.clone()],
         (_, Some(list)) if !list.is_empty() => list.split(';').map(str::to_string).collect(),
-        _ => ctx
-            .store
+        _ => view
             .group_offsets(group)
             .into_iter()
             .map(|(topic, _, _)| topic)
@@ -381,8 +384,7 @@ pub(super) async fn consume_stats(
                 .store
                 .queue_bounds(topic, queue_id)
                 .map_or(0, |(_, max)| max);
-            let consumer_offset = ctx
-                .store
+            let consumer_offset = view
                 .consumer_offset(group, topic, queue_id)
                 .map_or(0, |s| s.offset);
             let last = if consumer_offset > 0 {

@@ -48,7 +48,10 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             return refusal.reply(command);
         }
     }
-    let source_offsets = ctx.store.group_offsets(source);
+    let source_offsets = match ctx.store.offset_view().await {
+        Ok(view) => view.group_offsets(source),
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
     let source_known = !source_offsets.is_empty()
         || ctx.groups.get(source).is_some()
         || ctx.clients.has_online_consumers(source);

@@ -94,11 +94,15 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
             Some(format!("topic {topic} does not exist")),
         );
     }
-    if !known_group(ctx, group) {
-        return command.reply(
-            response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(format!("subscription group {group} does not exist")),
-        );
+    match known_group(ctx, group).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return command.reply(
+                response::SUBSCRIPTION_GROUP_NOT_EXIST,
+                Some(format!("subscription group {group} does not exist")),
+            )
+        }
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
     }
     let phys_offset = match damaged_at(ctx, topic, *queue_id, *queue_offset).await {
         Ok(phys_offset) => phys_offset,

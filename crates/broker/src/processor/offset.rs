@@ -54,10 +54,15 @@ pub(super) fn query(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingC
         );
     }
     let queue_id = header.queue_id as u32;
-    let offset = match ctx
+    // Blocking (bounded) read: this handler is synchronous.
+    let stored = match ctx
         .store
         .consumer_offset(&header.consumer_group, &header.topic, queue_id)
     {
+        Ok(stored) => stored,
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
+    let offset = match stored {
         Some(stored) => stored.offset,
         None => {
             let untrimmed = ctx
@@ -122,9 +127,12 @@ pub(super) async fn update(
     let offset = header.commit_offset as u64;
     // Read before the fences: a reset appended after this read makes the store reject the
     // commit as stale, one appended before it has fenced this connection (`reset_fence`).
-    let generation = ctx.store.offset_generation(group, topic);
-    let stored = ctx
-        .store
+    let view = match ctx.store.offset_view().await {
+        Ok(view) => view,
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
+    let generation = view.generation(group, topic);
+    let stored = view
         .consumer_offset(group, topic, queue_id)
         .map(|s| s.offset);
     if let Some(fence) = ctx.fences.blocks_commit(group, topic, queue_id, channel.id) {

@@ -94,7 +94,10 @@ pub(super) async fn handle(
     let group = header.consumer_group.as_str();
     // A connection fenced by a reset may not commit, and learns the reset offset now. The
     // generation is read before the fences (see `reset_fence`).
-    let generation = ctx.store.offset_generation(group, topic);
+    let generation = match ctx.store.offset_view().await {
+        Ok(view) => view.generation(group, topic),
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
     let fenced = ctx
         .fences
         .blocks_commit(group, topic, queue_id, channel.id)
@@ -115,6 +118,11 @@ pub(super) async fn handle(
         ctx.metrics
             .commit(crate::metrics::CommitCount::StaleGeneration);
     }
+    // After the commit above: the view must include it.
+    let view = match ctx.store.offset_view().await {
+        Ok(view) => view,
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
+    };
     if let Some(moved) = ctx.fences.on_pull(
         group,
         topic,
@@ -122,8 +130,7 @@ pub(super) async fn handle(
         channel.id,
         header.queue_offset.max(0) as u64,
         || {
-            ctx.store
-                .consumer_offset(group, topic, queue_id)
+            view.consumer_offset(group, topic, queue_id)
                 .map(|s| s.offset)
         },
     ) {

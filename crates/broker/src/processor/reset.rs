@@ -53,11 +53,15 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Some(format!("topic {topic} does not exist")),
         );
     };
-    if !known_group(ctx, group) {
-        return command.reply(
-            response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(format!("subscription group {group} does not exist")),
-        );
+    match known_group(ctx, group).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return command.reply(
+                response::SUBSCRIPTION_GROUP_NOT_EXIST,
+                Some(format!("subscription group {group} does not exist")),
+            )
+        }
+        Err(error) => return command.reply(response::SYSTEM_BUSY, Some(error.to_string())),
     }
     ctx.store.dispatch_caught_up(CATCH_UP_MAX).await;
     let queue_count = config.read_queue_nums.max(config.write_queue_nums).max(0) as u32;
@@ -157,10 +161,22 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
 
 /// Whether `group` exists for an administrator's move of its offsets: configured, online,
 /// or holding offsets. A reset never creates a group by a typo.
-pub(super) fn known_group(ctx: &BrokerContext, group: &str) -> bool {
-    ctx.groups.get(group).is_some()
-        || ctx.clients.has_online_consumers(group)
-        || !ctx.store.group_offsets(group).is_empty()
+///
+/// # Errors
+/// The offset view could not catch up, so "holds no offsets" is not known.
+pub(super) async fn known_group(
+    ctx: &BrokerContext,
+    group: &str,
+) -> Result<bool, ferromq_store::ReadError> {
+    if ctx.groups.get(group).is_some() || ctx.clients.has_online_consumers(group) {
+        return Ok(true);
+    }
+    Ok(!ctx
+        .store
+        .offset_view()
+        .await?
+        .group_offsets(group)
+        .is_empty())
 }
 
 /// A reset of one (group, topic) to explicit per-queue offsets, and why.
@@ -204,11 +220,17 @@ pub(super) async fn apply(
     plan: ResetPlan<'_>,
 ) -> Result<ResetDone, (i32, String)> {
     let (group, topic) = (plan.group, plan.topic);
+    let view = ctx.store.offset_view().await.map_err(|error| {
+        (
+            response::SYSTEM_BUSY,
+            format!("reset not applied, offsets unknown: {error}"),
+        )
+    })?;
     let old: BTreeMap<u32, Option<u64>> = plan
         .entries
         .iter()
         .map(|entry| {
-            let stored = ctx.store.consumer_offset(group, topic, entry.queue_id);
+            let stored = view.consumer_offset(group, topic, entry.queue_id);
             (entry.queue_id, stored.map(|s| s.offset))
         })
         .collect();
@@ -233,16 +255,24 @@ pub(super) async fn apply(
         generation: None,
         entries: plan.entries.clone(),
     };
-    let outcome = write(&ctx.store, reset).await.map_err(|error| {
-        // The record may still become durable: keep the fences, and let pulls lift them
-        // towards whatever the stored offset turns out to be.
-        ctx.fences
-            .activate(token, ctx.store.offset_generation(group, topic));
-        (
-            crate::codes::NOT_DURABLE,
-            format!("reset not stored durably: {error}"),
-        )
-    })?;
+    let outcome = match write(&ctx.store, reset).await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            // The record may still become durable: keep the fences, and let pulls lift them
+            // towards whatever the stored offset turns out to be. The generation only labels
+            // the fences' replies (not an offset answer): 0, "unknown", as while pending,
+            // when the view cannot catch up.
+            let generation = match ctx.store.offset_view().await {
+                Ok(view) => view.generation(group, topic),
+                Err(_) => 0,
+            };
+            ctx.fences.activate(token, generation);
+            return Err((
+                crate::codes::NOT_DURABLE,
+                format!("reset not stored durably: {error}"),
+            ));
+        }
+    };
     let cause = &plan.cause;
     let mut body = ResetOffsetBody {
         offset_table: MqMap::default(),

@@ -203,6 +203,9 @@ async fn deliver_due(
     }
     let from = ctx
         .store
+        .offset_view()
+        .await
+        .map_err(|error| format!("schedule progress unknown: {error}"))?
         .consumer_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, level_queue)
         .map_or(0, |s| s.offset);
     let result = match read_due(ctx, level_queue, from).await? {

@@ -258,7 +258,7 @@ pub(crate) async fn store_durably(
         other => Refusal::new(response::SERVICE_NOT_AVAILABLE, other.to_string()),
     })?;
     ctx.store
-        .acknowledgeable(receipt.end_offset, receipt.truncation_epoch)
+        .acknowledged(receipt.ticket())
         .await
         .map_err(|error| {
             Refusal::new(
