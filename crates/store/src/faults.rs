@@ -10,7 +10,7 @@
 //!
 //! Production never arms them; an unarmed point costs one relaxed atomic load per batch.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub struct Faults {
     writes_stalled: AtomicBool,
     stalls: Mutex<Stalls>,
     stall_changed: Condvar,
+    /// Threads held by a stall right now.
+    stalled: AtomicUsize,
 }
 
 /// Which stalls are armed, and whether the store closed (which releases every stall).
@@ -112,6 +114,12 @@ impl Faults {
         self.stall_changed.notify_all();
     }
 
+    /// How many threads a stall holds right now: a test waits for the committer or flusher
+    /// to be held before it starts the wait it measures.
+    pub fn stalled_now(&self) -> usize {
+        self.stalled.load(Ordering::Acquire)
+    }
+
     /// Releases every stall for good: the store is closing and its threads must finish.
     pub(crate) fn release_stalls(&self) {
         self.stalls.lock().expect("stall lock").released = true;
@@ -146,11 +154,12 @@ impl Faults {
                 }
         };
         let mut stalls = self.stalls.lock().expect("stall lock");
+        self.stalled.fetch_add(1, Ordering::AcqRel);
         while armed(&mut stalls) {
             let now = Instant::now();
             if now >= deadline {
                 tracing::warn!(?point, "a stall fault outlived STALL_MAX; going on");
-                return;
+                break;
             }
             stalls = self
                 .stall_changed
@@ -158,6 +167,7 @@ impl Faults {
                 .expect("stall lock")
                 .0;
         }
+        self.stalled.fetch_sub(1, Ordering::AcqRel);
     }
 
     pub(crate) fn take_dispatch(&self) -> bool {

@@ -497,8 +497,9 @@ impl MessageStore {
     ///
     /// # Errors
     /// [`ReadError::DispatchStalled`] when the dispatcher cannot index new records (see
-    /// [`crate::StoreStats::dispatch_failure`]); [`ReadError::ViewBehind`] when the bound
-    /// passed before the view caught up.
+    /// [`crate::StoreStats::dispatch_failure`]) and the view misses acknowledged records:
+    /// answered at once while the stall is declared, as [`MessageStore::get_messages`] does;
+    /// [`ReadError::ViewBehind`] when the bound passed before the view caught up.
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting; a tail commit it started has completed.
