@@ -11,8 +11,10 @@
 //! `derived`, then waits on the flusher; a truncation takes all three.
 //!
 //! # Durability
-//! Under `SyncFlush`, [`MessageStore::put`] and [`MessageStore::commit_offsets`] return only
-//! after the record is fsynced; concurrent calls share fsyncs (group commit). Under
+//! A write is acknowledged by [`MessageStore::acknowledged`] (async, bounded by
+//! `sync_flush_timeout_ms`, never blocking its thread) or by the blocking
+//! [`MessageStore::put`] and [`MessageStore::commit_offsets`]. Under `SyncFlush` they return
+//! only after the record is fsynced; concurrent calls share fsyncs (group commit). Under
 //! `AsyncFlush` they return once the record is written to the segment files (the page cache),
 //! not merely copied into the appender's in-memory tail: a waiting appender commits the tail
 //! itself when no commit is running, and concurrent waiters share that `pwrite` (group commit
@@ -224,8 +226,6 @@ pub(crate) struct Inner {
     pub commits_done: watch::Sender<u64>,
     /// Committed chunks for the dispatcher, and spare buffers for the appender.
     pub committed: committed::CommittedChunks,
-    /// Replication's commit point; `u64::MAX` when the store runs alone.
-    pub confirm_offset: AtomicU64,
     pub closed: AtomicBool,
     pub records_appended: AtomicU64,
     pub bytes_cut: AtomicU64,
@@ -290,7 +290,6 @@ impl MessageStore {
             commit_lock: Mutex::new(()),
             commits_done: watch::Sender::new(0),
             committed: Default::default(),
-            confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),
             bytes_cut: AtomicU64::new(bytes_cut),
@@ -465,15 +464,6 @@ impl MessageStore {
         }
     }
 
-    /// Sets replication's commit point: dispatch (and so consumers) stop there. `None` when
-    /// the store runs alone.
-    pub fn set_confirm_offset(&self, confirm: Option<u64>) {
-        self.inner
-            .confirm_offset
-            .store(confirm.unwrap_or(u64::MAX), Ordering::Release);
-        self.inner.dispatch_signal.notify();
-    }
-
     /// Blocks until the dispatcher has reached `position` or `timeout` passes; returns the
     /// dispatched end.
     pub fn wait_dispatched(&self, position: u64, timeout: Duration) -> u64 {
@@ -502,14 +492,20 @@ impl MessageStore {
     /// `timeout`. A reader that finds a queue shorter than expected waits for this before
     /// answering "offset out of range", so a record acknowledged a moment ago is never
     /// reported missing.
+    ///
+    /// It never blocks the calling thread: under `AsyncFlush` it commits the pending tail as
+    /// [`MessageStore::acknowledged`] does (waiting asynchronously for a running commit).
+    /// Offset reads use [`MessageStore::offset_view`], which also says when it ran out.
     pub async fn dispatch_caught_up(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
         if self.inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
-            // A failure poisons the store inside commit_tail; readers then see what is committed.
-            let _ = self.inner.commit_tail();
+            let (end, epoch) = (self.inner.log.appended_end(), self.inner.flush.epoch());
+            // A failure poisons the store; readers then see what is committed.
+            let _ = tokio::time::timeout_at(deadline, self.inner.written(end, epoch)).await;
         }
         let target = self.inner.dispatch_limit();
         let mut dispatched = self.inner.dispatched.subscribe();
-        let _ = tokio::time::timeout(timeout, dispatched.wait_for(|end| *end >= target)).await;
+        let _ = tokio::time::timeout_at(deadline, dispatched.wait_for(|end| *end >= target)).await;
     }
 
     /// A receiver of the dispatched end, for long polling.
@@ -681,13 +677,12 @@ impl Inner {
         })
     }
 
-    /// How far the dispatcher may go: the confirm offset, the flushed end under `SyncFlush`,
-    /// the committed end (bytes in the files) under `AsyncFlush` (invariant 4).
+    /// How far the dispatcher may go: the flushed end under `SyncFlush`, the committed end
+    /// (bytes in the files) under `AsyncFlush` (invariant 4).
     pub(crate) fn dispatch_limit(&self) -> u64 {
-        let local = match self.config.flush_disk_type {
+        match self.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.flush.flushed_end(),
             FlushDiskType::AsyncFlush => self.log.committed_end(),
-        };
-        local.min(self.confirm_offset.load(Ordering::Acquire))
+        }
     }
 }
