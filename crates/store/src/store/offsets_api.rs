@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use ferromq_protocol::{DraftRecord, RecordView};
 
 use super::{AckTicket, MessageStore, StoreError};
-use crate::commitlog::writer::Placement;
+use crate::commitlog::writer::{Placement, WriterState};
 use crate::config::FlushDiskType;
 use crate::error::{AppendError, ReadError};
 use crate::offsets::{
@@ -206,105 +206,77 @@ impl MessageStore {
     ) -> Result<(CommitOutcome, AckTicket), StoreError> {
         let inner = &self.inner;
         let mut command = command.clone();
-        let (outcome, ticket) = {
-            let mut writer = inner.writer.lock().expect("writer lock");
-            let generation = match command.kind {
-                OffsetKind::Commit => command.generation,
-                OffsetKind::Reset | OffsetKind::Correction => {
-                    let topic = command.entries.first().map_or("", |e| e.topic.as_str());
-                    let next = writer.offsets.next_generation(&command.group, topic);
-                    command.generation = Some(next);
-                    Some(next)
-                }
+        let mut writer = inner.writer.lock().expect("writer lock");
+        let generation = assign_generation(&writer, &mut command);
+        let verdicts = judge(&writer, &command, expected);
+        let rejected = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Rejected(_)))
+            .count();
+        inner
+            .commits_rejected
+            .fetch_add(rejected as u64, Ordering::Relaxed);
+        let accepted = accepted_part(&command, &verdicts);
+        if accepted.entries.is_empty() {
+            // Nothing to write, but the verdicts rest on the writer's view: they are
+            // acknowledgeable once everything appended so far is.
+            let ticket = AckTicket {
+                end: writer.write_pos(),
+                epoch: inner.flush.epoch(),
             };
-            let mut verdicts = {
-                let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
-                writer.offsets.check(&command, &queue_max)
+            let outcome = CommitOutcome {
+                verdicts,
+                generation,
+                record: None,
             };
-            if let Some(expected) = expected {
-                for ((entry, verdict), expected) in command
-                    .entries
-                    .iter()
-                    .zip(verdicts.iter_mut())
-                    .zip(expected)
-                {
-                    let stored = writer
-                        .offsets
-                        .get(&command.group, &entry.topic, entry.queue_id)
-                        .map(|s| s.offset);
-                    if stored != *expected && *verdict == Verdict::Applied {
-                        *verdict = Verdict::Rejected(CommitRejection::Moved {
-                            expected: *expected,
-                            stored,
-                        });
-                    }
-                }
-            }
-            let rejected = verdicts
-                .iter()
-                .filter(|v| matches!(v, Verdict::Rejected(_)))
-                .count();
-            inner
-                .commits_rejected
-                .fetch_add(rejected as u64, Ordering::Relaxed);
-            let mut accepted = command.clone();
-            accepted.entries = command
-                .entries
-                .iter()
-                .zip(&verdicts)
-                .filter(|(_, v)| **v == Verdict::Applied)
-                .map(|(e, _)| e.clone())
-                .collect();
-            if accepted.entries.is_empty() {
-                let end = AckTicket {
-                    end: writer.write_pos(),
-                    epoch: inner.flush.epoch(),
-                };
-                (
-                    CommitOutcome {
-                        verdicts,
-                        generation,
-                        record: None,
-                    },
-                    end,
-                )
-            } else {
-                let body = accepted.encode().map_err(AppendError::from)?;
-                let draft = DraftRecord {
-                    topic: OFFSET_TOPIC,
-                    queue_id: 0,
-                    flag: 0,
-                    sys_flag: 0,
-                    born_timestamp_ms: inner.clock.now_ms(),
-                    born_host: inner.config.store_host,
-                    store_host: inner.config.store_host,
-                    reconsume_times: 0,
-                    prepared_tx_offset: 0,
-                    body: &body,
-                    properties: &[],
-                };
-                let mut records = vec![(OFFSET_TOPIC, draft.encode().map_err(AppendError::from)?)];
-                let receipt = inner.append_locked(&mut writer, &mut records)?;
-                let placement = receipt.placements[0].clone();
-                let applied = {
-                    let WriterStateParts { offsets, queue_max } = split(&mut writer);
-                    offsets.apply(&accepted, placement.store_timestamp_ms, &queue_max)
-                };
-                debug_assert!(
-                    applied.iter().all(|v| *v == Verdict::Applied),
-                    "check and apply agree"
-                );
-                (
-                    CommitOutcome {
-                        verdicts,
-                        generation,
-                        record: Some(placement),
-                    },
-                    receipt.ticket(),
-                )
-            }
+            return Ok((outcome, ticket));
+        }
+        let receipt = self.append_offset_record(&mut writer, &accepted)?;
+        let outcome = CommitOutcome {
+            verdicts,
+            generation,
+            record: Some(receipt.placements[0].clone()),
         };
-        Ok((outcome, ticket))
+        Ok((outcome, receipt.ticket()))
+    }
+
+    /// Appends the accepted entries as one offset record under the writer lock and applies
+    /// them to the writer's view.
+    fn append_offset_record(
+        &self,
+        writer: &mut WriterState,
+        accepted: &OffsetCommand,
+    ) -> Result<super::PutReceipt, StoreError> {
+        let inner = &self.inner;
+        let body = accepted.encode().map_err(AppendError::from)?;
+        let draft = DraftRecord {
+            topic: OFFSET_TOPIC,
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: inner.clock.now_ms(),
+            born_host: inner.config.store_host,
+            store_host: inner.config.store_host,
+            reconsume_times: 0,
+            prepared_tx_offset: 0,
+            body: &body,
+            properties: &[],
+        };
+        let mut records = vec![(OFFSET_TOPIC, draft.encode().map_err(AppendError::from)?)];
+        let receipt = inner.append_locked(writer, &mut records)?;
+        let applied = {
+            let WriterStateParts { offsets, queue_max } = split(writer);
+            offsets.apply(
+                accepted,
+                receipt.placements[0].store_timestamp_ms,
+                &queue_max,
+            )
+        };
+        debug_assert!(
+            applied.iter().all(|v| *v == Verdict::Applied),
+            "check and apply agree"
+        );
+        Ok(receipt)
     }
 
     /// The stored offset of (group, topic, queue): `Ok(None)` when the group never committed
@@ -419,6 +391,61 @@ impl MessageStore {
     }
 }
 
+/// Sets the generation a reset or correction establishes (current + 1, ignoring the
+/// command's own); a commit keeps the one it carries.
+fn assign_generation(writer: &WriterState, command: &mut OffsetCommand) -> Option<u64> {
+    match command.kind {
+        OffsetKind::Commit => command.generation,
+        OffsetKind::Reset | OffsetKind::Correction => {
+            let topic = command.entries.first().map_or("", |e| e.topic.as_str());
+            let next = writer.offsets.next_generation(&command.group, topic);
+            command.generation = Some(next);
+            Some(next)
+        }
+    }
+}
+
+/// One verdict per entry against the writer's view; with `expected` (a conditional
+/// correction), an entry whose stored offset moved since the caller's judgement is rejected
+/// as [`CommitRejection::Moved`].
+fn judge(
+    writer: &WriterState,
+    command: &OffsetCommand,
+    expected: Option<&[Option<u64>]>,
+) -> Vec<Verdict> {
+    let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
+    let mut verdicts = writer.offsets.check(command, &queue_max);
+    let Some(expected) = expected else {
+        return verdicts;
+    };
+    for ((entry, verdict), expected) in command.entries.iter().zip(&mut verdicts).zip(expected) {
+        let stored = writer
+            .offsets
+            .get(&command.group, &entry.topic, entry.queue_id)
+            .map(|s| s.offset);
+        if stored != *expected && *verdict == Verdict::Applied {
+            *verdict = Verdict::Rejected(CommitRejection::Moved {
+                expected: *expected,
+                stored,
+            });
+        }
+    }
+    verdicts
+}
+
+/// The command with only its applied entries.
+fn accepted_part(command: &OffsetCommand, verdicts: &[Verdict]) -> OffsetCommand {
+    let mut accepted = command.clone();
+    accepted.entries = command
+        .entries
+        .iter()
+        .zip(verdicts)
+        .filter(|(_, v)| **v == Verdict::Applied)
+        .map(|(e, _)| e.clone())
+        .collect();
+    accepted
+}
+
 /// Refuses (as a caller bug) a conditional correction that is not one.
 fn check_correction(command: &OffsetCommand, expected: &[Option<u64>]) {
     assert_eq!(
@@ -476,9 +503,7 @@ struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
     queue_max: F,
 }
 
-fn split(
-    writer: &mut crate::commitlog::writer::WriterState,
-) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
+fn split(writer: &mut WriterState) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
     let (offsets, queues) = writer.split_offsets();
     WriterStateParts {
         offsets,
