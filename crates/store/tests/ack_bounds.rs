@@ -195,3 +195,36 @@ fn closing_the_store_releases_a_stall() {
         started.elapsed()
     );
 }
+
+/// `append_offsets` returns without waiting; its ticket is `Some` for a written record, and
+/// also for a commit that writes nothing but was judged against a record not yet durable
+/// (its "unchanged" verdict may be acknowledged only once that record is); `None` when
+/// nothing was written and nothing is pending.
+#[test]
+fn append_offsets_hands_back_the_ticket_its_verdicts_rest_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_messages(dir.path(), FlushDiskType::SyncFlush, 5);
+    let runtime = runtime();
+    store.faults().stall_syncs(true);
+    let (written, ticket) = store.append_offsets(&commit(2)).expect("appended");
+    assert!(written.record.is_some() && written.all_accepted());
+    let ticket = ticket.expect("a written record has a ticket");
+    let (same, pending) = store.append_offsets(&commit(2)).expect("judged");
+    assert_eq!(same.verdicts, [ferromq_store::offsets::Verdict::Unchanged]);
+    assert!(same.record.is_none(), "nothing written");
+    assert_eq!(pending, Some(ticket), "rests on the record not yet durable");
+    let error = runtime.block_on(store.acknowledged(ticket)).unwrap_err();
+    assert!(
+        matches!(error, DurabilityError::Timeout { .. }),
+        "{error:?}"
+    );
+
+    store.faults().stall_syncs(false);
+    runtime
+        .block_on(store.acknowledged(ticket))
+        .expect("durable once the disk syncs");
+    let (again, none) = store.append_offsets(&commit(2)).expect("judged");
+    assert!(again.record.is_none());
+    assert_eq!(none, None, "nothing written, nothing pending");
+    store.close().expect("close");
+}

@@ -168,3 +168,37 @@ fn offset_view_waits_without_blocking_a_current_thread_runtime() {
     assert_eq!(view_offset, Some(4));
     store.close().expect("close");
 }
+
+/// A conditional correction through the async path: refused when the stored offset moved,
+/// applied at a new generation (visible in the view at once) when it did not.
+#[test]
+fn correct_offsets_acknowledged_judges_like_correct_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_messages(config(dir.path(), FlushDiskType::AsyncFlush, 5_000), 5);
+    let mut correction = commit(1);
+    correction.kind = OffsetKind::Correction;
+    runtime().block_on(async {
+        store
+            .commit_offsets_acknowledged(&commit(4))
+            .await
+            .expect("commit");
+        let moved = store
+            .correct_offsets_acknowledged(&correction, &[Some(3)])
+            .await
+            .expect("judged");
+        assert!(!moved.all_accepted() && moved.record.is_none(), "{moved:?}");
+        let landed = store
+            .correct_offsets_acknowledged(&correction, &[Some(4)])
+            .await
+            .expect("corrected");
+        assert!(
+            landed.all_accepted() && landed.record.is_some(),
+            "{landed:?}"
+        );
+        let view = store.offset_view().await.expect("view");
+        let stored = view.consumer_offset("G", "T", 0).expect("stored");
+        assert_eq!((stored.offset, stored.generation), (1, 1));
+        assert_eq!(view.generation("G", "T"), 1);
+    });
+    store.close().expect("close");
+}
