@@ -465,7 +465,8 @@ impl MessageStore {
     }
 
     /// Blocks until the dispatcher has reached `position` or `timeout` passes; returns the
-    /// dispatched end.
+    /// dispatched end. Blocking (it sleeps in short steps): not for async contexts, which
+    /// use [`MessageStore::dispatch_caught_up`] or [`MessageStore::offset_view`].
     pub fn wait_dispatched(&self, position: u64, timeout: Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
         loop {
