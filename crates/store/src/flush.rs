@@ -219,7 +219,8 @@ impl FlushControl {
     }
 
     /// Resolves when everything below `end` (appended at truncation epoch `epoch`) is durable,
-    /// the flush fails, or a truncation cut the record.
+    /// the flush fails, or a truncation cut the record. Unbounded:
+    /// [`crate::MessageStore::acknowledged`] adds the `sync_flush_timeout_ms` bound.
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting; the flush itself goes on.
