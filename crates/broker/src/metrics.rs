@@ -523,8 +523,10 @@ impl ScrapeValues {
     fn of(ctx: &BrokerContext) -> ScrapeValues {
         let stats = ctx.store.stats();
         let mut lags = Vec::new();
-        for group in ctx.store.groups() {
-            for (topic, queue_id, stored) in ctx.store.group_offsets(&group) {
+        // Lag gauges, not an offset answer: while the view cannot catch up, a scrape shows no
+        // lag rather than a stale one (the stall itself is reported by its own gauges).
+        for group in ctx.store.groups().unwrap_or_default() {
+            for (topic, queue_id, stored) in ctx.store.group_offsets(&group).unwrap_or_default() {
                 let max = ctx
                     .store
                     .queue_bounds(&topic, queue_id)

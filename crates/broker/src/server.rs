@@ -42,6 +42,10 @@ pub enum BrokerError {
     /// The store could not open.
     #[error("cannot open the store: {0}")]
     Store(#[from] ferromq_store::OpenError),
+    /// The reset fences recorded in the log could not be read at start (serving without them
+    /// would let stale consumers undo resets).
+    #[error("cannot recover the reset fences from the store: {0}")]
+    Fences(#[source] ferromq_store::ReadError),
     /// The store did not close cleanly (the next start recovers).
     #[error("store did not close cleanly: {0}")]
     StoreClose(#[from] ferromq_store::StoreError),
@@ -101,10 +105,9 @@ impl Broker {
         // The fences the log recorded come back with the store: a consumer fenced by a reset
         // before a restart is still fenced after it.
         let (store, recorded_fences) = tokio::task::spawn_blocking(move || {
-            MessageStore::open(store_config).map(|store| {
-                let fences = store.offset_fences();
-                (store, fences)
-            })
+            let store = MessageStore::open(store_config)?;
+            let fences = store.offset_fences().map_err(BrokerError::Fences)?;
+            Ok::<_, BrokerError>((store, fences))
         })
         .await
         .map_err(|e| BrokerError::Task(e.to_string()))??;

@@ -163,8 +163,8 @@ type Offsets = BTreeMap<(String, String, u32), u64>;
 fn offsets(broker: &Broker) -> Offsets {
     let store = &broker.context().store;
     let mut out = Offsets::new();
-    for group in store.groups() {
-        for (topic, queue_id, stored) in store.group_offsets(&group) {
+    for group in store.groups().expect("offset view") {
+        for (topic, queue_id, stored) in store.group_offsets(&group).expect("offset view") {
             out.insert((group.clone(), topic, queue_id), stored.offset);
         }
     }
@@ -381,6 +381,7 @@ fn no_client_request_moves_another_groups_offset_escapes_the_data_dir_or_stops_d
             .context()
             .store
             .groups()
+            .expect("offset view")
             .iter()
             .any(|g| g == "ForgedGroup"));
         assert_eq!(entries(dir.path()), vec!["data".to_string()]);

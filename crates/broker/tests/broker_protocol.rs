@@ -21,8 +21,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::{Properties, RecordView};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{join_group, reset_queue, 
-    bodies, broker, client, commit, header_v2, pull_command, query, send, send_to, TIMEOUT,
+use common::{
+    bodies, broker, client, commit, header_v2, join_group, pull_command, query, reset_queue, send,
+    send_to, TIMEOUT,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,8 +215,15 @@ async fn backward_commit_of_an_offline_group_is_a_reset() {
         "no consumer online: a reset"
     );
     let store = &broker.context().store;
-    assert_eq!(store.consumer_offset("G", "R", 0).unwrap().offset, 1);
-    assert_eq!(store.offset_generation("G", "R"), 1);
+    assert_eq!(
+        store
+            .consumer_offset("G", "R", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        1
+    );
+    assert_eq!(store.offset_generation("G", "R").expect("offset view"), 1);
     let history = store.offset_history("G", "R", Some(0)).unwrap();
     let kinds: Vec<_> = history
         .iter()
@@ -435,6 +443,7 @@ async fn a_delayed_send_is_delivered_after_its_level() {
     let progress = || {
         store
             .consumer_offset("%SCHEDULE%", "SCHEDULE_TOPIC_XXXX", 0)
+            .expect("offset view")
             .map(|stored| stored.offset)
     };
     while progress() != Some(1) && Instant::now() < deadline {
@@ -443,7 +452,6 @@ async fn a_delayed_send_is_delivered_after_its_level() {
     assert_eq!(progress(), Some(1));
     broker.shutdown().await.unwrap();
 }
-
 
 async fn lock(client: &RemotingClient, client_id: &str, queue_id: i32) -> Vec<i32> {
     let body = format!(
@@ -803,7 +811,14 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     // From there on it commits normally.
     assert_eq!(commit(&consumer, "O", 0, 2).await.code, response::SUCCESS);
     let store = &broker.context().store;
-    assert_eq!(store.consumer_offset("G", "O", 0).unwrap().offset, 2);
+    assert_eq!(
+        store
+            .consumer_offset("G", "O", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        2
+    );
     let kinds: Vec<(String, u64)> = store
         .offset_history("G", "O", Some(0))
         .unwrap()
@@ -820,8 +835,6 @@ async fn a_running_consumer_cannot_undo_a_reset() {
     );
     broker.shutdown().await.unwrap();
 }
-
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_member_taking_over_a_queue_follows_the_group_not_the_old_reset() {
@@ -927,7 +940,11 @@ async fn commits_racing_with_a_reset_never_land_after_it() {
             .iter()
             .all(|code| [response::SUCCESS, codes::COMMIT_STALE_GENERATION].contains(code)));
         assert_eq!(
-            store.consumer_offset("G", "O", 0).unwrap().offset,
+            store
+                .consumer_offset("G", "O", 0)
+                .expect("offset view")
+                .unwrap()
+                .offset,
             0,
             "round {round}: a commit landed after the reset ({answers:?})"
         );

@@ -99,7 +99,10 @@ async fn correction(client: &RemotingClient, offset: u64) -> RemotingCommand {
     command
         .ext_fields
         .insert("ferromqCorrection".into(), "true".into());
-    client.invoke(command, TIMEOUT).await.expect("correction reply")
+    client
+        .invoke(command, TIMEOUT)
+        .await
+        .expect("correction reply")
 }
 
 /// Waits until the broker no longer counts `id` as a member (its connection closed).
@@ -272,7 +275,7 @@ async fn run(ops: Vec<Op>) {
                     peer.connection = None;
                     peer.joined = false;
                 }
-                admin = None;
+                drop(admin.take());
                 broker.shutdown().await.unwrap();
                 broker = Broker::start(config(dir.path())).await.unwrap();
                 admin = Some(connect(&broker).await);

@@ -45,6 +45,7 @@ fn offset_of(broker: &ferromq_broker::Broker, group: &str, topic: &str, queue: u
         .context()
         .store
         .consumer_offset(group, topic, queue)
+        .expect("offset view")
         .map(|s| s.offset)
 }
 
@@ -130,8 +131,16 @@ async fn forged_offset_records_through_the_scheduler_move_no_offset() {
     .await;
     store.dispatch_caught_up(TIMEOUT).await;
     assert_eq!(offset_of(&broker, "G", "Orders", 0), Some(5));
-    assert_eq!(store.offset_generation("G", "Orders"), 0, "no reset");
-    assert!(!store.groups().iter().any(|g| g == "Forged"));
+    assert_eq!(
+        store.offset_generation("G", "Orders").expect("offset view"),
+        0,
+        "no reset"
+    );
+    assert!(!store
+        .groups()
+        .expect("offset view")
+        .iter()
+        .any(|g| g == "Forged"));
     broker.shutdown().await.unwrap();
 }
 
@@ -223,7 +232,10 @@ async fn read_only_topics_and_hidden_queues_are_refused_when_sent_and_when_fired
     );
     assert_eq!(store.queue_bounds("Orders", 99999), None, "no hidden queue");
     assert_eq!(offset_of(&broker, "G", "Orders", 0), Some(1));
-    assert_eq!(store.offset_generation("G", "Orders"), 0);
+    assert_eq!(
+        store.offset_generation("G", "Orders").expect("offset view"),
+        0
+    );
     let dead = pull_until(&c, SCHEDULE_DLQ_TOPIC, 0, 0, TIMEOUT).await;
     let reasons: Vec<String> = dead
         .iter()

@@ -74,7 +74,10 @@ async fn prepared(dir: &std::path::Path) -> (Broker, RemotingClient) {
     let broker = broker(dir, true).await;
     let client = client(broker.local_addr()).await;
     for i in 0..4 {
-        assert_eq!(send_one(&client, &format!("m{i}")).await.code, response::SUCCESS);
+        assert_eq!(
+            send_one(&client, &format!("m{i}")).await.code,
+            response::SUCCESS
+        );
     }
     assert_eq!(commit(&client, TOPIC, 0, 1).await.code, response::SUCCESS);
     (broker, client)
@@ -120,4 +123,49 @@ async fn a_failed_fsync_is_not_durable_for_every_write_kind_and_poisons_all_late
         let error = broker.shutdown().await.expect_err("poisoned");
         assert!(error.to_string().contains("poisoned"), "{error}");
     }
+}
+
+/// A send whose flush never completes (the fsync stalls) times out with the same answer, in
+/// the same bound, as a commit whose flush never completes: both end in the one
+/// acknowledgement wait, bounded by `syncFlushTimeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_and_a_commit_whose_flush_stalls_time_out_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ferromq_broker::BrokerConfig {
+        sync_flush_timeout: 300,
+        ..common::broker_config(dir.path(), true)
+    };
+    let broker = Broker::start(config).await.unwrap();
+    let client = client(broker.local_addr()).await;
+    for i in 0..2 {
+        assert_eq!(
+            send_one(&client, &format!("m{i}")).await.code,
+            response::SUCCESS
+        );
+    }
+    broker.context().store.faults().stall_syncs(true);
+    let mut answers = Vec::new();
+    for kind in [Write::Send, Write::Commit] {
+        let started = std::time::Instant::now();
+        let reply = write(&client, kind, 0).await;
+        let took = started.elapsed();
+        assert_eq!(
+            reply.code,
+            codes::NOT_DURABLE,
+            "{kind:?}: {:?}",
+            reply.remark
+        );
+        let remark = reply.remark.unwrap_or_default();
+        assert!(remark.contains("300 ms"), "{kind:?}: {remark}");
+        assert!(
+            took >= std::time::Duration::from_millis(290)
+                && took < std::time::Duration::from_secs(3),
+            "{kind:?} took {took:?}"
+        );
+        answers.push(reply.code);
+    }
+    assert_eq!(answers[0], answers[1]);
+    broker.context().store.faults().stall_syncs(false);
+    drop(client);
+    let _ = broker.shutdown().await;
 }

@@ -136,6 +136,7 @@ fn stored(broker: &Broker) -> (u64, u64) {
         .context()
         .store
         .consumer_offset("G", TOPIC, 0)
+        .expect("offset view")
         .expect("an offset is stored");
     (s.offset, s.generation)
 }

@@ -131,6 +131,7 @@ async fn a_commit_whose_reply_is_lost_is_an_error_and_its_retry_lands_once() {
             .context()
             .store
             .consumer_offset(GROUP, TOPIC, 0)
+            .expect("offset view")
             .map(|s| s.offset)
     };
     assert_eq!(stored(), Some(3));

@@ -29,7 +29,10 @@ fn stored(broker: &BrokerProc, group: &str, topic: &str) -> BTreeMap<i32, Option
         .map(|q| {
             (
                 q as i32,
-                ctx.store.consumer_offset(group, topic, q).map(|s| s.offset),
+                ctx.store
+                    .consumer_offset(group, topic, q)
+                    .expect("offset view")
+                    .map(|s| s.offset),
             )
         })
         .collect()

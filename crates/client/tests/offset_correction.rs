@@ -56,6 +56,7 @@ fn stored(broker: &BrokerProc) -> Option<(u64, u64)> {
         .context()
         .store
         .consumer_offset("CorrG", TOPIC, 0)
+        .expect("offset view")
         .map(|s| (s.offset, s.generation))
 }
 

@@ -42,7 +42,12 @@ async fn cluster() -> Cluster {
 fn stored(c: &Cluster, group: &str) -> Vec<Option<u64>> {
     let ctx = c.broker.context();
     (0..2)
-        .map(|q| ctx.store.consumer_offset(group, TOPIC, q).map(|s| s.offset))
+        .map(|q| {
+            ctx.store
+                .consumer_offset(group, TOPIC, q)
+                .expect("offset view")
+                .map(|s| s.offset)
+        })
         .collect()
 }
 

@@ -51,6 +51,7 @@ impl Cluster {
             .context()
             .store
             .consumer_offset(group, TOPIC, 0)
+            .expect("offset view")
             .map(|s| s.offset)
     }
 }

@@ -4,8 +4,8 @@
 //! Invariants:
 //! 1. It is the only writer of derived state, and it consumes the log strictly in order, so
 //!    derived state at position P is a pure function of the records below P.
-//! 2. It never passes the dispatch limit (the confirm offset: flushed end under `SyncFlush`,
-//!    written end under `AsyncFlush`), so consumers never see a record a crash could remove
+//! 2. It never passes the dispatch limit (flushed end under `SyncFlush`, committed end under
+//!    `AsyncFlush`), so consumers never see a record a crash could remove
 //!    (invariant 4).
 //! 3. Every record read from the files is verified (size, magic, CRC, stored physical offset)
 //!    before it is dispatched; the check pairs with the CRC the writer computed. Records

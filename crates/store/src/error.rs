@@ -126,6 +126,17 @@ pub enum ReadError {
     /// The dispatcher cannot index new records: "nothing new" would be a stale answer.
     #[error("the store cannot index new records ({0}); retry later")]
     DispatchStalled(String),
+    /// An offset read waited its bound (`sync_flush_timeout_ms`) and the dispatcher still
+    /// had not indexed everything acknowledged: answering from the view would be stale.
+    #[error(
+        "the offset view could not catch up: dispatched to {dispatched}, acknowledged \
+         records reach {target}, after waiting {waited_ms} ms; retry later"
+    )]
+    ViewBehind {
+        dispatched: u64,
+        target: u64,
+        waited_ms: u64,
+    },
     /// A message id that does not decode.
     #[error("bad message id: {0}")]
     BadMessageId(String),

@@ -4,9 +4,19 @@
 //! checkpoints fail, to prove that a failed checkpoint is retried and reported without
 //! poisoning the store.
 //!
+//! Stalls make CommitLog fsyncs or tail writes hang (a slow or wedged disk), to prove that an
+//! acknowledgement wait is bounded by `sync_flush_timeout_ms` and answers `Timeout` rather
+//! than hanging its caller.
+//!
 //! Production never arms them; an unarmed point costs one relaxed atomic load per batch.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest an armed stall holds one fsync or write: a test that forgets to disarm a
+/// stall (or panics before it does) slows down but cannot hang forever.
+pub const STALL_MAX: Duration = Duration::from_secs(60);
 
 /// Counters of armed faults.
 #[derive(Debug, Default)]
@@ -17,6 +27,28 @@ pub struct Faults {
     fail_checkpoints: AtomicU32,
     fail_derived_syncs: AtomicU32,
     fail_dispatches: AtomicU32,
+    /// Mirrors of `stalls` readable without the lock (the unarmed fast path).
+    syncs_stalled: AtomicBool,
+    writes_stalled: AtomicBool,
+    stalls: Mutex<Stalls>,
+    stall_changed: Condvar,
+    /// Threads held by a stall right now.
+    stalled: AtomicUsize,
+}
+
+/// Which stalls are armed, and whether the store closed (which releases every stall).
+#[derive(Debug, Default)]
+struct Stalls {
+    syncs: bool,
+    writes: bool,
+    released: bool,
+}
+
+/// Which operation a stall holds.
+#[derive(Debug, Clone, Copy)]
+enum StallPoint {
+    Sync,
+    Write,
 }
 
 impl Faults {
@@ -51,6 +83,91 @@ impl Faults {
     /// the process is out of descriptors (EMFILE).
     pub fn fail_dispatches(&self, count: u32) {
         self.fail_dispatches.store(count, Ordering::Release);
+    }
+
+    /// While `true`, every CommitLog fsync of the flusher blocks before syncing, until the
+    /// stall is disarmed, the store closes, or [`STALL_MAX`] passes (a wedged disk).
+    pub fn stall_syncs(&self, stall: bool) {
+        self.set_stall(StallPoint::Sync, stall);
+    }
+
+    /// While `true`, every commit of the appender's tail to the segment files (the `pwrite`
+    /// an `AsyncFlush` acknowledgement rests on) blocks before writing, until the stall is
+    /// disarmed, the store closes, or [`STALL_MAX`] passes. The stall holds whichever thread
+    /// commits, with the commit lock held, as a slow `pwrite` would.
+    pub fn stall_writes(&self, stall: bool) {
+        self.set_stall(StallPoint::Write, stall);
+    }
+
+    fn set_stall(&self, point: StallPoint, stall: bool) {
+        let mut stalls = self.stalls.lock().expect("stall lock");
+        match point {
+            StallPoint::Sync => {
+                stalls.syncs = stall;
+                self.syncs_stalled.store(stall, Ordering::Release);
+            }
+            StallPoint::Write => {
+                stalls.writes = stall;
+                self.writes_stalled.store(stall, Ordering::Release);
+            }
+        }
+        self.stall_changed.notify_all();
+    }
+
+    /// How many threads a stall holds right now: a test waits for the committer or flusher
+    /// to be held before it starts the wait it measures.
+    pub fn stalled_now(&self) -> usize {
+        self.stalled.load(Ordering::Acquire)
+    }
+
+    /// Releases every stall for good: the store is closing and its threads must finish.
+    pub(crate) fn release_stalls(&self) {
+        self.stalls.lock().expect("stall lock").released = true;
+        self.syncs_stalled.store(false, Ordering::Release);
+        self.writes_stalled.store(false, Ordering::Release);
+        self.stall_changed.notify_all();
+    }
+
+    /// Blocks while fsyncs are stalled (see [`Faults::stall_syncs`]).
+    pub(crate) fn wait_sync_stall(&self) {
+        if self.syncs_stalled.load(Ordering::Relaxed) {
+            self.wait_stall(StallPoint::Sync);
+        }
+    }
+
+    /// Blocks while tail writes are stalled (see [`Faults::stall_writes`]).
+    pub(crate) fn wait_write_stall(&self) {
+        if self.writes_stalled.load(Ordering::Relaxed) {
+            self.wait_stall(StallPoint::Write);
+        }
+    }
+
+    /// Waits on the condition variable (no busy loop) until `point` is disarmed, the stalls
+    /// are released, or `STALL_MAX` passes.
+    fn wait_stall(&self, point: StallPoint) {
+        let deadline = Instant::now() + STALL_MAX;
+        let armed = |stalls: &mut Stalls| {
+            !stalls.released
+                && match point {
+                    StallPoint::Sync => stalls.syncs,
+                    StallPoint::Write => stalls.writes,
+                }
+        };
+        let mut stalls = self.stalls.lock().expect("stall lock");
+        self.stalled.fetch_add(1, Ordering::AcqRel);
+        while armed(&mut stalls) {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!(?point, "a stall fault outlived STALL_MAX; going on");
+                break;
+            }
+            stalls = self
+                .stall_changed
+                .wait_timeout(stalls, deadline - now)
+                .expect("stall lock")
+                .0;
+        }
+        self.stalled.fetch_sub(1, Ordering::AcqRel);
     }
 
     pub(crate) fn take_dispatch(&self) -> bool {

@@ -158,11 +158,6 @@ impl FlushControl {
         }
     }
 
-    /// The current progress.
-    pub fn progress(&self) -> FlushProgress {
-        self.state.lock().expect("flush lock").progress.clone()
-    }
-
     /// Durable end of the log.
     pub fn flushed_end(&self) -> u64 {
         self.flushed_end.load(Ordering::Acquire)
@@ -224,7 +219,8 @@ impl FlushControl {
     }
 
     /// Resolves when everything below `end` (appended at truncation epoch `epoch`) is durable,
-    /// the flush fails, or a truncation cut the record.
+    /// the flush fails, or a truncation cut the record. Unbounded:
+    /// [`crate::MessageStore::acknowledged`] adds the `sync_flush_timeout_ms` bound.
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting; the flush itself goes on.
@@ -375,6 +371,8 @@ impl FlushControl {
         if target <= flushed || self.failure().is_some() {
             return Ok(());
         }
+        // A test's stall holds the flusher here, as a wedged disk would hold its fsync.
+        log.faults.wait_sync_stall();
         let first = log.segment_start_of(flushed);
         let started = Instant::now();
         for segment in log.segments() {

@@ -9,6 +9,16 @@
 //! - [`checkpoint`] and [`recovery`]: crash-safe restart from the last checkpoint.
 //! - [`MessageStore`]: the public face.
 //!
+//! # Acknowledgement and offset reads
+//! Every write is acknowledged through one future, [`MessageStore::acknowledged`], fed an
+//! [`AckTicket`] ([`PutReceipt::ticket`] for messages, [`MessageStore::append_offsets`] for
+//! offset records); it never blocks its thread and is bounded by `sync_flush_timeout_ms`
+//! under both flush policies. Async code reads consumer offsets through
+//! [`MessageStore::offset_view`], which waits (asynchronously, bounded) until the view covers
+//! every acknowledged commit and otherwise fails ([`ReadError::ViewBehind`],
+//! [`ReadError::DispatchStalled`]) rather than answer from a stale view. The blocking forms
+//! (`put`, `commit_offsets`, `consumer_offset`, ...) are for blocking callers only.
+//!
 //! The invariants of `DESIGN.md` that live here: 1 (one log for data and progress),
 //! 2 (acknowledged means durable), 3 (progress is monotone), 4 (consumers read below the
 //! dispatch limit), 5 (everything on disk is checked), 7 (no magic offsets).
@@ -41,7 +51,7 @@ pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateErro
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
-    AckTicket, CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, OffsetViewReader,
+    AckTicket, CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, OffsetView,
     PutReceipt, RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary,
     TruncateReport,
 };

@@ -57,6 +57,7 @@ fn body_in_file(root: &Path, placement: &Placement, what: &str) -> Vec<u8> {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("runtime")
 }
@@ -87,7 +88,7 @@ fn async_acknowledgement_means_the_record_is_in_the_segment_file() {
     let sent = store.append(&[draft("T", 2, b"async", b"")]).unwrap();
     assert_eq!(in_file(root, &sent.placements[0]), None);
     runtime()
-        .block_on(store.acknowledgeable(sent.end_offset, sent.truncation_epoch))
+        .block_on(store.acknowledged(sent.ticket()))
         .unwrap();
     assert_eq!(body_in_file(root, &sent.placements[0], "async"), b"async");
 
@@ -187,7 +188,7 @@ fn async_write_failure_fails_every_waiter_with_not_written() {
     // The disk fills halfway through the commit of [a, b].
     store.faults().arm(1, 0);
     let error = runtime()
-        .block_on(store.acknowledgeable(b.end_offset, b.truncation_epoch))
+        .block_on(store.acknowledged(b.ticket()))
         .unwrap_err();
     match &error {
         DurabilityError::NotWritten(cause) => {
@@ -241,7 +242,7 @@ fn async_waiter_of_a_truncated_record_gets_truncated() {
     );
     truncated(
         runtime()
-            .block_on(store.acknowledgeable(b.end_offset, b.truncation_epoch))
+            .block_on(store.acknowledged(b.ticket()))
             .unwrap_err(),
     );
     // Below the cut: still acknowledged.

@@ -85,6 +85,7 @@ fn commit(store: &MessageStore, group: &str, topic: &str, queue_id: u32, offset:
 fn offset_of(store: &MessageStore, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
     store
         .consumer_offset(group, topic, queue_id)
+        .expect("offset view")
         .map(|o| o.offset)
 }
 
@@ -642,9 +643,9 @@ fn missing_checkpoints_rebuild_from_log() {
     let before = (
         bodies(&store, "T", 0),
         bodies(&store, "T", 1),
-        store.group_offsets("G"),
-        store.group_offsets("H"),
-        store.offset_generation("H", "T"),
+        store.group_offsets("G").expect("offset view"),
+        store.group_offsets("H").expect("offset view"),
+        store.offset_generation("H", "T").expect("offset view"),
     );
     let end = store.stats().written_end;
     store.close().expect("close");
@@ -675,9 +676,9 @@ fn missing_checkpoints_rebuild_from_log() {
     let after = (
         bodies(&store, "T", 0),
         bodies(&store, "T", 1),
-        store.group_offsets("G"),
-        store.group_offsets("H"),
-        store.offset_generation("H", "T"),
+        store.group_offsets("G").expect("offset view"),
+        store.group_offsets("H").expect("offset view"),
+        store.offset_generation("H", "T").expect("offset view"),
     );
     assert_eq!(after, before);
     assert_eq!(offset_of(&store, "H", "T", 1), Some(5));

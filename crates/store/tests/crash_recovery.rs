@@ -261,9 +261,9 @@ fn committer(
     let mut current: HashMap<(usize, u32), u64> = HashMap::new();
     let mut generation = [0u64; TOPICS.len()];
     for (t, topic) in TOPICS.iter().enumerate() {
-        generation[t] = store.offset_generation(group, topic);
+        generation[t] = store.offset_generation(group, topic).expect("offset view");
         for q in 0..QUEUES {
-            if let Some(stored) = store.consumer_offset(group, topic, q) {
+            if let Some(stored) = store.consumer_offset(group, topic, q).expect("offset view") {
                 current.insert((t, q), stored.offset);
             }
         }
@@ -507,14 +507,16 @@ impl OffsetModel {
         let mut model = OffsetModel::default();
         for group in GROUPS {
             for topic in TOPICS {
-                let generation = store.offset_generation(group, topic);
+                let generation = store.offset_generation(group, topic).expect("offset view");
                 if generation > 0 {
                     model
                         .generations
                         .insert((group.to_string(), topic.to_string()), generation);
                 }
                 for q in 0..QUEUES {
-                    if let Some(stored) = store.consumer_offset(group, topic, q) {
+                    if let Some(stored) =
+                        store.consumer_offset(group, topic, q).expect("offset view")
+                    {
                         model
                             .offsets
                             .insert((group.to_string(), topic.to_string(), q), stored.offset);

@@ -242,7 +242,10 @@ fn run_cell(kind: Damage, target: usize, crashed: bool) {
                 "{cell}: reads quarantine what they find"
             );
             assert_eq!(
-                store.consumer_offset("G", "T", 0).map(|o| o.offset),
+                store
+                    .consumer_offset("G", "T", 0)
+                    .expect("offset view")
+                    .map(|o| o.offset),
                 Some(20),
                 "{cell}"
             );
@@ -271,7 +274,10 @@ fn run_cell(kind: Damage, target: usize, crashed: bool) {
                 .rfind(|(after, _)| *after < target)
                 .map(|(_, offset)| *offset);
             assert_eq!(
-                store.consumer_offset("G", "T", 0).map(|o| o.offset),
+                store
+                    .consumer_offset("G", "T", 0)
+                    .expect("offset view")
+                    .map(|o| o.offset),
                 offset,
                 "{cell}"
             );

@@ -750,13 +750,15 @@ impl Harness {
             }
             for group in GROUPS {
                 check_eq!(
-                    store.offset_generation(group, topic),
+                    store.offset_generation(group, topic).expect("offset view"),
                     view.generation(group, topic),
                     "offset_generation({group}, {topic})"
                 );
                 for queue in 0..QUEUES {
                     check_eq!(
-                        store.consumer_offset(group, topic, queue),
+                        store
+                            .consumer_offset(group, topic, queue)
+                            .expect("offset view"),
                         view.offset(group, topic, queue),
                         "consumer_offset({group}, {topic}, {queue})"
                     );

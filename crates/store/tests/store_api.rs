@@ -206,9 +206,16 @@ fn commit_below_stored_offset_is_rejected_and_counted() {
     );
     let same = store.commit_offsets(&commit("G", "T", 0, 8, None)).unwrap();
     assert_eq!(same.verdicts, vec![Verdict::Unchanged]);
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 8);
     assert_eq!(
-        store.consumer_offset("G", "T", 1),
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        8
+    );
+    assert_eq!(
+        store.consumer_offset("G", "T", 1).expect("offset view"),
         None,
         "no offset is None, not -1"
     );
@@ -232,8 +239,15 @@ fn reset_bumps_generation_and_late_commits_of_the_old_generation_are_rejected() 
         .unwrap();
     assert_eq!(outcome.generation, Some(1));
     assert!(outcome.all_accepted());
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 3);
-    assert_eq!(store.offset_generation("G", "T"), 1);
+    assert_eq!(
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        3
+    );
+    assert_eq!(store.offset_generation("G", "T").expect("offset view"), 1);
     // A consumer that has not seen the reset commits 17 with generation 0: rejected.
     let late = store
         .commit_offsets(&commit("G", "T", 0, 17, Some(0)))
@@ -302,7 +316,14 @@ fn offsets_and_messages_survive_clean_and_unclean_restarts() {
             0,
             "clean restart replays nothing"
         );
-        assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 4);
+        assert_eq!(
+            store
+                .consumer_offset("G", "T", 0)
+                .expect("offset view")
+                .unwrap()
+                .offset,
+            4
+        );
         store.put(&[draft("T", 0, b"m", b"")]).unwrap();
         store.commit_offsets(&commit("G", "T", 0, 6, None)).unwrap();
         // Leave without a final checkpoint: the abort marker stays, as after a crash.
@@ -313,7 +334,14 @@ fn offsets_and_messages_survive_clean_and_unclean_restarts() {
     }
     let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
     assert!(!store.recovery_report().clean_shutdown);
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 6);
+    assert_eq!(
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        6
+    );
     assert_eq!(store.queue_bounds("T", 0), Some((0, 6)));
 }
 
@@ -444,7 +472,14 @@ fn async_flush_acknowledges_before_fsync_and_flushes_on_its_interval() {
         std::thread::sleep(Duration::from_millis(5));
     }
     store.commit_offsets(&commit("G", "T", 0, 1, None)).unwrap();
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 1);
+    assert_eq!(
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        1
+    );
 }
 
 #[test]
@@ -478,10 +513,24 @@ fn retention_deletes_old_segments_raises_min_offsets_and_keeps_offsets() {
         .unwrap();
     assert_eq!(first.messages[0].queue_offset, min);
     // The commit record may be gone from the log, its effect is not.
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 3);
+    assert_eq!(
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        3
+    );
     store.close().unwrap();
     let store = MessageStore::open(cfg).unwrap();
-    assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 3);
+    assert_eq!(
+        store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap()
+            .offset,
+        3
+    );
     assert_eq!(store.queue_bounds("T", 0), Some((min, 160)));
 }
 

@@ -8,7 +8,7 @@ use super::error::ViewError;
 
 /// The store's offset view once it has caught up; answers without waiting.
 pub struct Offsets<'a> {
-    view: ferromq_store::OffsetViewReader<'a>,
+    view: ferromq_store::OffsetView<'a>,
 }
 
 /// Waits until the offset view covers every write acknowledged before the call.

@@ -4,7 +4,7 @@
 //!    `--seconds` and wait until it is acknowledgeable, timing every call. Under sync flush
 //!    that is after the fsync that covers it (group commit); under async flush once written.
 //!    `--mode tasks` (default) runs the writers as tokio tasks on a 2-thread runtime awaiting
-//!    `MessageStore::acknowledgeable`, as the broker's connection handlers do; `--mode threads`
+//!    `MessageStore::acknowledged`, as the broker's connection handlers do; `--mode threads`
 //!    runs one OS thread per writer calling the blocking `MessageStore::put`.
 //! 2. The store is closed and deleted, then the baseline phase writes the same bytes with one
 //!    thread to a plain file: async, one `write_all` of `--record-size` bytes per record;
@@ -305,7 +305,7 @@ async fn write_task(
         let started = Instant::now();
         let outcome = match store.append(&[record]) {
             Ok(receipt) => store
-                .acknowledgeable(receipt.end_offset, receipt.truncation_epoch)
+                .acknowledged(receipt.ticket())
                 .await
                 .map_err(|e| e.to_string()),
             Err(error) => Err(error.to_string()),

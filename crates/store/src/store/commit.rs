@@ -11,11 +11,11 @@
 //! share one write (a group commit without fsync). When a commit is running, the waiter
 //! waits for it on the commit lock and commits only if it did not cover its end.
 //!
-//! The async form waits on the lock too, blocking its poll: the holder is one `pwrite` away
-//! from releasing it (or a truncation, which also holds the append lock every appender
-//! needs). Parking the task and waking it on release cost more than the write it waited for
-//! (`ferromq bench store --writers 8 --mode tasks`: p999 about 1.3 ms parked, 0.15–0.5 ms
-//! blocking): the woken task then waits for its worker, busy with other tasks.
+//! The async form ([`Inner::written`]) never blocks on the lock: it tries it, and when a
+//! commit (or truncation) holds it, it waits for that holder to release it on `commits_done`,
+//! a watch bumped after every release, then looks again. So a stalled `pwrite` held by another
+//! thread leaves the waiting task parked, its worker free, and its wait bounded by the
+//! caller's timeout. The blocking form waits on the lock itself (blocking callers only).
 //!
 //! Invariants:
 //! 1. Commits are serialised by `commit_lock` (taken before `writer`, which a commit holds
@@ -26,16 +26,51 @@
 //!    cut below its end, success once committed, `NotWritten` if the store was poisoned
 //!    before its bytes reached the files.
 
-use std::sync::MutexGuard;
+use std::sync::{MutexGuard, TryLockError};
+
+use tokio::sync::watch;
 
 use super::Inner;
 use crate::config::FlushDiskType;
 use crate::error::{AppendError, DurabilityError, FileError};
 
+/// The commit lock, held; releasing it bumps `commits_done` so async waiters look again.
+pub(crate) struct CommitSerial<'a> {
+    guard: Option<MutexGuard<'a, ()>>,
+    done: &'a watch::Sender<u64>,
+}
+
+impl Drop for CommitSerial<'_> {
+    fn drop(&mut self) {
+        // Release first: a waiter woken by the bump must find the lock free.
+        drop(self.guard.take());
+        self.done
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+}
+
 impl Inner {
-    /// Takes the commit lock, waiting for a running commit or truncation.
-    pub(crate) fn lock_commits(&self) -> MutexGuard<'_, ()> {
-        self.commit_lock.lock().expect("commit lock")
+    /// Takes the commit lock, waiting (blocking) for a running commit or truncation.
+    pub(crate) fn lock_commits(&self) -> CommitSerial<'_> {
+        self.serial(self.commit_lock.lock().expect("commit lock"))
+    }
+
+    /// Takes the commit lock if nobody holds it.
+    fn try_lock_commits(&self) -> Option<CommitSerial<'_>> {
+        match self.commit_lock.try_lock() {
+            Ok(guard) => Some(self.serial(guard)),
+            Err(TryLockError::WouldBlock) => None,
+            Err(TryLockError::Poisoned(poisoned)) => {
+                panic!("commit lock poisoned: {poisoned}")
+            }
+        }
+    }
+
+    fn serial<'a>(&'a self, guard: MutexGuard<'a, ()>) -> CommitSerial<'a> {
+        CommitSerial {
+            guard: Some(guard),
+            done: &self.commits_done,
+        }
     }
 
     /// Commits the appender's uncommitted tail to the segment files (see
@@ -47,7 +82,7 @@ impl Inner {
     /// Commits the tail while holding `serial` (the commit lock), then releases it. A failed
     /// write poisons the store. Does nothing once the store is poisoned: no byte may follow
     /// records that failed to reach the files (`commitlog::writer` invariant 4).
-    fn commit_tail_locked(&self, serial: MutexGuard<'_, ()>) -> Result<(), FileError> {
+    fn commit_tail_locked(&self, serial: CommitSerial<'_>) -> Result<(), FileError> {
         if self.flush.is_poisoned() {
             return Ok(());
         }
@@ -63,6 +98,8 @@ impl Inner {
         if chunks.is_empty() {
             return Ok(());
         }
+        // A test's stall holds the commit here, lock held, as a slow `pwrite` would.
+        self.log.faults.wait_write_stall();
         if let Err(error) = crate::commitlog::writer::commit_chunks(&self.log, &chunks) {
             tracing::error!(%error, "writing the CommitLog failed; poisoning the store");
             self.flush
@@ -114,9 +151,36 @@ impl Inner {
         self.written_outcome(end, epoch)
     }
 
+    /// `AsyncFlush`, async: resolves once the record ending at `end`, appended at truncation
+    /// epoch `epoch`, is in the files, by the rules of [`Inner::wait_written`]. When the
+    /// commit lock is free the waiter commits the pending tail itself (one bounded `pwrite`,
+    /// shared with every appender pending); when a commit or truncation holds it, the task
+    /// waits on `commits_done` for its release instead of blocking its worker. Unbounded:
+    /// the caller adds the timeout.
+    ///
+    /// # Cancel safety
+    /// The lock is never held across an await: dropping the future only stops waiting, and
+    /// a write it started has completed.
+    pub(crate) async fn written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        let mut released = self.commits_done.subscribe();
+        loop {
+            if self.written_at_once(end, epoch) {
+                return Ok(());
+            }
+            // Marked seen before the try: a release after it wakes the wait below.
+            released.borrow_and_update();
+            if let Some(serial) = self.try_lock_commits() {
+                self.commit_for(end, serial);
+                return self.written_outcome(end, epoch);
+            }
+            // The sender lives in `self`, so `changed` cannot fail while we borrow it.
+            let _ = released.changed().await;
+        }
+    }
+
     /// Commits the tail unless the commit that held the lock before `serial` already
     /// covered `end`. A failure poisons the store; the waiter learns it from the outcome.
-    fn commit_for(&self, end: u64, serial: MutexGuard<'_, ()>) {
+    fn commit_for(&self, end: u64, serial: CommitSerial<'_>) {
         if self.log.committed_end() < end {
             // The error is recorded as the store's poison and answered by `written_outcome`.
             let _ = self.commit_tail_locked(serial);

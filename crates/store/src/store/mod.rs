@@ -11,8 +11,10 @@
 //! `derived`, then waits on the flusher; a truncation takes all three.
 //!
 //! # Durability
-//! Under `SyncFlush`, [`MessageStore::put`] and [`MessageStore::commit_offsets`] return only
-//! after the record is fsynced; concurrent calls share fsyncs (group commit). Under
+//! A write is acknowledged by [`MessageStore::acknowledged`] (async, bounded by
+//! `sync_flush_timeout_ms`, never blocking its thread) or by the blocking
+//! [`MessageStore::put`] and [`MessageStore::commit_offsets`]. Under `SyncFlush` they return
+//! only after the record is fsynced; concurrent calls share fsyncs (group commit). Under
 //! `AsyncFlush` they return once the record is written to the segment files (the page cache),
 //! not merely copied into the appender's in-memory tail: a waiting appender commits the tail
 //! itself when no commit is running, and concurrent waiters share that `pwrite` (group commit
@@ -20,11 +22,9 @@
 //! or machine crash may lose the suffix not yet fsynced (at most `flush_interval_ms` of
 //! appends) but never a record in the middle (recovery cuts the log at the first bad record).
 
-mod ack_shim;
 mod checkpoint_health;
 mod commit;
 mod committed;
-pub use ack_shim::{AckTicket, OffsetView as OffsetViewReader};
 mod fences_api;
 mod maintenance;
 mod offsets_api;
@@ -41,7 +41,7 @@ use ferromq_protocol::DraftRecord;
 use tokio::sync::watch;
 
 pub use maintenance::{RetentionReport, TruncateReport};
-pub use offsets_api::{CommitOutcome, OffsetEvent};
+pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
 
 use crate::checkpoint::CheckpointDir;
@@ -64,6 +64,28 @@ pub struct PutReceipt {
     /// Truncation epoch at append time: a later truncation below `end_offset` fails waiters
     /// instead of letting reused offsets look durable.
     pub truncation_epoch: u64,
+}
+
+impl PutReceipt {
+    /// The ticket to pass to [`MessageStore::acknowledged`] for this batch.
+    pub fn ticket(&self) -> AckTicket {
+        AckTicket {
+            end: self.end_offset,
+            epoch: self.truncation_epoch,
+        }
+    }
+}
+
+/// What an acknowledgement waits for: everything below `end`, appended at truncation epoch
+/// `epoch`, acknowledgeable under the flush policy. From [`PutReceipt::ticket`] for messages
+/// and from [`MessageStore::append_offsets`] for offset records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckTicket {
+    /// CommitLog end after the write.
+    pub end: u64,
+    /// Truncation epoch at the write: a later truncation below `end` fails the wait with
+    /// [`DurabilityError::Truncated`] instead of letting reused offsets look acknowledged.
+    pub epoch: u64,
 }
 
 /// A failed put or commit: it either never entered the log, or it did but could not be made
@@ -200,10 +222,11 @@ pub(crate) struct Inner {
     pub checkpoint_lock: Mutex<()>,
     /// Serialises tail commits (taken through `lock_commits`, see `commit`).
     pub commit_lock: Mutex<()>,
+    /// Bumped after every release of `commit_lock`: async waiters wait on it instead of
+    /// blocking on the lock (see `commit`).
+    pub commits_done: watch::Sender<u64>,
     /// Committed chunks for the dispatcher, and spare buffers for the appender.
     pub committed: committed::CommittedChunks,
-    /// Replication's commit point; `u64::MAX` when the store runs alone.
-    pub confirm_offset: AtomicU64,
     pub closed: AtomicBool,
     pub records_appended: AtomicU64,
     pub bytes_cut: AtomicU64,
@@ -266,8 +289,8 @@ impl MessageStore {
             checkpoint_position: AtomicU64::new(position),
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
+            commits_done: watch::Sender::new(0),
             committed: Default::default(),
-            confirm_offset: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),
             bytes_cut: AtomicU64::new(bytes_cut),
@@ -334,6 +357,9 @@ impl MessageStore {
 
     /// Appends records and returns once they are acknowledgeable per the flush policy.
     ///
+    /// Blocking: not for async contexts, which use [`MessageStore::append`] and
+    /// [`MessageStore::acknowledged`].
+    ///
     /// # Durability
     /// `SyncFlush`: fsynced. `AsyncFlush`: written to the segment files (the page cache, so a
     /// process crash keeps them), fsynced within `flush_interval_ms`.
@@ -344,19 +370,15 @@ impl MessageStore {
     }
 
     /// Blocks until everything below `end` (appended at truncation epoch `epoch`, both from
-    /// a [`PutReceipt`]) may be acknowledged under the flush policy.
+    /// a [`PutReceipt`]) may be acknowledged under the flush policy: the blocking form of
+    /// [`MessageStore::acknowledged`], for blocking callers only.
     ///
     /// # Durability
-    /// `SyncFlush`: once fsynced (group commit with concurrent waiters). `AsyncFlush`: once
-    /// written to the segment files, i.e. in the page cache: a process crash loses nothing
-    /// acknowledged, an OS crash may lose the suffix not yet fsynced. The waiter writes the
-    /// pending tail itself when no commit is running (one `pwrite` shared by every appender
-    /// pending), rather than waiting for the background committer.
+    /// As [`MessageStore::acknowledged`].
     ///
     /// # Errors
-    /// `Truncated` when a truncation after the append cut the record; `FlushFailed` (sync) or
-    /// `NotWritten` (async) when a failed fsync or write poisoned the store first; `Timeout`
-    /// (sync only) when the fsync outlives `sync_flush_timeout_ms`.
+    /// As [`MessageStore::acknowledged`], except that under `AsyncFlush` the wait for a
+    /// running commit (on the commit lock) is not bounded: `Timeout` is `SyncFlush` only.
     pub fn wait_acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         match self.inner.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.inner.flush.wait_durable_since(end, epoch),
@@ -364,18 +386,43 @@ impl MessageStore {
         }
     }
 
-    /// Async form of [`MessageStore::wait_acknowledgeable`], with the same rules. Under
-    /// `AsyncFlush` it completes in its first poll: it writes the pending tail itself (a
-    /// `pwrite` into the page cache) or waits on the commit lock for the running commit,
-    /// which is one `pwrite` long (see `commit`); it never parks the task.
+    /// The acknowledgement future of every write — messages, batches and offset records:
+    /// resolves once everything below `ticket.end` may be acknowledged under the flush
+    /// policy. It never blocks or sleeps on the calling thread, so it is safe on a tokio
+    /// worker; it needs a runtime with the time driver enabled (for its bound).
+    ///
+    /// # Durability
+    /// `SyncFlush`: once fsynced, waiting on the flusher's progress watch (group commit with
+    /// concurrent waiters). `AsyncFlush`: once written to the segment files, i.e. in the page
+    /// cache: a process crash loses nothing acknowledged, an OS crash may lose the suffix not
+    /// yet fsynced. When nobody is committing, the waiter writes the pending tail itself (one
+    /// `pwrite` shared by every appender pending: bounded work, not waiting); when a commit
+    /// holds the commit lock it waits for its release asynchronously (see `commit`).
+    ///
+    /// # Errors
+    /// `Timeout` when the wait outlives `sync_flush_timeout_ms`, under both policies (the
+    /// record may still become durable later, but it was not acknowledged); `Truncated` when
+    /// a truncation after the write cut the record; `FlushFailed` (sync) or `NotWritten`
+    /// (async) with the I/O error's text when a failed fsync or write poisoned the store
+    /// first; `Closed` when the store closed before the record was flushed.
     ///
     /// # Cancel safety
-    /// Dropping the future only stops waiting; a write it started has completed.
-    pub async fn acknowledgeable(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
-        match self.inner.config.flush_disk_type {
-            FlushDiskType::SyncFlush => self.inner.flush.durable(end, epoch).await,
-            FlushDiskType::AsyncFlush => self.inner.wait_written(end, epoch),
-        }
+    /// Dropping the future only stops waiting: the flush goes on, and a `pwrite` it started
+    /// has completed (no lock is held across an await).
+    pub async fn acknowledged(&self, ticket: AckTicket) -> Result<(), DurabilityError> {
+        let AckTicket { end, epoch } = ticket;
+        let timeout = Duration::from_millis(self.inner.config.sync_flush_timeout_ms);
+        let waited = match self.inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush => {
+                tokio::time::timeout(timeout, self.inner.flush.durable(end, epoch)).await
+            }
+            FlushDiskType::AsyncFlush => {
+                tokio::time::timeout(timeout, self.inner.written(end, epoch)).await
+            }
+        };
+        waited.unwrap_or(Err(DurabilityError::Timeout {
+            timeout_ms: self.inner.config.sync_flush_timeout_ms,
+        }))
     }
 
     /// Blocks until everything below `end` is fsynced, whatever the policy.
@@ -418,17 +465,9 @@ impl MessageStore {
         }
     }
 
-    /// Sets replication's commit point: dispatch (and so consumers) stop there. `None` when
-    /// the store runs alone.
-    pub fn set_confirm_offset(&self, confirm: Option<u64>) {
-        self.inner
-            .confirm_offset
-            .store(confirm.unwrap_or(u64::MAX), Ordering::Release);
-        self.inner.dispatch_signal.notify();
-    }
-
     /// Blocks until the dispatcher has reached `position` or `timeout` passes; returns the
-    /// dispatched end.
+    /// dispatched end. Blocking (it sleeps in short steps): not for async contexts, which
+    /// use [`MessageStore::dispatch_caught_up`] or [`MessageStore::offset_view`].
     pub fn wait_dispatched(&self, position: u64, timeout: Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
         loop {
@@ -455,14 +494,20 @@ impl MessageStore {
     /// `timeout`. A reader that finds a queue shorter than expected waits for this before
     /// answering "offset out of range", so a record acknowledged a moment ago is never
     /// reported missing.
+    ///
+    /// It never blocks the calling thread: under `AsyncFlush` it commits the pending tail as
+    /// [`MessageStore::acknowledged`] does (waiting asynchronously for a running commit).
+    /// Offset reads use [`MessageStore::offset_view`], which also says when it ran out.
     pub async fn dispatch_caught_up(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
         if self.inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
-            // A failure poisons the store inside commit_tail; readers then see what is committed.
-            let _ = self.inner.commit_tail();
+            let (end, epoch) = (self.inner.log.appended_end(), self.inner.flush.epoch());
+            // A failure poisons the store; readers then see what is committed.
+            let _ = tokio::time::timeout_at(deadline, self.inner.written(end, epoch)).await;
         }
         let target = self.inner.dispatch_limit();
         let mut dispatched = self.inner.dispatched.subscribe();
-        let _ = tokio::time::timeout(timeout, dispatched.wait_for(|end| *end >= target)).await;
+        let _ = tokio::time::timeout_at(deadline, dispatched.wait_for(|end| *end >= target)).await;
     }
 
     /// A receiver of the dispatched end, for long polling.
@@ -488,6 +533,7 @@ impl MessageStore {
             .flush
             .poison("store abandoned (simulated crash)".to_string());
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.log.faults.release_stalls();
         self.inner.flush.close();
         self.inner.dispatch_signal.notify();
         for handle in self.threads.lock().expect("threads lock").drain(..) {
@@ -505,6 +551,8 @@ impl MessageStore {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // A test's stall must not hold the final flush (or the threads joined below).
+        self.inner.log.faults.release_stalls();
         let result = self.inner.final_checkpoint();
         self.inner.flush.close();
         self.inner.dispatch_signal.notify();
@@ -631,13 +679,12 @@ impl Inner {
         })
     }
 
-    /// How far the dispatcher may go: the confirm offset, the flushed end under `SyncFlush`,
-    /// the committed end (bytes in the files) under `AsyncFlush` (invariant 4).
+    /// How far the dispatcher may go: the flushed end under `SyncFlush`, the committed end
+    /// (bytes in the files) under `AsyncFlush` (invariant 4).
     pub(crate) fn dispatch_limit(&self) -> u64 {
-        let local = match self.config.flush_disk_type {
+        match self.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.flush.flushed_end(),
             FlushDiskType::AsyncFlush => self.log.committed_end(),
-        };
-        local.min(self.confirm_offset.load(Ordering::Acquire))
+        }
     }
 }

@@ -11,8 +11,9 @@ use std::sync::atomic::Ordering;
 
 use ferromq_protocol::{DraftRecord, RecordView};
 
-use super::{MessageStore, StoreError};
-use crate::commitlog::writer::Placement;
+use super::{AckTicket, MessageStore, StoreError};
+use crate::commitlog::writer::{Placement, WriterState};
+use crate::config::FlushDiskType;
 use crate::error::{AppendError, ReadError};
 use crate::offsets::{
     CommitRejection, OffsetCommand, OffsetKind, StoredOffset, Verdict, OFFSET_TOPIC,
@@ -61,210 +62,291 @@ pub struct OffsetEvent {
 
 impl MessageStore {
     /// Records an offset commit, reset or correction; returns when it is acknowledgeable under
-    /// the flush policy (the same rule as a message).
-    ///
-    /// For a reset or correction the store assigns the new generation (current + 1); the
-    /// command's own `generation` is ignored. Entries are judged one by one: accepted ones
-    /// are written together in one record, rejected ones are reported in the outcome.
+    /// the flush policy (the same rule as a message): [`MessageStore::append_offsets`], then
+    /// the blocking wait. Blocking: not for async contexts, which use
+    /// [`MessageStore::commit_offsets_acknowledged`].
     ///
     /// # Errors
-    /// The record could not be written or made durable; nothing was acknowledged.
+    /// As [`MessageStore::commit_offsets_acknowledged`].
     pub fn commit_offsets(&self, command: &OffsetCommand) -> Result<CommitOutcome, StoreError> {
-        self.commit_offsets_where(command, None)
+        let (outcome, ticket) = self.judge_and_append(command, None)?;
+        self.wait_acknowledgeable(ticket.end, ticket.epoch)?;
+        Ok(outcome)
     }
 
-    /// Records a correction only for the entries whose stored offset is still the one the
-    /// caller judged it against: `expected[i]` is entry i's stored offset as the caller saw
-    /// it (`None`: no offset stored). The comparison happens under the append lock against
-    /// the writer's view, so a commit that lands between the caller's judgement and this
-    /// call is never undone; such an entry is rejected as [`CommitRejection::Moved`].
-    /// Otherwise exactly [`MessageStore::commit_offsets`] (new generation, one record).
+    /// Blocking form of [`MessageStore::correct_offsets_acknowledged`]: not for async
+    /// contexts.
     ///
     /// # Errors
-    /// As [`MessageStore::commit_offsets`].
+    /// As [`MessageStore::commit_offsets_acknowledged`].
     ///
     /// # Panics
-    /// When `command` is not a correction or `expected` does not have one value per entry
-    /// (a caller bug, not input).
+    /// As [`MessageStore::append_correction`].
     pub fn correct_offsets(
         &self,
         command: &OffsetCommand,
         expected: &[Option<u64>],
     ) -> Result<CommitOutcome, StoreError> {
-        assert_eq!(
-            command.kind,
-            OffsetKind::Correction,
-            "correct_offsets takes a correction"
-        );
-        assert_eq!(
-            command.entries.len(),
-            expected.len(),
-            "one expected offset per entry"
-        );
-        self.commit_offsets_where(command, Some(expected))
+        check_correction(command, expected);
+        let (outcome, ticket) = self.judge_and_append(command, Some(expected))?;
+        self.wait_acknowledgeable(ticket.end, ticket.epoch)?;
+        Ok(outcome)
     }
 
-    fn commit_offsets_where(
+    /// Records an offset commit, reset or correction and resolves once it is acknowledgeable
+    /// under the flush policy: [`MessageStore::append_offsets`], then
+    /// [`MessageStore::acknowledged`]. Never blocks the calling thread.
+    ///
+    /// # Errors
+    /// The record could not be written ([`StoreError::Append`]) or made acknowledgeable in
+    /// time ([`StoreError::Durability`], including `Timeout` after `sync_flush_timeout_ms`);
+    /// nothing was acknowledged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the append leaves the record in the log, unacknowledged:
+    /// it may still become durable, like a message whose reply was lost.
+    pub async fn commit_offsets_acknowledged(
+        &self,
+        command: &OffsetCommand,
+    ) -> Result<CommitOutcome, StoreError> {
+        let (outcome, ticket) = self.judge_and_append(command, None)?;
+        self.acknowledged(ticket).await?;
+        Ok(outcome)
+    }
+
+    /// [`MessageStore::append_correction`], then [`MessageStore::acknowledged`].
+    ///
+    /// # Errors
+    /// As [`MessageStore::commit_offsets_acknowledged`].
+    ///
+    /// # Panics
+    /// As [`MessageStore::append_correction`].
+    ///
+    /// # Cancel safety
+    /// As [`MessageStore::commit_offsets_acknowledged`].
+    pub async fn correct_offsets_acknowledged(
+        &self,
+        command: &OffsetCommand,
+        expected: &[Option<u64>],
+    ) -> Result<CommitOutcome, StoreError> {
+        check_correction(command, expected);
+        let (outcome, ticket) = self.judge_and_append(command, Some(expected))?;
+        self.acknowledged(ticket).await?;
+        Ok(outcome)
+    }
+
+    /// Judges an offset commit, reset or correction and appends its accepted entries as one
+    /// record, without waiting: the acknowledgement is the caller's, through
+    /// [`MessageStore::acknowledged`] with the returned ticket.
+    ///
+    /// For a reset or correction the store assigns the new generation (current + 1); the
+    /// command's own `generation` is ignored. Entries are judged one by one against the
+    /// writer's view (which includes records appended but not yet acknowledged): accepted
+    /// ones are written together in one record, rejected ones are reported in the outcome.
+    ///
+    /// The ticket is `None` when nothing was written and every record the verdicts were
+    /// judged against is already acknowledgeable. When nothing was written but an earlier
+    /// record is still pending (an entry "already held" by a commit not yet fsynced), it is
+    /// `Some` for the log end at judgement: the verdicts may be acknowledged only once that
+    /// record is.
+    ///
+    /// # Errors
+    /// The record could not be encoded or appended; nothing was written.
+    pub fn append_offsets(
+        &self,
+        command: &OffsetCommand,
+    ) -> Result<(CommitOutcome, Option<AckTicket>), StoreError> {
+        let (outcome, ticket) = self.judge_and_append(command, None)?;
+        Ok((outcome, self.pending(ticket)))
+    }
+
+    /// Like [`MessageStore::append_offsets`] for a correction, applied only to the entries
+    /// whose stored offset is still the one the caller judged it against: `expected[i]` is
+    /// entry i's stored offset as the caller saw it (`None`: no offset stored). The comparison
+    /// happens under the append lock against the writer's view, so a commit that lands
+    /// between the caller's judgement and this call is never undone; such an entry is
+    /// rejected as [`CommitRejection::Moved`]. Otherwise exactly `append_offsets` (new
+    /// generation, one record).
+    ///
+    /// # Errors
+    /// As [`MessageStore::append_offsets`].
+    ///
+    /// # Panics
+    /// When `command` is not a correction or `expected` does not have one value per entry
+    /// (a caller bug, not input).
+    pub fn append_correction(
+        &self,
+        command: &OffsetCommand,
+        expected: &[Option<u64>],
+    ) -> Result<(CommitOutcome, Option<AckTicket>), StoreError> {
+        check_correction(command, expected);
+        let (outcome, ticket) = self.judge_and_append(command, Some(expected))?;
+        Ok((outcome, self.pending(ticket)))
+    }
+
+    /// `None` when nothing was written and `ticket` is acknowledgeable already.
+    fn pending(&self, ticket: AckTicket) -> Option<AckTicket> {
+        let inner = &self.inner;
+        let acknowledgeable_end = match inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush => inner.flush.flushed_end(),
+            FlushDiskType::AsyncFlush => inner.log.committed_end(),
+        };
+        let done = inner.flush.epoch() == ticket.epoch && acknowledgeable_end >= ticket.end;
+        (!done).then_some(ticket)
+    }
+
+    /// The one judging path of every offset write: judges `command` (and `expected`, for a
+    /// conditional correction) under the writer lock and appends the accepted entries.
+    /// Returns the outcome and the ticket that acknowledges it (the record's, or the log end
+    /// at judgement when nothing was written).
+    fn judge_and_append(
         &self,
         command: &OffsetCommand,
         expected: Option<&[Option<u64>]>,
-    ) -> Result<CommitOutcome, StoreError> {
+    ) -> Result<(CommitOutcome, AckTicket), StoreError> {
         let inner = &self.inner;
         let mut command = command.clone();
-        let (outcome, (end, epoch)) = {
-            let mut writer = inner.writer.lock().expect("writer lock");
-            let generation = match command.kind {
-                OffsetKind::Commit => command.generation,
-                OffsetKind::Reset | OffsetKind::Correction => {
-                    let topic = command.entries.first().map_or("", |e| e.topic.as_str());
-                    let next = writer.offsets.next_generation(&command.group, topic);
-                    command.generation = Some(next);
-                    Some(next)
-                }
+        let mut writer = inner.writer.lock().expect("writer lock");
+        let generation = assign_generation(&writer, &mut command);
+        let verdicts = judge(&writer, &command, expected);
+        let rejected = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Rejected(_)))
+            .count();
+        inner
+            .commits_rejected
+            .fetch_add(rejected as u64, Ordering::Relaxed);
+        let accepted = accepted_part(&command, &verdicts);
+        if accepted.entries.is_empty() {
+            // Nothing to write, but the verdicts rest on the writer's view: they are
+            // acknowledgeable once everything appended so far is.
+            let ticket = AckTicket {
+                end: writer.write_pos(),
+                epoch: inner.flush.epoch(),
             };
-            let mut verdicts = {
-                let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
-                writer.offsets.check(&command, &queue_max)
+            let outcome = CommitOutcome {
+                verdicts,
+                generation,
+                record: None,
             };
-            if let Some(expected) = expected {
-                for ((entry, verdict), expected) in command
-                    .entries
-                    .iter()
-                    .zip(verdicts.iter_mut())
-                    .zip(expected)
-                {
-                    let stored = writer
-                        .offsets
-                        .get(&command.group, &entry.topic, entry.queue_id)
-                        .map(|s| s.offset);
-                    if stored != *expected && *verdict == Verdict::Applied {
-                        *verdict = Verdict::Rejected(CommitRejection::Moved {
-                            expected: *expected,
-                            stored,
-                        });
-                    }
-                }
-            }
-            let rejected = verdicts
-                .iter()
-                .filter(|v| matches!(v, Verdict::Rejected(_)))
-                .count();
-            inner
-                .commits_rejected
-                .fetch_add(rejected as u64, Ordering::Relaxed);
-            let mut accepted = command.clone();
-            accepted.entries = command
-                .entries
-                .iter()
-                .zip(&verdicts)
-                .filter(|(_, v)| **v == Verdict::Applied)
-                .map(|(e, _)| e.clone())
-                .collect();
-            if accepted.entries.is_empty() {
-                let end = (writer.write_pos(), inner.flush.epoch());
-                (
-                    CommitOutcome {
-                        verdicts,
-                        generation,
-                        record: None,
-                    },
-                    end,
-                )
-            } else {
-                let body = accepted.encode().map_err(AppendError::from)?;
-                let draft = DraftRecord {
-                    topic: OFFSET_TOPIC,
-                    queue_id: 0,
-                    flag: 0,
-                    sys_flag: 0,
-                    born_timestamp_ms: inner.clock.now_ms(),
-                    born_host: inner.config.store_host,
-                    store_host: inner.config.store_host,
-                    reconsume_times: 0,
-                    prepared_tx_offset: 0,
-                    body: &body,
-                    properties: &[],
-                };
-                let mut records = vec![(OFFSET_TOPIC, draft.encode().map_err(AppendError::from)?)];
-                let receipt = inner.append_locked(&mut writer, &mut records)?;
-                let placement = receipt.placements[0].clone();
-                let applied = {
-                    let WriterStateParts { offsets, queue_max } = split(&mut writer);
-                    offsets.apply(&accepted, placement.store_timestamp_ms, &queue_max)
-                };
-                debug_assert!(
-                    applied.iter().all(|v| *v == Verdict::Applied),
-                    "check and apply agree"
-                );
-                (
-                    CommitOutcome {
-                        verdicts,
-                        generation,
-                        record: Some(placement),
-                    },
-                    (receipt.end_offset, receipt.truncation_epoch),
-                )
-            }
+            return Ok((outcome, ticket));
+        }
+        let receipt = self.append_offset_record(&mut writer, &accepted)?;
+        let outcome = CommitOutcome {
+            verdicts,
+            generation,
+            record: Some(receipt.placements[0].clone()),
         };
-        self.wait_acknowledgeable(end, epoch)?;
-        Ok(outcome)
+        Ok((outcome, receipt.ticket()))
+    }
+
+    /// Appends the accepted entries as one offset record under the writer lock and applies
+    /// them to the writer's view.
+    fn append_offset_record(
+        &self,
+        writer: &mut WriterState,
+        accepted: &OffsetCommand,
+    ) -> Result<super::PutReceipt, StoreError> {
+        let inner = &self.inner;
+        let body = accepted.encode().map_err(AppendError::from)?;
+        let draft = DraftRecord {
+            topic: OFFSET_TOPIC,
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: inner.clock.now_ms(),
+            born_host: inner.config.store_host,
+            store_host: inner.config.store_host,
+            reconsume_times: 0,
+            prepared_tx_offset: 0,
+            body: &body,
+            properties: &[],
+        };
+        let mut records = vec![(OFFSET_TOPIC, draft.encode().map_err(AppendError::from)?)];
+        let receipt = inner.append_locked(writer, &mut records)?;
+        let applied = {
+            let WriterStateParts { offsets, queue_max } = split(writer);
+            offsets.apply(
+                accepted,
+                receipt.placements[0].store_timestamp_ms,
+                &queue_max,
+            )
+        };
+        debug_assert!(
+            applied.iter().all(|v| *v == Verdict::Applied),
+            "check and apply agree"
+        );
+        Ok(receipt)
     }
 
     /// The stored offset of (group, topic, queue): `Ok(None)` when the group never committed
     /// one. Reflects every commit acknowledged before the call.
-    pub fn consumer_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<StoredOffset> {
-        self.catch_up_dispatch();
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .view
-            .get(group, topic, queue_id)
+    ///
+    /// Blocking (waits for the dispatcher, bounded): not for async contexts, use
+    /// [`MessageStore::offset_view`].
+    ///
+    /// # Errors
+    /// [`ReadError::ViewBehind`] or [`ReadError::DispatchStalled`] when the view could not
+    /// catch up: never a stale answer.
+    pub fn consumer_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<StoredOffset>, ReadError> {
+        self.catch_up_dispatch()?;
+        Ok(OffsetView::new(self).consumer_offset(group, topic, queue_id))
     }
 
-    /// Current reset generation of (group, topic).
-    pub fn offset_generation(&self, group: &str, topic: &str) -> u64 {
-        self.catch_up_dispatch();
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .view
-            .generation(group, topic)
+    /// Current reset generation of (group, topic). Blocking, as
+    /// [`MessageStore::consumer_offset`].
+    ///
+    /// # Errors
+    /// As [`MessageStore::consumer_offset`].
+    pub fn offset_generation(&self, group: &str, topic: &str) -> Result<u64, ReadError> {
+        self.catch_up_dispatch()?;
+        Ok(OffsetView::new(self).generation(group, topic))
     }
 
-    /// Every stored offset of a group: (topic, queue, offset).
-    pub fn group_offsets(&self, group: &str) -> Vec<(String, u32, StoredOffset)> {
-        self.catch_up_dispatch();
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .view
-            .group_offsets(group)
+    /// Every stored offset of a group: (topic, queue, offset). Blocking, as
+    /// [`MessageStore::consumer_offset`].
+    ///
+    /// # Errors
+    /// As [`MessageStore::consumer_offset`].
+    pub fn group_offsets(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(String, u32, StoredOffset)>, ReadError> {
+        self.catch_up_dispatch()?;
+        Ok(OffsetView::new(self).group_offsets(group))
     }
 
-    /// Groups with stored offsets.
-    pub fn groups(&self) -> Vec<String> {
-        self.catch_up_dispatch();
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .view
-            .groups()
+    /// Groups with stored offsets. Blocking, as [`MessageStore::consumer_offset`].
+    ///
+    /// # Errors
+    /// As [`MessageStore::consumer_offset`].
+    pub fn groups(&self) -> Result<Vec<String>, ReadError> {
+        self.catch_up_dispatch()?;
+        Ok(OffsetView::new(self).groups())
     }
 
     /// Every change of (group, topic[, queue]) still in the log, oldest first: the answer to
     /// "why did my offset move?". Records older than the log's retention are gone; their
     /// effect lives on in the view.
+    ///
+    /// Blocking (waits for the dispatcher, bounded, then reads the log): not for async
+    /// contexts.
+    ///
+    /// # Errors
+    /// A read failed, or the dispatcher could not catch up ([`ReadError::ViewBehind`],
+    /// [`ReadError::DispatchStalled`]), so the history could miss an acknowledged change.
     pub fn offset_history(
         &self,
         group: &str,
         topic: &str,
         queue_id: Option<u32>,
     ) -> Result<Vec<OffsetEvent>, ReadError> {
-        self.catch_up_dispatch();
+        self.catch_up_dispatch()?;
         let (min, max) = self.queue_bounds(OFFSET_TOPIC, 0).unwrap_or((0, 0));
         let mut events = Vec::new();
         let mut offset = min;
@@ -309,14 +391,119 @@ impl MessageStore {
     }
 }
 
+/// Sets the generation a reset or correction establishes (current + 1, ignoring the
+/// command's own); a commit keeps the one it carries.
+fn assign_generation(writer: &WriterState, command: &mut OffsetCommand) -> Option<u64> {
+    match command.kind {
+        OffsetKind::Commit => command.generation,
+        OffsetKind::Reset | OffsetKind::Correction => {
+            let topic = command.entries.first().map_or("", |e| e.topic.as_str());
+            let next = writer.offsets.next_generation(&command.group, topic);
+            command.generation = Some(next);
+            Some(next)
+        }
+    }
+}
+
+/// One verdict per entry against the writer's view; with `expected` (a conditional
+/// correction), an entry whose stored offset moved since the caller's judgement is rejected
+/// as [`CommitRejection::Moved`].
+fn judge(
+    writer: &WriterState,
+    command: &OffsetCommand,
+    expected: Option<&[Option<u64>]>,
+) -> Vec<Verdict> {
+    let queue_max = |topic: &str, queue_id: u32| writer.queue_max(topic, queue_id);
+    let mut verdicts = writer.offsets.check(command, &queue_max);
+    let Some(expected) = expected else {
+        return verdicts;
+    };
+    for ((entry, verdict), expected) in command.entries.iter().zip(&mut verdicts).zip(expected) {
+        let stored = writer
+            .offsets
+            .get(&command.group, &entry.topic, entry.queue_id)
+            .map(|s| s.offset);
+        if stored != *expected && *verdict == Verdict::Applied {
+            *verdict = Verdict::Rejected(CommitRejection::Moved {
+                expected: *expected,
+                stored,
+            });
+        }
+    }
+    verdicts
+}
+
+/// The command with only its applied entries.
+fn accepted_part(command: &OffsetCommand, verdicts: &[Verdict]) -> OffsetCommand {
+    let mut accepted = command.clone();
+    accepted.entries = command
+        .entries
+        .iter()
+        .zip(verdicts)
+        .filter(|(_, v)| **v == Verdict::Applied)
+        .map(|(e, _)| e.clone())
+        .collect();
+    accepted
+}
+
+/// Refuses (as a caller bug) a conditional correction that is not one.
+fn check_correction(command: &OffsetCommand, expected: &[Option<u64>]) {
+    assert_eq!(
+        command.kind,
+        OffsetKind::Correction,
+        "correct_offsets takes a correction"
+    );
+    assert_eq!(
+        command.entries.len(),
+        expected.len(),
+        "one expected offset per entry"
+    );
+}
+
+/// The offset view as of [`MessageStore::offset_view`]: it covers every offset commit
+/// acknowledged before that call, and answers at once, without waiting (each answer reads the
+/// view as it is then, which only grows past that point).
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetView<'a> {
+    store: &'a MessageStore,
+}
+
+impl<'a> OffsetView<'a> {
+    pub(super) fn new(store: &'a MessageStore) -> OffsetView<'a> {
+        OffsetView { store }
+    }
+
+    fn read<R>(&self, answer: impl FnOnce(&crate::offsets::OffsetView) -> R) -> R {
+        answer(&self.store.inner.derived.lock().expect("derived lock").view)
+    }
+
+    /// The stored offset of (group, topic, queue); `None` when the group never committed one.
+    pub fn consumer_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<StoredOffset> {
+        self.read(|view| view.get(group, topic, queue_id))
+    }
+
+    /// Current reset generation of (group, topic).
+    pub fn generation(&self, group: &str, topic: &str) -> u64 {
+        self.read(|view| view.generation(group, topic))
+    }
+
+    /// Every stored offset of a group: (topic, queue, offset).
+    pub fn group_offsets(&self, group: &str) -> Vec<(String, u32, StoredOffset)> {
+        self.read(|view| view.group_offsets(group))
+    }
+
+    /// Groups with stored offsets.
+    pub fn groups(&self) -> Vec<String> {
+        self.read(|view| view.groups())
+    }
+}
+
 struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
     offsets: &'a mut crate::offsets::OffsetView,
     queue_max: F,
 }
 
-fn split(
-    writer: &mut crate::commitlog::writer::WriterState,
-) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
+fn split(writer: &mut WriterState) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
     let (offsets, queues) = writer.split_offsets();
     WriterStateParts {
         offsets,
@@ -388,7 +575,7 @@ mod tests {
         store
             .commit_offsets(&command(OffsetKind::Commit, 8))
             .unwrap();
-        let before = store.offset_generation("G", "T");
+        let before = store.offset_generation("G", "T").expect("offset view");
         // Judged against 5, but 8 is stored: a commit landed in between.
         let moved = store
             .correct_offsets(&command(OffsetKind::Correction, 3), &[Some(5)])
@@ -401,16 +588,32 @@ mod tests {
             })]
         );
         assert!(moved.record.is_none());
-        assert_eq!(store.consumer_offset("G", "T", 0).unwrap().offset, 8);
-        assert_eq!(store.offset_generation("G", "T"), before);
+        assert_eq!(
+            store
+                .consumer_offset("G", "T", 0)
+                .expect("offset view")
+                .unwrap()
+                .offset,
+            8
+        );
+        assert_eq!(
+            store.offset_generation("G", "T").expect("offset view"),
+            before
+        );
         // Judged against what is stored: a new generation at the corrected offset.
         let landed = store
             .correct_offsets(&command(OffsetKind::Correction, 3), &[Some(8)])
             .unwrap();
         assert_eq!(landed.verdicts, vec![Verdict::Applied]);
         assert_eq!(landed.generation, Some(before + 1));
-        let stored = store.consumer_offset("G", "T", 0).unwrap();
+        let stored = store
+            .consumer_offset("G", "T", 0)
+            .expect("offset view")
+            .unwrap();
         assert_eq!((stored.offset, stored.generation), (3, before + 1));
-        assert_eq!(store.offset_generation("G", "T"), before + 1);
+        assert_eq!(
+            store.offset_generation("G", "T").expect("offset view"),
+            before + 1
+        );
     }
 }

@@ -4,12 +4,12 @@
 //! Readers see only dispatched records (invariant 4). Every record read is verified (CRC) and
 //! checked against the ConsumeQueue entry that led to it: same topic, queue and queue offset.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferromq_protocol::{java_string_hash, property_names, MessageId, RecordView};
 
-use super::MessageStore;
+use super::{MessageStore, OffsetView};
 use crate::commitlog::Entry;
 use crate::consume_queue::CqEntry;
 use crate::error::ReadError;
@@ -18,6 +18,10 @@ use crate::quarantine::{QuarantineKind, QuarantinedRange};
 /// Entries scanned at most by one filtered read before it returns `NoMatchedMessage`
 /// (RocketMQ's `maxFilterMessageCount`).
 pub const FILTER_SCAN_ENTRIES_MAX: usize = 16_000;
+
+/// How often a reader waiting for the offset view checks whether the dispatcher stalled (it
+/// is woken by every dispatch pass otherwise).
+const VIEW_STALL_CHECK: Duration = Duration::from_millis(50);
 
 /// Which messages a read returns, by tag (RocketMQ subscription expression `tagA || tagB`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -380,13 +384,17 @@ impl MessageStore {
 
     /// The message with this offset message id (store host + CommitLog offset), if present.
     ///
+    /// Blocking (it waits for the dispatcher, bounded): not for async contexts.
+    ///
     /// # Errors
-    /// The id is malformed, or the bytes at its offset are not a valid record.
+    /// The id is malformed, the bytes at its offset are not a valid record, or the dispatcher
+    /// could not catch up ([`ReadError::ViewBehind`], [`ReadError::DispatchStalled`]), so
+    /// "not found" could be false.
     pub fn message_by_id(&self, message_id: &str) -> Result<Option<Bytes>, ReadError> {
         let id =
             MessageId::decode(message_id).map_err(|e| ReadError::BadMessageId(e.to_string()))?;
         // A message acknowledged moments ago may still be on its way to the dispatcher.
-        self.catch_up_dispatch();
+        self.catch_up_dispatch()?;
         let dispatched = *self.inner.dispatched.borrow();
         if id.phys_offset < self.inner.log.min_offset() || id.phys_offset >= dispatched {
             return Ok(None);
@@ -456,18 +464,93 @@ impl MessageStore {
         Ok(found)
     }
 
-    /// Waits until everything acknowledged before the call is visible to readers (bounded by
-    /// the flush timeout). Reads of offsets use it so a commit is visible once acknowledged.
-    pub(crate) fn catch_up_dispatch(&self) {
+    /// Blocks until everything acknowledged before the call is visible to readers, bounded
+    /// by `sync_flush_timeout_ms`. Blocking: the offset reads that use it are not for async
+    /// contexts, which use [`MessageStore::offset_view`].
+    ///
+    /// # Errors
+    /// [`ReadError::DispatchStalled`] or [`ReadError::ViewBehind`] when the view did not
+    /// catch up in time: the caller must not answer from it.
+    pub(crate) fn catch_up_dispatch(&self) -> Result<(), ReadError> {
+        let started = Instant::now();
         if self.inner.config.flush_disk_type == crate::config::FlushDiskType::AsyncFlush {
-            // An acknowledged AsyncFlush record may still sit in the appender's tail.
+            // An acknowledged AsyncFlush record may still sit in the appender's tail. A
+            // failure poisons the store inside commit_tail; the view covers what is committed.
             let _ = self.inner.commit_tail();
         }
         let target = self.inner.dispatch_limit();
-        self.wait_dispatched(
+        if self.inner.dispatch_stall().is_none() {
+            self.wait_dispatched(target, self.view_bound());
+        }
+        self.view_outcome(target, started)
+    }
+
+    /// Resolves once the offset view covers everything acknowledged before the call, and
+    /// returns it: the way async code reads consumer offsets. It never blocks or sleeps on
+    /// the calling thread (it waits on the dispatched-end watch), and never answers from a
+    /// view that missed an acknowledged commit. Needs a runtime with the time driver.
+    ///
+    /// Under `AsyncFlush` it first commits the appender's pending tail (as an acknowledgement
+    /// does, without blocking on a running commit), so every acknowledged record can reach
+    /// the dispatcher; then it waits until the dispatched end covers the dispatch limit read
+    /// at that point. The whole wait is bounded by `sync_flush_timeout_ms`.
+    ///
+    /// # Errors
+    /// [`ReadError::DispatchStalled`] when the dispatcher cannot index new records (see
+    /// [`crate::StoreStats::dispatch_failure`]) and the view misses acknowledged records:
+    /// answered at once while the stall is declared, as [`MessageStore::get_messages`] does;
+    /// [`ReadError::ViewBehind`] when the bound passed before the view caught up.
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting; a tail commit it started has completed.
+    pub async fn offset_view(&self) -> Result<OffsetView<'_>, ReadError> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.view_bound();
+        if self.inner.config.flush_disk_type == crate::config::FlushDiskType::AsyncFlush {
+            let (end, epoch) = (self.inner.log.appended_end(), self.inner.flush.epoch());
+            // An error here (truncated, poisoned, timed out) leaves the committed end where
+            // it is; the target below is what the files hold, and the check decides.
+            let _ = tokio::time::timeout_at(deadline, self.inner.written(end, epoch)).await;
+        }
+        let target = self.inner.dispatch_limit();
+        let mut dispatched = self.inner.dispatched.subscribe();
+        self.inner.dispatch_signal.notify();
+        loop {
+            if *dispatched.borrow_and_update() >= target || self.inner.dispatch_stall().is_some() {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Wakes at least every VIEW_STALL_CHECK to notice a dispatcher that stalls.
+            let slice = (deadline - now).min(VIEW_STALL_CHECK);
+            let _ = tokio::time::timeout(slice, dispatched.changed()).await;
+        }
+        self.view_outcome(target, started)?;
+        Ok(OffsetView::new(self))
+    }
+
+    /// How long an offset read waits for the view to catch up: the acknowledgement bound.
+    fn view_bound(&self) -> Duration {
+        Duration::from_millis(self.inner.config.sync_flush_timeout_ms)
+    }
+
+    /// Whether the view covers `target`; if not, why not (a stalled dispatcher or a wait that
+    /// ran out since `started`).
+    fn view_outcome(&self, target: u64, started: Instant) -> Result<(), ReadError> {
+        let dispatched = *self.inner.dispatched.borrow();
+        if dispatched >= target {
+            return Ok(());
+        }
+        if let Some(failure) = self.inner.dispatch_stall() {
+            return Err(ReadError::DispatchStalled(failure));
+        }
+        Err(ReadError::ViewBehind {
+            dispatched,
             target,
-            Duration::from_millis(self.inner.config.sync_flush_timeout_ms),
-        );
+            waited_ms: started.elapsed().as_millis() as u64,
+        })
     }
 }
 
