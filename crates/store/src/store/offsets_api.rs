@@ -205,6 +205,12 @@ impl MessageStore {
         expected: Option<&[Option<u64>]>,
     ) -> Result<(CommitOutcome, AckTicket), StoreError> {
         let inner = &self.inner;
+        // A poisoned store refuses every offset command, also one that would write nothing:
+        // its answer could rest on records that are not durable, and every write kind gets
+        // the same answer after the failure.
+        if let Some(reason) = inner.poisoned() {
+            return Err(StoreError::Append(AppendError::Poisoned(reason)));
+        }
         let mut command = command.clone();
         let mut writer = inner.writer.lock().expect("writer lock");
         let generation = assign_generation(&writer, &mut command);
