@@ -142,6 +142,8 @@ pub enum RefusalKind {
     Internal,
     /// A limit is reached; the client should retry later.
     Busy,
+    /// A subscription expression the broker cannot evaluate.
+    BadSubscription,
 }
 
 impl From<NameError> for Refusal {
@@ -307,4 +309,11 @@ pub enum PullError {
     /// The offset view could not be read (to follow a reset).
     #[error(transparent)]
     View(#[from] ViewError),
+    /// A hold limit is reached (`pullHoldMax`, `pullHoldMaxPerConnection`); the remark says
+    /// which.
+    #[error("{0}")]
+    Busy(String),
+    /// The caller went away while its pull was held: nobody reads the answer.
+    #[error("the connection closed while the pull was held")]
+    CallerGone,
 }

@@ -359,6 +359,15 @@ pub async fn follow_on_pull(
     Ok(Some(target))
 }
 
+/// A negative commit (RocketMQ's "none", ali-ons sends -1): ignored and counted, never
+/// stored. The wire adapters call it for the magic values they translate.
+pub fn count_negative_commit(ctx: &BrokerContext) {
+    ctx.counters
+        .negative_commits_ignored
+        .fetch_add(1, Ordering::Relaxed);
+    ctx.metrics.commit(CommitCount::NegativeIgnored);
+}
+
 /// Whether a pull's piggy-backed commit would be refused by a fence (counted as stale).
 pub fn pull_commit_fenced(
     ctx: &BrokerContext,

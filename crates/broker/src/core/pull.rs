@@ -1,23 +1,232 @@
-//! Reading a queue for a pull: what the store's read errors mean to a consumer. The fences a
-//! pull lifts and the commit it carries are `offsets`' rules.
+//! Pulls: reading a queue from an offset for a consumer, with its tag filter, the commit it
+//! carries, long polling, and following a reset.
+//!
+//! 1. A pull by an internal group (`%SCHEDULE%`), and a pull carrying a commit on a reserved
+//!    topic, are refused (`access`): the commit would move offsets only the broker moves.
+//! 2. The commit a pull carries is judged by `offsets` like any commit (in the background: the
+//!    pull's answer has no place for its outcome); a fenced client's is refused and counted.
+//! 3. A fenced client's pull lifts its fence, and is told to move when it pulled anywhere but
+//!    the group's stored offset (`offsets::follow_on_pull`).
+//! 4. A queue that looks shorter than the offset (or ends at it) is read again once the
+//!    dispatcher has caught up, so a record acknowledged before the pull is never reported
+//!    missing.
+//! 5. Nothing new at the tail: the pull is held (when the client allows) until a message is
+//!    dispatched, the hold ends or the client goes away — within the broker's and the
+//!    connection's hold limits (`work_limits`); past them the answer is "busy".
+//! 6. A damaged record is [`PullError::Damaged`] (counted): the consumer is never moved past
+//!    it silently.
 
-use ferromq_store::{GetResult, ReadError, TagFilter};
+use std::future::Future;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::error::PullError;
+use ferromq_store::{GetResult, GetStatus, ReadError, TagFilter};
+
+use super::access::{self, Request};
+use super::error::{PullError, Refusal, RefusalKind};
+use super::offsets::{self, CommitRequest};
+use super::sessions::Caller;
 use crate::context::BrokerContext;
+use crate::long_poll;
+use crate::topics::PERM_READ;
 
-/// Reads up to `max_count` records (`max_bytes`) of `topic`/`queue_id` from `offset` that
-/// match `filter`. A damaged record is [`PullError::Damaged`] (counted): the consumer is never
-/// moved past it silently.
-pub fn read(
+/// Most messages one pull returns (RocketMQ's `maxTransferCountOnMessageInMemory` is 32).
+pub const PULL_COUNT_MAX: usize = 64;
+/// Most bytes one pull returns unless the request asks for less.
+pub const PULL_BYTES_MAX: usize = 256 * 1024;
+/// Longest a pull waits for the dispatcher before answering "offset out of range".
+const DISPATCH_CATCH_UP_MAX: Duration = Duration::from_millis(500);
+
+/// Which messages a pull wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscription {
+    /// The tag expression the request carries (`*`, `a || b`).
+    Tags(String),
+    /// An expression of a type the broker does not evaluate (SQL92).
+    Unsupported(String),
+    /// The group's registered subscription of the topic (everything when it has none).
+    Registered,
+}
+
+/// One pull.
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    /// Consumer group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Queue (`None`: the client sent a negative id).
+    pub queue_id: Option<u32>,
+    /// The offset to read from.
+    pub offset: u64,
+    /// Most messages wanted (at most [`PULL_COUNT_MAX`]).
+    pub max_count: usize,
+    /// Most bytes wanted (at most [`PULL_BYTES_MAX`]).
+    pub max_bytes: usize,
+    /// How long the client lets the broker hold the pull when nothing is new (`None`: answer
+    /// at once).
+    pub hold: Option<Duration>,
+    /// The filter.
+    pub subscription: Subscription,
+    /// The commit the pull carries: `Some(Some(offset))`, or `Some(None)` for RocketMQ's
+    /// negative "none" (ignored and counted).
+    pub commit: Option<Option<u64>>,
+}
+
+/// What a pull found.
+#[derive(Debug)]
+pub enum Pulled {
+    /// The queue read from the requested offset (the status says what was there).
+    Read(GetResult),
+    /// The client follows a reset: it must continue from `offset` (queue range `[min, max]`).
+    Moved {
+        /// Where to continue.
+        offset: u64,
+        /// Queue min.
+        min: u64,
+        /// Queue max.
+        max: u64,
+    },
+}
+
+/// Serves one pull. `held` counts the pulls of the caller's connection held now; `closed`
+/// resolves when the caller is gone (its answer can no longer be delivered).
+pub async fn pull(
+    ctx: &Arc<BrokerContext>,
+    caller: &Caller,
+    request: &PullRequest,
+    held: &Arc<AtomicUsize>,
+    closed: impl Future<Output = ()>,
+) -> Result<Pulled, PullError> {
+    let queue_id = admit(ctx, request)?;
+    let (group, topic) = (request.group.as_str(), request.topic.as_str());
+    if let Some(commit) = request.commit {
+        carry_commit(ctx, caller, request, queue_id, commit);
+    }
+    if let Some(to) =
+        offsets::follow_on_pull(ctx, caller, group, topic, queue_id, request.offset).await?
+    {
+        let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
+        return Ok(Pulled::Moved {
+            offset: to,
+            min,
+            max,
+        });
+    }
+    let filter = filter_of(ctx, request)?;
+    let offset = request.offset;
+    let read_now = || read(ctx, topic, queue_id, offset, request, &filter);
+    let mut result = read_now()?;
+    if past_the_end(&result, offset) || nothing_new(&result, offset) {
+        ctx.store.dispatch_caught_up(DISPATCH_CATCH_UP_MAX).await;
+        result = read_now()?;
+    }
+    if let (true, Some(hold)) = (nothing_new(&result, offset), request.hold) {
+        if hold_pull(ctx, topic, queue_id, offset, hold, held, closed).await? {
+            result = read_now()?;
+        }
+    }
+    if matches!(
+        result.status,
+        GetStatus::Found | GetStatus::NoMatchedMessage
+    ) {
+        // For consumerProgress: in-flight = where this pull ended - the committed offset.
+        ctx.clients.record_pull(
+            group,
+            topic,
+            queue_id,
+            result.next_begin_offset,
+            result.messages.len(),
+        );
+    }
+    ctx.metrics
+        .record_pull(group, topic, queue_id, offset, &result);
+    if result.status == GetStatus::Found {
+        ctx.counters.messages_pulled.fetch_add(
+            result.messages.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    Ok(Pulled::Read(result))
+}
+
+/// Rule 1 and the topic, queue and group checks; the queue id.
+fn admit(ctx: &BrokerContext, request: &PullRequest) -> Result<u32, Refusal> {
+    let topic = request.topic.as_str();
+    access::client_group(ctx, &request.group, Request::Pull)?;
+    if request.commit.is_some() {
+        access::client_topic(ctx, topic, Request::Pull)?;
+    }
+    let config = ctx.topics.get(topic).ok_or_else(|| {
+        Refusal::new(
+            RefusalKind::TopicMissing,
+            format!("topic {topic} does not exist"),
+        )
+    })?;
+    if config.perm & PERM_READ == 0 {
+        return Err(Refusal::new(
+            RefusalKind::TopicPermission,
+            format!("topic {topic} is not readable"),
+        ));
+    }
+    let queue_id = request
+        .queue_id
+        .filter(|q| i64::from(*q) < i64::from(config.read_queue_nums))
+        .ok_or_else(|| {
+            Refusal::new(
+                RefusalKind::InvalidArgument,
+                format!(
+                    "queueId {} is outside the {} read queues of {topic}",
+                    request.queue_id.map_or(-1, i64::from),
+                    config.read_queue_nums
+                ),
+            )
+        })?;
+    ctx.groups
+        .ensure(&request.group)
+        .map_err(|e| Refusal::new(RefusalKind::InvalidArgument, e.to_string()))?;
+    Ok(queue_id)
+}
+
+/// Rule 2.
+fn carry_commit(
+    ctx: &Arc<BrokerContext>,
+    caller: &Caller,
+    request: &PullRequest,
+    queue_id: u32,
+    commit: Option<u64>,
+) {
+    let (group, topic) = (request.group.as_str(), request.topic.as_str());
+    if offsets::pull_commit_fenced(ctx, caller, group, topic, queue_id) {
+        return;
+    }
+    match commit {
+        Some(offset) => offsets::commit_from_pull(
+            ctx,
+            caller.clone(),
+            CommitRequest {
+                group: group.to_string(),
+                topic: topic.to_string(),
+                queue_id,
+                offset,
+                correction: false,
+            },
+        ),
+        None => offsets::count_negative_commit(ctx),
+    }
+}
+
+fn read(
     ctx: &BrokerContext,
     topic: &str,
     queue_id: u32,
     offset: u64,
-    max_count: usize,
-    max_bytes: usize,
+    request: &PullRequest,
     filter: &TagFilter,
 ) -> Result<GetResult, PullError> {
+    let max_count = request.max_count.clamp(1, PULL_COUNT_MAX);
+    let max_bytes = request.max_bytes.clamp(1, PULL_BYTES_MAX);
     ctx.store
         .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
         .map_err(|error| match error {
@@ -32,4 +241,61 @@ pub fn read(
                 cause,
             },
         })
+}
+
+/// Rule 5: holds the pull; `Ok(true)` when a message arrived.
+async fn hold_pull(
+    ctx: &BrokerContext,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    hold: Duration,
+    held: &Arc<AtomicUsize>,
+    closed: impl Future<Output = ()>,
+) -> Result<bool, PullError> {
+    if hold.is_zero() {
+        return Ok(false);
+    }
+    let _permit = ctx
+        .held_pulls
+        .try_hold(held, &ctx.metrics)
+        .map_err(PullError::Busy)?;
+    tokio::select! {
+        arrived = long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold) => Ok(arrived),
+        () = closed => Err(PullError::CallerGone),
+    }
+}
+
+/// True when the answer would be "offset out of range" beyond the queue's end.
+fn past_the_end(result: &GetResult, offset: u64) -> bool {
+    match result.status {
+        GetStatus::OffsetOverflowBadly => true,
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset > 0,
+        _ => false,
+    }
+}
+
+/// True when the queue has no message at `offset` yet (the request may be held).
+fn nothing_new(result: &GetResult, offset: u64) -> bool {
+    match result.status {
+        GetStatus::OffsetOverflowOne => true,
+        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset == 0,
+        _ => false,
+    }
+}
+
+/// The request's tag filter: its own expression, else the group's registered subscription,
+/// else everything.
+fn filter_of(ctx: &BrokerContext, request: &PullRequest) -> Result<TagFilter, Refusal> {
+    match &request.subscription {
+        Subscription::Tags(expression) => Ok(TagFilter::parse(expression)),
+        Subscription::Unsupported(kind) => Err(Refusal::new(
+            RefusalKind::BadSubscription,
+            format!("expression type {kind} is not supported; use TAG"),
+        )),
+        Subscription::Registered => Ok(ctx
+            .clients
+            .subscription(&request.group, &request.topic)
+            .map_or(TagFilter::All, |s| TagFilter::parse(&s.sub_string))),
+    }
 }

@@ -19,7 +19,8 @@
 //! | any other commit or correction rejection, `ResetError::Rejected` | COMMIT_REJECTED (2104) |
 //! | `QueryError::NotFound` | QUERY_NOT_FOUND (22) |
 //! | `PullError::Damaged` | MESSAGE_DAMAGED (2105) |
-//! | `PullError::DispatchStalled` | SYSTEM_BUSY (2) |
+//! | `PullError::DispatchStalled`, `PullError::Busy`, `PullError::CallerGone` | SYSTEM_BUSY (2) |
+//! | `RefusalKind::BadSubscription` | SUBSCRIPTION_PARSE_FAILED (23) |
 //! | `PullError::Failed` | SYSTEM_ERROR (1) |
 //!
 //! A poisoned store answers SERVICE_NOT_AVAILABLE for every write kind (messages, commits,
@@ -56,6 +57,7 @@ pub fn refusal_code(kind: RefusalKind) -> i32 {
         RefusalKind::GroupMissing => response::SUBSCRIPTION_GROUP_NOT_EXIST,
         RefusalKind::QueueMissing | RefusalKind::Internal => response::SYSTEM_ERROR,
         RefusalKind::Busy => response::SYSTEM_BUSY,
+        RefusalKind::BadSubscription => response::SUBSCRIPTION_PARSE_FAILED,
     }
 }
 
@@ -156,6 +158,7 @@ impl ResponseCode for PullError {
             PullError::DispatchStalled(_) => response::SYSTEM_BUSY,
             PullError::Failed { .. } => response::SYSTEM_ERROR,
             PullError::View(error) => error.code(),
+            PullError::Busy(_) | PullError::CallerGone => response::SYSTEM_BUSY,
         }
     }
 }

@@ -8,8 +8,6 @@
 //! - The ext field [`CORRECTION_EXT`]`=true` marks ferromq's correction after OFFSET_ILLEGAL;
 //!   its SUCCESS reply carries [`GENERATION_EXT`] (also on an offline reset's).
 
-use std::sync::atomic::Ordering;
-
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::offset::{
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
@@ -81,7 +79,7 @@ pub(super) async fn update(
         u64::try_from(header.commit_offset),
         u32::try_from(header.queue_id),
     ) else {
-        count_negative(ctx);
+        offsets::count_negative_commit(ctx);
         return command.reply(response::SUCCESS, Some("negative offset ignored".into()));
     };
     let request = CommitRequest {
@@ -104,15 +102,6 @@ pub(super) async fn update(
         }
         Err(error) => error_reply(command, &error),
     }
-}
-
-/// A negative offset or queue id in a commit: RocketMQ's "none" from a client, ignored.
-pub(super) fn count_negative(ctx: &BrokerContext) {
-    ctx.counters
-        .negative_commits_ignored
-        .fetch_add(1, Ordering::Relaxed);
-    ctx.metrics
-        .commit(crate::metrics::CommitCount::NegativeIgnored);
 }
 
 fn is_correction(command: &RemotingCommand) -> bool {

@@ -1,15 +1,11 @@
-//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): read a queue from an offset, with a tag
-//! filter, the piggy-backed commit, and long polling.
+//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): decode, call `core::pull` (where every rule
+//! lives), answer.
 //!
-//! Status mapping (reference §9): Found → SUCCESS; nothing new at the tail → hold the request
-//! (SUSPEND flag) until a message is dispatched or the hold ends, then PULL_NOT_FOUND; all
-//! scanned entries filtered out → PULL_RETRY_IMMEDIATELY; offset below the min or beyond the
-//! max → PULL_OFFSET_MOVED with the offset to use. The four required reply fields are always
-//! present.
-//!
-//! A pull by an internal group (`%SCHEDULE%`), and a pull carrying a commit on a reserved
-//! topic, are refused with NO_PERMISSION (`access`): the commit would move offsets only the
-//! broker moves.
+//! Status mapping (reference §9): Found → SUCCESS; nothing new at the tail (after any hold) →
+//! PULL_NOT_FOUND; all scanned entries filtered out → PULL_RETRY_IMMEDIATELY; offset below the
+//! min or beyond the max, or a reset to follow → PULL_OFFSET_MOVED with the offset to use.
+//! The four required reply fields are always present. RocketMQ's sysFlag bits and negative
+//! "none" values end here.
 
 use std::time::Duration;
 
@@ -19,15 +15,13 @@ use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_store::{GetResult, GetStatus, TagFilter};
+use ferromq_store::{GetResult, GetStatus};
 
 use super::bad_header;
 use super::code_map::error_reply;
+use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
-use crate::core::access::{self, Request};
-use crate::core::offsets::{self, CommitRequest};
-use crate::long_poll;
-use crate::topics::PERM_READ;
+use crate::core::pull::{self, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX};
 
 /// Pull sysFlag: the request carries a commit in `commitOffset`.
 pub const PULL_SYSFLAG_COMMIT_OFFSET: i32 = 0x1;
@@ -35,235 +29,81 @@ pub const PULL_SYSFLAG_COMMIT_OFFSET: i32 = 0x1;
 pub const PULL_SYSFLAG_SUSPEND: i32 = 0x2;
 /// Pull sysFlag: the request carries its subscription expression.
 pub const PULL_SYSFLAG_SUBSCRIPTION: i32 = 0x4;
-/// Most messages one pull returns (RocketMQ's `maxTransferCountOnMessageInMemory` is 32).
-const PULL_COUNT_MAX: usize = 64;
-/// Longest a pull waits for the dispatcher before answering "offset out of range".
-const DISPATCH_CATCH_UP_MAX: Duration = Duration::from_millis(500);
-/// Most bytes one pull returns unless the request asks for less.
-const PULL_BYTES_MAX: usize = 256 * 1024;
-
-/// Refuses a pull by an internal group, or one whose piggy-backed commit names a reserved
-/// topic (reading a readable reserved topic, such as the scheduler's dead letters, is allowed).
-fn guard(
-    ctx: &BrokerContext,
-    header: &PullMessageRequestHeader,
-) -> Result<(), crate::core::error::Refusal> {
-    access::client_group(ctx, &header.consumer_group, Request::Pull)?;
-    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0 {
-        access::client_topic(ctx, &header.topic, Request::Pull)?;
-    }
-    Ok(())
-}
 
 pub(super) async fn handle(
     ctx: &std::sync::Arc<BrokerContext>,
-    channel: &crate::clients::ClientChannel,
+    channel: &ClientChannel,
     command: &RemotingCommand,
 ) -> RemotingCommand {
     let header = match command.decode_header::<PullMessageRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
-    let topic = header.topic.as_str();
-    if let Err(refusal) = guard(ctx, &header) {
-        return super::code_map::error_reply(command, &refusal);
-    }
-    let Some(config) = ctx.topics.get(topic) else {
-        return command.reply(
-            response::TOPIC_NOT_EXIST,
-            Some(format!("topic {topic} does not exist")),
-        );
-    };
-    if config.perm & PERM_READ == 0 {
-        return command.reply(
-            response::NO_PERMISSION,
-            Some(format!("topic {topic} is not readable")),
-        );
-    }
-    if header.queue_id < 0 || header.queue_id >= config.read_queue_nums {
-        return command.reply(
-            response::INVALID_PARAMETER,
-            Some(format!(
-                "queueId {} is outside the {} read queues of {topic}",
-                header.queue_id, config.read_queue_nums
-            )),
-        );
-    }
-    if let Err(error) = ctx.groups.ensure(&header.consumer_group) {
-        return command.reply(response::INVALID_PARAMETER, Some(error.to_string()));
-    }
-    let queue_id = header.queue_id as u32;
-    let group = header.consumer_group.as_str();
+    let request = request_of(ctx, &header);
     let caller = ctx.sessions.caller(channel.id);
-    if header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0
-        && !offsets::pull_commit_fenced(ctx, &caller, group, topic, queue_id)
-    {
-        match u64::try_from(header.commit_offset) {
-            Ok(offset) => offsets::commit_from_pull(
-                ctx,
-                caller.clone(),
-                CommitRequest {
-                    group: group.to_string(),
-                    topic: topic.to_string(),
-                    queue_id,
-                    offset,
-                    correction: false,
-                },
-            ),
-            Err(_) => super::offset::count_negative(ctx),
-        }
+    // The writer of a closed connection drops its receiver.
+    let closed = channel.tx.closed();
+    match pull::pull(ctx, &caller, &request, &channel.held_pulls, closed).await {
+        Ok(Pulled::Read(result)) => reply_for(command, request.offset, result),
+        Ok(Pulled::Moved { offset, min, max }) => command
+            .reply(
+                response::PULL_OFFSET_MOVED,
+                Some("the group's offset was reset".into()),
+            )
+            .with_header(&response_header(offset, min, max)),
+        Err(error) => error_reply(command, &error),
     }
-    let pulled_at = header.queue_offset.max(0) as u64;
-    match offsets::follow_on_pull(ctx, &caller, group, topic, queue_id, pulled_at).await {
-        Ok(None) => {}
-        Ok(Some(moved)) => {
-            let (min, max) = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
-            return command
-                .reply(
-                    response::PULL_OFFSET_MOVED,
-                    Some("the group's offset was reset".into()),
-                )
-                .with_header(&PullMessageResponseHeader {
-                    suggest_which_broker_id: 0,
-                    next_begin_offset: moved as i64,
-                    min_offset: min as i64,
-                    max_offset: max as i64,
-                    offset_delta: None,
-                    topic_sys_flag: None,
-                    group_sys_flag: None,
-                    forbidden_type: None,
-                });
-        }
-        Err(error) => return error_reply(command, &error),
-    }
-    let filter = match filter_of(ctx, &header) {
-        Ok(filter) => filter,
-        Err(remark) => return command.reply(response::SUBSCRIPTION_PARSE_FAILED, Some(remark)),
-    };
-    let max_count = (header.max_msg_nums.max(1) as usize).min(PULL_COUNT_MAX);
-    let max_bytes = header
-        .max_msg_bytes
-        .map_or(PULL_BYTES_MAX, |b| (b.max(1) as usize).min(PULL_BYTES_MAX));
-    let offset = header.queue_offset.max(0) as u64;
+}
+
+/// The core's request from the wire header.
+fn request_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> PullRequest {
     let hold = (header.sys_flag & PULL_SYSFLAG_SUSPEND != 0).then(|| {
         Duration::from_millis(
             (header.suspend_timeout_millis.max(0) as u64)
                 .min(ctx.runtime_config.broker_suspend_max_time_millis()),
         )
     });
-    let mut result = match crate::core::pull::read(
-        ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
-    ) {
-        Ok(result) => result,
-        Err(error) => return error_reply(command, &error),
-    };
-    if past_the_end(&result, offset) {
-        // The queue may be behind only because a record acknowledged a moment ago is still
-        // being dispatched: catch up before telling the client its offset is out of range.
-        ctx.store.dispatch_caught_up(DISPATCH_CATCH_UP_MAX).await;
-        result = match crate::core::pull::read(
-            ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
-        ) {
-            Ok(result) => result,
-            Err(error) => return error_reply(command, &error),
-        };
-    }
-    if let (true, Some(hold)) = (nothing_new(&result, offset), hold) {
-        match hold_pull(ctx, channel, topic, queue_id, offset, hold).await {
-            Held::Arrived => {
-                result = match crate::core::pull::read(
-                    ctx, topic, queue_id, offset, max_count, max_bytes, &filter,
-                ) {
-                    Ok(result) => result,
-                    Err(error) => return error_reply(command, &error),
-                };
+    let expression_type = header.expression_type.as_deref().unwrap_or("TAG");
+    let subscription = if !expression_type.eq_ignore_ascii_case("TAG") {
+        Subscription::Unsupported(expression_type.to_string())
+    } else {
+        match &header.subscription {
+            Some(expression) if header.sys_flag & PULL_SYSFLAG_SUBSCRIPTION != 0 => {
+                Subscription::Tags(expression.clone())
             }
-            Held::TimedOut => {}
-            Held::Busy(remark) => return command.reply(response::SYSTEM_BUSY, Some(remark)),
-            // Nobody reads the answer: end now and free the hold.
-            Held::ConnectionClosed => return command.reply(response::SYSTEM_BUSY, None),
+            _ => Subscription::Registered,
         }
-    }
-    if matches!(
-        result.status,
-        GetStatus::Found | GetStatus::NoMatchedMessage
-    ) {
-        // For consumerProgress: in-flight = where this pull ended - the committed offset.
-        ctx.clients.record_pull(
-            group,
-            topic,
-            queue_id,
-            result.next_begin_offset,
-            result.messages.len(),
-        );
-    }
-    ctx.metrics
-        .record_pull(group, topic, queue_id, offset, &result);
-    reply_for(ctx, command, offset, result)
-}
-
-/// How a long-poll hold ended.
-enum Held {
-    /// A message arrived in the queue.
-    Arrived,
-    /// The hold time passed with nothing new.
-    TimedOut,
-    /// A hold limit was reached; the remark says which.
-    Busy(String),
-    /// The pull's connection closed while it was held.
-    ConnectionClosed,
-}
-
-/// Holds the pull until a message passes `offset`, `hold` elapses or the connection closes,
-/// within the broker's and the connection's hold limits (`work_limits`).
-async fn hold_pull(
-    ctx: &BrokerContext,
-    channel: &crate::clients::ClientChannel,
-    topic: &str,
-    queue_id: u32,
-    offset: u64,
-    hold: Duration,
-) -> Held {
-    if hold.is_zero() {
-        return Held::TimedOut;
-    }
-    let _permit = match ctx.held_pulls.try_hold(&channel.held_pulls, &ctx.metrics) {
-        Ok(permit) => permit,
-        Err(remark) => return Held::Busy(remark),
     };
-    tokio::select! {
-        arrived = long_poll::wait_for_messages(&ctx.store, topic, queue_id, offset, hold) => {
-            if arrived { Held::Arrived } else { Held::TimedOut }
-        }
-        // The writer of a closed connection drops its receiver.
-        () = channel.tx.closed() => Held::ConnectionClosed,
+    PullRequest {
+        group: header.consumer_group.clone(),
+        topic: header.topic.clone(),
+        queue_id: u32::try_from(header.queue_id).ok(),
+        offset: header.queue_offset.max(0) as u64,
+        max_count: (header.max_msg_nums.max(1) as usize).min(PULL_COUNT_MAX),
+        max_bytes: header
+            .max_msg_bytes
+            .map_or(PULL_BYTES_MAX, |b| (b.max(1) as usize).min(PULL_BYTES_MAX)),
+        hold,
+        subscription,
+        commit: (header.sys_flag & PULL_SYSFLAG_COMMIT_OFFSET != 0)
+            .then(|| u64::try_from(header.commit_offset).ok()),
     }
 }
 
-/// True when the answer would be "offset out of range" beyond the queue's end.
-fn past_the_end(result: &GetResult, offset: u64) -> bool {
-    match result.status {
-        GetStatus::OffsetOverflowBadly => true,
-        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset > 0,
-        _ => false,
+fn response_header(next: u64, min: u64, max: u64) -> PullMessageResponseHeader {
+    PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset: next as i64,
+        min_offset: min as i64,
+        max_offset: max as i64,
+        offset_delta: None,
+        topic_sys_flag: None,
+        group_sys_flag: None,
+        forbidden_type: None,
     }
 }
 
-/// True when the queue has no message at `offset` yet (the request may be held).
-fn nothing_new(result: &GetResult, offset: u64) -> bool {
-    match result.status {
-        GetStatus::OffsetOverflowOne => true,
-        GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset == 0,
-        _ => false,
-    }
-}
-
-fn reply_for(
-    ctx: &BrokerContext,
-    command: &RemotingCommand,
-    offset: u64,
-    result: GetResult,
-) -> RemotingCommand {
+fn reply_for(command: &RemotingCommand, offset: u64, result: GetResult) -> RemotingCommand {
     let (code, next) = match result.status {
         GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
         GetStatus::NoMatchedMessage => (response::PULL_RETRY_IMMEDIATELY, result.next_begin_offset),
@@ -278,16 +118,7 @@ fn reply_for(
             (response::PULL_OFFSET_MOVED, result.next_begin_offset)
         }
     };
-    let header = PullMessageResponseHeader {
-        suggest_which_broker_id: 0,
-        next_begin_offset: next as i64,
-        min_offset: result.min_offset as i64,
-        max_offset: result.max_offset as i64,
-        offset_delta: None,
-        topic_sys_flag: None,
-        group_sys_flag: None,
-        forbidden_type: None,
-    };
+    let header = response_header(next, result.min_offset, result.max_offset);
     let mut reply = command.reply(code, None).with_header(&header);
     if code == response::SUCCESS {
         let size = result.messages.iter().map(|m| m.bytes.len()).sum();
@@ -295,31 +126,7 @@ fn reply_for(
         for message in &result.messages {
             body.extend_from_slice(&message.bytes);
         }
-        ctx.counters.messages_pulled.fetch_add(
-            result.messages.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
         reply = reply.with_body(body.freeze());
     }
     reply
-}
-
-/// The request's tag filter: its own expression, else the group's registered subscription,
-/// else everything.
-fn filter_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> Result<TagFilter, String> {
-    let expression_type = header.expression_type.as_deref().unwrap_or("TAG");
-    if !expression_type.eq_ignore_ascii_case("TAG") {
-        return Err(format!(
-            "expression type {expression_type} is not supported; use TAG"
-        ));
-    }
-    if header.sys_flag & PULL_SYSFLAG_SUBSCRIPTION != 0 {
-        if let Some(expression) = &header.subscription {
-            return Ok(TagFilter::parse(expression));
-        }
-    }
-    Ok(ctx
-        .clients
-        .subscription(&header.consumer_group, &header.topic)
-        .map_or(TagFilter::All, |s| TagFilter::parse(&s.sub_string)))
 }
