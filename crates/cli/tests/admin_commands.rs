@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::{admin_in_zone, create_topic, fails, ok, ok_json, start, wait_route};
 
 use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::extensions::COMMIT_STALE_GENERATION;
 use ferromq_protocol::remoting::headers::offset::UpdateConsumerOffsetRequestHeader;
 use ferromq_protocol::remoting::headers::send::SendMessageRequestHeader;
 use ferromq_protocol::remoting::{RemotingClient, RemotingCommand};
@@ -1572,7 +1573,7 @@ fn consumer_connection_and_clone_group_offset() {
         // is rejected and the clone stands.
         assert_eq!(
             commit_code(&dest, "CloneDest", "CloneTopic", 0, 2).await,
-            2102
+            COMMIT_STALE_GENERATION
         );
         let n2 = n.clone();
         let (progress, history) = tokio::task::spawn_blocking(move || {
@@ -2400,7 +2401,10 @@ fn reset_fences_the_commits_of_a_consumer_that_ignores_the_push() {
         let mut rejected = 0;
         for offset in [8, 9, 10, 3] {
             let code = commit_code(&consumer, "FenceGroup", "FenceTopic", 0, offset).await;
-            assert_eq!(code, 2102, "commit of {offset} after the reset");
+            assert_eq!(
+                code, COMMIT_STALE_GENERATION,
+                "commit of {offset} after the reset"
+            );
             rejected += 1;
         }
         assert_eq!(

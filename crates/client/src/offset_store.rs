@@ -41,13 +41,10 @@ use crate::error::{codes, OffsetError, RejectReason};
 use crate::route::RouteCache;
 
 /// Ext field with which [`BrokerOffsetStore`] marks the commit sent by
-/// [`OffsetStore::correct`] as a correction (ferromq extension, value `true`). A ferromq
-/// broker records it as a correction with a new reset generation, and fences stale commits of
-/// the old generation, only when the queue's state justifies it (the stored offset is outside
-/// the queue's [min, max] and the new one inside); otherwise it refuses it
-/// ([`OffsetError::Rejected`]). Other RocketMQ brokers ignore unknown ext fields and treat it
-/// as a plain commit.
-pub const CORRECTION_EXT: &str = "ferromqCorrection";
+/// [`OffsetStore::correct`] as a correction (ferromq extension, value `true`; see
+/// [`ferromq_protocol::remoting::extensions::CORRECTION_EXT`]). A broker that refuses it
+/// answers [`OffsetError::Rejected`].
+pub use ferromq_protocol::remoting::extensions::CORRECTION_EXT;
 
 /// A boxed, sendable future (the trait is object-safe so users can plug their own store).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

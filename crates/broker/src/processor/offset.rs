@@ -37,10 +37,8 @@ use super::bad_header;
 use crate::codes;
 use crate::context::BrokerContext;
 
-/// Ext field of UPDATE_CONSUMER_OFFSET marking the commit as a correction (value `true`).
-pub const CORRECTION_EXT: &str = "ferromqCorrection";
-/// Ext field of a correction's SUCCESS reply: the generation the correction established.
-pub const GENERATION_EXT: &str = "ferromqGeneration";
+/// Ext fields of a correction (request) and of its SUCCESS reply (the new generation).
+pub use ferromq_protocol::remoting::extensions::{CORRECTION_EXT, GENERATION_EXT};
 
 pub(super) fn query(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
     let header = match command.decode_header::<QueryConsumerOffsetRequestHeader>() {
