@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferromq_protocol::java_string_hash;
 use ferromq_protocol::remoting::body::encode_json;
 use ferromq_protocol::remoting::body::heartbeat::{
     ConsumeFromWhere as WireFrom, ConsumeType, ConsumerData, HeartbeatData,
@@ -20,6 +19,7 @@ use ferromq_protocol::remoting::headers::client::{
     GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::tags::TagExpression;
 use tokio::time::Instant;
 
 use super::allocate::allocate_averagely;
@@ -31,25 +31,12 @@ use crate::error::ClientError;
 type Assigned = (MessageQueue, String);
 
 fn subscription_data(topic: &str, expression: &str) -> SubscriptionData {
-    let text = expression.trim();
-    let tags: Vec<String> = if text.is_empty() || text == "*" {
-        Vec::new()
-    } else {
-        text.split("||")
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
+    let tags = TagExpression::parse_subscription(expression);
     SubscriptionData {
         topic: topic.to_string(),
-        sub_string: if tags.is_empty() {
-            "*".into()
-        } else {
-            text.into()
-        },
-        code_set: tags.iter().map(|t| java_string_hash(t)).collect(),
-        tags_set: tags,
+        sub_string: TagExpression::subscription_text(expression),
+        code_set: tags.tag_codes(),
+        tags_set: tags.tags().to_vec(),
         sub_version: now_ms(),
         expression_type: Some("TAG".into()),
         ..SubscriptionData::default()
