@@ -37,9 +37,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ferromq_protocol::remoting::body::misc::{ConsumerListBody, MessageQueue};
-use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader;
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::codes::request;
 use ferromq_protocol::remoting::headers::enums::BoundaryType;
 use ferromq_protocol::remoting::headers::offset::{
     SearchOffsetRequestHeader, SearchOffsetResponseHeader,
@@ -53,6 +52,7 @@ use crate::error::{ClientError, OffsetError};
 use crate::message::MessageExt;
 use crate::offset_store::{PersistReport, ReadMode};
 use crate::pull_consumer::{PullConsumer, PullConsumerConfig, PullResult};
+use crate::rebalance::fetch_consumer_ids;
 
 /// Where a queue with no stored offset starts (RocketMQ's `ConsumeFromWhere`), used only
 /// when the broker positively answered that the group has no offset.
@@ -796,79 +796,29 @@ async fn consumer_list(
     shared: &Shared,
     queues: &[MessageQueue],
 ) -> Result<Vec<String>, ClientError> {
-    let brokers: BTreeSet<(&str, &str)> = queues
-        .iter()
-        .map(|q| (q.topic.as_str(), q.broker_name.as_str()))
-        .collect();
-    let mut last = None;
-    for (topic, broker) in brokers {
-        let addr = match shared.pull.routes().master_addr(topic, broker).await {
-            Ok(addr) => addr,
-            Err(error) => {
-                last = Some(error);
-                continue;
-            }
-        };
-        let header = GetConsumerListByGroupRequestHeader {
-            consumer_group: shared.config.group.clone(),
-        };
-        let cmd =
-            RemotingCommand::request_with_header(request::GET_CONSUMER_LIST_BY_GROUP, &header);
-        let reply = match shared
-            .pool
-            .invoke(addr, cmd, shared.config.request_timeout)
-            .await
-        {
-            Ok(reply) => reply,
-            Err(error) => {
-                last = Some(error);
-                continue;
-            }
-        };
-        if reply.code != response::SUCCESS {
-            last = Some(ClientError::Broker {
-                addr,
-                code: reply.code,
-                remark: reply.remark.unwrap_or_default(),
-            });
-            continue;
-        }
-        let body: ConsumerListBody = ClientError::decode_body(addr, &reply)?;
-        return Ok(body.consumer_id_list);
-    }
-    Err(last.unwrap_or_else(|| ClientError::NoQueue {
-        topic: queues.first().map(|q| q.topic.clone()).unwrap_or_default(),
-        kind: "readable",
-    }))
+    let topic = queues.first().map(|q| q.topic.clone()).unwrap_or_default();
+    let brokers: BTreeSet<&str> = queues.iter().map(|q| q.broker_name.as_str()).collect();
+    fetch_consumer_ids(
+        &shared.pool,
+        shared.pull.routes(),
+        &shared.config.group,
+        &topic,
+        brokers,
+        shared.config.request_timeout,
+    )
+    .await
+    .map_err(|last_error| {
+        last_error.unwrap_or(ClientError::NoQueue {
+            topic,
+            kind: "readable",
+        })
+    })
 }
 
 /// RocketMQ's `AllocateMessageQueueAveragely`: contiguous blocks, the first
-/// `queues % members` members getting one extra queue. Both lists must be sorted.
-pub fn allocate_average(
-    queues: &[MessageQueue],
-    members: &[String],
-    me: &str,
-) -> Vec<MessageQueue> {
-    let Some(index) = members.iter().position(|m| m == me) else {
-        return Vec::new();
-    };
-    let (nq, nc) = (queues.len(), members.len());
-    let rem = nq % nc;
-    let average = if nq <= nc {
-        1
-    } else if rem > 0 && index < rem {
-        nq / nc + 1
-    } else {
-        nq / nc
-    };
-    let start = if rem > 0 && index < rem {
-        index * average
-    } else {
-        index * average + rem
-    };
-    let range = average.min(nq.saturating_sub(start));
-    queues.iter().skip(start).take(range).cloned().collect()
-}
+/// `queues % members` members getting one extra queue. Both lists must be sorted. The same
+/// function as [`crate::rebalance::allocate_averagely`], kept under this name.
+pub use crate::rebalance::allocate_averagely as allocate_average;
 
 fn spawn_fetch(shared: &Arc<Shared>, queue: MessageQueue, epoch: u64) -> JoinHandle<()> {
     let shared = shared.clone();
