@@ -1,6 +1,6 @@
 //! Clustering rebalance, shared by the push and lite pull consumers: which queues this member
 //! consumes ([`allocate_averagely`], RocketMQ's `AllocateMessageQueueAveragely`) and who the
-//! members are ([`fetch_consumer_ids`], GET_CONSUMER_LIST_BY_GROUP).
+//! members are (`fetch_consumer_ids`, GET_CONSUMER_LIST_BY_GROUP).
 //!
 //! Every member computes its own share from the same sorted queue and member lists, so the
 //! shares partition the queues without any coordination: each queue goes to exactly one
