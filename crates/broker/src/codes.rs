@@ -1,42 +1,5 @@
-//! ferromq's own response codes, for outcomes RocketMQ has no code for (reference §6: "pick
-//! numbers unused above"). Each reply carrying one also has a remark saying why.
+//! ferromq's own response and request codes, for outcomes and requests RocketMQ has no code
+//! for. They are defined, with their meaning, in [`ferromq_protocol::remoting::extensions`],
+//! shared with the client and the CLI; this module re-exports them for the broker.
 
-/// A commit below the stored offset of its queue, within the same reset generation
-/// (invariant 3): a stale client would have rolled progress back.
-pub const COMMIT_REGRESSION: i32 = 2101;
-/// A commit made before a reset or correction of its group and topic.
-pub const COMMIT_STALE_GENERATION: i32 = 2102;
-/// A commit beyond the queue's max offset.
-pub const COMMIT_PAST_MAX: i32 = 2103;
-/// A commit the offset rules reject for another reason (an unknown generation, a malformed
-/// reset).
-pub const COMMIT_REJECTED: i32 = 2104;
-/// The record at the pulled queue offset is damaged and quarantined (the remark names its
-/// queue and CommitLog offsets). The pull's good records before it were returned by earlier
-/// replies; moving the group past it is an explicit admin action
-/// (`ferromq admin skipDamagedMessage`).
-pub const MESSAGE_DAMAGED: i32 = 2105;
-/// The message could not be made durable in time; it may or may not be stored. RocketMQ's
-/// FLUSH_DISK_TIMEOUT counts as "sent" for Java clients, so ferromq does not use it.
-pub const NOT_DURABLE: i32 = 2110;
-
-/// ferromq's own **request** code (not a RocketMQ one; chosen far above RocketMQ's range):
-/// OFFSET_HISTORY. Ext fields `group`, `topic` (required), `queueId`, `since` (store time,
-/// ms; optional). The reply body is a JSON array of the offset changes of (group, topic[,
-/// queue]) still in the log, oldest first: `{"time","queueId","offset","kind","clientId",
-/// "generation","physOffset"}`.
-pub const OFFSET_HISTORY: i32 = 60001;
-
-/// ferromq's own request code: QUARANTINE_LIST. No ext fields. The reply body is a JSON
-/// object `{"total","notListed","ranges":[{"physOffset","len","kind","reason"}]}`: the
-/// CommitLog ranges the store keeps but does not serve (damaged ones with valid records
-/// after them, records the dispatcher could not index).
-pub const QUARANTINE_LIST: i32 = 60002;
-
-/// ferromq's own request code: SKIP_DAMAGED_MESSAGE. Ext fields `group`, `topic`,
-/// `queueId`, `queueOffset` (all required). Moves the group past the record at that queue
-/// offset, only if that record is damaged: a reset of the one queue to `queueOffset + 1`,
-/// recorded in the log like any admin reset (client id `admin-skip-damaged`), with the same
-/// fences and consumer notification. The reply is a reset's (`ResetOffsetBody`, ext
-/// `generation`, `physOffset` of the damaged record).
-pub const SKIP_DAMAGED_MESSAGE: i32 = 60003;
+pub use ferromq_protocol::remoting::extensions::*;

@@ -179,19 +179,9 @@ impl ClientError {
 }
 
 /// ferromq's own response codes (assigned by the ferromq broker, reference §6 "pick numbers
-/// unused above"). A RocketMQ broker never sends them.
-pub mod codes {
-    /// A commit lower than the stored offset (offset regression).
-    pub const COMMIT_REGRESSION: i32 = 2101;
-    /// A commit carrying an older reset generation.
-    pub const COMMIT_STALE_GENERATION: i32 = 2102;
-    /// A commit past the queue's max offset.
-    pub const COMMIT_PAST_MAX: i32 = 2103;
-    /// A commit rejected for another reason.
-    pub const COMMIT_REJECTED: i32 = 2104;
-    /// The write was not made durable under the broker's policy; retry.
-    pub const NOT_DURABLE: i32 = 2110;
-}
+/// unused above"). A RocketMQ broker never sends them. Defined in
+/// [`ferromq_protocol::remoting::extensions`].
+pub use ferromq_protocol::remoting::extensions as codes;
 
 /// Why a broker rejected an offset commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

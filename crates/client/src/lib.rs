@@ -20,6 +20,7 @@ pub mod offset_store;
 pub mod producer;
 pub mod pull_consumer;
 pub mod push;
+pub mod rebalance;
 mod reset_push;
 pub mod route;
 

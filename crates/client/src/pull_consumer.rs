@@ -44,6 +44,7 @@ use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
 use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
 use crate::error::{ClientError, OffsetError};
@@ -112,40 +113,6 @@ pub enum PullResult {
         /// Offset to pull next.
         next_offset: u64,
     },
-}
-
-/// A tag expression: `*` (or empty) for all, else `a || b || c`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TagExpression {
-    text: String,
-    tags: Vec<String>,
-}
-
-impl TagExpression {
-    fn parse(expression: &str) -> TagExpression {
-        let text = expression.trim();
-        let tags = if text.is_empty() || text == "*" {
-            Vec::new()
-        } else {
-            text.split("||")
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_string)
-                .collect()
-        };
-        TagExpression {
-            text: if tags.is_empty() {
-                "*".into()
-            } else {
-                text.into()
-            },
-            tags,
-        }
-    }
-
-    fn matches(&self, tags: Option<&str>) -> bool {
-        self.tags.is_empty() || tags.is_some_and(|t| self.tags.iter().any(|x| x == t))
-    }
 }
 
 /// Receives the server-initiated requests of a consumer's broker connections (e.g.
@@ -420,7 +387,7 @@ impl PullConsumer {
             .iter()
             .map(|topic| SubscriptionData {
                 topic: topic.clone(),
-                sub_string: "*".into(),
+                sub_string: ALL_TAGS.into(),
                 expression_type: Some("TAG".into()),
                 ..SubscriptionData::default()
             })
@@ -537,7 +504,8 @@ impl PullConsumer {
             .await?;
         let wire_offset = i64::try_from(offset)
             .map_err(|_| ClientError::InvalidMessage(format!("offset {offset} exceeds i64")))?;
-        let expression = TagExpression::parse(expression);
+        let subscription = TagExpression::subscription_text(expression);
+        let expression = TagExpression::parse_subscription(expression);
         let commit_offset = if self.options().commit_on_pull {
             self.inner
                 .offsets
@@ -570,7 +538,7 @@ impl PullConsumer {
             },
             commit_offset: commit_offset.unwrap_or(0),
             suspend_timeout_millis: suspend_ms,
-            subscription: Some(expression.text.clone()),
+            subscription: Some(subscription),
             sub_version: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
@@ -611,7 +579,7 @@ impl PullConsumer {
                 )
                 .map_err(decode)?
                 .into_iter()
-                .filter(|m| expression.matches(m.tags.as_deref()))
+                .filter(|m| expression.matches_tag(m.tags.as_deref()))
                 .collect();
                 PullResult::Found {
                     messages,
@@ -740,12 +708,12 @@ mod tests {
 
     #[test]
     fn tag_expressions() {
-        let all = TagExpression::parse(" * ");
-        assert!(all.matches(None) && all.matches(Some("x")));
-        let some = TagExpression::parse("a || b");
-        assert_eq!(some.tags, vec!["a", "b"]);
-        assert!(some.matches(Some("b")));
-        assert!(!some.matches(Some("c")));
-        assert!(!some.matches(None));
+        let all = TagExpression::parse_subscription(" * ");
+        assert!(all.matches_tag(None) && all.matches_tag(Some("x")));
+        let some = TagExpression::parse_subscription("a || b");
+        assert_eq!(some.tags(), ["a", "b"]);
+        assert!(some.matches_tag(Some("b")));
+        assert!(!some.matches_tag(Some("c")));
+        assert!(!some.matches_tag(None));
     }
 }

@@ -4,7 +4,7 @@
 //! (RocketMQ's `MessageDecoder` layout), which is at once the CommitLog record and the body of
 //! a pull reply, so a broker can send stored bytes to real clients unchanged, and the remoting
 //! protocol (`remoting`): frames, commands, request/response codes, typed headers and JSON
-//! bodies.
+//! bodies, and RocketMQ's tag expressions (`tags`).
 //!
 //! Everything except `remoting::client` maps bytes to values and back without touching a file
 //! or a socket; the client is the small tokio transport that brokers, tests and the Rust
@@ -14,6 +14,7 @@ pub mod java_hash;
 pub mod message;
 pub mod names;
 pub mod remoting;
+pub mod tags;
 
 pub use java_hash::java_string_hash;
 pub use message::message_id::{MessageId, MessageIdError};

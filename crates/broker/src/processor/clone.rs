@@ -53,8 +53,9 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     reply
         .ext_fields
         .insert("skipped".into(), done.skipped.join(","));
-    reply
-        .ext_fields
-        .insert("generation".into(), done.generation.to_string());
+    reply.ext_fields.insert(
+        crate::codes::RESET_GENERATION_EXT.into(),
+        done.generation.to_string(),
+    );
     reply
 }

@@ -83,9 +83,10 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         Ok((done, phys_offset)) => {
             let body = super::reset::notify_reset(ctx, group, topic, &done, 0, false);
             let mut reply = success(command).with_body(encode_fastjson(&body));
-            reply
-                .ext_fields
-                .insert("generation".into(), done.generation.to_string());
+            reply.ext_fields.insert(
+                crate::codes::RESET_GENERATION_EXT.into(),
+                done.generation.to_string(),
+            );
             reply
                 .ext_fields
                 .insert("physOffset".into(), phys_offset.to_string());

@@ -21,10 +21,8 @@ use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::offsets::{self, CommitRequest, Committed};
 
-/// Ext field of UPDATE_CONSUMER_OFFSET marking the commit as a correction (value `true`).
-pub const CORRECTION_EXT: &str = "ferromqCorrection";
-/// Ext field of a correction's SUCCESS reply: the generation the correction established.
-pub const GENERATION_EXT: &str = "ferromqGeneration";
+/// Ext fields of a correction (request) and of its SUCCESS reply (the new generation).
+pub use ferromq_protocol::remoting::extensions::{CORRECTION_EXT, GENERATION_EXT};
 
 pub(super) async fn query(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
     let header = match command.decode_header::<QueryConsumerOffsetRequestHeader>() {

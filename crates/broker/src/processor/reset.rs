@@ -60,10 +60,13 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         .collect::<Vec<_>>()
         .join(",");
     let mut reply = success(command).with_body(encode_fastjson(&body));
+    reply.ext_fields.insert(
+        crate::codes::RESET_GENERATION_EXT.into(),
+        done.generation.to_string(),
+    );
     reply
         .ext_fields
-        .insert("generation".into(), done.generation.to_string());
-    reply.ext_fields.insert("oldOffsets".into(), old_text);
+        .insert(crate::codes::RESET_OLD_OFFSETS_EXT.into(), old_text);
     reply
 }
 

@@ -3,7 +3,9 @@
 //! record (a pull stops at it with MESSAGE_DAMAGED until then).
 
 use anyhow::{Context, Result};
-use ferromq_broker::codes::{QUARANTINE_LIST, SKIP_DAMAGED_MESSAGE};
+use ferromq_protocol::remoting::extensions::{
+    QUARANTINE_LIST, RESET_GENERATION_EXT, SKIP_DAMAGED_MESSAGE,
+};
 use ferromq_protocol::remoting::{ExtFields, RemotingCommand};
 use serde_json::{json, Value};
 
@@ -127,7 +129,7 @@ pub async fn skip_damaged(args: SkipDamagedArgs) -> Result<()> {
         .await?;
     let generation = reply
         .ext_fields
-        .get("generation")
+        .get(RESET_GENERATION_EXT)
         .cloned()
         .unwrap_or_default();
     let phys_offset = reply

@@ -384,7 +384,10 @@ pub async fn clone_offsets(args: CloneGroupOffsetArgs) -> Result<()> {
         {
             cloned.push(parse_cloned(item, &broker.name)?);
         }
-        if let Some(generation) = reply.ext_fields.get("generation") {
+        if let Some(generation) = reply
+            .ext_fields
+            .get(ferromq_protocol::remoting::extensions::RESET_GENERATION_EXT)
+        {
             generations.insert(broker.name.clone(), generation.clone());
         }
         skipped |= reply

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use ferromq_broker::codes::OFFSET_HISTORY;
 use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::body::mq_map::{ConsumeStats, OffsetWrapper, ResetOffsetBody};
 use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::extensions::{
+    OFFSET_HISTORY, RESET_GENERATION_EXT, RESET_OLD_OFFSETS_EXT,
+};
 use ferromq_protocol::remoting::headers::offset::{
     GetConsumeStatsRequestHeader, ResetOffsetRequestHeader,
 };
@@ -455,7 +457,7 @@ async fn reset(
             decode_json(reply.body.as_deref().unwrap_or_default()).context("bad reset reply")?;
         let old: BTreeMap<i32, i64> = reply
             .ext_fields
-            .get("oldOffsets")
+            .get(RESET_OLD_OFFSETS_EXT)
             .map(|text| {
                 text.split(',')
                     .filter_map(|pair| pair.split_once(':'))
@@ -463,7 +465,7 @@ async fn reset(
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(generation) = reply.ext_fields.get("generation") {
+        if let Some(generation) = reply.ext_fields.get(RESET_GENERATION_EXT) {
             generations.insert(target.name.clone(), generation.clone());
         }
         for (mq, new) in body.offset_table.0 {

@@ -53,7 +53,6 @@
 //!   listeners, persists every offset, releases orderly locks, unregisters from every
 //!   broker, and reports every failure.
 
-mod allocate;
 mod queue;
 mod session;
 
@@ -78,7 +77,7 @@ use crate::offset_store::{
 use crate::pull_consumer::{PullConsumer, PullConsumerConfig};
 use crate::route::RouteCache;
 
-pub use allocate::allocate_averagely;
+pub use crate::rebalance::allocate_averagely;
 
 use queue::ProcessQueue;
 

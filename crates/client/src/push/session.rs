@@ -6,50 +6,35 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferromq_protocol::java_string_hash;
 use ferromq_protocol::remoting::body::encode_json;
 use ferromq_protocol::remoting::body::heartbeat::{
     ConsumeFromWhere as WireFrom, ConsumeType, ConsumerData, HeartbeatData,
     MessageModel as WireModel, SubscriptionData,
 };
 use ferromq_protocol::remoting::body::misc::{
-    ConsumerListBody, LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
+    LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
 };
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::client::{
-    GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
-};
+use ferromq_protocol::remoting::headers::client::UnregisterClientRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::tags::TagExpression;
 use tokio::time::Instant;
 
-use super::allocate::allocate_averagely;
 use super::queue::{self, now_ms, ProcessQueue};
 use super::{ConsumeFromWhere, Counters, Inner, MessageModel, QueueEntry};
 use crate::error::ClientError;
+use crate::rebalance::{allocate_averagely, fetch_consumer_ids};
 
 /// A newly assigned queue with its subscription expression.
 type Assigned = (MessageQueue, String);
 
 fn subscription_data(topic: &str, expression: &str) -> SubscriptionData {
-    let text = expression.trim();
-    let tags: Vec<String> = if text.is_empty() || text == "*" {
-        Vec::new()
-    } else {
-        text.split("||")
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
+    let tags = TagExpression::parse_subscription(expression);
     SubscriptionData {
         topic: topic.to_string(),
-        sub_string: if tags.is_empty() {
-            "*".into()
-        } else {
-            text.into()
-        },
-        code_set: tags.iter().map(|t| java_string_hash(t)).collect(),
-        tags_set: tags,
+        sub_string: TagExpression::subscription_text(expression),
+        code_set: tags.tag_codes(),
+        tags_set: tags.tags().to_vec(),
         sub_version: now_ms(),
         expression_type: Some("TAG".into()),
         ..SubscriptionData::default()
@@ -207,50 +192,34 @@ pub(super) async fn rebalance_loop(inner: Arc<Inner>) {
     }
 }
 
+/// The group's consumer ids, sorted and without duplicates, from the first broker of
+/// `topic` (by name) that answers.
 async fn consumer_ids(inner: &Inner, topic: &str) -> Result<Vec<String>, ClientError> {
     let route = inner.routes.route(topic).await?;
-    let mut brokers: Vec<&String> = route
+    let mut brokers: Vec<&str> = route
         .data
         .broker_datas
         .iter()
-        .map(|b| &b.broker_name)
+        .map(|b| b.broker_name.as_str())
         .collect();
     brokers.sort();
-    let mut last_error = None;
-    for name in brokers {
-        let addr = match inner.routes.master_addr(topic, name).await {
-            Ok(addr) => addr,
-            Err(error) => {
-                last_error = Some(error);
-                continue;
-            }
-        };
-        let header = GetConsumerListByGroupRequestHeader {
-            consumer_group: inner.config.group.clone(),
-        };
-        let cmd =
-            RemotingCommand::request_with_header(request::GET_CONSUMER_LIST_BY_GROUP, &header);
-        let reply = match inner
-            .pool
-            .invoke(addr, cmd, inner.config.request_timeout)
-            .await
-            .and_then(|r| check(addr, r))
-        {
-            Ok(reply) => reply,
-            Err(error) => {
-                last_error = Some(error);
-                continue;
-            }
-        };
-        let body: ConsumerListBody = ClientError::decode_body(addr, &reply)?;
-        let mut ids = body.consumer_id_list;
-        ids.sort();
-        ids.dedup();
-        return Ok(ids);
-    }
-    Err(last_error.unwrap_or_else(|| ClientError::NoBrokerAddress {
-        broker_name: format!("(none for topic {topic})"),
-    }))
+    let mut ids = fetch_consumer_ids(
+        &inner.pool,
+        &inner.routes,
+        &inner.config.group,
+        topic,
+        brokers,
+        inner.config.request_timeout,
+    )
+    .await
+    .map_err(|last_error| {
+        last_error.unwrap_or_else(|| ClientError::NoBrokerAddress {
+            broker_name: format!("(none for topic {topic})"),
+        })
+    })?;
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
 }
 
 /// Recomputes this member's queues and starts or drops queue tasks accordingly.

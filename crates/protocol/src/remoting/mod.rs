@@ -7,6 +7,7 @@
 //! - `command`: `RemotingCommand`, decoded from a JSON (`json_header`) or ROCKETMQ binary
 //!   (`binary_header`) header chosen per frame;
 //! - `codes`: request and response codes;
+//! - `extensions`: ferromq's own codes and ext fields, beyond RocketMQ's;
 //! - `ext` and `headers`: typed, lenient views of a command's ext fields;
 //! - `body`: JSON bodies (routes, heartbeats, topic configs, ...);
 //! - `client`: `RemotingClient`, a multiplexed tokio TCP connection speaking all of the above;
@@ -24,6 +25,7 @@ pub mod codec;
 pub mod codes;
 pub mod command;
 pub mod ext;
+pub mod extensions;
 pub mod frame;
 pub mod headers;
 pub mod json_header;

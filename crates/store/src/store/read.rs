@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ferromq_protocol::{java_string_hash, property_names, MessageId, RecordView};
+use ferromq_protocol::{property_names, MessageId, RecordView};
 
 use super::{MessageStore, OffsetView};
 use crate::commitlog::Entry;
@@ -23,48 +23,10 @@ pub const FILTER_SCAN_ENTRIES_MAX: usize = 16_000;
 /// is woken by every dispatch pass otherwise).
 const VIEW_STALL_CHECK: Duration = Duration::from_millis(50);
 
-/// Which messages a read returns, by tag (RocketMQ subscription expression `tagA || tagB`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum TagFilter {
-    /// Every message (`*`).
-    #[default]
-    All,
-    /// Messages whose `TAGS` is one of these.
-    Tags(Vec<String>),
-}
-
-impl TagFilter {
-    /// Parses a RocketMQ subscription expression: `*`, empty, or `a || b`.
-    pub fn parse(expression: &str) -> TagFilter {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return TagFilter::All;
-        }
-        TagFilter::Tags(
-            expression
-                .split("||")
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty())
-                .collect(),
-        )
-    }
-
-    fn matches_code(&self, tag_code: i64) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Tags(tags) => tags
-                .iter()
-                .any(|t| i64::from(java_string_hash(t)) == tag_code),
-        }
-    }
-
-    fn matches_tag(&self, tag: Option<&str>) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Tags(tags) => tag.is_some_and(|tag| tags.iter().any(|t| t == tag)),
-        }
-    }
-}
+/// Which messages a read returns, by tag (RocketMQ subscription expression `tagA || tagB`):
+/// the protocol's [`TagExpression`](ferromq_protocol::tags::TagExpression), shared with the
+/// client.
+pub use ferromq_protocol::tags::TagExpression as TagFilter;
 
 /// Outcome of a read (RocketMQ `GetMessageStatus`; the broker maps it to pull codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,298 @@
+//! One send's attempts: validation, encoding once (`Prepared`), the route to publish
+//! through (auto-create template included), bounded retries over queues chosen by `pick`,
+//! and the SEND_MESSAGE command of one attempt.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ferromq_protocol::java_string_hash;
+use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::headers::send::{
+    SendMessageRequestHeaderV2, SendMessageResponseHeader,
+};
+use ferromq_protocol::remoting::{RemotingCommand, SerializeType};
+
+use super::config::QueueSelection;
+use super::Producer;
+use crate::compression;
+use crate::error::ClientError;
+use crate::message::Message;
+use crate::route::TopicRoute;
+
+/// A send prepared once and sent as is by every attempt: body encoded (compressed or
+/// batched), properties encoded.
+pub(super) struct Prepared {
+    pub(super) topic: String,
+    pub(super) code: i32,
+    pub(super) body: Bytes,
+    pub(super) sys_flag: i32,
+    pub(super) flag: i32,
+    pub(super) properties: Option<String>,
+    pub(super) batch: bool,
+    pub(super) delay: bool,
+}
+
+/// A successful attempt: the broker's reply header and the queue it stored into.
+pub(super) struct Sent {
+    pub(super) header: SendMessageResponseHeader,
+    pub(super) queue: MessageQueue,
+}
+
+impl Producer {
+    /// Refuses a send after shutdown and a message that fails validation or is too large,
+    /// before any traffic.
+    pub(super) fn check(&self, message: &Message) -> Result<(), ClientError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Shutdown);
+        }
+        message.validate().map_err(ClientError::InvalidMessage)?;
+        if message.body.is_empty() {
+            return Err(ClientError::InvalidMessage("message body is empty".into()));
+        }
+        if message.body.len() > self.inner.config.max_body_bytes {
+            return Err(ClientError::BodyTooLarge {
+                size: message.body.len(),
+                max: self.inner.config.max_body_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Encodes a single message once: properties with `uniq` as `UNIQ_KEY`, and the body
+    /// compressed when it is over the threshold and compression makes it smaller.
+    pub(super) fn prepare_single(&self, message: &Message, uniq: &str) -> Prepared {
+        let config = &self.inner.config;
+        let (body, sys_flag) = match message.body.len() > config.compress_over_bytes {
+            true => match compression::compress(&message.body, config.compress_level) {
+                Some(packed) => (
+                    Bytes::from(packed),
+                    compression::COMPRESSED_FLAG | compression::COMPRESSION_ZLIB,
+                ),
+                None => (message.body.clone(), 0),
+            },
+            false => (message.body.clone(), 0),
+        };
+        Prepared {
+            topic: message.topic.clone(),
+            code: request::SEND_MESSAGE_V2,
+            body,
+            sys_flag,
+            flag: message.flag,
+            properties: Some(message.encode_properties(uniq)),
+            batch: false,
+            delay: message.delay_level.is_some(),
+        }
+    }
+
+    /// The route sends to `topic` use: the published one, or one derived from the
+    /// auto-create template.
+    pub(super) async fn publish_route(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
+        let config = &self.inner.config;
+        let route = self
+            .inner
+            .routes
+            .publish_route(
+                topic,
+                &config.create_topic_key,
+                config.default_topic_queue_nums,
+            )
+            .await?;
+        if route.write_queues.is_empty() {
+            return Err(ClientError::NoQueue {
+                topic: topic.to_string(),
+                kind: "writable",
+            });
+        }
+        Ok(route)
+    }
+
+    /// Sends `prepared` with at most `retries_max + 1` attempts, retrying only retriable
+    /// errors and, with round-robin, preferring brokers that have not failed in this send.
+    pub(super) async fn send_retrying(
+        &self,
+        prepared: &Prepared,
+        selection: &QueueSelection,
+        first: &Message,
+    ) -> Result<(Sent, u32), ClientError> {
+        let topic = prepared.topic.as_str();
+        let attempts_max = self.inner.config.retries_max.saturating_add(1);
+        let start = self.inner.next_queue.fetch_add(1, Ordering::Relaxed);
+        let mut failed_brokers: Vec<String> = Vec::new();
+        let mut last_error = None;
+        for attempt in 0..attempts_max {
+            let result = async {
+                let route = self.publish_route(topic).await.map_err(|e| (e, None))?;
+                let index = pick(
+                    &route.write_queues,
+                    selection,
+                    first,
+                    start.wrapping_add(attempt as usize),
+                    &failed_brokers,
+                );
+                self.send_once(prepared, &route.write_queues[index], &route)
+                    .await
+            }
+            .await;
+            match result {
+                Ok(sent) => return Ok((sent, attempt + 1)),
+                Err((error, broker)) if error.is_retriable() && attempt + 1 < attempts_max => {
+                    tracing::warn!(%topic, attempt = attempt + 1, %error, "send failed; retrying");
+                    if let Some(broker) = broker {
+                        failed_brokers.push(broker);
+                    }
+                    self.inner.routes.invalidate(topic);
+                    last_error = Some(error);
+                }
+                Err((error, _)) if error.is_retriable() => {
+                    last_error = Some(error);
+                }
+                Err((error, _)) => return Err(error),
+            }
+        }
+        Err(ClientError::RetriesExhausted {
+            attempts: attempts_max,
+            last: Box::new(
+                last_error
+                    .unwrap_or_else(|| ClientError::Config("retries_max allows no attempt".into())),
+            ),
+        })
+    }
+
+    /// One attempt: SEND_MESSAGE to the master of `queue`, SUCCESS or an error.
+    pub(super) async fn send_once(
+        &self,
+        prepared: &Prepared,
+        queue: &MessageQueue,
+        route: &TopicRoute,
+    ) -> Result<Sent, (ClientError, Option<String>)> {
+        let broker = || Some(queue.broker_name.clone());
+        let addr = match route.master_addr(&queue.broker_name) {
+            Some(addr) => addr,
+            None => self
+                .inner
+                .routes
+                .master_addr(&queue.topic, &queue.broker_name)
+                .await
+                .map_err(|e| (e, broker()))?,
+        };
+        self.register_on_first_contact(addr);
+        let cmd = self.command(prepared, queue);
+        let reply = self
+            .inner
+            .pool
+            .invoke(addr, cmd, self.inner.config.send_timeout)
+            .await
+            .map_err(|e| (e, broker()))?;
+        if reply.code != response::SUCCESS {
+            return Err((
+                ClientError::Broker {
+                    addr,
+                    code: reply.code,
+                    remark: reply.remark.unwrap_or_default(),
+                },
+                broker(),
+            ));
+        }
+        let header: SendMessageResponseHeader =
+            ClientError::decode_header(addr, &reply).map_err(|e| (e, None))?;
+        let queue = MessageQueue {
+            queue_id: header.queue_id,
+            ..queue.clone()
+        };
+        Ok(Sent { header, queue })
+    }
+
+    /// The SEND_MESSAGE (or batch) command of one attempt of `prepared` to `queue`.
+    pub(super) fn command(&self, prepared: &Prepared, queue: &MessageQueue) -> RemotingCommand {
+        let born = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let config = &self.inner.config;
+        // Every send names the template, as Java's do: a broker creates an unknown topic from
+        // it (when allowed) and ignores it for a known one.
+        let header = SendMessageRequestHeaderV2 {
+            a: config.group.clone(),
+            b: queue.topic.clone(),
+            c: config.create_topic_key.clone(),
+            d: config.default_topic_queue_nums,
+            e: queue.queue_id,
+            f: prepared.sys_flag,
+            g: born,
+            h: prepared.flag,
+            i: prepared.properties.clone(),
+            j: Some(0),
+            k: Some(false),
+            l: None,
+            m: prepared.batch.then_some(true),
+            n: Some(queue.broker_name.clone()),
+        };
+        debug_assert!(!(prepared.batch && prepared.delay));
+        let mut cmd = RemotingCommand::request_with_header(prepared.code, &header)
+            .with_body(prepared.body.clone());
+        if config.binary_header {
+            cmd.serialize_type = SerializeType::RocketMq;
+        }
+        cmd
+    }
+}
+
+/// A wire offset as `u64` (a negative one, which a broker never sends, as 0).
+pub(super) fn non_negative(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Index of the queue a send attempt uses; `queues` is never empty.
+pub(super) fn pick(
+    queues: &[MessageQueue],
+    selection: &QueueSelection,
+    message: &Message,
+    counter: usize,
+    failed_brokers: &[String],
+) -> usize {
+    let n = queues.len();
+    debug_assert!(n > 0);
+    match selection {
+        QueueSelection::RoundRobin => (0..n)
+            .map(|step| counter.wrapping_add(step) % n)
+            .find(|&i| !failed_brokers.contains(&queues[i].broker_name))
+            .unwrap_or(counter % n),
+        QueueSelection::HashKey(key) => java_string_hash(key).unsigned_abs() as usize % n,
+        QueueSelection::Custom(selector) => selector.select(queues, message) % n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queues() -> Vec<MessageQueue> {
+        ["a", "a", "b", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| MessageQueue {
+                topic: "T".into(),
+                broker_name: b.to_string(),
+                queue_id: (i % 2) as i32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_robin_skips_failed_brokers_and_hash_is_stable() {
+        let qs = queues();
+        let m = Message::new("T", "x");
+        let q = pick(&qs, &QueueSelection::RoundRobin, &m, 0, &["a".into()]);
+        assert_eq!(qs[q].broker_name, "b");
+        let q = pick(&qs, &QueueSelection::RoundRobin, &m, 1, &[]);
+        assert_eq!(q, 1);
+        let h = QueueSelection::HashKey("order-42".into());
+        let first = pick(&qs, &h, &m, 0, &[]);
+        for c in 1..10 {
+            assert_eq!(pick(&qs, &h, &m, c, &[]), first);
+        }
+    }
+}
