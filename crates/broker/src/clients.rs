@@ -203,7 +203,6 @@ impl ClientRegistry {
             .unwrap_or_default()
     }
 
-    /// Whether any consumer of the group is connected.
     /// Whether `client_id` is a registered consumer of `group` now.
     pub fn is_consumer_of(&self, group: &str, client_id: &str) -> bool {
         self.registry
@@ -214,6 +213,7 @@ impl ClientRegistry {
             .is_some_and(|members| members.contains_key(client_id))
     }
 
+    /// Whether any consumer of the group is connected.
     pub fn has_online_consumers(&self, group: &str) -> bool {
         let registry = self.registry.lock().expect("clients lock");
         registry.consumers.get(group).is_some_and(|m| !m.is_empty())

@@ -479,14 +479,34 @@ impl BrokerMetrics {
         self.connections.get()
     }
 
-    /// The scrape: every counter, then the values computed now from `ctx`.
+    /// The scrape: every counter, then the values computed now from `ctx`. The consumer-lag
+    /// gauges come from the offset view once it has caught up (awaited, never blocking a
+    /// worker); while it cannot, the scrape carries no lag rather than a stale one (the stall
+    /// itself has its own gauges).
+    pub async fn scrape(&self, ctx: &BrokerContext) -> String {
+        let lags = match ctx.store.offset_view().await {
+            Ok(view) => lags_of(ctx, &view),
+            Err(error) => {
+                tracing::debug!(%error, "consumer lag left out of the scrape");
+                Vec::new()
+            }
+        };
+        self.render_with(ctx, lags)
+    }
+
+    /// [`BrokerMetrics::scrape`] for a blocking caller (tests, the shutdown report).
     pub fn render(&self, ctx: &BrokerContext) -> String {
+        let lags = blocking_lags(ctx);
+        self.render_with(ctx, lags)
+    }
+
+    fn render_with(&self, ctx: &BrokerContext, lags: Vec<Lag>) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail; an encoder error would be a library bug, and the
         // scrape then carries what was written before it.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         let mut live = Registry::default();
-        live.register_collector(Box::new(ScrapeValues::of(ctx)));
+        live.register_collector(Box::new(ScrapeValues::of(ctx, lags)));
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &live);
         out
     }
@@ -503,7 +523,7 @@ type LabelledCounters = (
 /// Values computed at scrape time.
 #[derive(Debug)]
 struct ScrapeValues {
-    lags: Vec<(String, String, u32, u64)>,
+    lags: Vec<Lag>,
     flush: FlushLatencySnapshot,
     dispatch_behind_bytes: u64,
     dispatch_stalled: u64,
@@ -519,26 +539,67 @@ struct ScrapeValues {
     quarantined_ranges: u64,
 }
 
-impl ScrapeValues {
-    fn of(ctx: &BrokerContext) -> ScrapeValues {
-        let stats = ctx.store.stats();
-        let mut lags = Vec::new();
-        // Lag gauges, not an offset answer: while the view cannot catch up, a scrape shows no
-        // lag rather than a stale one (the stall itself is reported by its own gauges).
-        for group in ctx.store.groups().unwrap_or_default() {
-            for (topic, queue_id, stored) in ctx.store.group_offsets(&group).unwrap_or_default() {
-                let max = ctx
-                    .store
-                    .queue_bounds(&topic, queue_id)
-                    .map_or(0, |(_, max)| max);
-                lags.push((
-                    group.clone(),
-                    topic,
-                    queue_id,
-                    max.saturating_sub(stored.offset),
-                ));
-            }
+/// One consumer-lag gauge: group, topic, queue, messages behind.
+type Lag = (String, String, u32, u64);
+
+/// Every group's stored offsets: (group, [(topic, queue, offset)]).
+type GroupOffsets = Vec<(
+    String,
+    Vec<(String, u32, ferromq_store::offsets::StoredOffset)>,
+)>;
+
+/// The lag of every stored offset against its queue's max offset.
+fn lags_from(ctx: &BrokerContext, offsets: GroupOffsets) -> Vec<Lag> {
+    let mut lags = Vec::new();
+    for (group, queues) in offsets {
+        for (topic, queue_id, stored) in queues {
+            let max = ctx
+                .store
+                .queue_bounds(&topic, queue_id)
+                .map_or(0, |(_, max)| max);
+            lags.push((
+                group.clone(),
+                topic,
+                queue_id,
+                max.saturating_sub(stored.offset),
+            ));
         }
+    }
+    lags
+}
+
+/// The lags from a caught-up view.
+fn lags_of(ctx: &BrokerContext, view: &ferromq_store::OffsetView<'_>) -> Vec<Lag> {
+    let offsets = view
+        .groups()
+        .into_iter()
+        .map(|group| {
+            let queues = view.group_offsets(&group);
+            (group, queues)
+        })
+        .collect();
+    lags_from(ctx, offsets)
+}
+
+/// The lags for a blocking caller, through the store's blocking reads (bounded by the flush
+/// timeout); none while the view cannot catch up.
+fn blocking_lags(ctx: &BrokerContext) -> Vec<Lag> {
+    let offsets: Result<GroupOffsets, _> = ctx.store.groups().and_then(|groups| {
+        groups
+            .into_iter()
+            .map(|group| {
+                ctx.store
+                    .group_offsets(&group)
+                    .map(|queues| (group, queues))
+            })
+            .collect()
+    });
+    offsets.map_or_else(|_| Vec::new(), |offsets| lags_from(ctx, offsets))
+}
+
+impl ScrapeValues {
+    fn of(ctx: &BrokerContext, lags: Vec<Lag>) -> ScrapeValues {
+        let stats = ctx.store.stats();
         ScrapeValues {
             lags,
             flush: ctx.store.flush_latency().snapshot(),

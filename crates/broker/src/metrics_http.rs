@@ -95,7 +95,7 @@ async fn answer(ctx: &BrokerContext, mut stream: TcpStream, peer: SocketAddr) {
     let is_error = matches!(route, Route::Error { .. });
     let reply = match route {
         Route::Metrics { head_only } => {
-            let body = ctx.metrics.render(ctx);
+            let body = ctx.metrics.scrape(ctx).await;
             response(200, "OK", CONTENT_TYPE, &body, head_only)
         }
         Route::Error { status, reason } => {

@@ -14,6 +14,8 @@
 //!   from the log.
 //! - [`sessions`]: who a request comes from (client id, not connection) and how long a group
 //!   has had no member.
+//! - [`membership`]: heartbeats, unregistering, consumer lists, queue locks.
+//! - [`lookup`]: one message by CommitLog offset.
 //! - [`ack`]: the one acknowledgement path every write ends in (invariant 2).
 //! - [`view`]: offset reads that fail rather than answer from a stale view (invariant 7).
 //! - [`access`]: which topics and groups a client or administrator may name.
@@ -23,6 +25,8 @@ pub mod access;
 pub mod ack;
 pub mod error;
 pub mod fences;
+pub mod lookup;
+pub mod membership;
 pub mod offsets;
 pub mod pull;
 pub mod reset;

@@ -71,21 +71,12 @@ pub async fn send_back(
         .groups
         .ensure(&header.group)
         .map_err(|e| group_refusal(ctx, e))?;
+    let bytes = super::lookup::message_at(ctx, phys_offset).await?;
     let id = MessageId {
         store_host: ctx.broker_addr,
         phys_offset,
     }
     .encode();
-    let bytes = ctx
-        .store
-        .message_by_id(&id)
-        .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))?
-        .ok_or_else(|| {
-            Refusal::new(
-                RefusalKind::Internal,
-                format!("no message at CommitLog offset {phys_offset}"),
-            )
-        })?;
     let original = RecordView::parse(&bytes)
         .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))?;
     refuse_reserved_record(ctx, &original)?;

@@ -25,7 +25,7 @@ use ferromq_protocol::remoting::headers::offset::{
     SearchOffsetResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{MessageId, RecordView};
+use ferromq_protocol::RecordView;
 use ferromq_store::{TagFilter, TimeBoundary};
 
 use super::{bad_header, success};
@@ -144,7 +144,10 @@ fn store_time_at(ctx: &BrokerContext, topic: &str, queue_id: u32, offset: u64) -
         .map(|v| v.store_timestamp_ms)
 }
 
-pub(super) fn view_message(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn view_message(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<ViewMessageRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -153,18 +156,9 @@ pub(super) fn view_message(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(offset) => offset,
         Err(refusal) => return super::code_map::error_reply(command, &refusal),
     };
-    let id = MessageId {
-        store_host: ctx.broker_addr,
-        phys_offset,
-    }
-    .encode();
-    match ctx.store.message_by_id(&id) {
-        Ok(Some(bytes)) => success(command).with_body(bytes),
-        Ok(None) => command.reply(
-            response::SYSTEM_ERROR,
-            Some(format!("no message at CommitLog offset {}", header.offset)),
-        ),
-        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    match crate::core::lookup::message_at(ctx, phys_offset).await {
+        Ok(bytes) => success(command).with_body(bytes),
+        Err(refusal) => super::code_map::error_reply(command, &refusal),
     }
 }
 

@@ -12,10 +12,11 @@ use ferromq_protocol::remoting::headers::client::{
 };
 use ferromq_protocol::remoting::RemotingCommand;
 
+use super::code_map::error_reply;
 use super::{bad_header, success};
 use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
-use crate::topics::{topic_with_queues, RETRY_PREFIX};
+use crate::core::membership;
 
 pub(super) fn heartbeat(
     ctx: &BrokerContext,
@@ -37,35 +38,13 @@ pub(super) fn heartbeat(
         version: command.version,
         ..channel.clone()
     };
-    for consumer in &data.consumer_data_set {
-        let group = &consumer.group_name;
-        let retry = match ctx.groups.ensure(group) {
-            Ok(config) => config.retry_queue_nums.max(1) as u32,
-            Err(error) => {
-                return command.reply(response::INVALID_PARAMETER, Some(error.to_string()))
-            }
-        };
-        // Consumers subscribe to their retry topic; it must have a route.
-        let retry_topic = format!("{RETRY_PREFIX}{group}");
-        if ctx.topics.get(&retry_topic).is_none() {
-            if let Err(error) = ctx
-                .topics
-                .put_if_absent(topic_with_queues(&retry_topic, retry))
-            {
-                return command.reply(response::SYSTEM_ERROR, Some(error.to_string()));
-            }
-            ctx.register_now.notify_one();
-        }
+    match membership::heartbeat(ctx, &channel, &data) {
+        Ok(changed) => success(command).with_header(&HeartbeatResponseHeader {
+            is_support_heart_beat_v2: Some(false),
+            is_sub_change: Some(changed),
+        }),
+        Err(refusal) => error_reply(command, &refusal),
     }
-    if !data.client_id.is_empty() {
-        ctx.sessions.bind(channel.id, &data.client_id);
-    }
-    let changed = ctx.clients.heartbeat(&channel, &data);
-    ctx.notify_ids_changed(&changed);
-    success(command).with_header(&HeartbeatResponseHeader {
-        is_support_heart_beat_v2: Some(false),
-        is_sub_change: Some(!changed.is_empty()),
-    })
 }
 
 pub(super) fn unregister(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
@@ -73,12 +52,12 @@ pub(super) fn unregister(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
-    let changed = ctx.clients.unregister(
+    membership::unregister(
+        ctx,
         &header.client_id,
         header.producer_group.as_deref(),
         header.consumer_group.as_deref(),
     );
-    ctx.notify_ids_changed(&changed);
     success(command)
 }
 
@@ -87,16 +66,12 @@ pub(super) fn consumer_list(ctx: &BrokerContext, command: &RemotingCommand) -> R
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
-    let ids = ctx.clients.consumer_ids(&header.consumer_group);
-    if ids.is_empty() {
-        return command.reply(
-            response::SYSTEM_ERROR,
-            Some(format!("no consumer for group {}", header.consumer_group)),
-        );
+    match membership::consumer_ids(ctx, &header.consumer_group) {
+        Ok(ids) => success(command).with_body(encode_json(&ConsumerListBody {
+            consumer_id_list: ids,
+        })),
+        Err(refusal) => error_reply(command, &refusal),
     }
-    success(command).with_body(encode_json(&ConsumerListBody {
-        consumer_id_list: ids,
-    }))
 }
 
 pub(super) fn lock_batch(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
@@ -111,9 +86,7 @@ pub(super) fn lock_batch(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         }
     };
     let queues: Vec<_> = body.mq_set.into_iter().collect();
-    let granted = ctx
-        .locks
-        .lock(&body.consumer_group, &body.client_id, &queues);
+    let granted = membership::lock(ctx, &body.consumer_group, &body.client_id, &queues);
     success(command).with_body(encode_json(&LockBatchResponseBody {
         lock_ok_mq_set: granted.into_iter().collect(),
     }))
@@ -131,7 +104,6 @@ pub(super) fn unlock_batch(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         }
     };
     let queues: Vec<_> = body.mq_set.into_iter().collect();
-    ctx.locks
-        .unlock(&body.consumer_group, &body.client_id, &queues);
+    membership::unlock(ctx, &body.consumer_group, &body.client_id, &queues);
     success(command)
 }

@@ -57,7 +57,7 @@ pub async fn handle(
         request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),
         request::SEARCH_OFFSET_BY_TIMESTAMP => admin::search_offset(ctx, &command),
         request::GET_EARLIEST_MSG_STORETIME => admin::earliest_store_time(ctx, &command),
-        request::VIEW_MESSAGE_BY_ID => admin::view_message(ctx, &command),
+        request::VIEW_MESSAGE_BY_ID => admin::view_message(ctx, &command).await,
         request::HEART_BEAT => client::heartbeat(ctx, channel, &command),
         request::UNREGISTER_CLIENT => client::unregister(ctx, &command),
         request::GET_CONSUMER_LIST_BY_GROUP => client::consumer_list(ctx, &command),
