@@ -10,10 +10,10 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::MessageStore;
 use tokio::sync::Notify;
 
-use crate::clients::ClientRegistry;
+use crate::catalog::groups::GroupManager;
+use crate::catalog::topics::TopicManager;
 use crate::config::BrokerConfig;
-use crate::groups::GroupManager;
-use crate::topics::TopicManager;
+use crate::sessions::registry::ClientRegistry;
 
 /// Counters a test or `brokerStatus` can read.
 #[derive(Debug, Default)]
@@ -54,24 +54,24 @@ pub struct BrokerContext {
     /// Counters.
     pub counters: BrokerCounters,
     /// Queue locks of orderly consumers.
-    pub locks: crate::clients::QueueLocks,
+    pub locks: crate::sessions::registry::QueueLocks,
     /// Connections to the name servers.
     pub namesrv_client: ferromq_namesrv::NamesrvClient,
     /// Consumers fenced off their queues by a reset until they follow it.
     pub fences: crate::core::fences::ResetFences,
     /// Who each connection is, and how long groups have had no member.
-    pub sessions: crate::core::sessions::Sessions,
+    pub sessions: crate::sessions::identity::Sessions,
     /// Prometheus metrics (shared with tasks that outlive a request borrow).
-    pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    pub metrics: Arc<crate::observability::metrics::BrokerMetrics>,
     /// Recent rates for GET_BROKER_RUNTIME_INFO.
-    pub stats: crate::broker_stats::BrokerStats,
+    pub stats: crate::observability::broker_stats::BrokerStats,
     /// Settings that may change at run time; read these, not `config`, for their keys.
-    pub runtime_config: crate::runtime_config::RuntimeConfig,
+    pub runtime_config: crate::config::runtime::RuntimeConfig,
     /// The connection limits in force, the partial-frame budget in use and their counters.
     pub connection_limits: Arc<ferromq_protocol::remoting::limits::ConnectionGuard>,
     /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,
     /// `pullHoldMaxPerConnection`).
-    pub held_pulls: Arc<crate::work_limits::HeldPulls>,
+    pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,
 }
 
 impl BrokerContext {

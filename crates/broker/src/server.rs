@@ -11,12 +11,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::clients::{ClientRegistry, QueueLocks};
+use crate::catalog::groups::{GroupError, GroupManager};
+use crate::catalog::topics::{TopicError, TopicManager};
 use crate::config::{BrokerConfig, ConfigError};
 use crate::context::{BrokerContext, BrokerCounters};
-use crate::groups::{GroupError, GroupManager};
-use crate::topics::{TopicError, TopicManager};
-use crate::{broker_stats, connection, metrics_http, processor, registration};
+use crate::observability::{broker_stats, metrics_http};
+use crate::remoting::{connection, processor, registration};
+use crate::sessions::registry::{ClientRegistry, QueueLocks};
 
 /// How often silent clients are looked for.
 const CLIENT_SCAN_PERIOD: Duration = Duration::from_secs(10);
@@ -141,11 +142,11 @@ impl Broker {
             locks: QueueLocks::default(),
             namesrv_client: ferromq_namesrv::NamesrvClient::new(),
             fences,
-            sessions: crate::core::sessions::Sessions::new(std::time::Instant::now()),
+            sessions: crate::sessions::identity::Sessions::new(std::time::Instant::now()),
             metrics: Default::default(),
             stats: Default::default(),
-            runtime_config: crate::runtime_config::RuntimeConfig::new(&config),
-            held_pulls: Arc::new(crate::work_limits::HeldPulls::new(
+            runtime_config: crate::config::runtime::RuntimeConfig::new(&config),
+            held_pulls: Arc::new(crate::core::work_limits::HeldPulls::new(
                 config.pull_hold_max,
                 config.pull_hold_max_per_connection,
             )),
@@ -159,7 +160,10 @@ impl Broker {
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
-            tokio::spawn(crate::groups::run_saver(ctx.clone(), stop_rx.clone())),
+            tokio::spawn(crate::catalog::groups::run_saver(
+                ctx.clone(),
+                stop_rx.clone(),
+            )),
         ];
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(

@@ -8,7 +8,7 @@ mod hostile;
 
 use std::time::Duration;
 
-use ferromq_broker::processor::{
+use ferromq_broker::core::scheduler::{
     PROPERTY_DEAD_LETTER_REASON, SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC,
 };
 use ferromq_protocol::message::record::{CLIENT_PROPERTIES_LEN_MAX, PROPERTIES_LEN_MAX};

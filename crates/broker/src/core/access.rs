@@ -52,7 +52,7 @@ pub enum Request {
 }
 
 impl Request {
-    /// The label value (one of [`crate::metrics::REFUSED_REQUESTS`]).
+    /// The label value (one of [`crate::observability::metrics::REFUSED_REQUESTS`]).
     pub fn as_str(self) -> &'static str {
         match self {
             Request::Send => "send",
@@ -210,10 +210,13 @@ mod tests {
         ];
         for request in all {
             assert!(
-                crate::metrics::REFUSED_REQUESTS.contains(&request.as_str()),
+                crate::observability::metrics::REFUSED_REQUESTS.contains(&request.as_str()),
                 "{request:?}"
             );
         }
-        assert_eq!(all.len(), crate::metrics::REFUSED_REQUESTS.len());
+        assert_eq!(
+            all.len(),
+            crate::observability::metrics::REFUSED_REQUESTS.len()
+        );
     }
 }

@@ -16,9 +16,9 @@ use ferromq_protocol::remoting::body::heartbeat::HeartbeatData;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 
 use super::error::{Refusal, RefusalKind};
-use crate::clients::ClientChannel;
+use crate::catalog::topics::{topic_with_queues, RETRY_PREFIX};
 use crate::context::BrokerContext;
-use crate::topics::{topic_with_queues, RETRY_PREFIX};
+use crate::sessions::registry::ClientChannel;
 
 /// Registers a heartbeat from `channel`; returns whether any group's membership changed.
 pub fn heartbeat(

@@ -12,8 +12,9 @@
 //! - [`reset`]: administrators' resets, clones and skips of damaged records.
 //! - [`fences`]: who may not commit on which queue after a reset, by client id, recovered
 //!   from the log.
-//! - [`sessions`]: who a request comes from (client id, not connection) and how long a group
-//!   has had no member.
+//! - [`long_poll`], [`work_limits`]: held pulls and the limits on holding them.
+//!
+//! Who a request comes from (client id, not connection) is `crate::sessions`.
 //! - [`membership`]: heartbeats, unregistering, consumer lists, queue locks.
 //! - [`lookup`]: one message by CommitLog offset.
 //! - [`ack`]: the one acknowledgement path every write ends in (invariant 2).
@@ -25,6 +26,7 @@ pub mod access;
 pub mod ack;
 pub mod error;
 pub mod fences;
+pub mod long_poll;
 pub mod lookup;
 pub mod membership;
 pub mod offsets;
@@ -33,5 +35,5 @@ pub mod reset;
 pub mod scheduler;
 pub mod send;
 pub mod send_back;
-pub mod sessions;
 pub mod view;
+pub mod work_limits;

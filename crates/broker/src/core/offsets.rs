@@ -32,10 +32,10 @@ use ferromq_store::CommitOutcome;
 
 use super::access::{self, Request};
 use super::error::{CommitError, CorrectionRefusal, QueryError, Refusal, RefusalKind};
-use super::sessions::Caller;
 use super::{ack, view};
 use crate::context::BrokerContext;
-use crate::metrics::CommitCount;
+use crate::observability::metrics::CommitCount;
+use crate::sessions::identity::Caller;
 
 /// A consumer's commit of its next offset on one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]

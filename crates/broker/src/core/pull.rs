@@ -26,10 +26,10 @@ use ferromq_store::{GetResult, GetStatus, ReadError, TagFilter};
 use super::access::{self, Request};
 use super::error::{PullError, Refusal, RefusalKind};
 use super::offsets::{self, CommitRequest};
-use super::sessions::Caller;
+use crate::catalog::topics::PERM_READ;
 use crate::context::BrokerContext;
-use crate::long_poll;
-use crate::topics::PERM_READ;
+use crate::core::long_poll;
+use crate::sessions::identity::Caller;
 
 /// Most messages one pull returns (RocketMQ's `maxTransferCountOnMessageInMemory` is 32).
 pub const PULL_COUNT_MAX: usize = 64;

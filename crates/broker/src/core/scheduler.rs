@@ -32,8 +32,8 @@ use super::access::{self, Request};
 use super::error::{Refusal, RefusalKind, SendError};
 use super::send::{check_properties_len, put, PROPERTY_DELAY};
 use super::send_back::rewrite_properties;
+use crate::catalog::topics::{PERM_READ, PERM_WRITE};
 use crate::context::BrokerContext;
-use crate::topics::{PERM_READ, PERM_WRITE};
 
 pub use ferromq_protocol::names::{SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC};
 
@@ -403,7 +403,7 @@ fn ensure_dead_letter_topic(ctx: &BrokerContext) -> Result<(), Refusal> {
     if ctx.topics.get(SCHEDULE_DLQ_TOPIC).is_some() {
         return Ok(());
     }
-    let mut config = crate::topics::topic_with_queues(SCHEDULE_DLQ_TOPIC, 1);
+    let mut config = crate::catalog::topics::topic_with_queues(SCHEDULE_DLQ_TOPIC, 1);
     config.perm = PERM_READ;
     ctx.topics
         .put_if_absent(config)

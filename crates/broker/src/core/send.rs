@@ -22,8 +22,8 @@ use ferromq_store::PutReceipt;
 use super::access::{self, Request};
 use super::error::{Refusal, RefusalKind, SendError};
 use super::{ack, scheduler};
+use crate::catalog::topics::{topic_with_queues, PERM_WRITE};
 use crate::context::BrokerContext;
-use crate::topics::{topic_with_queues, PERM_WRITE};
 
 /// Property naming a message's delay level.
 pub const PROPERTY_DELAY: &str = "DELAY";

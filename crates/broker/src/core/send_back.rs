@@ -20,9 +20,9 @@ use super::access::{self, Request};
 use super::error::{Refusal, RefusalKind, SendError};
 use super::scheduler::schedule;
 use super::send::{put, PROPERTY_DELAY};
+use crate::catalog::groups::GroupError;
+use crate::catalog::topics::{topic_with_queues, TopicError, DLQ_PREFIX, RETRY_PREFIX};
 use crate::context::BrokerContext;
-use crate::groups::GroupError;
-use crate::topics::{topic_with_queues, TopicError, DLQ_PREFIX, RETRY_PREFIX};
 
 const PROPERTY_RETRY_TOPIC: &str = "RETRY_TOPIC";
 const PROPERTY_ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";

@@ -12,10 +12,10 @@ use ferromq_protocol::MessageId;
 use super::bad_header;
 use super::batch::decode_batch;
 use super::code_map::error_reply;
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::error::{Refusal, RefusalKind, SendError};
 use crate::core::send::{BatchMessage, SendRequest, Sent};
+use crate::sessions::registry::ClientChannel;
 
 pub(super) async fn handle(
     ctx: &BrokerContext,

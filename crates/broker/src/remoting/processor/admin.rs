@@ -29,10 +29,10 @@ use ferromq_protocol::RecordView;
 use ferromq_store::{TagFilter, TimeBoundary};
 
 use super::{bad_header, success};
+use crate::catalog::groups::SubscriptionGroupConfig;
+use crate::catalog::topics::{PERM_READ, PERM_WRITE};
 use crate::context::BrokerContext;
 use crate::core::access::{self, Request};
-use crate::groups::SubscriptionGroupConfig;
-use crate::topics::{PERM_READ, PERM_WRITE};
 
 /// Longest an admin query waits for the dispatcher to cover acknowledged records.
 const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(500);
@@ -180,10 +180,10 @@ pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Some("queue counts must be between 1 and 1024".into()),
         );
     }
-    let mut config = crate::topics::topic_with_queues(&header.topic, 1);
+    let mut config = crate::catalog::topics::topic_with_queues(&header.topic, 1);
     config.read_queue_nums = header.read_queue_nums;
     config.write_queue_nums = header.write_queue_nums;
-    config.perm = header.perm & (PERM_READ | PERM_WRITE | crate::topics::PERM_INHERIT);
+    config.perm = header.perm & (PERM_READ | PERM_WRITE | crate::catalog::topics::PERM_INHERIT);
     config.order = header.order.unwrap_or(false);
     config.topic_sys_flag = header.topic_sys_flag.unwrap_or(0);
     match ctx.topics.upsert(config) {

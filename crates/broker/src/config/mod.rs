@@ -1,6 +1,9 @@
 //! Broker configuration. Keys keep RocketMQ's names (`brokerName`, `listenPort`,
 //! `namesrvAddr`, `flushDiskType`, ...) so a RocketMQ `broker.conf` translates line by line
-//! into TOML. An unknown key or a bad value is an error that names the key.
+//! into TOML. An unknown key or a bad value is an error that names the key. The keys that may
+//! change at run time are in [`runtime`].
+
+pub mod runtime;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -10,7 +13,7 @@ use ferromq_protocol::remoting::limits::{self, LimitError, LimitSettings};
 use ferromq_store::{FlushDiskType, StoreConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::work_limits;
+use crate::core::work_limits;
 
 /// A configuration problem, naming the key or file.
 #[derive(Debug, thiserror::Error)]

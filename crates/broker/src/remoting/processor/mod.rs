@@ -23,8 +23,8 @@ mod send_back;
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::{request_code_name, HeaderError, RemotingCommand};
 
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
+use crate::sessions::registry::ClientChannel;
 
 pub use crate::core::scheduler::{
     run_scheduler, PROPERTY_DEAD_LETTER_REASON, SCHEDULE_DLQ_TOPIC, SCHEDULE_GROUP, SCHEDULE_TOPIC,

@@ -17,9 +17,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 
 use super::bad_header;
 use super::code_map::error_reply;
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::offsets::{self, CommitRequest, Committed};
+use crate::sessions::registry::ClientChannel;
 
 /// Ext fields of a correction (request) and of its SUCCESS reply (the new generation).
 pub use ferromq_protocol::remoting::extensions::{CORRECTION_EXT, GENERATION_EXT};

@@ -1,20 +1,15 @@
 //! INVOKE_BROKER_TO_RESET_OFFSET (222): an administrator moves a group's offsets on a topic
-//! (to a time, to the max offset, or to an explicit offset for one queue).
+//! (to a time, to the max offset, or to an explicit offset for one queue). The rules —
+//! one durable reset record, fences, logging, refusals — are `core::reset`'s; this adapter
+//! translates RocketMQ's magic values (a negative queue id is every queue, a negative offset
+//! none, a negative timestamp the max offset) and answers:
 //!
-//! - The new offsets are written as ONE reset record through the log, which starts a new
-//!   generation of (group, topic); the reply is sent only once that record is durable, so an
-//!   acknowledged reset survives a crash. Consumers online at the time are fenced
-//!   (`reset_fence`): their commits are rejected as stale until they pull the queue and follow
-//!   the reset, so a running consumer cannot undo it (invariant 3).
 //! - Online consumers of the group are told with the one-way RESET_CONSUMER_CLIENT_OFFSET
 //!   (220) push; the body has the list form C++ clients read when the admin request is marked
 //!   CPP (as Java's broker decides) or the consumer's connection is a C++ one (reference §5.5).
 //! - The reply is always SUCCESS with a `ResetOffsetBody` (Java's admin throws on a bodyless
 //!   SUCCESS), plus ferromq's ext fields `generation` and `oldOffsets`
 //!   (`queueId:offset,...`, `-1` for a queue without a stored offset) for `ferromq admin`.
-//! - Every moved queue is logged with group, topic, queue, old and new offset and the cause.
-//! - An internal group (`%SCHEDULE%`) or a reserved topic is refused with NO_PERMISSION
-//!   (`access`): only the broker moves their offsets.
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::body::mq_map::{encode_fastjson, MqMap, ResetOffsetBody};

@@ -32,10 +32,10 @@ use futures_util::SinkExt;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedWrite;
 
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
-use crate::processor;
-use crate::work_limits::InFlight;
+use crate::core::work_limits::InFlight;
+use crate::remoting::processor;
+use crate::sessions::registry::ClientChannel;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
 const OUTBOUND_QUEUE_MAX: usize = 4096;

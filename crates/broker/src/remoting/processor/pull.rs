@@ -19,9 +19,9 @@ use ferromq_store::{GetResult, GetStatus};
 
 use super::bad_header;
 use super::code_map::error_reply;
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::pull::{self, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX};
+use crate::sessions::registry::ClientChannel;
 
 /// Pull sysFlag: the request carries a commit in `commitOffset`.
 pub const PULL_SYSFLAG_COMMIT_OFFSET: i32 = 0x1;

@@ -7,10 +7,10 @@ use ferromq_protocol::remoting::RemotingCommand;
 
 use super::code_map::error_reply;
 use super::{bad_header, success};
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::access::{self, Request};
 use crate::core::send_back::{send_back, Redelivery, SendBackRequest};
+use crate::sessions::registry::ClientChannel;
 
 pub(super) async fn handle(
     ctx: &BrokerContext,

@@ -4,18 +4,18 @@
 //! - 28 answers a `KVTable` body (`{"table":{key: value}}`), keys as in `broker_stats`.
 //! - 26 answers the configuration as Java `Properties` text (`key=value` lines) with the
 //!   `version` ext field holding the `DataVersion` JSON, as RocketMQ does.
-//! - 25 takes `key=value` lines; only the keys of `runtime_config` may change, all or none.
+//! - 25 takes `key=value` lines; only the keys of `config::runtime` may change, all or none.
 //!   A refusal is NO_PERMISSION (a key fixed at startup) or INVALID_PARAMETER (an unknown key,
 //!   a bad value, a malformed body), with a remark naming the key and why. Accepted changes
-//!   last until the broker stops (not persisted; see `runtime_config`).
+//!   last until the broker stops (not persisted; see `config::runtime`).
 
 use ferromq_protocol::remoting::body::misc::KvTable;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::RemotingCommand;
 
 use super::success;
+use crate::config::runtime::ConfigUpdateError;
 use crate::context::BrokerContext;
-use crate::runtime_config::ConfigUpdateError;
 
 /// Largest UPDATE_BROKER_CONFIG body read.
 const UPDATE_BODY_MAX: usize = 64 * 1024;

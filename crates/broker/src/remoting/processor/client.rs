@@ -14,9 +14,9 @@ use ferromq_protocol::remoting::RemotingCommand;
 
 use super::code_map::error_reply;
 use super::{bad_header, success};
-use crate::clients::ClientChannel;
 use crate::context::BrokerContext;
 use crate::core::membership;
+use crate::sessions::registry::ClientChannel;
 
 pub(super) fn heartbeat(
     ctx: &BrokerContext,

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::metrics::BrokerMetrics;
+use crate::observability::metrics::BrokerMetrics;
 
 /// Default of `pullHoldMax`: pulls held at once by the whole broker. A held pull costs a task
 /// and its request (about 2 KiB), so the default bounds them near 128 MiB.

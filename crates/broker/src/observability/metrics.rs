@@ -453,12 +453,12 @@ impl BrokerMetrics {
     }
 
     /// Counts a request answered SYSTEM_BUSY for `reason`.
-    pub fn busy(&self, reason: crate::work_limits::Busy) {
+    pub fn busy(&self, reason: crate::core::work_limits::Busy) {
         self.busy.get_or_create(&[("reason", reason.label())]).inc();
     }
 
     /// Requests answered SYSTEM_BUSY so far for `reason`.
-    pub fn busy_count(&self, reason: crate::work_limits::Busy) -> u64 {
+    pub fn busy_count(&self, reason: crate::core::work_limits::Busy) -> u64 {
         self.busy
             .get(&[("reason", reason.label())])
             .map_or(0, |c| c.get())
@@ -694,7 +694,7 @@ impl Collector for ScrapeValues {
                 None,
                 MetricType::Counter,
             )?;
-            let labels = [("file", crate::groups::GROUPS_FILE_LABEL)];
+            let labels = [("file", crate::catalog::groups::GROUPS_FILE_LABEL)];
             ConstCounter::new(self.group_save_failures).encode(saves.encode_family(&labels)?)?;
         }
         let gauges = [

@@ -1,0 +1,6 @@
+//! What the broker tells its operators: Prometheus metrics (served on `metricsPort`) and the
+//! runtime table of `brokerStatus`.
+
+pub mod broker_stats;
+pub mod metrics;
+pub mod metrics_http;
