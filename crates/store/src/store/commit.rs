@@ -162,6 +162,15 @@ impl Inner {
     /// The lock is never held across an await: dropping the future only stops waiting, and
     /// a write it started has completed.
     pub(crate) async fn written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
+        // The common cases first, without a subscription: already written, or the commit lock
+        // is free and this waiter writes the tail itself.
+        if self.written_at_once(end, epoch) {
+            return Ok(());
+        }
+        if let Some(serial) = self.try_lock_commits() {
+            self.commit_for(end, serial);
+            return self.written_outcome(end, epoch);
+        }
         let mut released = self.commits_done.subscribe();
         loop {
             if self.written_at_once(end, epoch) {
