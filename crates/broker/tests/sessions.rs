@@ -151,3 +151,31 @@ async fn a_backward_commit_right_after_a_restart_is_a_regression_not_a_reset() {
     );
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_reset_still_works_on_a_queue_whose_fenced_consumer_never_came_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(config(dir.path())).await.unwrap();
+    consumer_reset_to_2(&broker).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while broker.context().clients.has_online_consumers("G") {
+        assert!(std::time::Instant::now() < deadline, "the consumer left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let admin = client(broker.local_addr()).await;
+    // The fenced consumer never returns; the group stays memberless past the expiry.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A forward commit from an unidentified connection is refused (it may be the fenced
+    // consumer, reconnected)...
+    let reply = commit(&admin, TOPIC, 0, 9).await;
+    assert_eq!(
+        reply.code,
+        codes::COMMIT_STALE_GENERATION,
+        "{:?}",
+        reply.remark
+    );
+    // ... but an administrator's offline backward move is a reset, as before the fence.
+    assert_eq!(commit(&admin, TOPIC, 0, 1).await.code, response::SUCCESS);
+    assert_eq!(stored_offset(&admin).await, 1);
+    broker.shutdown().await.unwrap();
+}

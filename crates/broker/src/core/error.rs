@@ -51,6 +51,16 @@ pub enum WriteError {
     /// The record names a topic only the broker writes.
     #[error("{0}")]
     Reserved(#[source] AppendError),
+    /// The store failed in a way a write does not normally fail (a file or derived-state
+    /// error): the record may or may not be stored.
+    #[error("the {what} may not be durable: {cause}")]
+    Unexpected {
+        /// What was written.
+        what: &'static str,
+        /// The store's error.
+        #[source]
+        cause: StoreError,
+    },
 }
 
 impl WriteError {
@@ -75,10 +85,7 @@ impl WriteError {
             StoreError::Append(error) => WriteError::from_append(what, error),
             StoreError::Durability(cause) => WriteError::from_durability(what, cause),
             StoreError::Poisoned(reason) => WriteError::Poisoned { reason },
-            other => WriteError::NotDurable {
-                what,
-                cause: DurabilityError::FlushFailed(other.to_string()),
-            },
+            cause => WriteError::Unexpected { what, cause },
         }
     }
 

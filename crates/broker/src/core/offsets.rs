@@ -16,7 +16,8 @@
 //!    fallbacks send) — but only when it cannot be a stale consumer's: the caller is not a
 //!    registered consumer of the group, the group has no member now, and it has had none for
 //!    a whole `channelExpiredTimeout` of this broker's life (so right after a restart, before
-//!    heartbeats arrive, a backward commit is a regression, not a reset).
+//!    heartbeats arrive, a backward commit is a regression, not a reset). It is judged before
+//!    the fences: they guard against the group's consumers, and none is registered then.
 //! 5. **Corrections** (ferromq's `ferromqCorrection` after OFFSET_ILLEGAL) are recorded only
 //!    when the queue's state justifies them — the stored offset lies outside the queue's
 //!    [min, max] and the proposal inside ([`judge_correction`]) — and fence the group's
@@ -130,6 +131,11 @@ pub async fn commit(
             offsets.stored(group, topic, queue_id),
         )
     };
+    // An administrator's offline move comes first: fences guard against the group's own
+    // consumers, and the offline rule admits no registered consumer (rule 4).
+    if !request.correction && offline_reset_allowed(ctx, caller, group, stored, offset) {
+        return offline_reset(ctx, caller, request, stored).await;
+    }
     if let Some(blocked) =
         ctx.fences
             .blocks_commit(group, topic, queue_id, caller.client_id.as_deref())
@@ -159,9 +165,6 @@ pub async fn commit(
     }
     if request.correction {
         return correct(ctx, caller, request, stored).await;
-    }
-    if offline_reset_allowed(ctx, caller, group, stored, offset) {
-        return offline_reset(ctx, caller, request, stored).await;
     }
     let mut command = single(OffsetKind::Commit, caller, request);
     command.generation = Some(generation);
@@ -275,7 +278,11 @@ async fn correct(
             // Every consumer online now (the sender included) may still commit results of the
             // old generation: fence them on this queue until they pull it.
             let mut online = ctx.clients.consumer_ids(group);
-            online.push(caller.label());
+            // An unidentified sender cannot be told apart later, so it is not fenced by name
+            // (any fence of the queue refuses its commits anyway).
+            if let Some(id) = &caller.client_id {
+                online.push(id.clone());
+            }
             let (token, fenced) =
                 ctx.fences
                     .install_pending(group, topic, &[(queue_id, offset)], &online);

@@ -4,7 +4,7 @@
 //!
 //! | core error | code |
 //! |---|---|
-//! | `WriteError::NotDurable`, `WriteError::WriteFailed` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
+//! | `WriteError::NotDurable`, `WriteError::WriteFailed`, `WriteError::Unexpected` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
 //! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
 //! | `WriteError::DispatchStalled`, `ViewError`, `RefusalKind::Busy` | SYSTEM_BUSY (2) |
 //! | `WriteError::Invalid`, `RefusalKind::InvalidMessage` | MESSAGE_ILLEGAL (13) |
@@ -70,7 +70,9 @@ impl ResponseCode for crate::core::error::Refusal {
 impl ResponseCode for WriteError {
     fn code(&self) -> i32 {
         match self {
-            WriteError::NotDurable { .. } | WriteError::WriteFailed { .. } => codes::NOT_DURABLE,
+            WriteError::NotDurable { .. }
+            | WriteError::WriteFailed { .. }
+            | WriteError::Unexpected { .. } => codes::NOT_DURABLE,
             WriteError::Poisoned { .. } | WriteError::Closed => response::SERVICE_NOT_AVAILABLE,
             WriteError::DispatchStalled(_) => response::SYSTEM_BUSY,
             WriteError::Invalid(_) => response::MESSAGE_ILLEGAL,
