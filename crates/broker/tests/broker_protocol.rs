@@ -18,7 +18,7 @@ use ferromq_protocol::remoting::headers::send::{
     SendMessageRequestHeaderV2, SendMessageResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{Properties, RecordView};
+use ferromq_protocol::RecordView;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::{
@@ -562,18 +562,7 @@ async fn batch_send_stores_each_message_with_consecutive_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(dir.path(), true).await;
     let client = client(broker.local_addr()).await;
-    let mut body = Vec::new();
-    for (i, key) in ["u1", "u2", "u3"].iter().enumerate() {
-        let payload = format!("batch-{i}");
-        let props = Properties::encode([("UNIQ_KEY", *key)]);
-        let total = 20 + payload.len() + 2 + props.len();
-        for value in [total as i32, 0, 0, i as i32, payload.len() as i32] {
-            body.extend_from_slice(&value.to_be_bytes());
-        }
-        body.extend_from_slice(payload.as_bytes());
-        body.extend_from_slice(&(props.len() as u16).to_be_bytes());
-        body.extend_from_slice(&props);
-    }
+    let body = common::batch_body(&[("batch-0", "u1"), ("batch-1", "u2"), ("batch-2", "u3")]);
     let header = SendMessageRequestHeaderV2 {
         a: "PG".into(),
         b: "B".into(),

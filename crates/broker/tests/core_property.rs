@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 
 use ferromq_broker::{codes, Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
-use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::offset::{
-    QueryConsumerOffsetResponseHeader, UpdateConsumerOffsetRequestHeader,
-};
+use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::remoting::headers::offset::QueryConsumerOffsetResponseHeader;
 use ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use proptest::prelude::*;
@@ -88,17 +86,7 @@ async fn connect(broker: &Broker) -> RemotingClient {
 }
 
 async fn correction(client: &RemotingClient, offset: u64) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: TOPIC.into(),
-        queue_id: 0,
-        commit_offset: offset as i64,
-    };
-    let mut command =
-        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
-    command
-        .ext_fields
-        .insert("ferromqCorrection".into(), "true".into());
+    let command = common::commit_request(TOPIC, 0, offset as i64, true);
     client
         .invoke(command, TIMEOUT)
         .await
@@ -129,14 +117,20 @@ async fn stored(client: &RemotingClient) -> u64 {
         .offset as u64
 }
 
-/// The expected code of a commit of `offset` by peer `c` (and the model's change).
-fn expect_commit(model: &mut Model, peers: &[Peer], c: usize, offset: u64) -> i32 {
-    let identified = peers[c].joined;
-    let fenced = if identified {
+/// Whether peer `c`'s commits are fenced: it is, by name, or it has not identified itself
+/// and the queue fences anyone.
+fn is_fenced(model: &Model, peers: &[Peer], c: usize) -> bool {
+    if peers[c].joined {
         model.fenced.contains(&c)
     } else {
         !model.fenced.is_empty()
-    };
+    }
+}
+
+/// The expected code of a commit of `offset` by peer `c` (and the model's change).
+fn expect_commit(model: &mut Model, peers: &[Peer], c: usize, offset: u64) -> i32 {
+    let identified = peers[c].joined;
+    let fenced = is_fenced(model, peers, c);
     if fenced {
         // An offset equal to the stored one changes nothing and is answered SUCCESS.
         return if offset == model.stored {
@@ -162,13 +156,7 @@ fn expect_commit(model: &mut Model, peers: &[Peer], c: usize, offset: u64) -> i3
 }
 
 fn expect_correction(model: &Model, peers: &[Peer], c: usize, offset: u64) -> i32 {
-    let identified = peers[c].joined;
-    let fenced = if identified {
-        model.fenced.contains(&c)
-    } else {
-        !model.fenced.is_empty()
-    };
-    if fenced {
+    if is_fenced(model, peers, c) {
         codes::COMMIT_STALE_GENERATION
     } else if offset == model.stored {
         response::SUCCESS

@@ -10,7 +10,6 @@ use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::Properties;
 
 use common::{bodies, broker, client, commit, pull_command, query, reset_queue, TIMEOUT};
 
@@ -32,18 +31,7 @@ async fn send_one(client: &RemotingClient, body: &str) -> RemotingCommand {
 }
 
 async fn send_batch(client: &RemotingClient) -> RemotingCommand {
-    let mut body = Vec::new();
-    for (i, key) in ["b1", "b2"].iter().enumerate() {
-        let payload = format!("batch-{i}");
-        let props = Properties::encode([("UNIQ_KEY", *key)]);
-        let total = 20 + payload.len() + 2 + props.len();
-        for value in [total as i32, 0, 0, 0, payload.len() as i32] {
-            body.extend_from_slice(&value.to_be_bytes());
-        }
-        body.extend_from_slice(payload.as_bytes());
-        body.extend_from_slice(&(props.len() as u16).to_be_bytes());
-        body.extend_from_slice(&props);
-    }
+    let body = common::batch_body(&[("batch-0", "b1"), ("batch-1", "b2")]);
     let header = SendMessageRequestHeaderV2 {
         a: "PG".into(),
         b: TOPIC.into(),

@@ -14,12 +14,13 @@
 //!    `ferromqGeneration`), and every online consumer's later stale commit is refused as
 //!    stale until it pulls the queue (a pull elsewhere is moved to the correction).
 
+mod common;
+
 use std::time::Duration;
 
 use ferromq_broker::{codes, Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::offset::UpdateConsumerOffsetRequestHeader;
 use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
@@ -88,19 +89,7 @@ async fn send(client: &RemotingClient, count: usize) {
 
 /// UPDATE_CONSUMER_OFFSET of queue 0, marked as a correction when `correction`.
 async fn commit(client: &RemotingClient, offset: u64, correction: bool) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: TOPIC.into(),
-        queue_id: 0,
-        commit_offset: offset as i64,
-    };
-    let mut command =
-        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
-    if correction {
-        command
-            .ext_fields
-            .insert("ferromqCorrection".into(), "true".into());
-    }
+    let command = common::commit_request(TOPIC, 0, offset as i64, correction);
     client.invoke(command, TIMEOUT).await.expect("commit reply")
 }
 

@@ -53,6 +53,13 @@ pub struct CommitRequest {
     pub correction: bool,
 }
 
+impl CommitRequest {
+    /// (group, topic, queue, offset).
+    fn parts(&self) -> (&str, &str, u32, u64) {
+        (&self.group, &self.topic, self.queue_id, self.offset)
+    }
+}
+
 /// What a commit did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Committed {
@@ -117,12 +124,7 @@ pub async fn commit(
     caller: &Caller,
     request: &CommitRequest,
 ) -> Result<Committed, CommitError> {
-    let (group, topic, queue_id, offset) = (
-        request.group.as_str(),
-        request.topic.as_str(),
-        request.queue_id,
-        request.offset,
-    );
+    let (group, topic, queue_id, offset) = request.parts();
     admit(ctx, group, topic)?;
     let (generation, stored) = {
         let offsets = view::offsets(&ctx.store).await?;
@@ -256,12 +258,7 @@ async fn correct(
     request: &CommitRequest,
     stored: Option<u64>,
 ) -> Result<Committed, CommitError> {
-    let (group, topic, queue_id, offset) = (
-        request.group.as_str(),
-        request.topic.as_str(),
-        request.queue_id,
-        request.offset,
-    );
+    let (group, topic, queue_id, offset) = request.parts();
     let bounds = ctx.store.queue_bounds(topic, queue_id).unwrap_or((0, 0));
     match judge_correction(stored, bounds, offset) {
         CorrectionJudgement::Refuse(refusal) => {

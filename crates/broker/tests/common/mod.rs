@@ -170,13 +170,7 @@ pub async fn commit(
     queue_id: i32,
     offset: i64,
 ) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id,
-        commit_offset: offset,
-    };
-    let command = RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    let command = commit_request(topic, queue_id, offset, false);
     client.invoke(command, TIMEOUT).await.expect("commit reply")
 }
 
@@ -315,4 +309,43 @@ pub async fn reset_queue(
         )
         .await
         .expect("reset reply")
+}
+
+/// A SEND_BATCH_MESSAGE body of `(body, UNIQ_KEY)` messages, flag = index (reference §8.6).
+pub fn batch_body(messages: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (i, (payload, key)) in messages.iter().enumerate() {
+        let props = Properties::encode([("UNIQ_KEY", *key)]);
+        let total = 20 + payload.len() + 2 + props.len();
+        for value in [total as i32, 0, 0, i as i32, payload.len() as i32] {
+            body.extend_from_slice(&value.to_be_bytes());
+        }
+        body.extend_from_slice(payload.as_bytes());
+        body.extend_from_slice(&(props.len() as u16).to_be_bytes());
+        body.extend_from_slice(&props);
+    }
+    body
+}
+
+/// UPDATE_CONSUMER_OFFSET of group G, marked as ferromq's correction when `correction`.
+pub fn commit_request(
+    topic: &str,
+    queue_id: i32,
+    offset: i64,
+    correction: bool,
+) -> RemotingCommand {
+    let header = UpdateConsumerOffsetRequestHeader {
+        consumer_group: "G".into(),
+        topic: topic.into(),
+        queue_id,
+        commit_offset: offset,
+    };
+    let mut command =
+        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    if correction {
+        command
+            .ext_fields
+            .insert(ferromq_broker::codes::CORRECTION_EXT.into(), "true".into());
+    }
+    command
 }

@@ -6,7 +6,6 @@
 //! a record that really fails verification, and written as an ordinary reset record (so
 //! `offsetHistory` shows who moved the group, when, and from where).
 
-use ferromq_protocol::remoting::body::mq_map::encode_fastjson;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::{ExtFieldsExt, HeaderError, RemotingCommand};
 
@@ -82,11 +81,7 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
     match reset::skip_damaged(ctx, group, topic, *queue_id, *queue_offset).await {
         Ok((done, phys_offset)) => {
             let body = super::reset::notify_reset(ctx, group, topic, &done, 0, false);
-            let mut reply = success(command).with_body(encode_fastjson(&body));
-            reply.ext_fields.insert(
-                crate::codes::RESET_GENERATION_EXT.into(),
-                done.generation.to_string(),
-            );
+            let mut reply = super::reset::reset_reply(command, &body, done.generation);
             reply
                 .ext_fields
                 .insert("physOffset".into(), phys_offset.to_string());

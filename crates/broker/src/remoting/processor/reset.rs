@@ -54,14 +54,25 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         .map(|(q, o)| format!("{q}:{}", o.map_or(-1, |o| o as i64)))
         .collect::<Vec<_>>()
         .join(",");
-    let mut reply = success(command).with_body(encode_fastjson(&body));
-    reply.ext_fields.insert(
-        crate::codes::RESET_GENERATION_EXT.into(),
-        done.generation.to_string(),
-    );
+    let mut reply = reset_reply(command, &body, done.generation);
     reply
         .ext_fields
         .insert(crate::codes::RESET_OLD_OFFSETS_EXT.into(), old_text);
+    reply
+}
+
+/// The SUCCESS reply of an applied reset: the `ResetOffsetBody` (Java's admin throws on a
+/// bodyless SUCCESS) and ferromq's `generation` ext field.
+pub(super) fn reset_reply(
+    command: &RemotingCommand,
+    body: &ResetOffsetBody,
+    generation: u64,
+) -> RemotingCommand {
+    let mut reply = success(command).with_body(encode_fastjson(body));
+    reply.ext_fields.insert(
+        crate::codes::RESET_GENERATION_EXT.into(),
+        generation.to_string(),
+    );
     reply
 }
 
