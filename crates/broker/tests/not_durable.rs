@@ -33,14 +33,8 @@ async fn send_one(client: &RemotingClient, body: &str) -> RemotingCommand {
 async fn send_batch(client: &RemotingClient) -> RemotingCommand {
     let body = common::batch_body(&[("batch-0", "b1"), ("batch-1", "b2")]);
     let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: TOPIC.into(),
-        c: "TBW102".into(),
-        d: 1,
-        e: 0,
-        g: 1,
         m: Some(true),
-        ..Default::default()
+        ..common::header_v2(TOPIC)
     };
     let command =
         RemotingCommand::request_with_header(request::SEND_BATCH_MESSAGE, &header).with_body(body);
