@@ -19,11 +19,13 @@
 //! - [`lookup`]: one message by CommitLog offset.
 //! - [`ack`]: the one acknowledgement path every write ends in (invariant 2).
 //! - [`view`]: offset reads that fail rather than answer from a stale view (invariant 7).
+//! - [`catalog`]: administrators' changes of topics and subscription groups.
 //! - [`access`]: which topics and groups a client or administrator may name.
 //! - [`error`]: the typed errors.
 
 pub mod access;
 pub mod ack;
+pub mod catalog;
 pub mod error;
 pub mod fences;
 pub mod long_poll;

@@ -30,9 +30,9 @@ use ferromq_store::{TagFilter, TimeBoundary};
 
 use super::{bad_header, success};
 use crate::catalog::groups::SubscriptionGroupConfig;
-use crate::catalog::topics::{PERM_READ, PERM_WRITE};
 use crate::context::BrokerContext;
 use crate::core::access::{self, Request};
+use crate::core::catalog::{self, TopicSpec};
 
 /// Longest an admin query waits for the dispatcher to cover acknowledged records.
 const CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_millis(500);
@@ -167,52 +167,32 @@ pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
-    if let Err(refusal) = access::client_topic(ctx, &header.topic, Request::UpdateTopic) {
-        return super::code_map::error_reply(command, &refusal);
-    }
-    if header.read_queue_nums <= 0
-        || header.write_queue_nums <= 0
-        || header.read_queue_nums > 1024
-        || header.write_queue_nums > 1024
-    {
-        return command.reply(
-            response::INVALID_PARAMETER,
-            Some("queue counts must be between 1 and 1024".into()),
-        );
-    }
-    let mut config = crate::catalog::topics::topic_with_queues(&header.topic, 1);
-    config.read_queue_nums = header.read_queue_nums;
-    config.write_queue_nums = header.write_queue_nums;
-    config.perm = header.perm & (PERM_READ | PERM_WRITE | crate::catalog::topics::PERM_INHERIT);
-    config.order = header.order.unwrap_or(false);
-    config.topic_sys_flag = header.topic_sys_flag.unwrap_or(0);
-    match ctx.topics.upsert(config) {
-        Ok(_) => {
-            ctx.register_now.notify_one();
-            success(command)
-        }
-        Err(error) => command.reply(response::INVALID_PARAMETER, Some(error.to_string())),
-    }
+    let spec = TopicSpec {
+        name: header.topic,
+        read_queue_nums: header.read_queue_nums,
+        write_queue_nums: header.write_queue_nums,
+        perm: header.perm,
+        order: header.order.unwrap_or(false),
+        topic_sys_flag: header.topic_sys_flag.unwrap_or(0),
+    };
+    answer(command, catalog::upsert_topic(ctx, &spec))
 }
 
 pub(super) fn delete_topic(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
-    let header = match command.decode_header::<DeleteTopicRequestHeader>() {
-        Ok(header) => header,
-        Err(error) => return bad_header(command, error),
-    };
-    if let Err(refusal) = access::reserved_topic(ctx, &header.topic, Request::DeleteTopic) {
-        return super::code_map::error_reply(command, &refusal);
+    match command.decode_header::<DeleteTopicRequestHeader>() {
+        Ok(header) => answer(command, catalog::delete_topic(ctx, &header.topic)),
+        Err(error) => bad_header(command, error),
     }
-    match ctx.topics.delete(&header.topic) {
-        Ok(true) => {
-            ctx.register_now.notify_one();
-            success(command)
-        }
-        Ok(false) => command.reply(
-            response::TOPIC_NOT_EXIST,
-            Some(format!("topic {} does not exist", header.topic)),
-        ),
-        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+}
+
+/// SUCCESS, or the refusal's code and remark.
+fn answer(
+    command: &RemotingCommand,
+    result: Result<(), crate::core::error::Refusal>,
+) -> RemotingCommand {
+    match result {
+        Ok(()) => success(command),
+        Err(refusal) => super::code_map::error_reply(command, &refusal),
     }
 }
 
@@ -285,13 +265,7 @@ pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
                 )
             }
         };
-    if let Err(refusal) = access::client_group(ctx, &config.group_name, Request::UpdateGroup) {
-        return super::code_map::error_reply(command, &refusal);
-    }
-    match ctx.groups.upsert(config) {
-        Ok(()) => success(command),
-        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
-    }
+    answer(command, catalog::upsert_group(ctx, config))
 }
 
 pub(super) fn all_groups(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
@@ -320,20 +294,9 @@ pub(super) fn group_config(ctx: &BrokerContext, command: &RemotingCommand) -> Re
 }
 
 pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
-    let header = match command.decode_header::<DeleteSubscriptionGroupRequestHeader>() {
-        Ok(header) => header,
-        Err(error) => return bad_header(command, error),
-    };
-    if let Err(refusal) = access::internal_group(ctx, &header.group_name, Request::DeleteGroup) {
-        return super::code_map::error_reply(command, &refusal);
-    }
-    match ctx.groups.delete(&header.group_name) {
-        Ok(true) => success(command),
-        Ok(false) => command.reply(
-            response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(format!("group {} does not exist", header.group_name)),
-        ),
-        Err(error) => command.reply(response::SYSTEM_ERROR, Some(error.to_string())),
+    match command.decode_header::<DeleteSubscriptionGroupRequestHeader>() {
+        Ok(header) => answer(command, catalog::delete_group(ctx, &header.group_name)),
+        Err(error) => bad_header(command, error),
     }
 }
 

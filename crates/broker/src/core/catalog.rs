@@ -1,0 +1,94 @@
+//! Changes of the broker's catalog by administrators: topics and subscription groups.
+//!
+//! - A topic or group name that breaks RocketMQ's rules, a reserved topic and an internal group
+//!   are refused (`access`); a deletion may name a reserved-free topic or group stored before
+//!   names were checked, so it stays deletable.
+//! - A topic has 1 to [`TOPIC_QUEUES_MAX`] read and write queues; its permission keeps only
+//!   the read, write and inherit bits.
+//! - Every change of topics is registered with the name servers at once.
+
+use super::access::{self, Request};
+use super::error::{Refusal, RefusalKind};
+use crate::catalog::groups::SubscriptionGroupConfig;
+use crate::catalog::topics::{topic_with_queues, PERM_INHERIT, PERM_READ, PERM_WRITE};
+use crate::context::BrokerContext;
+
+/// Most read or write queues a topic may have.
+pub const TOPIC_QUEUES_MAX: i32 = 1024;
+
+/// An administrator's topic definition (UPDATE_AND_CREATE_TOPIC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Topic name.
+    pub name: String,
+    /// Read queues.
+    pub read_queue_nums: i32,
+    /// Write queues.
+    pub write_queue_nums: i32,
+    /// Permission bits.
+    pub perm: i32,
+    /// Orderly topic.
+    pub order: bool,
+    /// System flag.
+    pub topic_sys_flag: i32,
+}
+
+/// Creates or updates a topic.
+pub fn upsert_topic(ctx: &BrokerContext, spec: &TopicSpec) -> Result<(), Refusal> {
+    access::client_topic(ctx, &spec.name, Request::UpdateTopic)?;
+    let in_range = |n: i32| (1..=TOPIC_QUEUES_MAX).contains(&n);
+    if !in_range(spec.read_queue_nums) || !in_range(spec.write_queue_nums) {
+        return Err(Refusal::new(
+            RefusalKind::InvalidArgument,
+            format!("queue counts must be between 1 and {TOPIC_QUEUES_MAX}"),
+        ));
+    }
+    let mut config = topic_with_queues(&spec.name, 1);
+    config.read_queue_nums = spec.read_queue_nums;
+    config.write_queue_nums = spec.write_queue_nums;
+    config.perm = spec.perm & (PERM_READ | PERM_WRITE | PERM_INHERIT);
+    config.order = spec.order;
+    config.topic_sys_flag = spec.topic_sys_flag;
+    ctx.topics
+        .upsert(config)
+        .map_err(|e| Refusal::new(RefusalKind::InvalidArgument, e.to_string()))?;
+    ctx.register_now.notify_one();
+    Ok(())
+}
+
+/// Deletes a topic.
+pub fn delete_topic(ctx: &BrokerContext, topic: &str) -> Result<(), Refusal> {
+    access::reserved_topic(ctx, topic, Request::DeleteTopic)?;
+    match ctx.topics.delete(topic) {
+        Ok(true) => {
+            ctx.register_now.notify_one();
+            Ok(())
+        }
+        Ok(false) => Err(Refusal::new(
+            RefusalKind::TopicMissing,
+            format!("topic {topic} does not exist"),
+        )),
+        Err(error) => Err(Refusal::new(RefusalKind::Internal, error.to_string())),
+    }
+}
+
+/// Creates or updates a subscription group.
+pub fn upsert_group(ctx: &BrokerContext, config: SubscriptionGroupConfig) -> Result<(), Refusal> {
+    access::client_group(ctx, &config.group_name, Request::UpdateGroup)?;
+    ctx.groups
+        .upsert(config)
+        .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))
+}
+
+/// Deletes a subscription group.
+pub fn delete_group(ctx: &BrokerContext, group: &str) -> Result<(), Refusal> {
+    access::internal_group(ctx, group, Request::DeleteGroup)?;
+    match ctx.groups.delete(group) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Refusal::new(
+            RefusalKind::GroupMissing,
+            format!("group {group} does not exist"),
+        )),
+        Err(error) => Err(Refusal::new(RefusalKind::Internal, error.to_string())),
+    }
+}
