@@ -324,7 +324,6 @@ impl FlushControl {
         log: &CommitLog,
         interval: Option<Duration>,
         commit: &dyn Fn() -> Result<(), FileError>,
-        on_flushed: &dyn Fn(),
     ) {
         loop {
             let stop = {
@@ -355,7 +354,6 @@ impl FlushControl {
                 }
                 Err(error) => self.poison(format!("commit failed: {error}")),
             }
-            on_flushed();
             if stop {
                 let mut state = self.state.lock().expect("flush lock");
                 state.progress.closed = true;

@@ -40,6 +40,9 @@ pub(crate) struct CommitSerial<'a> {
     done: &'a watch::Sender<u64>,
 }
 
+/// How many times an AsyncFlush waiter gives way to the running commit before it parks.
+const WRITTEN_YIELDS_MAX: usize = 4;
+
 impl Drop for CommitSerial<'_> {
     fn drop(&mut self) {
         // Release first: a waiter woken by the bump must find the lock free.
@@ -170,6 +173,18 @@ impl Inner {
         if let Some(serial) = self.try_lock_commits() {
             self.commit_for(end, serial);
             return self.written_outcome(end, epoch);
+        }
+        // The running commit is one `pwrite` long: give way a few times before parking on the
+        // release signal (parking and waking costs more than the write).
+        for _ in 0..WRITTEN_YIELDS_MAX {
+            tokio::task::yield_now().await;
+            if self.written_at_once(end, epoch) {
+                return Ok(());
+            }
+            if let Some(serial) = self.try_lock_commits() {
+                self.commit_for(end, serial);
+                return self.written_outcome(end, epoch);
+            }
         }
         let mut released = self.commits_done.subscribe();
         loop {

@@ -29,12 +29,7 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 .flush
                 // The dispatcher is not woken per fsync: it ticks every millisecond, which
                 // bounds consumer latency and saves a wake-up per group commit.
-                .run(
-                    &inner.log,
-                    interval,
-                    &|| inner.commit_tail_in_background(),
-                    &|| {},
-                )
+                .run(&inner.log, interval, &|| inner.commit_tail_in_background())
         })
     };
     let dispatcher = {
