@@ -179,3 +179,33 @@ async fn an_offline_reset_still_works_on_a_queue_whose_fenced_consumer_never_cam
     assert_eq!(stored_offset(&admin).await, 1);
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backward_commit_carried_by_a_pull_is_never_an_offline_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(config(dir.path())).await.unwrap();
+    let producer = client(broker.local_addr()).await;
+    for i in 0..10 {
+        send(&producer, TOPIC, 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    assert_eq!(commit(&producer, TOPIC, 0, 8).await.code, response::SUCCESS);
+    // Memberless for longer than the expiry, and the puller is not a registered consumer:
+    // a commit request would be an offline reset, a pull's commit is only progress.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let pull = pull_request("G", TOPIC, 0, 3, 0, "*", Some(3));
+    let reply = producer.invoke(pull, TIMEOUT).await.unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    // The carried commit runs in the background: give it time, then the offset stands.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stored_offset(&producer).await, 8);
+    assert_eq!(
+        broker
+            .context()
+            .store
+            .offset_generation("G", TOPIC)
+            .unwrap(),
+        0,
+        "no reset was recorded"
+    );
+    broker.shutdown().await.unwrap();
+}

@@ -17,7 +17,8 @@
 //!    registered consumer of the group, the group has no member now, and it has had none for
 //!    a whole `channelExpiredTimeout` of this broker's life (so right after a restart, before
 //!    heartbeats arrive, a backward commit is a regression, not a reset). It is judged before
-//!    the fences: they guard against the group's consumers, and none is registered then.
+//!    the fences: they guard against the group's consumers, and none is registered then. A
+//!    commit carried by a pull is a consumer's and never an offline move.
 //! 5. **Corrections** (ferromq's `ferromqCorrection` after OFFSET_ILLEGAL) are recorded only
 //!    when the queue's state justifies them — the stored offset lies outside the queue's
 //!    [min, max] and the proposal inside ([`judge_correction`]) — and fence the group's
@@ -49,8 +50,20 @@ pub struct CommitRequest {
     pub queue_id: u32,
     /// The next offset to consume.
     pub offset: u64,
-    /// A correction after OFFSET_ILLEGAL rather than progress.
-    pub correction: bool,
+    /// Where the commit comes from.
+    pub kind: CommitKind,
+}
+
+/// Where a commit comes from, which decides the rules it may fall under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitKind {
+    /// A commit request (UPDATE_CONSUMER_OFFSET): progress, or an administrator's offline
+    /// move of the group (rule 4).
+    Update,
+    /// A correction after OFFSET_ILLEGAL (rule 5).
+    Correction,
+    /// The commit a pull carries: a consumer's progress, never an offline move.
+    CarriedByPull,
 }
 
 impl CommitRequest {
@@ -135,14 +148,16 @@ pub async fn commit(
     };
     // An administrator's offline move comes first: fences guard against the group's own
     // consumers, and the offline rule admits no registered consumer (rule 4).
-    if !request.correction && offline_reset_allowed(ctx, caller, group, stored, offset) {
+    if request.kind == CommitKind::Update
+        && offline_reset_allowed(ctx, caller, group, stored, offset)
+    {
         return offline_reset(ctx, caller, request, stored).await;
     }
     if let Some(blocked) =
         ctx.fences
             .blocks_commit(group, topic, queue_id, caller.client_id.as_deref())
     {
-        if stored == Some(offset) && !request.correction {
+        if stored == Some(offset) && request.kind != CommitKind::Correction {
             // Changes nothing: a consumer that followed the reset push commits the reset
             // offset before it pulls again.
             return Ok(Committed::Stored);
@@ -165,7 +180,7 @@ pub async fn commit(
             },
         });
     }
-    if request.correction {
+    if request.kind == CommitKind::Correction {
         return correct(ctx, caller, request, stored).await;
     }
     let mut command = single(OffsetKind::Commit, caller, request);

@@ -25,7 +25,7 @@ use ferromq_store::{GetResult, GetStatus, ReadError, TagFilter};
 
 use super::access::{self, Request};
 use super::error::{PullError, Refusal, RefusalKind};
-use super::offsets::{self, CommitRequest};
+use super::offsets::{self, CommitKind, CommitRequest};
 use crate::catalog::topics::PERM_READ;
 use crate::context::BrokerContext;
 use crate::core::long_poll;
@@ -210,7 +210,7 @@ fn carry_commit(
                 topic: topic.to_string(),
                 queue_id,
                 offset,
-                correction: false,
+                kind: CommitKind::CarriedByPull,
             },
         ),
         None => offsets::count_negative_commit(ctx),

@@ -18,7 +18,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use super::bad_header;
 use super::code_map::error_reply;
 use crate::context::BrokerContext;
-use crate::core::offsets::{self, CommitRequest, Committed};
+use crate::core::offsets::{self, CommitKind, CommitRequest, Committed};
 use crate::sessions::registry::ClientChannel;
 
 /// Ext fields of a correction (request) and of its SUCCESS reply (the new generation).
@@ -85,7 +85,11 @@ pub(super) async fn update(
         topic: header.topic,
         queue_id,
         offset,
-        correction: is_correction(command),
+        kind: if is_correction(command) {
+            CommitKind::Correction
+        } else {
+            CommitKind::Update
+        },
     };
     let caller = ctx.sessions.caller(channel.id);
     match offsets::commit(ctx, &caller, &request).await {
