@@ -88,14 +88,23 @@ fn wait_until_stalled(store: &MessageStore) {
     }
 }
 
-#[test]
-fn sync_flush_stalled_fsync_times_out_puts_and_offset_commits() {
+/// Under `flush`, with `stall` armed: a put's acknowledgement and an offset commit both time
+/// out after the flush timeout, and both succeed again once the stall is released.
+/// `wait_for_stall` waits until a committer is held before the put is awaited.
+fn stalled_acknowledgements_time_out(
+    flush: FlushDiskType,
+    stall: fn(&ferromq_store::faults::Faults, bool),
+    wait_for_stall: bool,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let store = store_with_messages(dir.path(), FlushDiskType::SyncFlush, 3);
+    let store = store_with_messages(dir.path(), flush, 3);
     let runtime = runtime();
-    store.faults().stall_syncs(true);
+    stall(store.faults(), true);
 
     let sent = store.append(&[draft("T", 0, b"stalled", b"")]).unwrap();
+    if wait_for_stall {
+        wait_until_stalled(&store);
+    }
     let started = Instant::now();
     let error = runtime
         .block_on(store.acknowledged(sent.ticket()))
@@ -108,11 +117,11 @@ fn sync_flush_stalled_fsync_times_out_puts_and_offset_commits() {
         .unwrap_err();
     assert_timed_out(&durability(error), started);
 
-    store.faults().stall_syncs(false);
+    stall(store.faults(), false);
     let after = store.append(&[draft("T", 0, b"after", b"")]).unwrap();
     runtime
         .block_on(store.acknowledged(after.ticket()))
-        .expect("acknowledged once the disk syncs again");
+        .expect("acknowledged once the disk works again");
     let outcome = runtime
         .block_on(store.commit_offsets_acknowledged(&commit(3)))
         .expect("offset commits succeed again");
@@ -121,38 +130,23 @@ fn sync_flush_stalled_fsync_times_out_puts_and_offset_commits() {
 }
 
 #[test]
-fn async_flush_stalled_write_times_out_puts_and_offset_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_with_messages(dir.path(), FlushDiskType::AsyncFlush, 3);
-    let runtime = runtime();
-    store.faults().stall_writes(true);
+fn sync_flush_stalled_fsync_times_out_puts_and_offset_commits() {
+    stalled_acknowledgements_time_out(
+        FlushDiskType::SyncFlush,
+        ferromq_store::faults::Faults::stall_syncs,
+        false,
+    );
+}
 
+#[test]
+fn async_flush_stalled_write_times_out_puts_and_offset_commits() {
     // The dispatcher's tick takes the commit lock and stalls in the write: the waiter must
     // wait for it without blocking its (only) worker, or the timeout could never fire.
-    let sent = store.append(&[draft("T", 0, b"stalled", b"")]).unwrap();
-    wait_until_stalled(&store);
-    let started = Instant::now();
-    let error = runtime
-        .block_on(store.acknowledged(sent.ticket()))
-        .unwrap_err();
-    assert_timed_out(&error, started);
-
-    let started = Instant::now();
-    let error = runtime
-        .block_on(store.commit_offsets_acknowledged(&commit(2)))
-        .unwrap_err();
-    assert_timed_out(&durability(error), started);
-
-    store.faults().stall_writes(false);
-    let after = store.append(&[draft("T", 0, b"after", b"")]).unwrap();
-    runtime
-        .block_on(store.acknowledged(after.ticket()))
-        .expect("acknowledged once the disk writes again");
-    let outcome = runtime
-        .block_on(store.commit_offsets_acknowledged(&commit(3)))
-        .expect("offset commits succeed again");
-    assert!(outcome.all_accepted(), "{outcome:?}");
-    store.close().expect("close");
+    stalled_acknowledgements_time_out(
+        FlushDiskType::AsyncFlush,
+        ferromq_store::faults::Faults::stall_writes,
+        true,
+    );
 }
 
 #[test]
