@@ -51,7 +51,8 @@ pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateErro
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
-    AckTicket, CommitOutcome, GetResult, GetStatus, MessageStore, OffsetEvent, OffsetView,
-    PutReceipt, RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary,
-    TruncateReport,
+    AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore, OffsetEvent,
+    OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError, RetentionReport,
+    StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary, TruncateReport,
+    LOG_SAMPLES_MAX,
 };

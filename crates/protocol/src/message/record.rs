@@ -452,6 +452,19 @@ fn verify_crc(record: &[u8]) -> Result<(), RecordError> {
     Ok(())
 }
 
+/// The CRC a sealed record carries in its trailer (over everything before the trailer), or
+/// `None` when `record` has no well-formed trailer. Replicas compare records by it.
+pub fn sealed_crc(record: &[u8]) -> Option<u32> {
+    let crc_at = record.len().checked_sub(CRC_TRAILER_LEN)?;
+    let trailer = &record[crc_at..];
+    if &trailer[..CRC_PREFIX.len()] != CRC_PREFIX
+        || trailer[CRC_TRAILER_LEN - 1] != PROPERTY_SEPARATOR
+    {
+        return None;
+    }
+    read_crc_digits(&trailer[CRC_PREFIX.len()..CRC_TRAILER_LEN - 1])
+}
+
 fn write_crc_digits(out: &mut [u8], crc: u32) {
     let mut value = crc;
     for digit in out.iter_mut() {

@@ -78,6 +78,21 @@ pub struct Placement {
     pub store_timestamp_ms: i64,
 }
 
+/// A verified record to append as it is (see [`WriterState::append_verbatim`]).
+#[derive(Debug, Clone, Copy)]
+pub struct VerbatimRecord<'a> {
+    /// The whole record, sealed by its first writer.
+    pub bytes: &'a [u8],
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its queue.
+    pub queue_id: u32,
+    /// The queue offset it carries.
+    pub queue_offset: u64,
+    /// The store time it carries.
+    pub store_timestamp_ms: i64,
+}
+
 /// State owned by the append lock.
 #[derive(Debug, Default)]
 pub struct WriterState {
@@ -149,13 +164,7 @@ impl WriterState {
             debug_assert!(len + BLANK_LEN <= segment_size, "caller checks the size");
             let used = self.write_pos % segment_size;
             if used + len + BLANK_LEN > segment_size {
-                let remaining = segment_size - used;
-                let chunk = self.chunk_at_write_pos();
-                chunk.extend_from_slice(&(remaining as u32).to_be_bytes());
-                chunk.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
-                self.tail.last_mut().expect("chunk exists").ends_segment = true;
-                self.tail_bytes += BLANK_LEN as usize;
-                self.write_pos += remaining;
+                self.append_blank(segment_size);
             }
             let queue_id = record.queue_id();
             let queue_offset = self.next_queue_offset(topic, queue_id);
@@ -174,6 +183,38 @@ impl WriterState {
         }
         self.last_store_timestamp_ms = store_ts;
         placements
+    }
+
+    /// Ends the current segment with a BLANK marker: the log continues at the next segment.
+    pub fn append_blank(&mut self, segment_size: u64) {
+        let remaining = segment_size - self.write_pos % segment_size;
+        let chunk = self.chunk_at_write_pos();
+        chunk.extend_from_slice(&(remaining as u32).to_be_bytes());
+        chunk.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
+        self.tail.last_mut().expect("chunk exists").ends_segment = true;
+        self.tail_bytes += BLANK_LEN as usize;
+        self.write_pos += remaining;
+    }
+
+    /// Appends a record another store sealed (a replica copying its master), byte for byte.
+    /// The caller has verified it: it belongs at `write_pos`, fits the segment, carries the
+    /// queue's next offset and a store time no older than the last one, so the writer's
+    /// invariants 1 and 5 hold as if this writer had assigned them.
+    pub fn append_verbatim(&mut self, record: &VerbatimRecord<'_>) {
+        debug_assert_eq!(
+            record.queue_offset,
+            self.queue_max(record.topic, record.queue_id)
+        );
+        self.next_queue_offset(record.topic, record.queue_id);
+        self.chunk_at_write_pos().extend_from_slice(record.bytes);
+        self.tail_bytes += record.bytes.len();
+        self.write_pos += record.bytes.len() as u64;
+        self.last_store_timestamp_ms = self.last_store_timestamp_ms.max(record.store_timestamp_ms);
+    }
+
+    /// Store time of the newest record (the floor of the next one's).
+    pub fn last_store_timestamp_ms(&self) -> i64 {
+        self.last_store_timestamp_ms
     }
 
     /// The chunk that continues at `write_pos` (a new one after a segment roll or a commit).

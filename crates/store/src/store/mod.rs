@@ -29,6 +29,7 @@ mod fences_api;
 mod maintenance;
 mod offsets_api;
 mod read;
+mod replica;
 mod threads;
 
 use std::fs::File;
@@ -43,6 +44,9 @@ use tokio::sync::watch;
 pub use maintenance::{RetentionReport, TruncateReport};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
+pub use replica::{
+    LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, LOG_SAMPLES_MAX,
+};
 
 use crate::checkpoint::CheckpointDir;
 use crate::clock::{Clock, SystemClock};
@@ -238,6 +242,8 @@ pub(crate) struct Inner {
     /// A run of failed passes is under way (stalled or not yet).
     pub dispatch_failing: AtomicBool,
     pub checkpoint_health: checkpoint_health::CheckpointHealth,
+    /// The replication layer's cap on dispatch (`u64::MAX`: none), see `replica`.
+    pub replication_bound: AtomicU64,
     pub _lock: File,
 }
 
@@ -299,6 +305,7 @@ impl MessageStore {
             dispatch_stalled: AtomicBool::new(false),
             dispatch_failing: AtomicBool::new(false),
             checkpoint_health: Default::default(),
+            replication_bound: AtomicU64::new(u64::MAX),
             _lock: recovered.lock,
         });
         let threads = threads::start(&inner);
@@ -643,12 +650,8 @@ impl Inner {
         }
     }
 
-    /// Appends under the writer lock; poisons the store when a rollback fails.
-    pub(crate) fn append_locked(
-        &self,
-        writer: &mut WriterState,
-        records: &mut [(&str, ferromq_protocol::EncodedRecord)],
-    ) -> Result<PutReceipt, AppendError> {
+    /// Refuses a write when the store is closed, poisoned, or cannot dispatch.
+    pub(crate) fn check_writable(&self) -> Result<(), AppendError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(AppendError::Closed);
         }
@@ -658,6 +661,16 @@ impl Inner {
         if let Some(failure) = self.dispatch_stall() {
             return Err(AppendError::DispatchStalled(failure));
         }
+        Ok(())
+    }
+
+    /// Appends under the writer lock; poisons the store when a rollback fails.
+    pub(crate) fn append_locked(
+        &self,
+        writer: &mut WriterState,
+        records: &mut [(&str, ferromq_protocol::EncodedRecord)],
+    ) -> Result<PutReceipt, AppendError> {
+        self.check_writable()?;
         let segment_room = self.config.segment_size_bytes - crate::commitlog::BLANK_LEN;
         if let Some((_, big)) = records.iter().find(|(_, r)| r.len() as u64 > segment_room) {
             return Err(AppendError::MessageTooLarge {
@@ -687,11 +700,13 @@ impl Inner {
     }
 
     /// How far the dispatcher may go: the flushed end under `SyncFlush`, the committed end
-    /// (bytes in the files) under `AsyncFlush` (invariant 4).
+    /// (bytes in the files) under `AsyncFlush`, and never past the replication bound, the
+    /// point every in-sync replica holds (invariant 4).
     pub(crate) fn dispatch_limit(&self) -> u64 {
-        match self.config.flush_disk_type {
+        let local = match self.config.flush_disk_type {
             FlushDiskType::SyncFlush => self.flush.flushed_end(),
             FlushDiskType::AsyncFlush => self.log.committed_end(),
-        }
+        };
+        local.min(self.replication_bound.load(Ordering::Acquire))
     }
 }

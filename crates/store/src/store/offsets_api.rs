@@ -504,12 +504,12 @@ impl<'a> OffsetView<'a> {
     }
 }
 
-struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
-    offsets: &'a mut crate::offsets::OffsetView,
-    queue_max: F,
+pub(super) struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
+    pub(super) offsets: &'a mut crate::offsets::OffsetView,
+    pub(super) queue_max: F,
 }
 
-fn split(writer: &mut WriterState) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
+pub(super) fn split(writer: &mut WriterState) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
     let (offsets, queues) = writer.split_offsets();
     WriterStateParts {
         offsets,
