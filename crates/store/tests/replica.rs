@@ -1,0 +1,225 @@
+//! The store's replication paths: a replica that appends its master's chunks holds a
+//! byte-identical log, the same ConsumeQueues and the same offset view; bad bytes are refused
+//! whole; the prefix check names the first differing record; the replication bound caps what
+//! consumers see.
+
+mod common;
+
+use std::time::Duration;
+
+use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
+use ferromq_store::{
+    FlushDiskType, LogSample, MessageStore, PrefixCheck, ReplicaAppendError, StoreConfig,
+};
+
+use common::{draft, read_all, segment_files, test_config};
+
+const CHUNK: usize = 4096;
+
+fn commit(group: &str, queue_id: u32, offset: u64) -> OffsetCommand {
+    OffsetCommand {
+        kind: OffsetKind::Commit,
+        group: group.into(),
+        client_id: "replica-test".into(),
+        generation: None,
+        entries: vec![OffsetEntry {
+            topic: "T".into(),
+            queue_id,
+            offset,
+        }],
+        fenced_clients: Vec::new(),
+    }
+}
+
+fn config(root: &std::path::Path, policy: FlushDiskType) -> StoreConfig {
+    let mut config = test_config(root);
+    config.flush_disk_type = policy;
+    config
+}
+
+/// Copies everything the master has committed to the replica, chunk by chunk, as the HA
+/// stream does; returns the number of chunks.
+fn catch_up(master: &MessageStore, replica: &MessageStore) -> usize {
+    let mut chunks = 0;
+    loop {
+        let from = replica.appended_end();
+        match master.replication_chunk(from, CHUNK).expect("chunk") {
+            Some(bytes) => {
+                assert!(bytes.len() <= CHUNK.max(16 * 1024 + 1024), "{}", bytes.len());
+                let ticket = replica.append_replicated(from, &bytes).expect("append");
+                replica
+                    .wait_acknowledgeable(ticket.end, ticket.epoch)
+                    .expect("replica durable");
+                chunks += 1;
+            }
+            None => return chunks,
+        }
+    }
+}
+
+fn fill(master: &MessageStore) {
+    for i in 0..400u32 {
+        let body = vec![b'a' + (i % 26) as u8; 100 + (i as usize * 37) % 900];
+        master
+            .put(&[draft("T", i % 4, &body, b"")])
+            .expect("put");
+        if i % 50 == 49 {
+            master
+                .commit_offsets(&commit("G", i % 4, u64::from(i / 8)))
+                .expect("commit");
+        }
+    }
+}
+
+#[test]
+fn a_replica_holds_the_masters_bytes_queues_and_offsets() {
+    for policy in [FlushDiskType::SyncFlush, FlushDiskType::AsyncFlush] {
+        let (m_dir, r_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let master = MessageStore::open(config(m_dir.path(), policy)).expect("master");
+        let replica = MessageStore::open(config(r_dir.path(), policy)).expect("replica");
+        fill(&master);
+        let chunks = catch_up(&master, &replica);
+        assert!(chunks > 10, "streamed in {chunks} chunks");
+        let end = master.committed_end();
+        assert!(end > 3 * 64 * 1024, "the log spans several segments: {end}");
+        assert_eq!(replica.appended_end(), end);
+        replica.wait_dispatched(end, Duration::from_secs(5));
+        for queue in 0..4 {
+            let (a, b) = (read_all(&master, "T", queue), read_all(&replica, "T", queue));
+            assert_eq!(a.len(), 100);
+            assert_eq!(
+                a.iter().map(|m| &m.bytes).collect::<Vec<_>>(),
+                b.iter().map(|m| &m.bytes).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                master.consumer_offset("G", "T", queue).expect("master offset"),
+                replica.consumer_offset("G", "T", queue).expect("replica offset"),
+            );
+        }
+        assert!(replica.consumer_offset("G", "T", 1).unwrap().is_some());
+        drop((master, replica));
+        assert_eq!(segments_of(m_dir.path()), segments_of(r_dir.path()), "logs differ");
+    }
+}
+
+/// Each segment file's name and bytes.
+fn segments_of(root: &std::path::Path) -> Vec<(u64, Vec<u8>)> {
+    segment_files(root)
+        .into_iter()
+        .map(|(start, path)| (start, std::fs::read(path).expect("segment")))
+        .collect()
+}
+
+#[test]
+fn a_replica_restarted_continues_where_its_log_ends_and_its_tail_matches() {
+    let (m_dir, r_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = MessageStore::open(config(m_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    fill(&master);
+    {
+        let replica =
+            MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+        let from = replica.appended_end();
+        let bytes = master.replication_chunk(from, 64 * 1024).unwrap().unwrap();
+        replica.append_replicated(from, &bytes).unwrap();
+    }
+    let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    let (end, samples) = replica.log_tail().expect("tail");
+    assert!(end > 0 && !samples.is_empty(), "{end} {samples:?}");
+    let last = samples.last().unwrap();
+    let last_end = last.offset + u64::from(last.size);
+    // The chunk may have ended a segment: the log then continues at the next one.
+    assert!(last_end == end || end % (64 * 1024) == 0, "{last_end} {end}");
+    assert_eq!(master.check_prefix(end, &samples).unwrap(), PrefixCheck::Prefix);
+    catch_up(&master, &replica);
+    assert_eq!(replica.committed_end(), master.committed_end());
+    drop((master, replica));
+    assert_eq!(segments_of(m_dir.path()), segments_of(r_dir.path()));
+}
+
+#[test]
+fn bad_replicated_bytes_are_refused_whole() {
+    let (m_dir, r_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = MessageStore::open(config(m_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    fill(&master);
+    let good = master.replication_chunk(0, CHUNK).unwrap().unwrap().to_vec();
+    // Not at the replica's end.
+    assert!(matches!(
+        replica.append_replicated(100, &good),
+        Err(ReplicaAppendError::NotAtEnd { expected: 0, got: 100 })
+    ));
+    // A flipped byte in the last record: nothing of the batch is appended.
+    let mut flipped = good.clone();
+    let at = flipped.len() - 30;
+    flipped[at] ^= 0x40;
+    assert!(matches!(
+        replica.append_replicated(0, &flipped),
+        Err(ReplicaAppendError::BadRecord { .. })
+    ));
+    assert_eq!(replica.appended_end(), 0);
+    // Torn at the end.
+    assert!(matches!(
+        replica.append_replicated(0, &good[..good.len() - 5]),
+        Err(ReplicaAppendError::Partial { .. })
+    ));
+    // Records of another log position (shifted by a record): the stored offset disagrees.
+    let first = u32::from_be_bytes(good[..4].try_into().unwrap()) as usize;
+    replica.append_replicated(0, &good[..first]).expect("first record");
+    assert!(matches!(
+        replica.append_replicated(first as u64, &good[..first]),
+        Err(ReplicaAppendError::BadRecord { .. })
+    ));
+    assert_eq!(replica.appended_end(), first as u64);
+    replica
+        .append_replicated(first as u64, &good[first..])
+        .expect("the rest");
+    assert_eq!(replica.appended_end(), good.len() as u64);
+}
+
+#[test]
+fn the_prefix_check_names_the_first_differing_record() {
+    let (m_dir, o_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = MessageStore::open(config(m_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    let other = MessageStore::open(config(o_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+    for i in 0..20u8 {
+        master.put(&[draft("T", 0, &[i; 64], b"")]).unwrap();
+        // Same sizes, different bodies from the 10th record on.
+        let body = if i < 10 { [i; 64] } else { [i + 100; 64] };
+        other.put(&[draft("T", 0, &body, b"")]).unwrap();
+    }
+    // Store times differ between the two stores, so compare tails of the same store first.
+    let (end, samples) = master.log_tail().unwrap();
+    assert_eq!(master.check_prefix(end, &samples).unwrap(), PrefixCheck::Prefix);
+    assert_eq!(
+        master.check_prefix(end + 1, &samples).unwrap(),
+        PrefixCheck::Ahead { end }
+    );
+    let mut changed: Vec<LogSample> = samples.clone();
+    changed[5].crc ^= 1;
+    assert_eq!(
+        master.check_prefix(end, &changed).unwrap(),
+        PrefixCheck::DiffersAt(samples[5].offset)
+    );
+    let (other_end, other_samples) = other.log_tail().unwrap();
+    assert!(matches!(
+        master.check_prefix(other_end, &other_samples).unwrap(),
+        PrefixCheck::DiffersAt(_)
+    ));
+}
+
+#[test]
+fn the_replication_bound_caps_what_consumers_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    let first = store.put(&[draft("T", 0, b"one", b"")]).unwrap();
+    store.set_replication_bound(Some(first.end_offset));
+    store.put(&[draft("T", 0, b"two", b"")]).unwrap();
+    store.wait_dispatched(first.end_offset, Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(store.stats().dispatched_end, first.end_offset);
+    assert_eq!(store.queue_bounds("T", 0), Some((0, 1)));
+    store.set_replication_bound(None);
+    let end = store.stats().written_end;
+    assert_eq!(store.wait_dispatched(end, Duration::from_secs(5)), end);
+    assert_eq!(store.queue_bounds("T", 0), Some((0, 2)));
+}
