@@ -39,6 +39,9 @@ pub struct BrokerContext {
     /// `brokerIP1:brokerAdvertisedPort`): registered with the name servers and the store host
     /// of message ids.
     pub broker_addr: SocketAddr,
+    /// The HA address slaves connect to (`brokerIP1:haListenPort`), registered as
+    /// `haServerAddr`.
+    pub ha_addr: SocketAddr,
     /// The message store.
     pub store: Arc<MessageStore>,
     /// Topic configs.
@@ -69,6 +72,8 @@ pub struct BrokerContext {
     pub runtime_config: crate::config::runtime::RuntimeConfig,
     /// The connection limits in force, the partial-frame budget in use and their counters.
     pub connection_limits: Arc<ferromq_protocol::remoting::limits::ConnectionGuard>,
+    /// Role, in-sync set and high watermark (`crate::replication`).
+    pub replication: Arc<crate::replication::Replication>,
     /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,
     /// `pullHoldMaxPerConnection`).
     pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,

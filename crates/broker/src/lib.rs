@@ -29,6 +29,7 @@ pub mod context;
 pub mod core;
 pub mod observability;
 pub mod remoting;
+pub mod replication;
 pub mod server;
 pub mod sessions;
 

@@ -17,6 +17,8 @@ use crate::config::{BrokerConfig, ConfigError};
 use crate::context::{BrokerContext, BrokerCounters};
 use crate::observability::{broker_stats, metrics_http};
 use crate::remoting::{connection, processor, registration};
+use crate::replication::handshake::GroupIdentity;
+use crate::replication::{master, slave, Replication};
 use crate::sessions::registry::{ClientRegistry, QueueLocks};
 
 /// How often silent clients are looked for.
@@ -37,6 +39,12 @@ pub enum BrokerError {
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The HA (replication) socket could not be opened.
+    #[error("cannot listen for replication on {addr} (haListenPort): {source}")]
+    HaListen {
         addr: SocketAddr,
         source: std::io::Error,
     },
@@ -130,9 +138,40 @@ impl Broker {
         let groups = GroupManager::load(&config.store_path_root_dir)?;
         let namesrvs = config.namesrv_addrs()?;
         let delay_levels_ms = config.delay_levels_ms()?;
+        let store = Arc::new(store);
+        let replication_settings = config.replication_settings()?;
+        let ha_bind = SocketAddr::new(config.bind_ip(), replication_settings.ha_listen_port);
+        let ha_listener =
+            TcpListener::bind(ha_bind)
+                .await
+                .map_err(|source| BrokerError::HaListen {
+                    addr: ha_bind,
+                    source,
+                })?;
+        let ha_addr = SocketAddr::new(
+            config.broker_ip1,
+            ha_listener
+                .local_addr()
+                .map_err(|source| BrokerError::HaListen {
+                    addr: ha_bind,
+                    source,
+                })?
+                .port(),
+        );
+        let replication = Replication::new(
+            replication_settings,
+            GroupIdentity {
+                cluster: config.broker_cluster_name.clone(),
+                broker_name: config.broker_name.clone(),
+            },
+            store.clone(),
+            Duration::from_millis(config.sync_flush_timeout.max(1)),
+        );
         let ctx = Arc::new(BrokerContext {
             broker_addr,
-            store: Arc::new(store),
+            ha_addr,
+            replication: replication.clone(),
+            store,
             topics,
             groups,
             clients: ClientRegistry::default(),
@@ -164,6 +203,13 @@ impl Broker {
                 ctx.clone(),
                 stop_rx.clone(),
             )),
+            tokio::spawn(master::serve(
+                replication.clone(),
+                ha_listener,
+                stop_rx.clone(),
+            )),
+            tokio::spawn(slave::run(replication.clone(), stop_rx.clone())),
+            tokio::spawn(replication.clone().run_ticks(stop_rx.clone())),
         ];
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(
@@ -184,7 +230,10 @@ impl Broker {
         tracing::info!(
             addr = %local_addr,
             advertised = %broker_addr,
+            ha = %ha_addr,
             broker = %ctx.config.broker_name,
+            broker_id = ctx.config.broker_id,
+            role = ctx.replication.role().as_str(),
             "broker listening"
         );
         Ok(Broker {
@@ -200,6 +249,11 @@ impl Broker {
     /// when `brokerIP1`, `bindAddress` or `brokerAdvertisedPort` say so.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The HA (replication) address slaves connect to (`brokerIP1:haListenPort`).
+    pub fn ha_addr(&self) -> SocketAddr {
+        self.ctx.ha_addr
     }
 
     /// The address of the metrics endpoint (`http://<addr>/metrics`), when `metricsPort` is

@@ -52,7 +52,7 @@ pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
     AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore, OffsetEvent,
-    OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError, RetentionReport,
-    StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary, TruncateReport,
-    LOG_SAMPLES_MAX,
+    OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError, ReplicationChunk,
+    RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary,
+    TruncateReport, LOG_SAMPLES_MAX,
 };

@@ -44,9 +44,18 @@ fn catch_up(master: &MessageStore, replica: &MessageStore) -> usize {
     loop {
         let from = replica.appended_end();
         match master.replication_chunk(from, CHUNK).expect("chunk") {
-            Some(bytes) => {
-                assert!(bytes.len() <= CHUNK.max(16 * 1024 + 1024), "{}", bytes.len());
-                let ticket = replica.append_replicated(from, &bytes).expect("append");
+            Some(chunk) => {
+                let bytes = &chunk.bytes;
+                assert!(
+                    bytes.len() <= CHUNK.max(16 * 1024 + 1024),
+                    "{}",
+                    bytes.len()
+                );
+                let ticket = replica.append_replicated(from, bytes).expect("append");
+                assert_eq!(
+                    ticket.end, chunk.next,
+                    "replica and master agree where it ends"
+                );
                 replica
                     .wait_acknowledgeable(ticket.end, ticket.epoch)
                     .expect("replica durable");
@@ -60,9 +69,7 @@ fn catch_up(master: &MessageStore, replica: &MessageStore) -> usize {
 fn fill(master: &MessageStore) {
     for i in 0..400u32 {
         let body = vec![b'a' + (i % 26) as u8; 100 + (i as usize * 37) % 900];
-        master
-            .put(&[draft("T", i % 4, &body, b"")])
-            .expect("put");
+        master.put(&[draft("T", i % 4, &body, b"")]).expect("put");
         if i % 50 == 49 {
             master
                 .commit_offsets(&commit("G", i % 4, u64::from(i / 8)))
@@ -85,20 +92,31 @@ fn a_replica_holds_the_masters_bytes_queues_and_offsets() {
         assert_eq!(replica.appended_end(), end);
         replica.wait_dispatched(end, Duration::from_secs(5));
         for queue in 0..4 {
-            let (a, b) = (read_all(&master, "T", queue), read_all(&replica, "T", queue));
+            let (a, b) = (
+                read_all(&master, "T", queue),
+                read_all(&replica, "T", queue),
+            );
             assert_eq!(a.len(), 100);
             assert_eq!(
                 a.iter().map(|m| &m.bytes).collect::<Vec<_>>(),
                 b.iter().map(|m| &m.bytes).collect::<Vec<_>>()
             );
             assert_eq!(
-                master.consumer_offset("G", "T", queue).expect("master offset"),
-                replica.consumer_offset("G", "T", queue).expect("replica offset"),
+                master
+                    .consumer_offset("G", "T", queue)
+                    .expect("master offset"),
+                replica
+                    .consumer_offset("G", "T", queue)
+                    .expect("replica offset"),
             );
         }
         assert!(replica.consumer_offset("G", "T", 1).unwrap().is_some());
         drop((master, replica));
-        assert_eq!(segments_of(m_dir.path()), segments_of(r_dir.path()), "logs differ");
+        assert_eq!(
+            segments_of(m_dir.path()),
+            segments_of(r_dir.path()),
+            "logs differ"
+        );
     }
 }
 
@@ -116,11 +134,10 @@ fn a_replica_restarted_continues_where_its_log_ends_and_its_tail_matches() {
     let master = MessageStore::open(config(m_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
     fill(&master);
     {
-        let replica =
-            MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
+        let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
         let from = replica.appended_end();
-        let bytes = master.replication_chunk(from, 64 * 1024).unwrap().unwrap();
-        replica.append_replicated(from, &bytes).unwrap();
+        let chunk = master.replication_chunk(from, 64 * 1024).unwrap().unwrap();
+        replica.append_replicated(from, &chunk.bytes).unwrap();
     }
     let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
     let (end, samples) = replica.log_tail().expect("tail");
@@ -128,8 +145,14 @@ fn a_replica_restarted_continues_where_its_log_ends_and_its_tail_matches() {
     let last = samples.last().unwrap();
     let last_end = last.offset + u64::from(last.size);
     // The chunk may have ended a segment: the log then continues at the next one.
-    assert!(last_end == end || end % (64 * 1024) == 0, "{last_end} {end}");
-    assert_eq!(master.check_prefix(end, &samples).unwrap(), PrefixCheck::Prefix);
+    assert!(
+        last_end == end || end % (64 * 1024) == 0,
+        "{last_end} {end}"
+    );
+    assert_eq!(
+        master.check_prefix(end, &samples).unwrap(),
+        PrefixCheck::Prefix
+    );
     catch_up(&master, &replica);
     assert_eq!(replica.committed_end(), master.committed_end());
     drop((master, replica));
@@ -142,11 +165,19 @@ fn bad_replicated_bytes_are_refused_whole() {
     let master = MessageStore::open(config(m_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
     let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
     fill(&master);
-    let good = master.replication_chunk(0, CHUNK).unwrap().unwrap().to_vec();
+    let good = master
+        .replication_chunk(0, CHUNK)
+        .unwrap()
+        .unwrap()
+        .bytes
+        .to_vec();
     // Not at the replica's end.
     assert!(matches!(
         replica.append_replicated(100, &good),
-        Err(ReplicaAppendError::NotAtEnd { expected: 0, got: 100 })
+        Err(ReplicaAppendError::NotAtEnd {
+            expected: 0,
+            got: 100
+        })
     ));
     // A flipped byte in the last record: nothing of the batch is appended.
     let mut flipped = good.clone();
@@ -164,7 +195,9 @@ fn bad_replicated_bytes_are_refused_whole() {
     ));
     // Records of another log position (shifted by a record): the stored offset disagrees.
     let first = u32::from_be_bytes(good[..4].try_into().unwrap()) as usize;
-    replica.append_replicated(0, &good[..first]).expect("first record");
+    replica
+        .append_replicated(0, &good[..first])
+        .expect("first record");
     assert!(matches!(
         replica.append_replicated(first as u64, &good[..first]),
         Err(ReplicaAppendError::BadRecord { .. })
@@ -189,7 +222,10 @@ fn the_prefix_check_names_the_first_differing_record() {
     }
     // Store times differ between the two stores, so compare tails of the same store first.
     let (end, samples) = master.log_tail().unwrap();
-    assert_eq!(master.check_prefix(end, &samples).unwrap(), PrefixCheck::Prefix);
+    assert_eq!(
+        master.check_prefix(end, &samples).unwrap(),
+        PrefixCheck::Prefix
+    );
     assert_eq!(
         master.check_prefix(end + 1, &samples).unwrap(),
         PrefixCheck::Ahead { end }

@@ -14,6 +14,7 @@ use ferromq_store::{FlushDiskType, StoreConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::core::work_limits;
+pub use crate::replication::settings::{BrokerRole, ReplicationSettings};
 
 /// A configuration problem, naming the key or file.
 #[derive(Debug, thiserror::Error)]
@@ -78,8 +79,31 @@ pub struct BrokerConfig {
     pub store_path_root_dir: PathBuf,
     /// `SYNC_FLUSH` or `ASYNC_FLUSH`.
     pub flush_disk_type: String,
-    /// `ASYNC_MASTER` or `SYNC_MASTER` (replication arrives with its issue).
+    /// `ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE` (see `crate::replication`).
     pub broker_role: String,
+    /// Port of the HA (replication) listener of a master; absent: `listenPort + 1` (any free
+    /// port when `listenPort` is 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha_listen_port: Option<u16>,
+    /// A slave's master HA address (`ip:port`); absent: learned from the name servers'
+    /// registration replies, as RocketMQ slaves do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha_master_address: Option<String>,
+    /// How often each side of an HA connection speaks when it has nothing else to say, ms;
+    /// a side silent for three intervals is taken for gone.
+    pub ha_send_heartbeat_interval: u64,
+    /// A slave that has not caught up with the master for this long leaves the in-sync set,
+    /// ms.
+    pub ha_max_time_slave_not_catchup: u64,
+    /// Members of the in-sync set (the master included) a write needs: below it, SYNC_MASTER
+    /// answers IN_SYNC_REPLICAS_NOT_ENOUGH and the high watermark stops.
+    pub min_in_sync_replicas: u32,
+    /// Let consumers read from slaves: a master suggests a slave when a pull reads far
+    /// behind the log end (`accessMessageInMemoryMaxRatio`).
+    pub slave_read_enable: bool,
+    /// Percentage of physical memory a pull may trail the log end by before a master with
+    /// `slaveReadEnable` suggests a slave (RocketMQ's key and default).
+    pub access_message_in_memory_max_ratio: u32,
     /// Create topics on first send (the `TBW102` convention).
     pub auto_create_topic_enable: bool,
     /// Queues of an auto-created topic.
@@ -152,6 +176,13 @@ impl Default for BrokerConfig {
             store_path_root_dir: PathBuf::from("./data"),
             flush_disk_type: "ASYNC_FLUSH".into(),
             broker_role: "ASYNC_MASTER".into(),
+            ha_listen_port: None,
+            ha_master_address: None,
+            ha_send_heartbeat_interval: 5_000,
+            ha_max_time_slave_not_catchup: 15_000,
+            min_in_sync_replicas: 1,
+            slave_read_enable: false,
+            access_message_in_memory_max_ratio: 40,
             auto_create_topic_enable: true,
             default_topic_queue_nums: 8,
             auto_create_subscription_group: true,
@@ -220,16 +251,7 @@ impl BrokerConfig {
             );
         }
         self.flush_type()?;
-        match self.broker_role.as_str() {
-            "ASYNC_MASTER" | "SYNC_MASTER" => {}
-            "SLAVE" => {
-                return invalid(
-                    "brokerRole",
-                    "SLAVE is not supported yet (replication comes with its own issue)",
-                )
-            }
-            _ => return invalid("brokerRole", "expected ASYNC_MASTER or SYNC_MASTER"),
-        }
+        self.replication_settings()?;
         if self.max_message_size == 0 || self.max_message_size > ferromq_protocol::BODY_SIZE_LIMIT {
             return invalid(
                 "maxMessageSize",
@@ -302,6 +324,13 @@ impl BrokerConfig {
     pub fn advertised_addr(&self, listening_port: u16) -> SocketAddr {
         let port = self.broker_advertised_port.unwrap_or(listening_port);
         SocketAddr::new(self.broker_ip1, port)
+    }
+
+    /// The replication keys, checked together: `brokerRole`, `brokerId`, `haListenPort`,
+    /// `haMasterAddress`, `haSendHeartbeatInterval`, `haMaxTimeSlaveNotCatchup`,
+    /// `minInSyncReplicas`, `slaveReadEnable`.
+    pub fn replication_settings(&self) -> Result<ReplicationSettings, ConfigError> {
+        ReplicationSettings::from_config(self)
     }
 
     /// `flushDiskType` as the store's enum.

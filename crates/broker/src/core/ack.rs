@@ -1,53 +1,68 @@
 //! The one acknowledgement path. Every write the broker answers — a message, a batch, an
 //! offset commit, a reset, a correction, the delay scheduler's progress — is appended to the
 //! store and then awaits [`acknowledged`], so all of them are bounded by the same flush
-//! timeout and fail with the same [`WriteError`] kinds (invariant 2). Replication's wait for
-//! in-sync replicas (SYNC_MASTER) belongs here, in this one place.
+//! timeout and fail with the same [`WriteError`] kinds (invariant 2). Replication plugs in
+//! here, in this one place: a broker that is not master refuses every write before it is
+//! appended (R3), SYNC_MASTER refuses below `minInSyncReplicas` and waits until every
+//! in-sync replica holds the write.
 
 use ferromq_protocol::DraftRecord;
 use ferromq_store::offsets::OffsetCommand;
-use ferromq_store::{AckTicket, CommitOutcome, MessageStore, PutReceipt};
+use ferromq_store::{AckTicket, CommitOutcome, PutReceipt};
 
 use super::error::WriteError;
+use crate::context::BrokerContext;
 
-/// Resolves once everything below `ticket` may be acknowledged under the flush policy, or
-/// with the reason it may not (bounded by the store's flush timeout). `what` names the write
-/// in the error.
+/// Refuses a write of `what` this broker may not accept now: not master, or (SYNC_MASTER)
+/// too few in-sync replicas.
+pub fn check_writable(ctx: &BrokerContext, what: &'static str) -> Result<(), WriteError> {
+    ctx.replication.check_writable(what)?;
+    ctx.replication.check_in_sync(what)
+}
+
+/// Resolves once everything below `ticket` may be acknowledged — under the flush policy and,
+/// for SYNC_MASTER, on every in-sync replica — or with the reason it may not (each wait
+/// bounded by `syncFlushTimeout`). `what` names the write in the error.
 pub async fn acknowledged(
-    store: &MessageStore,
+    ctx: &BrokerContext,
     ticket: AckTicket,
     what: &'static str,
 ) -> Result<(), WriteError> {
-    store
+    ctx.store
         .acknowledged(ticket)
         .await
-        .map_err(|cause| WriteError::from_durability(what, cause))
+        .map_err(|cause| WriteError::from_durability(what, cause))?;
+    ctx.replication.replicated(ticket.end, what).await
 }
 
 /// Appends message records as one batch and waits for their acknowledgement.
 pub async fn put_messages(
-    store: &MessageStore,
+    ctx: &BrokerContext,
     drafts: &[DraftRecord<'_>],
 ) -> Result<PutReceipt, WriteError> {
-    let receipt = store
+    check_writable(ctx, "message")?;
+    let receipt = ctx
+        .store
         .append(drafts)
         .map_err(|error| WriteError::from_append("message", error))?;
-    acknowledged(store, receipt.ticket(), "message").await?;
+    acknowledged(ctx, receipt.ticket(), "message").await?;
     Ok(receipt)
 }
 
 /// Appends an offset command (judged by the store's offset rules under its append lock) and
 /// waits for the acknowledgement of its record, if one was written.
 pub async fn put_offsets(
-    store: &MessageStore,
+    ctx: &BrokerContext,
     command: &OffsetCommand,
 ) -> Result<CommitOutcome, WriteError> {
     let what = what_of(command);
-    let (outcome, ticket) = store
+    check_writable(ctx, what)?;
+    let (outcome, ticket) = ctx
+        .store
         .append_offsets(command)
         .map_err(|error| WriteError::from_store(what, error))?;
     if let Some(ticket) = ticket {
-        acknowledged(store, ticket, what).await?;
+        acknowledged(ctx, ticket, what).await?;
     }
     Ok(outcome)
 }
@@ -55,15 +70,17 @@ pub async fn put_offsets(
 /// Like [`put_offsets`] for a correction judged against `expected` stored offsets (see
 /// `MessageStore::append_correction`).
 pub async fn put_correction(
-    store: &MessageStore,
+    ctx: &BrokerContext,
     command: &OffsetCommand,
     expected: &[Option<u64>],
 ) -> Result<CommitOutcome, WriteError> {
-    let (outcome, ticket) = store
+    check_writable(ctx, "correction")?;
+    let (outcome, ticket) = ctx
+        .store
         .append_correction(command, expected)
         .map_err(|error| WriteError::from_store("correction", error))?;
     if let Some(ticket) = ticket {
-        acknowledged(store, ticket, "correction").await?;
+        acknowledged(ctx, ticket, "correction").await?;
     }
     Ok(outcome)
 }

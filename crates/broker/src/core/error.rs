@@ -51,6 +51,39 @@ pub enum WriteError {
     /// The record names a topic only the broker writes.
     #[error("{0}")]
     Reserved(#[source] AppendError),
+    /// This broker is not the master of its group now, so it accepts no write: a commit or
+    /// a message landing on a slave would be lost or overwritten (R3).
+    #[error("not master: broker {broker} (brokerId {broker_id}) is a {role} and accepts no {what}; send it to the master of {broker}")]
+    NotMaster {
+        /// What was written.
+        what: &'static str,
+        /// `brokerName`.
+        broker: String,
+        /// `brokerId`.
+        broker_id: u64,
+        /// The current role.
+        role: &'static str,
+    },
+    /// SYNC_MASTER: the in-sync set has fewer members than `minInSyncReplicas`, so nothing
+    /// can be acknowledged (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH).
+    #[error("in-sync replicas not enough: {members} member(s) in sync, the master included, minInSyncReplicas is {needed}; the {what} was not acknowledged")]
+    InSyncReplicasNotEnough {
+        /// What was written.
+        what: &'static str,
+        /// Members now.
+        members: usize,
+        /// `minInSyncReplicas`.
+        needed: usize,
+    },
+    /// SYNC_MASTER: the in-sync replicas did not all hold the write in time; it may or may not
+    /// be stored. Clients must retry.
+    #[error("the {what} was not replicated to every in-sync replica within {timeout_ms} ms: it may or may not be stored")]
+    NotReplicated {
+        /// What was written.
+        what: &'static str,
+        /// The bound waited.
+        timeout_ms: u64,
+    },
     /// The store failed in a way a write does not normally fail (a file or derived-state
     /// error): the record may or may not be stored.
     #[error("the {what} may not be durable: {cause}")]

@@ -185,7 +185,7 @@ pub async fn commit(
     }
     let mut command = single(OffsetKind::Commit, caller, request);
     command.generation = Some(generation);
-    let outcome = ack::put_offsets(&ctx.store, &command).await?;
+    let outcome = ack::put_offsets(ctx, &command).await?;
     judge(ctx, &outcome).map(|()| Committed::Stored)
 }
 
@@ -218,7 +218,7 @@ async fn offline_reset(
     stored: Option<u64>,
 ) -> Result<Committed, CommitError> {
     let command = single(OffsetKind::Reset, caller, request);
-    let outcome = ack::put_offsets(&ctx.store, &command).await?;
+    let outcome = ack::put_offsets(ctx, &command).await?;
     judge(ctx, &outcome)?;
     let generation = outcome.generation.unwrap_or(0);
     ctx.counters.offline_resets.fetch_add(1, Ordering::Relaxed);
@@ -283,7 +283,7 @@ async fn correct(
         }
         CorrectionJudgement::Commit => {
             let command = single(OffsetKind::Commit, caller, request);
-            let outcome = ack::put_offsets(&ctx.store, &command).await?;
+            let outcome = ack::put_offsets(ctx, &command).await?;
             judge(ctx, &outcome).map(|()| Committed::Stored)
         }
         CorrectionJudgement::Correct => {
@@ -302,7 +302,7 @@ async fn correct(
             command.fenced_clients = fenced;
             // The store re-checks `stored` under its append lock: a commit racing with this
             // judgement is never undone.
-            let outcome = match ack::put_correction(&ctx.store, &command, &[stored]).await {
+            let outcome = match ack::put_correction(ctx, &command, &[stored]).await {
                 Ok(outcome) => outcome,
                 Err(error) => {
                     // The record may still become durable: keep the fence, lifting on pulls

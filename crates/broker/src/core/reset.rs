@@ -223,7 +223,7 @@ pub async fn apply(ctx: &BrokerContext, plan: ResetPlan) -> Result<ResetDone, Re
         entries: plan.entries.clone(),
         fenced_clients: fenced,
     };
-    let outcome = match ack::put_offsets(&ctx.store, &reset).await {
+    let outcome = match ack::put_offsets(ctx, &reset).await {
         Ok(outcome) => outcome,
         Err(error) => {
             // The record may still become durable: keep the fences, and let pulls lift them

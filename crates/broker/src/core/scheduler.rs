@@ -180,6 +180,11 @@ pub async fn run_scheduler(ctx: Arc<BrokerContext>, mut stop: tokio::sync::watch
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        if !ctx.replication.role().is_master() {
+            // Only a master moves delayed messages; a slave holds the master's progress,
+            // replicated with the log, and takes over from it if it is promoted.
+            continue;
+        }
         for (index, delay_ms) in ctx.delay_levels_ms.iter().enumerate() {
             if let Err(error) = deliver_due(&ctx, index as u32, *delay_ms).await {
                 tracing::warn!(level = index + 1, %error, "delayed delivery failed; retrying");
@@ -427,7 +432,7 @@ async fn commit_progress(ctx: &BrokerContext, level_queue: u32, next: u64) -> Re
         }],
         fenced_clients: Vec::new(),
     };
-    super::ack::put_offsets(&ctx.store, &command)
+    super::ack::put_offsets(ctx, &command)
         .await
         .map_err(|e| e.to_string())?;
     Ok(())

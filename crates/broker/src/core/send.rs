@@ -134,7 +134,7 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
 
 /// Appends `drafts` as one batch and waits for the acknowledgement.
 pub async fn put(ctx: &BrokerContext, drafts: &[DraftRecord<'_>]) -> Result<PutReceipt, SendError> {
-    Ok(ack::put_messages(&ctx.store, drafts).await?)
+    Ok(ack::put_messages(ctx, drafts).await?)
 }
 
 /// Refuses properties longer than a client may send ([`CLIENT_PROPERTIES_LEN_MAX`]), with a

@@ -42,7 +42,7 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         broker_name: ctx.config.broker_name.clone(),
         broker_addr: ctx.broker_addr.to_string(),
         cluster_name: ctx.config.broker_cluster_name.clone(),
-        ha_server_addr: String::new(),
+        ha_server_addr: ctx.ha_addr.to_string(),
         broker_id: ctx.config.broker_id as i64,
         heartbeat_timeout_millis: Some(ctx.config.channel_expired_timeout as i64),
         enable_acting_master: Some(false),
@@ -51,18 +51,37 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
     };
     let mut errors = Vec::new();
     for addr in namesrvs {
-        if let Err(source) = ctx
+        match ctx
             .namesrv_client
             .register_broker(*addr, &header, &body, REGISTER_TIMEOUT)
             .await
         {
-            errors.push(RegistrationError {
+            Ok(reply) => learn_master(ctx, &reply.result),
+            Err(source) => errors.push(RegistrationError {
                 addr: *addr,
                 source,
-            });
+            }),
         }
     }
     errors
+}
+
+/// A slave learns its master's HA address from the registration reply, as RocketMQ slaves
+/// do (unless `haMasterAddress` fixes it).
+fn learn_master(ctx: &BrokerContext, result: &ferromq_namesrv::RegisterBrokerResult) {
+    if ctx.replication.role().is_master() {
+        return;
+    }
+    match result
+        .ha_server_addr
+        .as_deref()
+        .map(str::parse::<SocketAddr>)
+    {
+        Some(Ok(addr)) => ctx.replication.learn_master_addr(addr),
+        Some(Err(_)) => tracing::warn!(ha_server_addr = ?result.ha_server_addr,
+            "a name server returned an unusable master HA address"),
+        None => tracing::debug!("no master registered yet for this broker name"),
+    }
 }
 
 /// Unregisters from every name server and closes the connections; returns the failures.

@@ -25,6 +25,11 @@ pub const MESSAGE_DAMAGED: i32 = 2105;
 /// The message could not be made durable in time; it may or may not be stored. RocketMQ's
 /// FLUSH_DISK_TIMEOUT counts as "sent" for Java clients, so ferromq does not use it.
 pub const NOT_DURABLE: i32 = 2110;
+/// The broker is not the master of its group (a slave, or a master demoted by failover):
+/// it accepts no write — send, commit, reset, correction, topic or group change. The remark
+/// names the broker, its id and role. RocketMQ has no such code (a RocketMQ slave stores a
+/// commit and loses it at the next sync: offset pitfall R3).
+pub const NOT_MASTER: i32 = 2111;
 
 /// ferromq's own **request** code (not a RocketMQ one; chosen far above RocketMQ's range):
 /// OFFSET_HISTORY. Ext fields `group`, `topic` (required), `queueId`, `since` (store time,

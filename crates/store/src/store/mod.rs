@@ -45,7 +45,7 @@ pub use maintenance::{RetentionReport, TruncateReport};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
 pub use replica::{
-    LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, LOG_SAMPLES_MAX,
+    LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, ReplicationChunk, LOG_SAMPLES_MAX,
 };
 
 use crate::checkpoint::CheckpointDir;

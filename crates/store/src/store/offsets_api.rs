@@ -509,7 +509,9 @@ pub(super) struct WriterStateParts<'a, F: Fn(&str, u32) -> u64> {
     pub(super) queue_max: F,
 }
 
-pub(super) fn split(writer: &mut WriterState) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
+pub(super) fn split(
+    writer: &mut WriterState,
+) -> WriterStateParts<'_, impl Fn(&str, u32) -> u64 + '_> {
     let (offsets, queues) = writer.split_offsets();
     WriterStateParts {
         offsets,

@@ -70,6 +70,18 @@ pub enum PrefixCheck {
     },
 }
 
+/// Whole records of a master's log for a replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationChunk {
+    /// CommitLog offset of the first byte.
+    pub offset: u64,
+    /// The bytes, as stored.
+    pub bytes: Bytes,
+    /// Where the log continues after them (past a segment's end-of-segment marker, the next
+    /// segment's start).
+    pub next: u64,
+}
+
 /// Why replicated bytes were not appended. Nothing of the batch was (invariant 1).
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaAppendError {
@@ -194,7 +206,7 @@ impl MessageStore {
         &self,
         from: u64,
         max_bytes: usize,
-    ) -> Result<Option<Bytes>, ReplicaReadError> {
+    ) -> Result<Option<ReplicationChunk>, ReplicaReadError> {
         let log = &self.inner.log;
         let (end, min) = (log.committed_end(), log.min_offset());
         if from > end {
@@ -210,7 +222,7 @@ impl MessageStore {
         let limit = end.min(segment_end);
         let want = ((limit - from) as usize).min(max_bytes.max(BLANK_LEN as usize));
         let mut bytes = log.read(from, want)?;
-        let whole = self.whole_records(from, &bytes, segment_end)?;
+        let (whole, ends_segment) = self.whole_records(from, &bytes, segment_end)?;
         if whole == 0 {
             // The first record is larger than `max_bytes`: read it alone.
             let size = peek_total_size(&bytes).unwrap_or(0);
@@ -218,17 +230,27 @@ impl MessageStore {
         } else {
             bytes.truncate(whole);
         }
-        Ok(Some(Bytes::from(bytes)))
+        let next = if ends_segment {
+            segment_end
+        } else {
+            from + bytes.len() as u64
+        };
+        Ok(Some(ReplicationChunk {
+            offset: from,
+            bytes: Bytes::from(bytes),
+            next,
+        }))
     }
 
     /// How many bytes at the start of `bytes` (read at `from`) are whole records, ending at
-    /// the first end-of-segment marker; 0 when the first record is not complete.
+    /// the first end-of-segment marker (and whether one ends them); 0 when the first record
+    /// is not complete.
     fn whole_records(
         &self,
         from: u64,
         bytes: &[u8],
         segment_end: u64,
-    ) -> Result<usize, ReplicaReadError> {
+    ) -> Result<(usize, bool), ReplicaReadError> {
         let not_boundary = |reason: String| ReplicaReadError::NotABoundary { at: from, reason };
         let mut at = 0usize;
         while bytes.len() - at >= BLANK_LEN as usize {
@@ -241,7 +263,7 @@ impl MessageStore {
                         from + at as u64
                     )));
                 }
-                return Ok(at + BLANK_LEN as usize);
+                return Ok((at + BLANK_LEN as usize, true));
             }
             if size > self.inner.config.record_size_max() || size < BLANK_LEN as usize {
                 return Err(not_boundary(format!(
@@ -253,8 +275,8 @@ impl MessageStore {
                 break;
             }
             if at == 0 {
-                let view =
-                    RecordView::parse_structure(&rest[..size]).map_err(|e| not_boundary(e.to_string()))?;
+                let view = RecordView::parse_structure(&rest[..size])
+                    .map_err(|e| not_boundary(e.to_string()))?;
                 if view.phys_offset != from {
                     return Err(not_boundary(format!(
                         "the record there says it belongs at {}",
@@ -265,9 +287,12 @@ impl MessageStore {
             at += size;
         }
         if at == 0 && bytes.len() < BLANK_LEN as usize {
-            return Err(not_boundary(format!("only {} bytes before the end", bytes.len())));
+            return Err(not_boundary(format!(
+                "only {} bytes before the end",
+                bytes.len()
+            )));
         }
-        Ok(at)
+        Ok((at, false))
     }
 
     /// Whether a replica whose log ends at `log_end`, with `samples` its last records (oldest

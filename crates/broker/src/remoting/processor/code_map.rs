@@ -5,6 +5,9 @@
 //! | core error | code |
 //! |---|---|
 //! | `WriteError::NotDurable`, `WriteError::WriteFailed`, `WriteError::Unexpected` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
+//! | `WriteError::NotReplicated` (SYNC_MASTER: in-sync replicas did not all acknowledge in time) | NOT_DURABLE (2110) |
+//! | `WriteError::NotMaster` (any write to a slave) | NOT_MASTER (2111) |
+//! | `WriteError::InSyncReplicasNotEnough` | SYSTEM_ERROR (1), remark "in-sync replicas not enough: ..." as RocketMQ |
 //! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
 //! | `WriteError::DispatchStalled`, `ViewError`, `RefusalKind::Busy` | SYSTEM_BUSY (2) |
 //! | `WriteError::Invalid`, `RefusalKind::InvalidMessage` | MESSAGE_ILLEGAL (13) |
@@ -72,7 +75,12 @@ impl ResponseCode for WriteError {
         match self {
             WriteError::NotDurable { .. }
             | WriteError::WriteFailed { .. }
+            | WriteError::NotReplicated { .. }
             | WriteError::Unexpected { .. } => codes::NOT_DURABLE,
+            WriteError::NotMaster { .. } => codes::NOT_MASTER,
+            // RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH with SYSTEM_ERROR and this remark;
+            // Java producers retry another broker on it.
+            WriteError::InSyncReplicasNotEnough { .. } => response::SYSTEM_ERROR,
             WriteError::Poisoned { .. } | WriteError::Closed => response::SERVICE_NOT_AVAILABLE,
             WriteError::DispatchStalled(_) => response::SYSTEM_BUSY,
             WriteError::Invalid(_) => response::MESSAGE_ILLEGAL,

@@ -1,0 +1,368 @@
+//! Master/slave replication: offsets travel with the log.
+//!
+//! A slave connects to its master's HA port, says who it is and where its log ends
+//! ([`handshake`]), and receives raw CommitLog bytes from there ([`master`], [`slave`]). It
+//! appends them byte for byte at the same offsets and runs the same dispatcher, so its
+//! ConsumeQueues, key index, consumer offsets, resets, corrections, fences and the delay
+//! scheduler's progress are the master's, with no side channel and no timer (R1, R8, A3).
+//!
+//! The master tracks each slave's acknowledged end in the [`in_sync`] set. Its high watermark
+//! — the smallest acknowledged end over the set, the master included — caps what the
+//! dispatcher exposes on the master and, through the stream, on every slave (invariant 4).
+//! SYNC_MASTER acknowledges a write only once every member holds it
+//! ([`Replication::replicated`], called from the core's one acknowledgement path).
+//!
+//! [`Replication`] is the one shared handle: role (which may change at run time, for
+//! failover), in-sync state, counters and status. The state machines ([`in_sync`],
+//! [`handshake`], [`stream`]) are pure; the tasks in [`master`] and [`slave`] only move bytes
+//! between them, the sockets and the store.
+
+pub mod handshake;
+pub mod in_sync;
+pub mod master;
+pub mod settings;
+pub mod slave;
+pub mod status;
+pub mod stream;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferromq_store::MessageStore;
+use tokio::sync::watch;
+
+use crate::core::error::WriteError;
+use handshake::GroupIdentity;
+use in_sync::{InSyncSet, InSyncSettings, Replicated};
+pub use settings::{BrokerRole, ReplicationSettings};
+
+/// Counters of the replication paths (`brokerStatus`, metrics, tests).
+#[derive(Debug, Default)]
+pub struct ReplicationCounters {
+    /// Log bytes a master sent to its slaves.
+    pub bytes_streamed: AtomicU64,
+    /// Log bytes a slave appended from its master.
+    pub bytes_received: AtomicU64,
+    /// HA connections closed for a malformed or unexpected frame.
+    pub malformed_frames: AtomicU64,
+    /// Hellos refused (wrong group, ahead of the master, diverged, ...).
+    pub peers_refused: AtomicU64,
+    /// Slaves disconnected for a bad acknowledgement (past the master's end).
+    pub bad_acks: AtomicU64,
+    /// Writes refused because this broker is not master.
+    pub not_master_refusals: AtomicU64,
+    /// Pull-carried commits a slave did not apply (the pull itself was served).
+    pub carried_commits_refused: AtomicU64,
+    /// SYNC_MASTER writes refused below `minInSyncReplicas`.
+    pub in_sync_not_enough: AtomicU64,
+    /// SYNC_MASTER writes not replicated in time.
+    pub replication_timeouts: AtomicU64,
+    /// Replicated chunks a slave refused (bad record, not at its end).
+    pub chunks_refused: AtomicU64,
+}
+
+/// What a slave knows of its master (for `haStatus`).
+#[derive(Debug, Clone, Default)]
+pub struct FollowerStatus {
+    /// The master's HA address it follows (or tries to).
+    pub master_addr: Option<SocketAddr>,
+    /// Whether the HA connection is up and accepted.
+    pub connected: bool,
+    /// The master's end as of its last frame.
+    pub master_end: u64,
+    /// The master's watermark as of its last frame.
+    pub watermark: u64,
+    /// When the last frame from the master arrived.
+    pub last_read: Option<Instant>,
+    /// When the last acknowledgement went out.
+    pub last_write: Option<Instant>,
+    /// Why the master refused this slave, while it does.
+    pub refusal: Option<String>,
+}
+
+/// The shared replication state of one broker.
+#[derive(Debug)]
+pub struct Replication {
+    settings: ReplicationSettings,
+    identity: GroupIdentity,
+    role: watch::Sender<BrokerRole>,
+    store: Arc<MessageStore>,
+    in_sync: Mutex<InSyncSet>,
+    /// Bumped whenever an acknowledgement or tick changed the in-sync state.
+    changed: watch::Sender<u64>,
+    /// A slave's master HA address, as configured or learned from the name servers.
+    master_addr: watch::Sender<Option<SocketAddr>>,
+    follower: Mutex<FollowerStatus>,
+    /// Bytes sent to each connected slave, by broker id.
+    streamed_by_replica: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// How long a SYNC_MASTER write waits for its replicas (`syncFlushTimeout`).
+    sync_timeout: Duration,
+    /// The master epoch (0 until failover brings epochs).
+    epoch: AtomicU64,
+    /// Counters.
+    pub counters: ReplicationCounters,
+}
+
+impl Replication {
+    /// The replication state of a broker opening `store` with these settings.
+    pub fn new(
+        settings: ReplicationSettings,
+        identity: GroupIdentity,
+        store: Arc<MessageStore>,
+        sync_timeout: Duration,
+    ) -> Arc<Replication> {
+        let in_sync = InSyncSet::new(
+            InSyncSettings {
+                max_lag: settings.max_lag,
+                min_in_sync_replicas: settings.min_in_sync_replicas as usize,
+            },
+            store.stats().dispatched_end,
+        );
+        let replication = Arc::new(Replication {
+            role: watch::Sender::new(settings.role),
+            master_addr: watch::Sender::new(settings.master_address),
+            identity,
+            store,
+            in_sync: Mutex::new(in_sync),
+            changed: watch::Sender::new(0),
+            follower: Mutex::new(FollowerStatus::default()),
+            streamed_by_replica: Mutex::default(),
+            sync_timeout,
+            epoch: AtomicU64::new(0),
+            counters: ReplicationCounters::default(),
+            settings,
+        });
+        if replication.role().is_master() {
+            replication.apply_bound();
+        } else {
+            // A slave shows what it showed before it stopped, until its master's watermark
+            // arrives over the stream.
+            let visible = replication.store.stats().dispatched_end;
+            replication.store.set_replication_bound(Some(visible));
+        }
+        replication
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ReplicationSettings {
+        &self.settings
+    }
+
+    /// Who this broker group is.
+    pub fn identity(&self) -> &GroupIdentity {
+        &self.identity
+    }
+
+    /// The current role.
+    pub fn role(&self) -> BrokerRole {
+        *self.role.borrow()
+    }
+
+    /// Watches the role (tasks that serve one role stop when it changes).
+    pub fn subscribe_role(&self) -> watch::Receiver<BrokerRole> {
+        self.role.subscribe()
+    }
+
+    /// Changes the role at run time (failover). A master that becomes a slave stops
+    /// accepting writes at once; its slave task starts following `master_addr`.
+    pub fn set_role(&self, role: BrokerRole) {
+        self.role.send_replace(role);
+        self.apply_bound();
+    }
+
+    /// The master epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The store this replication state belongs to.
+    pub fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    /// A slave's master HA address (configured, or learned from a registration reply).
+    pub fn master_addr(&self) -> watch::Receiver<Option<SocketAddr>> {
+        self.master_addr.subscribe()
+    }
+
+    /// Records the master HA address a name server returned, unless `haMasterAddress` fixes
+    /// it.
+    pub fn learn_master_addr(&self, addr: SocketAddr) {
+        if self.settings.master_address.is_some() {
+            return;
+        }
+        self.master_addr.send_if_modified(|current| {
+            let changed = *current != Some(addr);
+            if changed {
+                tracing::info!(master = %addr, "master HA address learned from a name server");
+            }
+            *current = Some(addr);
+            changed
+        });
+    }
+
+    /// Refuses a write when this broker is not a master (R3). `what` names the write.
+    pub fn check_writable(&self, what: &'static str) -> Result<(), WriteError> {
+        let role = self.role();
+        if role.is_master() {
+            return Ok(());
+        }
+        self.counters
+            .not_master_refusals
+            .fetch_add(1, Ordering::Relaxed);
+        Err(WriteError::NotMaster {
+            what,
+            broker: self.identity.broker_name.clone(),
+            broker_id: self.settings.broker_id,
+            role: role.as_str(),
+        })
+    }
+
+    /// SYNC_MASTER: refuses a write before it is appended when the in-sync set is below
+    /// `minInSyncReplicas` (nothing could acknowledge it).
+    pub fn check_in_sync(&self, what: &'static str) -> Result<(), WriteError> {
+        if self.role() != BrokerRole::SyncMaster {
+            return Ok(());
+        }
+        match self.lock().replicated(0) {
+            Replicated::NotEnough { members, needed } => {
+                self.counters
+                    .in_sync_not_enough
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(WriteError::InSyncReplicasNotEnough {
+                    what,
+                    members,
+                    needed,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// SYNC_MASTER: resolves once every in-sync replica holds everything below `end`, or
+    /// fails — below the minimum, or not within `syncFlushTimeout`. Other roles: at once.
+    pub async fn replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
+        if self.role() != BrokerRole::SyncMaster {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + self.sync_timeout;
+        let mut changed = self.changed.subscribe();
+        loop {
+            match self.lock().replicated(end) {
+                Replicated::Yes => return Ok(()),
+                Replicated::NotEnough { members, needed } => {
+                    self.counters
+                        .in_sync_not_enough
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(WriteError::InSyncReplicasNotEnough {
+                        what,
+                        members,
+                        needed,
+                    });
+                }
+                Replicated::Pending => {}
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                self.counters
+                    .replication_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(WriteError::NotReplicated {
+                    what,
+                    timeout_ms: self.sync_timeout.as_millis() as u64,
+                });
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InSyncSet> {
+        self.in_sync.lock().expect("in-sync lock")
+    }
+
+    /// Runs `change` on the in-sync set, then moves the store's dispatch cap to the new
+    /// watermark and wakes SYNC_MASTER waiters — in that order, so an acknowledged write is
+    /// visible to consumers by the time its writer hears of it.
+    pub(crate) fn update<T>(&self, change: impl FnOnce(&mut InSyncSet) -> T) -> T {
+        let out = {
+            let mut set = self.lock();
+            let out = change(&mut set);
+            self.bound_locked(&mut set);
+            out
+        };
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        out
+    }
+
+    /// The dispatch cap of the current role: the watermark on a master; on a slave, the
+    /// watermark its master last sent (set by the slave task).
+    fn apply_bound(&self) {
+        if self.role().is_master() {
+            let mut set = self.lock();
+            self.bound_locked(&mut set);
+        }
+    }
+
+    fn bound_locked(&self, set: &mut InSyncSet) {
+        if !self.role().is_master() {
+            return;
+        }
+        let bound = set.bound(self.store.locally_acknowledgeable_end());
+        self.store.set_replication_bound(bound);
+    }
+
+    /// The master's watermark now (what it tells slaves).
+    pub fn watermark(&self) -> u64 {
+        let mut set = self.lock();
+        set.bound(self.store.locally_acknowledgeable_end());
+        set.watermark()
+    }
+
+    /// A slave's status, updated by the slave task.
+    pub(crate) fn follower(&self) -> std::sync::MutexGuard<'_, FollowerStatus> {
+        self.follower.lock().expect("follower lock")
+    }
+
+    /// Adds `bytes` streamed to replica `id`.
+    pub(crate) fn note_streamed(&self, id: u64, bytes: u64) {
+        self.counters
+            .bytes_streamed
+            .fetch_add(bytes, Ordering::Relaxed);
+        *self
+            .streamed_by_replica
+            .lock()
+            .expect("streamed lock")
+            .entry(id)
+            .or_default() += bytes;
+    }
+
+    /// Bytes streamed to replica `id` so far.
+    pub(crate) fn streamed_to(&self, id: u64) -> u64 {
+        self.streamed_by_replica
+            .lock()
+            .expect("streamed lock")
+            .get(&id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Runs the in-sync tick (`haMaxTimeSlaveNotCatchup`) until `stop`.
+    pub async fn run_ticks(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let period =
+            (self.settings.max_lag / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {
+                    if self.role().is_master() {
+                        let end = self.store.committed_end();
+                        self.update(|set| set.tick(end, Instant::now()));
+                    }
+                }
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! A slave's follower task: connects to the master's HA port, says where its log ends,
+//! appends what the master streams at the same offsets, acknowledges what it holds under
+//! its own flush policy, and caps its dispatcher at the master's watermark — never past it
+//! (invariant 4). It reconnects with a bounded back-off; a refusal (diverged, wrong group)
+//! is kept in the status for `haStatus` and retried slowly.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferromq_protocol::ha::{
+    Data, HaCodec, HaFrame, HaFrameError, Hello, RecordSample, Refused, HA_VERSION,
+};
+use ferromq_store::AckTicket;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::master::frame_max;
+use super::{BrokerRole, Replication};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(3);
+/// Most Data frames already received that are appended before one acknowledgement.
+const BATCH_FRAMES_MAX: usize = 64;
+
+type Reader = FramedRead<OwnedReadHalf, HaCodec>;
+type Writer = FramedWrite<OwnedWriteHalf, HaCodec>;
+
+/// Why a follow attempt ended.
+#[derive(Debug, thiserror::Error)]
+enum FollowError {
+    #[error("the master refused this slave ({}): {}", .0.code, .0.reason)]
+    Refused(Refused),
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// Follows the master while this broker is a slave, until `stop`.
+pub async fn run(replication: Arc<Replication>, mut stop: watch::Receiver<bool>) {
+    let mut role = replication.subscribe_role();
+    let mut master = replication.master_addr();
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let addr = *master.borrow_and_update();
+        let following = replication.role() == BrokerRole::Slave;
+        let Some(addr) = addr.filter(|_| following) else {
+            tokio::select! {
+                _ = role.changed() => {}
+                _ = master.changed() => {}
+                _ = stop.changed() => return,
+            }
+            continue;
+        };
+        replication.follower().master_addr = Some(addr);
+        let outcome = follow(&replication, addr, &mut stop, &mut role).await;
+        replication.follower().connected = false;
+        match outcome {
+            Ok(()) => backoff = BACKOFF_MIN,
+            Err(FollowError::Refused(refused)) => {
+                tracing::error!(master = %addr, code = %refused.code, differs_at = ?refused.differs_at,
+                    reason = %refused.reason, "the master refused this slave; retrying later");
+                replication.follower().refusal =
+                    Some(format!("{}: {}", refused.code, refused.reason));
+                backoff = BACKOFF_MAX;
+            }
+            Err(FollowError::Broken(reason)) => {
+                tracing::warn!(master = %addr, %reason, "HA connection to the master lost; reconnecting");
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// One connection to the master, from Hello to close.
+async fn follow(
+    replication: &Replication,
+    addr: SocketAddr,
+    stop: &mut watch::Receiver<bool>,
+    role: &mut watch::Receiver<BrokerRole>,
+) -> Result<(), FollowError> {
+    let broken =
+        |what: &str, e: &dyn std::fmt::Display| FollowError::Broken(format!("{what}: {e}"));
+    let socket = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|e| broken("connect timed out", &e))?
+        .map_err(|e| broken("cannot connect", &e))?;
+    let _ = socket.set_nodelay(true);
+    let max = frame_max(replication.store());
+    let (read, write) = socket.into_split();
+    let mut reader = FramedRead::new(read, HaCodec::new(max));
+    let mut writer = FramedWrite::new(write, HaCodec::new(max));
+    let hello = hello(replication).await?;
+    let start = hello.log_end;
+    writer
+        .send(HaFrame::Hello(hello))
+        .await
+        .map_err(|e| broken("cannot send Hello", &e))?;
+    match tokio::time::timeout(WELCOME_TIMEOUT, reader.next()).await {
+        Ok(Some(Ok(HaFrame::Welcome(welcome)))) if welcome.start == start => {
+            tracing::info!(master = %addr, from = start, master_end = welcome.master_end,
+                "following the master");
+            let mut status = replication.follower();
+            status.connected = true;
+            status.refusal = None;
+            status.master_end = welcome.master_end;
+            status.last_read = Some(Instant::now());
+        }
+        Ok(Some(Ok(HaFrame::Refused(refused)))) => return Err(FollowError::Refused(refused)),
+        Ok(Some(Ok(other))) => {
+            return Err(malformed(
+                replication,
+                &format!("{} instead of Welcome", other.kind_name()),
+            ))
+        }
+        Ok(Some(Err(error))) => return Err(malformed(replication, &error.to_string())),
+        Ok(None) => {
+            return Err(FollowError::Broken(
+                "the master closed the connection".into(),
+            ))
+        }
+        Err(_) => return Err(FollowError::Broken("no Welcome from the master".into())),
+    }
+    receive(replication, &mut reader, &mut writer, stop, role).await
+}
+
+/// This slave's Hello: who it is and where its log ends.
+async fn hello(replication: &Replication) -> Result<Hello, FollowError> {
+    let store = replication.store().clone();
+    let (log_end, samples) = tokio::task::spawn_blocking(move || store.log_tail())
+        .await
+        .map_err(|e| FollowError::Broken(e.to_string()))?
+        .map_err(|e| FollowError::Broken(format!("cannot read this slave's log tail: {e}")))?;
+    let identity = replication.identity();
+    Ok(Hello {
+        version: HA_VERSION,
+        cluster: identity.cluster.clone(),
+        broker_name: identity.broker_name.clone(),
+        broker_id: replication.settings().broker_id,
+        log_end,
+        epoch: replication.epoch(),
+        samples: samples
+            .into_iter()
+            .map(|s| RecordSample {
+                offset: s.offset,
+                size: s.size,
+                crc: s.crc,
+            })
+            .collect(),
+    })
+}
+
+fn malformed(replication: &Replication, what: &str) -> FollowError {
+    replication
+        .counters
+        .malformed_frames
+        .fetch_add(1, Ordering::Relaxed);
+    FollowError::Broken(format!(
+        "malformed or unexpected frame from the master: {what}"
+    ))
+}
+
+/// Appends and acknowledges the stream until it breaks, the role changes or `stop`.
+async fn receive(
+    replication: &Replication,
+    reader: &mut Reader,
+    writer: &mut Writer,
+    stop: &mut watch::Receiver<bool>,
+    role: &mut watch::Receiver<BrokerRole>,
+) -> Result<(), FollowError> {
+    let interval = replication.settings().heartbeat_interval;
+    let silence = 3 * interval;
+    let mut heartbeat = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            frame = tokio::time::timeout(silence, reader.next()) => {
+                let frame = frame.map_err(|_| FollowError::Broken(format!("the master was silent for {silence:?}")))?;
+                if let Some(ticket) = on_frame(replication, frame)? {
+                    let ticket = drain_ready(replication, reader, ticket)?;
+                    acknowledge(replication, writer, ticket).await?;
+                }
+            }
+            _ = heartbeat.tick() => {
+                let end = replication.store().locally_acknowledgeable_end();
+                send_ack(replication, writer, end).await?;
+            }
+            _ = role.changed() => {
+                if replication.role() != BrokerRole::Slave {
+                    return Ok(());
+                }
+            }
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+}
+
+/// Appends the frames that have arrived already (up to [`BATCH_FRAMES_MAX`]), so one
+/// acknowledgement covers them all; returns the last ticket.
+fn drain_ready(
+    replication: &Replication,
+    reader: &mut Reader,
+    mut ticket: AckTicket,
+) -> Result<AckTicket, FollowError> {
+    for _ in 0..BATCH_FRAMES_MAX {
+        match reader.next().now_or_never() {
+            Some(frame) => {
+                if let Some(next) = on_frame(replication, frame)? {
+                    ticket = next;
+                }
+            }
+            None => break,
+        }
+    }
+    Ok(ticket)
+}
+
+/// Handles one frame from the master; a Data frame's ticket is returned for acknowledgement.
+fn on_frame(
+    replication: &Replication,
+    frame: Option<Result<HaFrame, HaFrameError>>,
+) -> Result<Option<AckTicket>, FollowError> {
+    match frame {
+        Some(Ok(HaFrame::Data(data))) => append(replication, data).map(Some),
+        Some(Ok(HaFrame::Heartbeat {
+            watermark,
+            master_end,
+        })) => {
+            follow_watermark(replication, watermark, master_end);
+            Ok(None)
+        }
+        Some(Ok(other)) => Err(malformed(replication, other.kind_name())),
+        Some(Err(error)) => Err(malformed(replication, &error.to_string())),
+        None => Err(FollowError::Broken(
+            "the master closed the connection".into(),
+        )),
+    }
+}
+
+fn append(replication: &Replication, data: Data) -> Result<AckTicket, FollowError> {
+    let store = replication.store();
+    let ticket = store
+        .append_replicated(data.offset, &data.bytes)
+        .map_err(|error| {
+            replication
+                .counters
+                .chunks_refused
+                .fetch_add(1, Ordering::Relaxed);
+            FollowError::Broken(format!(
+                "replicated chunk at {} refused: {error}",
+                data.offset
+            ))
+        })?;
+    replication
+        .counters
+        .bytes_received
+        .fetch_add(data.bytes.len() as u64, Ordering::Relaxed);
+    follow_watermark(replication, data.watermark, data.master_end);
+    Ok(ticket)
+}
+
+/// Caps this slave's dispatcher at the master's watermark (never lowering the cap).
+fn follow_watermark(replication: &Replication, watermark: u64, master_end: u64) {
+    let store = replication.store();
+    let bound = store
+        .replication_bound()
+        .map_or(watermark, |b| b.max(watermark));
+    store.set_replication_bound(Some(bound));
+    let mut status = replication.follower();
+    status.watermark = bound;
+    status.master_end = master_end;
+    status.last_read = Some(Instant::now());
+}
+
+async fn acknowledge(
+    replication: &Replication,
+    writer: &mut Writer,
+    ticket: AckTicket,
+) -> Result<(), FollowError> {
+    replication
+        .store()
+        .acknowledged(ticket)
+        .await
+        .map_err(|e| FollowError::Broken(format!("replicated bytes not durable here: {e}")))?;
+    send_ack(replication, writer, ticket.end).await
+}
+
+async fn send_ack(
+    replication: &Replication,
+    writer: &mut Writer,
+    log_end: u64,
+) -> Result<(), FollowError> {
+    let bound = 3 * replication.settings().heartbeat_interval;
+    match tokio::time::timeout(bound, writer.send(HaFrame::Ack { log_end })).await {
+        Ok(Ok(())) => {
+            replication.follower().last_write = Some(Instant::now());
+            Ok(())
+        }
+        Ok(Err(error)) => Err(FollowError::Broken(format!("cannot acknowledge: {error}"))),
+        Err(_) => Err(FollowError::Broken(format!(
+            "the master read nothing for {bound:?}"
+        ))),
+    }
+}
