@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{namesrv, Namesrv, T};
+use ferromq_client::read_failover::MASTER_RETRY;
 use ferromq_client::{MessageQueue, OffsetError, PullConsumer, PullConsumerConfig, PullResult};
 use ferromq_protocol::message::record::DraftRecord;
 use ferromq_protocol::remoting::body::topic::{
@@ -224,6 +225,15 @@ async fn pulls_read_from_the_slave_while_the_master_refuses_and_commits_never_go
                 && s.code != request::QUERY_CONSUMER_OFFSET),
         "offsets never go to the slave: {seen:?}"
     );
+
+    // Past the back-off the master is probed first; the failed probe falls back to the slave
+    // within the same pull instead of failing it.
+    tokio::time::sleep(MASTER_RETRY + Duration::from_millis(100)).await;
+    let probed = c
+        .pull(&q, "*", 2, 32)
+        .await
+        .expect("probe falls back to the slave");
+    assert_eq!(bodies(&probed), vec!["slave-2"]);
 
     // The master comes back: within the back-off bound, pulls return to it, with the commit.
     let master_log = fake_broker(TcpListener::bind(master_addr).await.unwrap(), "master");
