@@ -155,6 +155,12 @@ impl ClientError {
         })
     }
 
+    /// True for a transport failure (cannot connect, connection closed, timeout), as opposed
+    /// to an answer: the server may be down. Pulls then read from a slave for a while.
+    pub fn is_transport(&self) -> bool {
+        matches!(self, ClientError::Transport { .. })
+    }
+
     /// True for failures where another attempt (possibly on another queue or broker) may
     /// succeed: transport failures and broker codes for transient or per-broker conditions.
     pub fn is_retriable(&self) -> bool {

@@ -20,6 +20,7 @@ pub mod offset_store;
 pub mod producer;
 pub mod pull_consumer;
 pub mod push;
+pub mod read_failover;
 pub mod rebalance;
 mod reset_push;
 pub mod route;
@@ -44,4 +45,4 @@ pub use push::{
     ConsumeFromWhere, ConsumeStatus, MessageListener, MessageModel, PushConsumer,
     PushConsumerConfig, PushConsumerStats, ShutdownReport,
 };
-pub use route::{RouteCache, RouteStats, TopicRoute};
+pub use route::{BrokerReplicas, RouteCache, RouteStats, TopicRoute};

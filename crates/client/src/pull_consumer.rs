@@ -19,6 +19,15 @@
 //!   they are refused as unsupported;
 //! - `commit` is `update` + `persist` and returns the store's error; `read_offset` returns
 //!   `Ok(None)` only when the store has no offset, `Err` when it cannot be asked (C3, C6);
+//! - pulls go to the queue's master. After a transport failure of the master (not a broker
+//!   error code), pulls of its broker group go to the group's first slave (lowest broker id)
+//!   and the master is probed again at most every [`crate::read_failover::MASTER_RETRY`]
+//!   (a failed probe falls back to the slave in the same pull); any answer from the master
+//!   returns reads to it. A pull served by a slave never carries a commit (sysFlag
+//!   COMMIT_OFFSET cleared, as Java does), and a slave's OFFSET_ILLEGAL is an error, never a
+//!   correction: a slave may lag the master. `suggestWhichBrokerId` is not followed;
+//! - commits, offset queries and heartbeats go to masters only: with the master unreachable
+//!   a commit fails ([`OffsetError::Unreachable`]) and is never sent to a slave;
 //! - blocking pulls are bounded: the broker holds at most `hold`, the client waits
 //!   `hold + pull_timeout`;
 //! - the consumer heartbeats to every known master so the broker knows the group is online
@@ -50,7 +59,15 @@ use crate::connections::ConnectionPool;
 use crate::error::{ClientError, OffsetError};
 use crate::message::{decode_pull_body, MessageExt};
 use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMode};
+use crate::read_failover::{MasterState, ReadFailover};
 use crate::route::RouteCache;
+
+/// Which member of a broker group a pull goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Master,
+    Slave,
+}
 
 /// Pull sysFlag bits (reference §9).
 const SYSFLAG_COMMIT_OFFSET: i32 = 0x1;
@@ -139,6 +156,8 @@ struct Inner {
     options: Mutex<PullOptions>,
     /// Tasks relaying server requests to the handler, one per connection.
     server_tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Masters found unreachable, whose groups' pulls go to a slave for a while.
+    failover: ReadFailover,
 }
 
 #[derive(Default)]
@@ -231,6 +250,7 @@ impl PullConsumer {
                 heartbeat_task: Mutex::new(None),
                 options: Mutex::new(PullOptions::default()),
                 server_tasks: Mutex::new(Vec::new()),
+                failover: ReadFailover::default(),
             }),
         };
         let weak = Arc::downgrade(&consumer.inner);
@@ -489,6 +509,7 @@ impl PullConsumer {
         result
     }
 
+    /// Picks the pull's target (see the module invariants) and pulls.
     async fn pull_inner(
         &self,
         queue: &MessageQueue,
@@ -497,16 +518,68 @@ impl PullConsumer {
         max: u32,
         hold: Option<Duration>,
     ) -> Result<PullResult, ClientError> {
-        let addr = self
-            .inner
-            .routes
-            .master_addr(&queue.topic, &queue.broker_name)
-            .await?;
+        let routes = &self.inner.routes;
+        let failover = &self.inner.failover;
+        let broker = queue.broker_name.as_str();
+        let master = routes.master_addr(&queue.topic, broker).await;
+        let slave = routes
+            .known_replicas(broker)
+            .and_then(|r| r.first_slave())
+            .map(|(_, addr)| addr);
+        let state = failover.state(broker);
+        if let Ok(addr) = master {
+            if state != MasterState::Down || slave.is_none() {
+                let result = self
+                    .pull_from(addr, Target::Master, queue, expression, offset, max, hold)
+                    .await;
+                match result {
+                    Err(error) if error.is_transport() => {
+                        failover.master_failed(broker);
+                        // A failed probe of a master already known down reads on from the
+                        // slave rather than failing once a second; a first failure is this
+                        // pull's error and the next pull goes to the slave.
+                        if state != MasterState::Probe || slave.is_none() {
+                            return Err(error);
+                        }
+                    }
+                    other => {
+                        failover.master_answered(broker);
+                        return other;
+                    }
+                }
+            }
+        }
+        match (slave, master) {
+            (Some(addr), _) => {
+                tracing::debug!(?queue, slave = %addr, "pulling from a slave: master unreachable");
+                self.pull_from(addr, Target::Slave, queue, expression, offset, max, hold)
+                    .await
+            }
+            (None, Err(error)) => Err(error),
+            (None, Ok(addr)) => Err(ClientError::NoBrokerAddress {
+                broker_name: format!("{broker} (master {addr} unreachable, no slave)"),
+            }),
+        }
+    }
+
+    /// One pull from `addr`. A slave's pull carries no commit and its OFFSET_ILLEGAL is an
+    /// error.
+    #[allow(clippy::too_many_arguments)]
+    async fn pull_from(
+        &self,
+        addr: SocketAddr,
+        target: Target,
+        queue: &MessageQueue,
+        expression: &str,
+        offset: u64,
+        max: u32,
+        hold: Option<Duration>,
+    ) -> Result<PullResult, ClientError> {
         let wire_offset = i64::try_from(offset)
             .map_err(|_| ClientError::InvalidMessage(format!("offset {offset} exceeds i64")))?;
         let subscription = TagExpression::subscription_text(expression);
         let expression = TagExpression::parse_subscription(expression);
-        let commit_offset = if self.options().commit_on_pull {
+        let commit_offset = if target == Target::Master && self.options().commit_on_pull {
             self.inner
                 .offsets
                 .read(queue, ReadMode::Memory)
@@ -549,6 +622,17 @@ impl PullConsumer {
         let cmd = RemotingCommand::request_with_header(request::PULL_MESSAGE, &header);
         let reply = self.inner.pool.invoke(addr, cmd, timeout).await?;
         let code = reply.code;
+        if target == Target::Slave && code == response::PULL_OFFSET_MOVED {
+            return Err(ClientError::Broker {
+                addr,
+                code,
+                remark: format!(
+                    "slave answered OFFSET_ILLEGAL for {queue:?} at {offset}; not followed (a \
+                     slave may lag its master): {}",
+                    reply.remark.unwrap_or_default()
+                ),
+            });
+        }
         if !matches!(
             code,
             response::SUCCESS

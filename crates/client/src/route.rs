@@ -9,8 +9,10 @@
 //! - queue lists are sorted (broker name, queue id), writable queues come only from queue
 //!   data with the WRITE permission whose broker group has a master, readable ones from
 //!   queue data with READ permission;
-//! - broker addresses are masters only (broker id 0): commits and sends never go to a slave
-//!   (offset pitfall R3);
+//! - the broker addresses `master_addr`, `known_master` and `known_masters` give are masters
+//!   only (broker id 0): commits, offset queries and sends never go to a slave (offset
+//!   pitfall R3). Slaves are named only by [`BrokerReplicas`] ([`TopicRoute::replicas`],
+//!   [`RouteCache::known_replicas`]), which pulls use to read while a master is unreachable;
 //! - a background refresh ([`RouteCache::spawn_refresher`]) replaces a route only with a
 //!   fetched one: a failed refresh keeps the last good route and is counted;
 //! - a route derived from the auto-create template (`TBW102`) is only ever built for a
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
-use ferromq_protocol::remoting::body::route::{perm, TopicRouteData};
+use ferromq_protocol::remoting::body::route::{perm, TopicRouteData, MASTER_ID};
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::namesrv::GetRouteInfoRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
@@ -116,6 +118,50 @@ impl TopicRoute {
             .and_then(|b| b.master_addr())
             .and_then(|a| a.parse().ok())
     }
+
+    /// The master and slaves of `broker_name` in this route (addresses that do not parse as
+    /// socket addresses are left out), or `None` when the route does not name the group.
+    pub fn replicas(&self, broker_name: &str) -> Option<BrokerReplicas> {
+        self.data
+            .broker_datas
+            .iter()
+            .find(|b| b.broker_name == broker_name)
+            .map(BrokerReplicas::from_data)
+    }
+}
+
+/// The members of one broker group as a route names them: its master and its slaves.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BrokerReplicas {
+    /// Broker group name.
+    pub broker_name: String,
+    /// The master (broker id 0), when the route names one.
+    pub master: Option<SocketAddr>,
+    /// The slaves (broker id != 0) as `(broker id, address)`, lowest id first. Read-only
+    /// members: never a target for commits or sends.
+    pub slaves: Vec<(i64, SocketAddr)>,
+}
+
+impl BrokerReplicas {
+    /// The slave a read goes to when the master is unreachable: the lowest broker id.
+    pub fn first_slave(&self) -> Option<(i64, SocketAddr)> {
+        self.slaves.first().copied()
+    }
+
+    fn from_data(b: &ferromq_protocol::remoting::body::route::BrokerData) -> Self {
+        let mut slaves: Vec<(i64, SocketAddr)> = b
+            .broker_addrs
+            .iter()
+            .filter(|(id, _)| **id != MASTER_ID)
+            .filter_map(|(id, a)| a.parse().ok().map(|a| (*id, a)))
+            .collect();
+        slaves.sort_by_key(|(id, _)| *id);
+        BrokerReplicas {
+            broker_name: b.broker_name.clone(),
+            master: b.master_addr().and_then(|a| a.parse().ok()),
+            slaves,
+        }
+    }
 }
 
 /// Cached topic routes fetched from a list of name servers.
@@ -128,6 +174,8 @@ pub struct RouteCache {
     routes: RwLock<HashMap<String, Arc<TopicRoute>>>,
     /// Master address per broker name, from every route seen (newest wins).
     brokers: RwLock<HashMap<String, SocketAddr>>,
+    /// Master and slaves per broker name, from the newest route naming the group.
+    replicas: RwLock<HashMap<String, BrokerReplicas>>,
     refreshes_ok: AtomicU64,
     refresh_failures: AtomicU64,
     /// One on-use fetch at a time per topic: concurrent sends that find no fresh route wait
@@ -166,6 +214,7 @@ impl RouteCache {
             max_age,
             routes: RwLock::new(HashMap::new()),
             brokers: RwLock::new(HashMap::new()),
+            replicas: RwLock::new(HashMap::new()),
             refreshes_ok: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
             fetching: Mutex::new(HashMap::new()),
@@ -277,6 +326,10 @@ impl RouteCache {
                 if let Some(master) = b.master_addr().and_then(|a| a.parse().ok()) {
                     brokers.insert(b.broker_name.clone(), master);
                 }
+            }
+            let mut replicas = self.replicas.write().unwrap_or_else(|e| e.into_inner());
+            for b in &route.data.broker_datas {
+                replicas.insert(b.broker_name.clone(), BrokerReplicas::from_data(b));
             }
         }
         self.routes
@@ -418,6 +471,18 @@ impl RouteCache {
             .copied()
     }
 
+    /// The master and slaves of `broker_name` from the newest route that named the group,
+    /// without asking a name server. Its `master` is `None` when that route had no master
+    /// (e.g. the name server already removed a dead one); [`RouteCache::known_master`] still
+    /// gives the last master seen.
+    pub fn known_replicas(&self, broker_name: &str) -> Option<BrokerReplicas> {
+        self.replicas
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(broker_name)
+            .cloned()
+    }
+
     /// Every master address known.
     pub fn known_masters(&self) -> Vec<SocketAddr> {
         let mut out: Vec<SocketAddr> = self
@@ -460,5 +525,93 @@ impl RouteCache {
             });
         }
         Ok(route.read_queues.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferromq_protocol::remoting::body::route::{BrokerData, QueueData};
+
+    fn route(addrs: &[(i64, &str)]) -> TopicRoute {
+        let data = TopicRouteData {
+            queue_datas: vec![QueueData {
+                broker_name: "a".into(),
+                read_queue_nums: 2,
+                write_queue_nums: 2,
+                perm: 6,
+                topic_sys_flag: 0,
+            }],
+            broker_datas: vec![BrokerData {
+                cluster: "C".into(),
+                broker_name: "a".into(),
+                broker_addrs: addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
+                ..BrokerData::default()
+            }],
+            ..TopicRouteData::default()
+        };
+        TopicRoute::new("T", data)
+    }
+
+    #[test]
+    fn replicas_name_master_and_slaves_lowest_id_first() {
+        let r = route(&[
+            (2, "127.0.0.1:3"),
+            (0, "127.0.0.1:1"),
+            (1, "127.0.0.1:2"),
+            (3, "not an address"),
+        ]);
+        let replicas = r.replicas("a").unwrap();
+        assert_eq!(replicas.master, Some("127.0.0.1:1".parse().unwrap()));
+        assert_eq!(
+            replicas.slaves,
+            vec![
+                (1, "127.0.0.1:2".parse().unwrap()),
+                (2, "127.0.0.1:3".parse().unwrap())
+            ]
+        );
+        assert_eq!(replicas.first_slave().map(|(id, _)| id), Some(1));
+        assert!(r.replicas("b").is_none());
+        // The master address stays the master's.
+        assert_eq!(r.master_addr("a"), Some("127.0.0.1:1".parse().unwrap()));
+
+        // A route without master: slaves are known, readable queues stay, writable ones go.
+        let r = route(&[(1, "127.0.0.1:2")]);
+        let replicas = r.replicas("a").unwrap();
+        assert_eq!(replicas.master, None);
+        assert_eq!(replicas.slaves.len(), 1);
+        assert_eq!(r.master_addr("a"), None);
+        assert!(r.write_queues.is_empty());
+        assert_eq!(r.read_queues.len(), 2);
+    }
+
+    #[test]
+    fn cache_keeps_the_last_master_and_the_newest_replicas() {
+        let pool = Arc::new(ConnectionPool::new(Default::default()));
+        let cache = RouteCache::new(
+            vec!["127.0.0.1:9".parse().unwrap()],
+            pool,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        cache.store(route(&[(0, "127.0.0.1:1"), (1, "127.0.0.1:2")]));
+        assert_eq!(
+            cache.known_master("a"),
+            Some("127.0.0.1:1".parse().unwrap())
+        );
+        // The name server dropped the master: the slave stays readable, the master known.
+        cache.store(route(&[(1, "127.0.0.1:2")]));
+        let replicas = cache.known_replicas("a").unwrap();
+        assert_eq!(replicas.master, None);
+        assert_eq!(
+            replicas.first_slave(),
+            Some((1, "127.0.0.1:2".parse().unwrap()))
+        );
+        assert_eq!(
+            cache.known_master("a"),
+            Some("127.0.0.1:1".parse().unwrap())
+        );
+        assert_eq!(cache.known_masters(), vec!["127.0.0.1:1".parse().unwrap()]);
     }
 }

@@ -54,6 +54,29 @@ pub enum NamesrvClientError {
     ReplyBody(#[from] BodyError),
 }
 
+impl NamesrvClientError {
+    /// The response code and remark when the name server answered with an error code, e.g.
+    /// SYSTEM_ERROR with "broker name … already has a live master at …" for a second master
+    /// of a broker name; `None` for transport and decoding failures.
+    pub fn rejection(&self) -> Option<(i32, Option<&str>)> {
+        match self {
+            NamesrvClientError::Rejected { code, remark, .. } => Some((*code, remark.as_deref())),
+            _ => None,
+        }
+    }
+
+    /// Whether the name server refused a registration because the broker name already has a
+    /// live master at another address (a broker should not retry as master until it is gone).
+    pub fn is_second_master(&self) -> bool {
+        self.rejection().is_some_and(|(code, remark)| {
+            code == response::SYSTEM_ERROR && remark.is_some_and(|r| r.contains(SECOND_MASTER_MARK))
+        })
+    }
+}
+
+/// The part of the name server's second-master refusal remark that identifies it.
+const SECOND_MASTER_MARK: &str = "a second master with the same brokerName is refused";
+
 /// What a broker learns from a registration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RegisterBrokerReply {

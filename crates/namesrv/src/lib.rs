@@ -24,6 +24,7 @@ pub use client::{NamesrvClient, NamesrvClientError, RegisterBrokerReply};
 pub use kv::KvConfig;
 pub use processor::Processor;
 pub use route_registry::{
-    ConnectionId, RegisterBrokerResult, RemovedBroker, RouteRegistry, DEFAULT_BROKER_EXPIRY,
+    ConnectionId, RegisterBrokerError, RegisterBrokerResult, RemovedBroker, RouteRegistry,
+    DEFAULT_BROKER_EXPIRY,
 };
 pub use server::{NameServer, NamesrvConfig, NamesrvError};

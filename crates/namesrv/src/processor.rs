@@ -122,7 +122,13 @@ impl Processor {
         } else {
             decode_json(raw).map_err(|e| RequestError::Body(e.to_string()))?
         };
-        let result = self.registry.register_broker(&header, &body, Some(conn));
+        // A refusal (a second master for the group) is SYSTEM_ERROR, as RocketMQ answers a
+        // registration its route manager rejects, with a remark naming the conflict.
+        let result = match self.registry.register_broker(&header, &body, Some(conn)) {
+            Ok(result) => result,
+            Err(e) => return Ok(req.reply(response::SYSTEM_ERROR, Some(e.to_string()))),
+        };
+        // A slave's reply carries its master's `masterAddr` and `haServerAddr` ext fields.
         let reply_header = RegisterBrokerResponseHeader {
             ha_server_addr: result.ha_server_addr,
             master_addr: result.master_addr,
@@ -384,5 +390,57 @@ mod tests {
         );
         assert_eq!(p.process(&del, 1).code, response::SUCCESS);
         assert_eq!(p.process(&get, 1).code, response::QUERY_NOT_FOUND);
+    }
+
+    fn register(
+        p: &Processor,
+        name: &str,
+        addr: &str,
+        id: &str,
+        conn: ConnectionId,
+    ) -> RemotingCommand {
+        let ha = format!("{addr}-ha");
+        let fields = [
+            ("brokerName", name),
+            ("brokerAddr", addr),
+            ("clusterName", "C"),
+            ("haServerAddr", ha.as_str()),
+            ("brokerId", id),
+        ];
+        p.process(&req(request::REGISTER_BROKER, &fields), conn)
+    }
+
+    #[test]
+    fn slave_reply_carries_master_and_ha_addresses_in_ext_fields() {
+        let p = processor();
+        let master = register(&p, "a", "m:1", "0", 1);
+        assert_eq!(master.code, response::SUCCESS);
+        assert!(!master.ext_fields.contains_key("masterAddr"));
+        let slave = register(&p, "a", "s:1", "1", 2);
+        assert_eq!(slave.code, response::SUCCESS);
+        assert_eq!(
+            slave.ext_fields.get("masterAddr").map(String::as_str),
+            Some("m:1")
+        );
+        assert_eq!(
+            slave.ext_fields.get("haServerAddr").map(String::as_str),
+            Some("m:1-ha")
+        );
+    }
+
+    #[test]
+    fn second_master_is_system_error_naming_the_keys() {
+        let p = processor();
+        assert_eq!(register(&p, "a", "m:1", "0", 1).code, response::SUCCESS);
+        let r = register(&p, "a", "m:2", "0", 2);
+        assert_eq!(r.code, response::SYSTEM_ERROR);
+        assert_eq!(r.opaque, 42);
+        let remark = r.remark.unwrap();
+        assert!(
+            remark.contains(
+                "broker name a already has a live master at m:1 (brokerName, brokerId=0)"
+            ),
+            "{remark}"
+        );
     }
 }

@@ -14,6 +14,10 @@
 //!   its queue data goes with it, and a topic with no queue data left is removed;
 //! - only a master (broker id 0), or the acting master of a group without one, writes queue
 //!   data; slaves only add their address;
+//! - a group has at most one master: a broker registering as master (id 0) of a group whose
+//!   live master has another address is refused ([`RegisterBrokerError::SecondMaster`]) and
+//!   changes nothing; once that master is gone (unregistered, expired, connection closed) the
+//!   new one, e.g. a promoted slave, is accepted;
 //! - a route is served only for a topic that has queue data on at least one registered group;
 //!   anything else is "topic does not exist".
 //!
@@ -45,6 +49,28 @@ pub struct RegisterBrokerResult {
     pub ha_server_addr: Option<String>,
     /// For a slave: its group's master address, when the master is registered.
     pub master_addr: Option<String>,
+}
+
+/// Why a registration was refused. Nothing in the tables changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterBrokerError {
+    /// The group already has a live master at another address: two masters with one broker
+    /// name would split the group's writes (and its slaves' replication) between two logs.
+    #[error(
+        "broker name {broker_name} already has a live master at {live_master} \
+         (brokerName, brokerId=0): a second master with the same brokerName is refused \
+         (refused address {refused_addr}, cluster {cluster_name})"
+    )]
+    SecondMaster {
+        /// Cluster of the refused registration.
+        cluster_name: String,
+        /// Broker group.
+        broker_name: String,
+        /// Address of the registered, live master.
+        live_master: String,
+        /// Address that asked to register as master.
+        refused_addr: String,
+    },
 }
 
 /// A broker removed by [`RouteRegistry::scan_expired`] or
@@ -121,12 +147,16 @@ impl RouteRegistry {
     /// registered from this address, or on the broker's first registration, as RocketMQ does.
     /// Topics the broker no longer lists are kept (RocketMQ's default
     /// `deleteTopicWithBrokerRegistration=false`); DELETE_TOPIC_IN_NAMESRV removes them.
+    ///
+    /// A master registering for a group whose live master has another address is refused
+    /// (see [`RegisterBrokerError::SecondMaster`]); a master whose last registration is older
+    /// than its expiry counts as gone even before [`RouteRegistry::scan_expired`] removes it.
     pub fn register_broker(
         &self,
         header: &RegisterBrokerRequestHeader,
         body: &RegisterBrokerBody,
         conn: Option<ConnectionId>,
-    ) -> RegisterBrokerResult {
+    ) -> Result<RegisterBrokerResult, RegisterBrokerError> {
         self.register_broker_at(header, body, conn, Instant::now())
     }
 
@@ -136,13 +166,26 @@ impl RouteRegistry {
         body: &RegisterBrokerBody,
         conn: Option<ConnectionId>,
         now: Instant,
-    ) -> RegisterBrokerResult {
+    ) -> Result<RegisterBrokerResult, RegisterBrokerError> {
         let mut t = self.lock();
         let cluster = header.cluster_name.clone();
         let name = header.broker_name.clone();
         let addr = header.broker_addr.clone();
         let id = header.broker_id;
         let acting = header.enable_acting_master.unwrap_or(false);
+
+        if id == MASTER_ID {
+            if let Some(live_master) = live_master_elsewhere(&t, &name, &addr, now) {
+                tracing::warn!(cluster = %cluster, broker = %name, addr = %addr,
+                    live_master = %live_master, "second master for a broker name refused");
+                return Err(RegisterBrokerError::SecondMaster {
+                    cluster_name: cluster,
+                    broker_name: name,
+                    live_master,
+                    refused_addr: addr,
+                });
+            }
+        }
 
         t.clusters
             .entry(cluster.clone())
@@ -238,7 +281,7 @@ impl RouteRegistry {
                 }
             }
         }
-        result
+        Ok(result)
     }
 
     /// Removes one broker (UNREGISTER_BROKER). Returns whether it was registered.
@@ -496,6 +539,27 @@ impl RouteRegistry {
     }
 }
 
+/// The address of `broker_name`'s master when it is not `addr` and the master is live: its
+/// registration is in the live table and not older than its expiry.
+fn live_master_elsewhere(
+    t: &Tables,
+    broker_name: &str,
+    addr: &str,
+    now: Instant,
+) -> Option<String> {
+    let master = t.brokers.get(broker_name)?.master_addr()?;
+    if master == addr {
+        return None;
+    }
+    let live = t.live.iter().any(|(key, live)| {
+        key.addr == master
+            && live.broker_name == broker_name
+            && live.broker_id == MASTER_ID
+            && now.saturating_duration_since(live.last_update) <= live.expiry
+    });
+    live.then(|| master.to_owned())
+}
+
 /// Removes one broker address and, if its group has no member left, the group, its cluster
 /// membership and its queue data. Returns whether the broker was known.
 fn remove_broker(
@@ -587,8 +651,11 @@ mod tests {
     #[test]
     fn master_and_slave_share_a_group_and_slave_learns_master() {
         let r = RouteRegistry::default();
-        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1));
-        let res = r.register_broker(&header("a", "s:1", 1), &body(&[("X", 8)], 1), Some(2));
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        let res = r
+            .register_broker(&header("a", "s:1", 1), &body(&[("X", 8)], 1), Some(2))
+            .unwrap();
         assert_eq!(res.master_addr.as_deref(), Some("m:1"));
         assert_eq!(res.ha_server_addr.as_deref(), Some("m:1-ha"));
         // The slave's topics are not routes.
@@ -612,14 +679,17 @@ mod tests {
     #[test]
     fn queue_data_updates_only_on_new_data_version() {
         let r = RouteRegistry::default();
-        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None);
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None)
+            .unwrap();
         // Same version, different content: ignored (the broker did not bump its version).
-        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 1), None);
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 1), None)
+            .unwrap();
         assert_eq!(
             r.topic_route("T").unwrap().queue_datas[0].read_queue_nums,
             4
         );
-        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 2), None);
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 8)], 2), None)
+            .unwrap();
         assert_eq!(
             r.topic_route("T").unwrap().queue_datas[0].read_queue_nums,
             8
@@ -630,10 +700,12 @@ mod tests {
     fn expiry_uses_header_timeout_or_default() {
         let r = RouteRegistry::new(Duration::from_secs(10));
         let t0 = Instant::now();
-        r.register_broker_at(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None, t0);
+        r.register_broker_at(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None, t0)
+            .unwrap();
         let mut h = header("b", "m:2", 0);
         h.heartbeat_timeout_millis = Some(1000);
-        r.register_broker_at(&h, &body(&[("U", 4)], 1), None, t0);
+        r.register_broker_at(&h, &body(&[("U", 4)], 1), None, t0)
+            .unwrap();
         assert!(r.scan_expired(t0 + Duration::from_millis(900)).is_empty());
         let removed = r.scan_expired(t0 + Duration::from_secs(2));
         assert_eq!(removed.len(), 1);
@@ -651,10 +723,11 @@ mod tests {
             &header("a", "m:1", 0),
             &body(&[("T", 4), ("U", 4)], 1),
             None,
-        );
+        )
+        .unwrap();
         let mut hb = header("b", "m:2", 0);
         hb.cluster_name = "D".into();
-        r.register_broker(&hb, &body(&[("T", 4)], 1), None);
+        r.register_broker(&hb, &body(&[("T", 4)], 1), None).unwrap();
         assert_eq!(r.topics_by_cluster("D").topic_list.len(), 1);
         assert_eq!(r.wipe_write_perm("a"), 2);
         assert_eq!(r.topic_route("U").unwrap().queue_datas[0].perm, perm::READ);
@@ -675,7 +748,8 @@ mod tests {
         let r = RouteRegistry::default();
         let v1 = body(&[], 1).topic_config_serialize_wrapper.data_version;
         assert_eq!(r.query_data_version("C", "m:1", &v1), (true, None));
-        r.register_broker(&header("a", "m:1", 0), &body(&[], 1), None);
+        r.register_broker(&header("a", "m:1", 0), &body(&[], 1), None)
+            .unwrap();
         assert_eq!(
             r.query_data_version("C", "m:1", &v1),
             (false, Some(v1.clone()))
@@ -685,5 +759,133 @@ mod tests {
             ..v1.clone()
         };
         assert_eq!(r.query_data_version("C", "m:1", &v2), (true, Some(v1)));
+    }
+
+    #[test]
+    fn second_master_with_another_address_is_refused_and_changes_nothing() {
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        let err = r
+            .register_broker(&header("a", "m:2", 0), &body(&[("U", 8)], 1), Some(2))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("broker name a already has a live master at m:1")
+                && text.contains("brokerId=0")
+                && text.contains("m:2"),
+            "{text}"
+        );
+        assert_eq!(
+            err,
+            RegisterBrokerError::SecondMaster {
+                cluster_name: "C".into(),
+                broker_name: "a".into(),
+                live_master: "m:1".into(),
+                refused_addr: "m:2".into(),
+            }
+        );
+        // Nothing changed: one master, no new topic, one live broker.
+        let route = r.topic_route("T").unwrap();
+        assert_eq!(route.broker_datas[0].master_addr(), Some("m:1"));
+        assert_eq!(route.broker_datas[0].broker_addrs.len(), 1);
+        assert!(r.topic_route("U").is_none());
+        assert_eq!(r.live_broker_count(), 1);
+        // The live master re-registering from its own address is accepted.
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 2), Some(1))
+            .unwrap();
+        // So is a slave of the group, which learns the first master.
+        let res = r
+            .register_broker(&header("a", "s:1", 1), &body(&[], 1), Some(3))
+            .unwrap();
+        assert_eq!(res.master_addr.as_deref(), Some("m:1"));
+    }
+
+    #[test]
+    fn new_master_is_accepted_once_the_old_one_is_gone() {
+        // Unregistered.
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        assert!(r.unregister_broker("C", "m:1", "a", 0));
+        r.register_broker(&header("a", "m:2", 0), &body(&[("T", 4)], 1), Some(2))
+            .unwrap();
+        assert_eq!(
+            r.topic_route("T").unwrap().broker_datas[0].master_addr(),
+            Some("m:2")
+        );
+        // The old master coming back as master is now the second one.
+        assert!(r
+            .register_broker(&header("a", "m:1", 0), &body(&[], 1), Some(3))
+            .is_err());
+
+        // Connection closed.
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        assert_eq!(r.connection_closed(1).len(), 1);
+        r.register_broker(&header("a", "m:2", 0), &body(&[("T", 4)], 1), Some(2))
+            .unwrap();
+
+        // Expired, even before the scan removed it.
+        let r = RouteRegistry::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        r.register_broker_at(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None, t0)
+            .unwrap();
+        assert!(r
+            .register_broker_at(
+                &header("a", "m:2", 0),
+                &body(&[], 1),
+                None,
+                t0 + Duration::from_secs(5)
+            )
+            .is_err());
+        r.register_broker_at(
+            &header("a", "m:2", 0),
+            &body(&[], 1),
+            None,
+            t0 + Duration::from_secs(11),
+        )
+        .unwrap();
+        assert_eq!(
+            r.topic_route("T").unwrap().broker_datas[0].master_addr(),
+            Some("m:2")
+        );
+        // The scan removes the stale old master without touching the new one.
+        let removed = r.scan_expired(t0 + Duration::from_secs(12));
+        assert_eq!(removed.len(), 1);
+        assert_eq!(removed[0].broker_addr, "m:1");
+        assert_eq!(
+            r.topic_route("T").unwrap().broker_datas[0].master_addr(),
+            Some("m:2")
+        );
+    }
+
+    #[test]
+    fn slave_promoted_to_master_is_accepted_once_the_master_is_gone() {
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        r.register_broker(&header("a", "s:1", 1), &body(&[], 1), Some(2))
+            .unwrap();
+        // Promotion while the master is live is a second master.
+        assert!(r
+            .register_broker(&header("a", "s:1", 0), &body(&[("T", 4)], 2), Some(2))
+            .is_err());
+        let route = r.topic_route("T").unwrap();
+        assert_eq!(
+            route.broker_datas[0]
+                .broker_addrs
+                .get(&1)
+                .map(String::as_str),
+            Some("s:1")
+        );
+        assert_eq!(r.connection_closed(1).len(), 1);
+        r.register_broker(&header("a", "s:1", 0), &body(&[("T", 4)], 2), Some(2))
+            .unwrap();
+        let route = r.topic_route("T").unwrap();
+        assert_eq!(route.broker_datas[0].master_addr(), Some("s:1"));
+        // Its old slave entry is gone: one address, id 0.
+        assert_eq!(route.broker_datas[0].broker_addrs.len(), 1);
     }
 }

@@ -606,3 +606,97 @@ async fn shutdown_closes_connections() {
         .await
         .is_err());
 }
+
+#[tokio::test]
+async fn second_master_for_a_broker_name_is_refused_until_the_first_is_gone() {
+    let ns = start(local_config()).await;
+    let first = NamesrvClient::new();
+    first
+        .register_broker(
+            ns.addr,
+            &broker_header("broker-a", "127.0.0.1:10911", 0),
+            &broker_body(),
+            T,
+        )
+        .await
+        .unwrap();
+    // A slave of the group, over its own connection.
+    let slave = NamesrvClient::new();
+    let reply = slave
+        .register_broker(
+            ns.addr,
+            &broker_header("broker-a", "127.0.0.1:10921", 1),
+            &RegisterBrokerBody::default(),
+            T,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.result.master_addr.as_deref(), Some("127.0.0.1:10911"));
+
+    // Another address as master of broker-a: refused, with a typed error.
+    let second = NamesrvClient::new();
+    let err = second
+        .register_broker(
+            ns.addr,
+            &broker_header("broker-a", "127.0.0.1:10931", 0),
+            &broker_body(),
+            T,
+        )
+        .await
+        .unwrap_err();
+    let (code, remark) = err.rejection().expect("a name server refusal");
+    assert_eq!(code, response::SYSTEM_ERROR);
+    let remark = remark.unwrap_or_default();
+    assert!(
+        remark.contains(
+            "broker name broker-a already has a live master at 127.0.0.1:10911 \
+             (brokerName, brokerId=0): a second master with the same brokerName is refused"
+        ),
+        "{remark}"
+    );
+    assert!(err.is_second_master(), "{err}");
+    let client = RemotingClient::connect(ns.addr, T).await.unwrap();
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["0"], "127.0.0.1:10911");
+
+    // The master's connection closes: the slave, promoted, takes id 0 from its address.
+    first.close_all().await;
+    let deadline = Instant::now() + T;
+    loop {
+        let promoted = slave
+            .register_broker(
+                ns.addr,
+                &broker_header("broker-a", "127.0.0.1:10921", 0),
+                &broker_body(),
+                T,
+            )
+            .await;
+        match promoted {
+            Ok(_) => break,
+            Err(e) if e.is_second_master() && Instant::now() < deadline => {
+                // The server has not yet seen the close.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("promotion refused: {e}"),
+        }
+    }
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(
+        v["brokerDatas"][0]["brokerAddrs"],
+        serde_json::json!({"0": "127.0.0.1:10921"})
+    );
+    // The refused broker is still refused: the group has a live master again.
+    let err = second
+        .register_broker(
+            ns.addr,
+            &broker_header("broker-a", "127.0.0.1:10931", 0),
+            &broker_body(),
+            T,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_second_master(), "{err}");
+    slave.close_all().await;
+    second.close_all().await;
+    ns.stop().await;
+}

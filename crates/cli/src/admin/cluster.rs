@@ -1,4 +1,5 @@
-//! Cluster and message commands: `clusterList`, `queryMsgById`.
+//! Cluster and message commands: `clusterList` (each broker with its id and role: MASTER for
+//! broker id 0, SLAVE otherwise), `queryMsgById`.
 
 use anyhow::{Context, Result};
 use ferromq_protocol::remoting::codes::request;
@@ -8,6 +9,7 @@ use ferromq_protocol::{MessageId, RecordView};
 use serde_json::json;
 
 use super::client::Admin;
+use super::ha::role_of;
 use super::message::Shown;
 use super::{print_json, print_table, Common};
 
@@ -60,14 +62,26 @@ pub async fn list(args: ClusterListArgs) -> Result<()> {
         print_json(&json!({
             "brokers": rows.iter().map(|(c, n, id, addr)| json!({
                 "cluster": c, "brokerName": n, "brokerId": id, "addr": addr,
+                "role": role_of(*id),
             })).collect::<Vec<_>>(),
         }));
     } else {
         let table: Vec<Vec<String>> = rows
             .iter()
-            .map(|(c, n, id, addr)| vec![c.clone(), n.clone(), id.to_string(), addr.clone()])
+            .map(|(c, n, id, addr)| {
+                vec![
+                    c.clone(),
+                    n.clone(),
+                    id.to_string(),
+                    role_of(*id).to_string(),
+                    addr.clone(),
+                ]
+            })
             .collect();
-        print_table(&["Cluster Name", "Broker Name", "BID", "Addr"], &table);
+        print_table(
+            &["Cluster Name", "Broker Name", "BID", "Role", "Addr"],
+            &table,
+        );
     }
     Ok(())
 }

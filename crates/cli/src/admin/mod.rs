@@ -15,6 +15,7 @@ mod client;
 mod cluster;
 mod damaged;
 mod group;
+mod ha;
 mod message;
 mod progress;
 mod time;
@@ -64,6 +65,9 @@ pub enum AdminCommand {
     ClusterList(cluster::ClusterListArgs),
     /// Look a message up by its offset message id.
     QueryMsgById(cluster::QueryMsgByIdArgs),
+    /// Replication state of a broker (-b) or of every broker of a cluster (-c): a master's
+    /// slaves with their acknowledged offsets and lag, a slave's master and offsets.
+    HaStatus(ha::HaStatusArgs),
     /// Runtime statistics of a broker (-b) or of every master of a cluster (-c).
     BrokerStatus(broker::BrokerStatusArgs),
     /// Configuration of a broker (-b) or of every master of a cluster (-c).
@@ -109,6 +113,7 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::OffsetHistory(args) => progress::history(args).await,
             AdminCommand::ClusterList(args) => cluster::list(args).await,
             AdminCommand::QueryMsgById(args) => cluster::query_by_id(args).await,
+            AdminCommand::HaStatus(args) => ha::status(args).await,
             AdminCommand::BrokerStatus(args) => broker::status(args).await,
             AdminCommand::GetBrokerConfig(args) => broker::get_config(args).await,
             AdminCommand::UpdateBrokerConfig(args) => broker::update_config(args).await,

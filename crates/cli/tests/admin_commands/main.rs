@@ -13,6 +13,7 @@ mod common;
 
 mod bad_input;
 mod groups;
+mod ha;
 mod messages;
 mod progress;
 mod reset_fences;

@@ -7,6 +7,7 @@
 //! JSON numbers or strings, booleans as `true`/`"true"`/`1`/`"1"`, missing collections as empty.
 
 pub mod fastjson;
+pub mod ha_runtime;
 pub mod heartbeat;
 pub mod lenient;
 pub mod misc;
