@@ -48,6 +48,9 @@ pub enum BrokerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// A name server knows a live master of this broker name at another address.
+    #[error("brokerName, brokerId: {0}")]
+    SecondMaster(String),
     /// The store could not open.
     #[error("cannot open the store: {0}")]
     Store(#[from] ferromq_store::OpenError),
@@ -192,6 +195,7 @@ impl Broker {
             config,
             connection_limits,
         });
+        refuse_second_master(&ctx, &namesrvs).await?;
         let (stop, stop_rx) = watch::channel(false);
         let acceptor = Acceptor::new(listener, ctx.connection_limits.clone());
         let mut tasks = vec![
@@ -288,6 +292,23 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// Registers once before serving: a name server that already knows a live master of this
+/// `brokerName` at another address refuses a second one, and the broker does not start (two
+/// masters of one group would each accept writes the other never sees). Any other failure
+/// is retried by the registration loop.
+async fn refuse_second_master(
+    ctx: &BrokerContext,
+    namesrvs: &[SocketAddr],
+) -> Result<(), BrokerError> {
+    for error in registration::register_all(ctx, namesrvs).await {
+        if error.source.is_second_master() {
+            return Err(BrokerError::SecondMaster(error.to_string()));
+        }
+        tracing::warn!(%error, "first registration with a name server failed; retrying");
+    }
+    Ok(())
 }
 
 /// The connection limits of `config`, with `maxConnections` capped by the open-file limit

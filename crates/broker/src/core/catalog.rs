@@ -6,6 +6,8 @@
 //! - A topic has 1 to [`TOPIC_QUEUES_MAX`] read and write queues; its permission keeps only
 //!   the read, write and inherit bits.
 //! - Every change of topics is registered with the name servers at once.
+//! - Only a master changes its catalog; a slave refuses every change (`NotMaster`), and
+//!   takes its master's catalog from the replicated log.
 
 use super::access::{self, Request};
 use super::error::{Refusal, RefusalKind};
@@ -35,6 +37,7 @@ pub struct TopicSpec {
 
 /// Creates or updates a topic.
 pub fn upsert_topic(ctx: &BrokerContext, spec: &TopicSpec) -> Result<(), Refusal> {
+    master_only(ctx, "topic change")?;
     access::client_topic(ctx, &spec.name, Request::UpdateTopic)?;
     let in_range = |n: i32| (1..=TOPIC_QUEUES_MAX).contains(&n);
     if !in_range(spec.read_queue_nums) || !in_range(spec.write_queue_nums) {
@@ -58,6 +61,7 @@ pub fn upsert_topic(ctx: &BrokerContext, spec: &TopicSpec) -> Result<(), Refusal
 
 /// Deletes a topic.
 pub fn delete_topic(ctx: &BrokerContext, topic: &str) -> Result<(), Refusal> {
+    master_only(ctx, "topic deletion")?;
     access::reserved_topic(ctx, topic, Request::DeleteTopic)?;
     match ctx.topics.delete(topic) {
         Ok(true) => {
@@ -74,6 +78,7 @@ pub fn delete_topic(ctx: &BrokerContext, topic: &str) -> Result<(), Refusal> {
 
 /// Creates or updates a subscription group.
 pub fn upsert_group(ctx: &BrokerContext, config: SubscriptionGroupConfig) -> Result<(), Refusal> {
+    master_only(ctx, "group change")?;
     access::client_group(ctx, &config.group_name, Request::UpdateGroup)?;
     ctx.groups
         .upsert(config)
@@ -82,6 +87,7 @@ pub fn upsert_group(ctx: &BrokerContext, config: SubscriptionGroupConfig) -> Res
 
 /// Deletes a subscription group.
 pub fn delete_group(ctx: &BrokerContext, group: &str) -> Result<(), Refusal> {
+    master_only(ctx, "group deletion")?;
     access::internal_group(ctx, group, Request::DeleteGroup)?;
     match ctx.groups.delete(group) {
         Ok(true) => Ok(()),
@@ -91,4 +97,11 @@ pub fn delete_group(ctx: &BrokerContext, group: &str) -> Result<(), Refusal> {
         )),
         Err(error) => Err(Refusal::new(RefusalKind::Internal, error.to_string())),
     }
+}
+
+/// Refuses a catalog change on a broker that is not master.
+fn master_only(ctx: &BrokerContext, what: &'static str) -> Result<(), Refusal> {
+    ctx.replication
+        .check_writable(what)
+        .map_err(|error| Refusal::new(RefusalKind::NotMaster, error.to_string()))
 }

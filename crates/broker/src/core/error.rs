@@ -162,6 +162,8 @@ impl Refusal {
 /// The kinds of [`Refusal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusalKind {
+    /// This broker is not master: it changes nothing (R3).
+    NotMaster,
     /// A topic or group name that breaks RocketMQ's naming rules.
     InvalidName,
     /// A reserved topic or an internal group a client may not name for this operation.

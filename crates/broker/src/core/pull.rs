@@ -15,6 +15,10 @@
 //!    connection's hold limits (`work_limits`); past them the answer is "busy".
 //! 6. A damaged record is [`PullError::Damaged`] (counted): the consumer is never moved past
 //!    it silently.
+//! 7. On a slave, the pull is served from the replicated queues (below the master's
+//!    watermark), a commit it carries is refused and counted, and an offset past the slave's
+//!    queue is "nothing new yet", never a correction ([`suggested_broker`] says where to read
+//!    next).
 
 use std::future::Future;
 use std::sync::atomic::AtomicUsize;
@@ -140,6 +144,7 @@ pub async fn pull(
             result.messages.len(),
         );
     }
+    let result = on_a_lagging_slave(ctx, result, offset);
     ctx.metrics
         .record_pull(group, topic, queue_id, offset, &result);
     if result.status == GetStatus::Found {
@@ -149,6 +154,52 @@ pub async fn pull(
         );
     }
     Ok(Pulled::Read(result))
+}
+
+/// Rule 7: a slave that has not yet received the queue up to the pulled offset answers
+/// "nothing new yet", never "offset moved": the consumer's offset was committed on the master
+/// below the replicated watermark, and correcting it to this slave's shorter queue would move
+/// it backwards (R7, alibaba/rocketmq#395).
+fn on_a_lagging_slave(ctx: &BrokerContext, mut result: GetResult, offset: u64) -> GetResult {
+    if result.status == GetStatus::OffsetOverflowBadly && !ctx.replication.role().is_master() {
+        result.status = GetStatus::OffsetOverflowOne;
+        result.next_begin_offset = offset;
+    }
+    result
+}
+
+/// Which broker the client should pull this queue from next (RocketMQ's
+/// `suggestWhichBrokerId`). With `slaveReadEnable`, a master suggests its slave (id 1,
+/// RocketMQ's `whichBrokerWhenConsumeSlowly` default) when the pull read further behind the
+/// log end than `accessMessageInMemoryMaxRatio` percent of physical memory — data that is
+/// cold in the page cache — and itself (0) otherwise; a slave always suggests the master.
+pub fn suggested_broker(ctx: &BrokerContext, result: &GetResult) -> u64 {
+    let settings = ctx.replication.settings();
+    if !settings.slave_read_enable || !ctx.replication.role().is_master() {
+        return 0;
+    }
+    let (Some(first), Some(memory)) = (result.messages.first(), physical_memory_bytes()) else {
+        return 0;
+    };
+    let behind = ctx.store.committed_end().saturating_sub(first.phys_offset);
+    let hot = memory / 100 * u64::from(settings.memory_ratio_percent);
+    if behind > hot {
+        1
+    } else {
+        0
+    }
+}
+
+/// Total physical memory (`MemTotal` of `/proc/meminfo`), read once; `None` where unknown
+/// (no slave is then suggested for coldness).
+fn physical_memory_bytes() -> Option<u64> {
+    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    })
 }
 
 /// Rule 1 and the topic, queue and group checks; the queue id.
@@ -198,6 +249,17 @@ fn carry_commit(
     commit: Option<u64>,
 ) {
     let (group, topic) = (request.group.as_str(), request.topic.as_str());
+    if !ctx.replication.role().is_master() {
+        // A slave serves the pull but never applies the commit it carries (R3): only the
+        // master of the group records progress. Java clears the flag itself when it pulls
+        // from a slave; a client that does not is counted.
+        ctx.replication
+            .counters
+            .carried_commits_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(%group, %topic, queue_id, "commit carried by a pull refused: not master");
+        return;
+    }
     if offsets::pull_commit_fenced(ctx, caller, group, topic, queue_id) {
         return;
     }

@@ -157,7 +157,15 @@ impl BrokerStats {
         };
         let stats = ctx.store.stats();
         let uptime = now.duration_since(self.boot).as_secs();
+        let ha = ctx.replication.runtime();
+        let (streamed, received) = ctx.replication.bytes_moved();
         let entries: Vec<(&str, String)> = vec![
+            ("brokerRole", ha.role.as_str().to_string()),
+            ("brokerId", ha.broker_id.to_string()),
+            ("haWatermark", ha.watermark.to_string()),
+            ("haInSyncMembers", ha.in_sync_members.to_string()),
+            ("haBytesStreamed", streamed.to_string()),
+            ("haBytesReceived", received.to_string()),
             (
                 "brokerVersionDesc",
                 format!("ferromq-{}", env!("CARGO_PKG_VERSION")),

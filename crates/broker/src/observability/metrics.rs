@@ -537,6 +537,8 @@ struct ScrapeValues {
     undispatchable_records: u64,
     group_save_failures: u64,
     quarantined_ranges: u64,
+    replication: crate::replication::status::HaRuntime,
+    replication_counters: [(&'static str, &'static str, u64); 6],
 }
 
 /// One consumer-lag gauge: group, topic, queue, messages behind.
@@ -615,11 +617,110 @@ impl ScrapeValues {
             undispatchable_records: stats.undispatchable_records,
             group_save_failures: ctx.groups.save_failures(),
             quarantined_ranges: ctx.store.quarantined().total,
+            replication: ctx.replication.runtime(),
+            replication_counters: replication_counters(&ctx.replication.counters),
         }
     }
 }
 
+/// The replication counters: name, help, value.
+fn replication_counters(
+    c: &crate::replication::ReplicationCounters,
+) -> [(&'static str, &'static str, u64); 6] {
+    use std::sync::atomic::Ordering::Relaxed;
+    [
+        (
+            "ferromq_replication_bytes_streamed",
+            "CommitLog bytes a master sent to its slaves",
+            c.bytes_streamed.load(Relaxed),
+        ),
+        (
+            "ferromq_replication_bytes_received",
+            "CommitLog bytes a slave appended from its master",
+            c.bytes_received.load(Relaxed),
+        ),
+        (
+            "ferromq_replication_malformed_frames",
+            "HA connections closed for a malformed or unexpected frame",
+            c.malformed_frames.load(Relaxed),
+        ),
+        (
+            "ferromq_replication_peers_refused",
+            "HA peers refused (wrong group, ahead of the master, diverged, too many)",
+            c.peers_refused.load(Relaxed),
+        ),
+        (
+            "ferromq_replication_not_master_refusals",
+            "Writes refused because this broker is not master",
+            c.not_master_refusals.load(Relaxed),
+        ),
+        (
+            "ferromq_replication_timeouts",
+            "SYNC_MASTER writes not replicated to every in-sync slave in time",
+            c.replication_timeouts.load(Relaxed),
+        ),
+    ]
+}
+
 impl ScrapeValues {
+    /// Replication: in-sync members, watermark, per-slave lag, and the counters.
+    fn encode_replication(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
+        let r = &self.replication;
+        for (name, help, value) in [
+            (
+                "ferromq_replication_in_sync_members",
+                "Members of the in-sync set, the master included (a slave reports 0)",
+                if r.role.is_master() {
+                    r.in_sync_members as u64
+                } else {
+                    0
+                },
+            ),
+            (
+                "ferromq_replication_watermark",
+                "The high watermark: consumers see the log only below it",
+                r.watermark,
+            ),
+        ] {
+            let gauge = ConstGauge::new(value as i64);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        for (name, help, pick) in [
+            (
+                "ferromq_replication_lag_bytes",
+                "CommitLog bytes a slave is behind its master",
+                (|s: &crate::replication::status::SlaveRuntime| s.lag_bytes)
+                    as fn(&crate::replication::status::SlaveRuntime) -> u64,
+            ),
+            (
+                "ferromq_replication_lag_millis",
+                "How long since a slave last caught up with its master",
+                |s| s.lag_time_ms,
+            ),
+            (
+                "ferromq_replication_slave_in_sync",
+                "1 while a slave is in the in-sync set",
+                |s| u64::from(s.in_sync),
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for slave in &r.slaves {
+                let id = slave.broker_id.to_string();
+                ConstGauge::new(pick(slave) as i64)
+                    .encode(family.encode_family(&[("slave", id.as_str())])?)?;
+            }
+        }
+        for (name, help, value) in self.replication_counters {
+            ConstCounter::new(value).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
+        Ok(())
+    }
+
     /// The checkpoint-failure counter and the connection-limit counters (one labelled family
     /// each).
     fn encode_limit_counters(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
@@ -750,6 +851,7 @@ impl Collector for ScrapeValues {
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
         self.encode_limit_counters(&mut encoder)?;
+        self.encode_replication(&mut encoder)?;
         let buckets: Vec<(f64, u64)> = self
             .flush
             .bucket_counts

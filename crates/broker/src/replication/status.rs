@@ -3,6 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use ferromq_protocol::remoting::body::ha_runtime::{
+    HaClientRuntimeInfo, HaConnectionRuntimeInfo, HaRuntimeInfo,
+};
+
 use super::{BrokerRole, Replication};
 
 /// One slave as its master reports it.
@@ -96,59 +100,55 @@ impl Replication {
     }
 }
 
-/// The GET_BROKER_HA_STATUS reply body: RocketMQ's HARuntimeInfo field names, plus
-/// ferromq's (`watermark`, `minInSyncReplicas`, `brokerRole`, `brokerId`, `lagTimeMs`,
-/// `bytesStreamed`, `connected`).
-pub fn ha_runtime_json(runtime: &HaRuntime, now: Instant) -> serde_json::Value {
-    let connections: Vec<serde_json::Value> = runtime
+/// The GET_BROKER_HA_STATUS reply body: RocketMQ's HARuntimeInfo, plus ferromq's fields
+/// (watermark, minInSyncReplicas, brokerRole, brokerId, lagTimeMs, bytesStreamed).
+pub fn ha_runtime_info(runtime: &HaRuntime, now: Instant) -> HaRuntimeInfo {
+    let epoch_ms = |at: Option<Instant>| {
+        at.map_or(0, |at| {
+            let ago = now.saturating_duration_since(at);
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            wall.saturating_sub(ago).as_millis() as i64
+        })
+    };
+    let ha_connection_info = runtime
         .slaves
         .iter()
-        .map(|s| {
-            serde_json::json!({
-                "addr": s.addr,
-                "brokerId": s.broker_id,
-                "slaveAckOffset": s.acked,
-                "diff": s.lag_bytes,
-                "lagTimeMs": s.lag_time_ms,
-                "inSync": s.in_sync,
-                "connected": s.connected,
-                "transferredByteInSecond": 0,
-                "transferFromWhere": 0,
-                "bytesStreamed": s.bytes_streamed,
-            })
+        .map(|s| HaConnectionRuntimeInfo {
+            addr: s.addr.clone(),
+            broker_id: Some(s.broker_id as i64),
+            slave_ack_offset: s.acked as i64,
+            diff: s.lag_bytes as i64,
+            lag_time_ms: Some(s.lag_time_ms as i64),
+            in_sync: s.in_sync,
+            transferred_byte_in_second: 0,
+            transfer_from_where: 0,
+            bytes_streamed: Some(s.bytes_streamed as i64),
         })
         .collect();
-    let ago = |at: Option<Instant>| {
-        at.map_or(0, |at| now.saturating_duration_since(at).as_millis() as u64)
+    let ha_client_runtime_info = match &runtime.follower {
+        Some(f) => HaClientRuntimeInfo {
+            master_addr: f.master_addr.map(|a| a.to_string()).unwrap_or_default(),
+            broker_id: Some(runtime.broker_id as i64),
+            transferred_byte_in_second: 0,
+            max_offset: runtime.log_end as i64,
+            watermark: Some(f.watermark as i64),
+            last_read_timestamp: epoch_ms(f.last_read),
+            last_write_timestamp: epoch_ms(f.last_write),
+            master_flush_offset: f.master_end as i64,
+            is_activated: f.connected,
+        },
+        None => HaClientRuntimeInfo::default(),
     };
-    let client = match &runtime.follower {
-        Some(f) => serde_json::json!({
-            "masterAddr": f.master_addr.map(|a| a.to_string()).unwrap_or_default(),
-            "transferredByteInSecond": 0,
-            "maxOffset": runtime.log_end,
-            "lastReadTimestamp": ago(f.last_read),
-            "lastWriteTimestamp": ago(f.last_write),
-            "masterFlushOffset": f.master_end,
-            "isActivated": f.connected,
-            "watermark": f.watermark,
-            "brokerId": runtime.broker_id,
-            "refusal": f.refusal,
-        }),
-        None => serde_json::json!({
-            "masterAddr": "", "transferredByteInSecond": 0, "maxOffset": 0,
-            "lastReadTimestamp": 0, "lastWriteTimestamp": 0, "masterFlushOffset": 0,
-            "isActivated": false,
-        }),
-    };
-    serde_json::json!({
-        "master": runtime.role.is_master(),
-        "masterCommitLogMaxOffset": runtime.log_end,
-        "inSyncSlaveNums": runtime.in_sync_members.saturating_sub(1),
-        "watermark": runtime.watermark,
-        "minInSyncReplicas": runtime.min_in_sync_replicas,
-        "brokerRole": runtime.role.as_str(),
-        "brokerId": runtime.broker_id,
-        "haConnectionInfo": connections,
-        "haClientRuntimeInfo": client,
-    })
+    HaRuntimeInfo {
+        master: runtime.role.is_master(),
+        master_commit_log_max_offset: runtime.log_end as i64,
+        in_sync_slave_nums: runtime.in_sync_members.saturating_sub(1) as i32,
+        watermark: Some(runtime.watermark as i64),
+        min_in_sync_replicas: Some(runtime.min_in_sync_replicas as i32),
+        broker_role: Some(runtime.role.as_str().to_string()),
+        ha_connection_info,
+        ha_client_runtime_info,
+    }
 }

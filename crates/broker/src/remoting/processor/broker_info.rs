@@ -1,5 +1,6 @@
-//! GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25): what
-//! `brokerStatus`, `getBrokerConfig` and `updateBrokerConfig` ask.
+//! GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25) and
+//! GET_BROKER_HA_STATUS (907): what `brokerStatus`, `getBrokerConfig`, `updateBrokerConfig`
+//! and `haStatus` ask.
 //!
 //! - 28 answers a `KVTable` body (`{"table":{key: value}}`), keys as in `broker_stats`.
 //! - 26 answers the configuration as Java `Properties` text (`key=value` lines) with the
@@ -31,6 +32,13 @@ pub(super) fn runtime_info(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             Some(format!("cannot encode the runtime info: {error}")),
         ),
     }
+}
+
+/// GET_BROKER_HA_STATUS (907): the master's slaves or the slave's master (`haStatus`).
+pub(super) fn ha_status(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let runtime = ctx.replication.runtime();
+    let info = crate::replication::status::ha_runtime_info(&runtime, std::time::Instant::now());
+    success(command).with_body(ferromq_protocol::remoting::body::encode_json(&info))
 }
 
 pub(super) fn get_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `WriteError::NotDurable`, `WriteError::WriteFailed`, `WriteError::Unexpected` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
 //! | `WriteError::NotReplicated` (SYNC_MASTER: in-sync replicas did not all acknowledge in time) | NOT_DURABLE (2110) |
-//! | `WriteError::NotMaster` (any write to a slave) | NOT_MASTER (2111) |
+//! | `WriteError::NotMaster`, `RefusalKind::NotMaster` (any write or catalog change on a slave) | NOT_MASTER (2111) |
 //! | `WriteError::InSyncReplicasNotEnough` | SYSTEM_ERROR (1), remark "in-sync replicas not enough: ..." as RocketMQ |
 //! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
 //! | `WriteError::DispatchStalled`, `ViewError`, `RefusalKind::Busy` | SYSTEM_BUSY (2) |
@@ -60,6 +60,7 @@ pub fn refusal_code(kind: RefusalKind) -> i32 {
         RefusalKind::GroupMissing => response::SUBSCRIPTION_GROUP_NOT_EXIST,
         RefusalKind::QueueMissing | RefusalKind::Internal => response::SYSTEM_ERROR,
         RefusalKind::Busy => response::SYSTEM_BUSY,
+        RefusalKind::NotMaster => codes::NOT_MASTER,
         RefusalKind::BadSubscription => response::SUBSCRIPTION_PARSE_FAILED,
     }
 }

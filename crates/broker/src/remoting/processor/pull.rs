@@ -44,13 +44,16 @@ pub(super) async fn handle(
     // The writer of a closed connection drops its receiver.
     let closed = channel.tx.closed();
     match pull::pull(ctx, &caller, &request, &channel.held_pulls, closed).await {
-        Ok(Pulled::Read(result)) => reply_for(command, request.offset, result),
+        Ok(Pulled::Read(result)) => {
+            let suggest = pull::suggested_broker(ctx, &result);
+            reply_for(command, request.offset, result, suggest)
+        }
         Ok(Pulled::Moved { offset, min, max }) => command
             .reply(
                 response::PULL_OFFSET_MOVED,
                 Some("the group's offset was reset".into()),
             )
-            .with_header(&response_header(offset, min, max)),
+            .with_header(&response_header(offset, min, max, 0)),
         Err(error) => error_reply(command, &error),
     }
 }
@@ -90,9 +93,9 @@ fn request_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> PullReq
     }
 }
 
-fn response_header(next: u64, min: u64, max: u64) -> PullMessageResponseHeader {
+fn response_header(next: u64, min: u64, max: u64, suggest: u64) -> PullMessageResponseHeader {
     PullMessageResponseHeader {
-        suggest_which_broker_id: 0,
+        suggest_which_broker_id: suggest as i64,
         next_begin_offset: next as i64,
         min_offset: min as i64,
         max_offset: max as i64,
@@ -103,7 +106,12 @@ fn response_header(next: u64, min: u64, max: u64) -> PullMessageResponseHeader {
     }
 }
 
-fn reply_for(command: &RemotingCommand, offset: u64, result: GetResult) -> RemotingCommand {
+fn reply_for(
+    command: &RemotingCommand,
+    offset: u64,
+    result: GetResult,
+    suggest: u64,
+) -> RemotingCommand {
     let (code, next) = match result.status {
         GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
         GetStatus::NoMatchedMessage => (response::PULL_RETRY_IMMEDIATELY, result.next_begin_offset),
@@ -118,7 +126,7 @@ fn reply_for(command: &RemotingCommand, offset: u64, result: GetResult) -> Remot
             (response::PULL_OFFSET_MOVED, result.next_begin_offset)
         }
     };
-    let header = response_header(next, result.min_offset, result.max_offset);
+    let header = response_header(next, result.min_offset, result.max_offset, suggest);
     let mut reply = command.reply(code, None).with_header(&header);
     if code == response::SUCCESS {
         let size = result.messages.iter().map(|m| m.bytes.len()).sum();
