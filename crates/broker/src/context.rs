@@ -72,6 +72,8 @@ pub struct BrokerContext {
     pub runtime_config: crate::config::runtime::RuntimeConfig,
     /// The connection limits in force, the partial-frame budget in use and their counters.
     pub connection_limits: Arc<ferromq_protocol::remoting::limits::ConnectionGuard>,
+    /// The catalog's records in the log (`crate::replication::catalog_log`).
+    pub catalog_log: crate::replication::catalog_log::CatalogLog,
     /// Role, in-sync set and high watermark (`crate::replication`).
     pub replication: Arc<crate::replication::Replication>,
     /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,

@@ -174,6 +174,7 @@ impl Broker {
             broker_addr,
             ha_addr,
             replication: replication.clone(),
+            catalog_log: Default::default(),
             store,
             topics,
             groups,
@@ -214,6 +215,10 @@ impl Broker {
             )),
             tokio::spawn(slave::run(replication.clone(), stop_rx.clone())),
             tokio::spawn(replication.clone().run_ticks(stop_rx.clone())),
+            tokio::spawn(crate::replication::catalog_log::run(
+                ctx.clone(),
+                stop_rx.clone(),
+            )),
         ];
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(

@@ -56,7 +56,10 @@ async fn slaves_hold_the_masters_log_queues_and_offsets_and_refuse_writes() {
             .unwrap(),
     ];
     let replication = master.context().replication.clone();
-    eventually("both slaves in sync", || replication.runtime().in_sync_members == 3).await;
+    eventually("both slaves in sync", || {
+        replication.runtime().in_sync_members == 3
+    })
+    .await;
     let producer = client(master.local_addr()).await;
     for i in 0..50 {
         let reply = send(&producer, "T", i % 2, format!("m{i}").as_bytes(), "a").await;
@@ -69,25 +72,88 @@ async fn slaves_hold_the_masters_log_queues_and_offsets_and_refuse_writes() {
     let end = master_store.committed_end();
     for slave in &slaves {
         let store = slave.context().store.clone();
-        assert!(store.appended_end() >= end, "slave holds the acknowledged log");
+        assert!(
+            store.appended_end() >= end,
+            "slave holds the acknowledged log"
+        );
         eventually("slave dispatch", || store.stats().dispatched_end >= end).await;
         for queue in 0..2 {
-            assert_eq!(store.queue_bounds("T", queue), master_store.queue_bounds("T", queue));
-            let a = master_store.get_messages("T", queue, 0, 64, 1 << 20, &Default::default()).unwrap();
-            let b = store.get_messages("T", queue, 0, 64, 1 << 20, &Default::default()).unwrap();
+            assert_eq!(
+                store.queue_bounds("T", queue),
+                master_store.queue_bounds("T", queue)
+            );
+            let a = master_store
+                .get_messages("T", queue, 0, 64, 1 << 20, &Default::default())
+                .unwrap();
+            let b = store
+                .get_messages("T", queue, 0, 64, 1 << 20, &Default::default())
+                .unwrap();
             assert_eq!(
                 a.messages.iter().map(|m| &m.bytes).collect::<Vec<_>>(),
                 b.messages.iter().map(|m| &m.bytes).collect::<Vec<_>>()
             );
         }
         let view = store.offset_view().await.unwrap();
-        assert_eq!(view.consumer_offset("G", "T", 0).map(|o| o.offset), Some(10));
+        assert_eq!(
+            view.consumer_offset("G", "T", 0).map(|o| o.offset),
+            Some(10)
+        );
         // Every write is refused on a slave.
         let writer = client(slave.local_addr()).await;
         let refused = send(&writer, "T", 0, b"x", "a").await;
-        assert_eq!(refused.code, ferromq_broker::codes::NOT_MASTER, "{:?}", refused.remark);
+        assert_eq!(
+            refused.code,
+            ferromq_broker::codes::NOT_MASTER,
+            "{:?}",
+            refused.remark
+        );
         let refused = commit(&writer, "T", 0, 20).await;
-        assert_eq!(refused.code, ferromq_broker::codes::NOT_MASTER, "{:?}", refused.remark);
+        assert_eq!(
+            refused.code,
+            ferromq_broker::codes::NOT_MASTER,
+            "{:?}",
+            refused.remark
+        );
+    }
+    // Slaves serve pulls of the replicated queues (the catalog came with the log).
+    for slave in &slaves {
+        let reader = client(slave.local_addr()).await;
+        eventually("the slave knows the topic", || {
+            slave.context().topics.get("T").is_some()
+        })
+        .await;
+        let reply = reader
+            .invoke(common::pull_command("T", 0, 0, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+        assert_eq!(common::bodies(&reply).len(), 25);
+        // A pull-carried commit on a slave is not applied.
+        let carried = common::pull_request("G", "T", 0, 25, 0, "*", Some(25));
+        let reply = reader.invoke(carried, TIMEOUT).await.unwrap();
+        assert_eq!(reply.code, response::PULL_NOT_FOUND, "{:?}", reply.remark);
+        assert_eq!(
+            slave
+                .context()
+                .replication
+                .counters
+                .carried_commits_refused
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+    }
+    // A topic deleted on the master disappears from every slave.
+    let delete = ferromq_protocol::remoting::RemotingCommand::request_with_header(
+        ferromq_protocol::remoting::codes::request::DELETE_TOPIC_IN_BROKER,
+        &ferromq_protocol::remoting::headers::admin::DeleteTopicRequestHeader { topic: "T".into() },
+    );
+    let reply = producer.invoke(delete, TIMEOUT).await.unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    for slave in &slaves {
+        eventually("the slave drops the deleted topic", || {
+            slave.context().topics.get("T").is_none()
+        })
+        .await;
     }
     let status = replication.runtime();
     assert_eq!(status.slaves.len(), 2);

@@ -40,6 +40,9 @@ pub const SCHEDULE_GROUP: &str = "%SCHEDULE%";
 pub const SCHEDULE_DLQ_TOPIC: &str = "RMQ_SYS_FERROMQ_SCHEDULE_DLQ";
 /// The system topic of consumer offset records (see `ferromq_store::offsets`).
 pub const OFFSETS_TOPIC: &str = "RMQ_SYS_FERROMQ_OFFSETS";
+/// The system topic of catalog records: a master's topic and subscription-group configs,
+/// replicated to its slaves with the log (see `ferromq_broker::replication::catalog_log`).
+pub const CATALOG_TOPIC: &str = "RMQ_SYS_FERROMQ_CATALOG";
 /// Half (prepared) messages of transactions.
 pub const TRANS_HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
 /// Commit/rollback markers of half messages.

@@ -96,6 +96,10 @@ pub struct GroupManager {
     last_save_error: Mutex<Option<String>>,
     /// Wakes the saver when a group was created in memory.
     save_due: Notify,
+    /// Bumped on every change in memory (the catalog publisher compares it).
+    version: AtomicU64,
+    /// Notified after every change (the catalog publisher waits on it).
+    pub changed: Notify,
 }
 
 impl GroupManager {
@@ -122,6 +126,8 @@ impl GroupManager {
             save_failures: AtomicU64::new(0),
             last_save_error: Mutex::new(None),
             save_due: Notify::new(),
+            version: AtomicU64::new(0),
+            changed: Notify::new(),
         })
     }
 
@@ -160,7 +166,7 @@ impl GroupManager {
         table
             .subscription_group_table
             .insert(config.group_name.clone(), config);
-        self.dirty.store(true, Ordering::Release);
+        self.mark_changed();
         self.save_locked(&table)
     }
 
@@ -184,7 +190,7 @@ impl GroupManager {
                 ..Default::default()
             })
             .clone();
-        self.dirty.store(true, Ordering::Release);
+        self.mark_changed();
         drop(table);
         self.save_due.notify_one();
         Ok(config)
@@ -196,9 +202,45 @@ impl GroupManager {
         if table.subscription_group_table.remove(group).is_none() {
             return Ok(false);
         }
-        self.dirty.store(true, Ordering::Release);
+        self.mark_changed();
         self.save_locked(&table)?;
         Ok(true)
+    }
+
+    /// A counter that changes with every change of the table in memory.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Replaces the whole table with a master's (a slave following its catalog records),
+    /// saved before it returns; returns whether anything changed.
+    ///
+    /// # Errors
+    /// A name breaks the rules (nothing changes), or the save failed (kept in memory and
+    /// retried by the saver).
+    pub fn replace_all(&self, groups: Vec<SubscriptionGroupConfig>) -> Result<bool, GroupError> {
+        for group in &groups {
+            ferromq_protocol::names::validate_group(&group.group_name)?;
+        }
+        let groups: BTreeMap<String, SubscriptionGroupConfig> = groups
+            .into_iter()
+            .map(|g| (g.group_name.clone(), g))
+            .collect();
+        let mut table = self.table.write().expect("groups lock");
+        if table.subscription_group_table == groups {
+            return Ok(false);
+        }
+        table.subscription_group_table = groups;
+        self.mark_changed();
+        self.save_locked(&table)?;
+        Ok(true)
+    }
+
+    /// Marks the table changed: unsaved, and a new version.
+    fn mark_changed(&self) {
+        self.dirty.store(true, Ordering::Release);
+        self.version.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
     }
 
     /// Saves the table when it differs from the file. Returns whether it wrote.

@@ -61,6 +61,8 @@ struct Table {
 pub struct TopicManager {
     path: PathBuf,
     table: RwLock<Table>,
+    /// Notified after every change (the catalog publisher waits on it).
+    pub changed: tokio::sync::Notify,
 }
 
 impl TopicManager {
@@ -94,6 +96,7 @@ impl TopicManager {
         let manager = TopicManager {
             path,
             table: RwLock::new(table),
+            changed: tokio::sync::Notify::new(),
         };
         if auto_create {
             let mut template = TopicConfig::new(AUTO_CREATE_TOPIC);
@@ -174,8 +177,32 @@ impl TopicManager {
         Ok(true)
     }
 
+    /// The data version's counter: it changes with every change of the table.
+    pub fn version(&self) -> i64 {
+        self.table.read().expect("topics lock").version.counter
+    }
+
+    /// Replaces the whole table with a master's (a slave following its catalog records);
+    /// returns whether anything changed.
+    ///
+    /// # Errors
+    /// A name breaks the rules (nothing changes), or the file could not be written.
+    pub fn replace_all(&self, topics: BTreeMap<String, TopicConfig>) -> Result<bool, TopicError> {
+        for name in topics.keys() {
+            validate_topic_name(name)?;
+        }
+        let mut table = self.table.write().expect("topics lock");
+        if table.topics == topics {
+            return Ok(false);
+        }
+        table.topics = topics;
+        self.persist(&mut table)?;
+        Ok(true)
+    }
+
     fn persist(&self, table: &mut Table) -> Result<(), TopicError> {
         table.version.counter += 1;
+        self.changed.notify_one();
         table.version.timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)

@@ -7,7 +7,8 @@
 //!   the read, write and inherit bits.
 //! - Every change of topics is registered with the name servers at once.
 //! - Only a master changes its catalog; a slave refuses every change (`NotMaster`), and
-//!   takes its master's catalog from the replicated log.
+//!   takes its master's catalog from the replicated log. A change is acknowledged once the
+//!   catalog record carrying it is ([`published`], `replication::catalog_log`).
 
 use super::access::{self, Request};
 use super::error::{Refusal, RefusalKind};
@@ -104,4 +105,13 @@ fn master_only(ctx: &BrokerContext, what: &'static str) -> Result<(), Refusal> {
     ctx.replication
         .check_writable(what)
         .map_err(|error| Refusal::new(RefusalKind::NotMaster, error.to_string()))
+}
+
+/// Resolves once the catalog as it is now is in the log, acknowledged like any write (so
+/// slaves follow it); at once when the newest catalog record already holds it.
+///
+/// # Errors
+/// The catalog record was not acknowledged.
+pub async fn published(ctx: &BrokerContext) -> Result<(), super::error::WriteError> {
+    crate::replication::catalog_log::publish(ctx).await
 }

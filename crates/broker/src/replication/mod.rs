@@ -17,6 +17,7 @@
 //! [`handshake`], [`stream`]) are pure; the tasks in [`master`] and [`slave`] only move bytes
 //! between them, the sockets and the store.
 
+pub mod catalog_log;
 pub mod handshake;
 pub mod in_sync;
 pub mod master;

@@ -162,7 +162,10 @@ pub(super) async fn view_message(
     }
 }
 
-pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn create_topic(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<CreateTopicRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -175,24 +178,33 @@ pub(super) fn create_topic(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         order: header.order.unwrap_or(false),
         topic_sys_flag: header.topic_sys_flag.unwrap_or(0),
     };
-    answer(command, catalog::upsert_topic(ctx, &spec))
+    answer(ctx, command, catalog::upsert_topic(ctx, &spec)).await
 }
 
-pub(super) fn delete_topic(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn delete_topic(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     match command.decode_header::<DeleteTopicRequestHeader>() {
-        Ok(header) => answer(command, catalog::delete_topic(ctx, &header.topic)),
+        Ok(header) => answer(ctx, command, catalog::delete_topic(ctx, &header.topic)).await,
         Err(error) => bad_header(command, error),
     }
 }
 
 /// SUCCESS, or the refusal's code and remark.
-fn answer(
+/// The reply to a catalog change: success once the change is in the log (the catalog record
+/// acknowledged, so slaves follow it), else the refusal or write error.
+async fn answer(
+    ctx: &BrokerContext,
     command: &RemotingCommand,
     result: Result<(), crate::core::error::Refusal>,
 ) -> RemotingCommand {
-    match result {
+    if let Err(refusal) = result {
+        return super::code_map::error_reply(command, &refusal);
+    }
+    match catalog::published(ctx).await {
         Ok(()) => success(command),
-        Err(refusal) => super::code_map::error_reply(command, &refusal),
+        Err(error) => super::code_map::error_reply(command, &error),
     }
 }
 
@@ -254,7 +266,10 @@ pub(super) async fn topic_stats(ctx: &BrokerContext, command: &RemotingCommand) 
     success(command).with_body(encode_fastjson(&table))
 }
 
-pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn create_group(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let config: SubscriptionGroupConfig =
         match decode_json(command.body.as_deref().unwrap_or_default()) {
             Ok(config) => config,
@@ -265,7 +280,7 @@ pub(super) fn create_group(ctx: &BrokerContext, command: &RemotingCommand) -> Re
                 )
             }
         };
-    answer(command, catalog::upsert_group(ctx, config))
+    answer(ctx, command, catalog::upsert_group(ctx, config)).await
 }
 
 pub(super) fn all_groups(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
@@ -293,9 +308,12 @@ pub(super) fn group_config(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
 }
 
-pub(super) fn delete_group(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn delete_group(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     match command.decode_header::<DeleteSubscriptionGroupRequestHeader>() {
-        Ok(header) => answer(command, catalog::delete_group(ctx, &header.group_name)),
+        Ok(header) => answer(ctx, command, catalog::delete_group(ctx, &header.group_name)).await,
         Err(error) => bad_header(command, error),
     }
 }
