@@ -64,7 +64,13 @@ pub fn run_broker(args: &BrokerArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
         let mut signals = crate::ShutdownSignals::install()?;
         let broker = Broker::start(config).await.context("starting the broker")?;
-        println!("ferromq broker: listening on {}", broker.local_addr());
+        println!(
+            "ferromq broker: listening on {} (ha {}, {} brokerId {})",
+            broker.local_addr(),
+            broker.ha_addr(),
+            broker.context().replication.role().as_str(),
+            broker.context().config.broker_id
+        );
         let reason = signals.recv().await;
         tracing::info!(%reason, "shutting down");
         broker.shutdown().await.context("stopping the broker")
