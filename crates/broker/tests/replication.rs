@@ -164,3 +164,187 @@ async fn slaves_hold_the_masters_log_queues_and_offsets_and_refuse_writes() {
     }
     master.shutdown().await.unwrap();
 }
+
+async fn start_pair(role: &str, dirs: &[tempfile::TempDir]) -> (Broker, Broker) {
+    let master = Broker::start(master_config(dirs[0].path(), role))
+        .await
+        .unwrap();
+    let slave = Broker::start(slave_config(dirs[1].path(), 1, &master))
+        .await
+        .unwrap();
+    let replication = master.context().replication.clone();
+    eventually("the slave in sync", || {
+        replication.runtime().in_sync_members == 2
+    })
+    .await;
+    (master, slave)
+}
+
+/// A3: a reset is a log record like any other, so the slave's offset view, generation and
+/// fences are the master's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_on_the_master_reaches_the_slaves_view_with_its_generation_and_fences() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (master, slave) = start_pair("SYNC_MASTER", &dirs).await;
+    let producer = client(master.local_addr()).await;
+    for i in 0..10 {
+        let reply = send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    }
+    common::join_group(&producer, "consumer-1", "T").await;
+    assert_eq!(commit(&producer, "T", 0, 8).await.code, response::SUCCESS);
+    let reply = common::reset_queue(&producer, "T", 0, 3).await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let end = master.context().store.committed_end();
+    let store = slave.context().store.clone();
+    eventually("slave dispatch", || store.stats().dispatched_end >= end).await;
+    let (m, s) = (master.context().store.clone(), store);
+    let (mv, sv) = (
+        m.offset_view().await.unwrap(),
+        s.offset_view().await.unwrap(),
+    );
+    let stored = sv
+        .consumer_offset("G", "T", 0)
+        .expect("offset on the slave");
+    assert_eq!(stored.offset, 3);
+    assert_eq!(Some(stored), mv.consumer_offset("G", "T", 0));
+    assert_eq!(s.offset_fences().unwrap(), m.offset_fences().unwrap());
+    slave.shutdown().await.unwrap();
+    master.shutdown().await.unwrap();
+}
+
+/// SYNC_MASTER below `minInSyncReplicas` refuses writes (RocketMQ's
+/// IN_SYNC_REPLICAS_NOT_ENOUGH, never a success), and accepts them once a slave joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_master_below_the_minimum_refuses_writes_until_a_slave_joins() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let master = Broker::start(BrokerConfig {
+        min_in_sync_replicas: 2,
+        ..master_config(dirs[0].path(), "SYNC_MASTER")
+    })
+    .await
+    .unwrap();
+    let producer = client(master.local_addr()).await;
+    let reply = send(&producer, "T", 0, b"early", "a").await;
+    assert_eq!(reply.code, response::SYSTEM_ERROR);
+    let remark = reply.remark.unwrap_or_default();
+    assert!(
+        remark.starts_with("in-sync replicas not enough"),
+        "{remark}"
+    );
+    let reply = commit(&producer, "T", 0, 0).await;
+    assert_ne!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let slave = Broker::start(slave_config(dirs[1].path(), 1, &master))
+        .await
+        .unwrap();
+    let replication = master.context().replication.clone();
+    eventually("the slave in sync", || {
+        replication.runtime().in_sync_members == 2
+    })
+    .await;
+    let reply = send(&producer, "T", 0, b"later", "a").await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let end = master.context().store.committed_end();
+    assert!(slave.context().store.appended_end() >= end);
+    slave.shutdown().await.unwrap();
+    master.shutdown().await.unwrap();
+}
+
+/// Invariant 4 under ASYNC_MASTER: a send is acknowledged after the local flush, but
+/// consumers see it only once the in-sync slave holds it, or once that slave has left the
+/// in-sync set (`haMaxTimeSlaveNotCatchup`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (master, slave) = start_pair("ASYNC_MASTER", &dirs).await;
+    let producer = client(master.local_addr()).await;
+    let reply = send(&producer, "T", 0, b"replicated", "a").await;
+    assert_eq!(reply.code, response::SUCCESS);
+    let reader = client(master.local_addr()).await;
+    let replication = master.context().replication.clone();
+    let store = master.context().store.clone();
+    eventually("the first message visible", || {
+        store.queue_bounds("T", 0) == Some((0, 1))
+    })
+    .await;
+    slave.shutdown().await.unwrap();
+    let stopped = Instant::now();
+    let reply = send(&producer, "T", 0, b"not replicated", "a").await;
+    assert_eq!(
+        reply.code,
+        response::SUCCESS,
+        "ASYNC_MASTER acknowledges locally"
+    );
+    let pulled = reader
+        .invoke(common::pull_command("T", 0, 1, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        pulled.code,
+        response::PULL_NOT_FOUND,
+        "nothing past the watermark"
+    );
+    eventually("the slave leaves the in-sync set", || {
+        replication.runtime().in_sync_members == 1
+    })
+    .await;
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        stopped.elapsed()
+    );
+    eventually("the message visible once the master is alone", || {
+        store.queue_bounds("T", 0) == Some((0, 2))
+    })
+    .await;
+    master.shutdown().await.unwrap();
+}
+
+/// R7: a slave behind a consumer's committed offset answers "not found" at that offset,
+/// never an offset correction that would move the consumer back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_slave_never_corrects_a_consumer_backwards() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (master, slave) = start_pair("ASYNC_MASTER", &dirs).await;
+    let producer = client(master.local_addr()).await;
+    for i in 0..5 {
+        send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    let end = master.context().store.committed_end();
+    let slave_store = slave.context().store.clone();
+    eventually("slave dispatch", || {
+        slave_store.stats().dispatched_end >= end
+    })
+    .await;
+    drop(slave_store);
+    slave.shutdown().await.unwrap();
+    for i in 5..10 {
+        send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    // The slave comes back pointed at nowhere: it stays behind at 5 messages.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = dead.local_addr().unwrap();
+    drop(dead);
+    let slave = Broker::start(BrokerConfig {
+        ha_master_address: Some(nowhere.to_string()),
+        ..slave_config(dirs[1].path(), 1, &master)
+    })
+    .await
+    .unwrap();
+    let reader = client(slave.local_addr()).await;
+    eventually("the slave knows the topic", || {
+        slave.context().topics.get("T").is_some()
+    })
+    .await;
+    let reply = reader
+        .invoke(common::pull_command("T", 0, 9, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::PULL_NOT_FOUND, "{:?}", reply.remark);
+    let header: ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader =
+        reply.decode_header().unwrap();
+    assert_eq!(header.next_begin_offset, 9, "no correction backwards");
+    assert_eq!(header.max_offset, 5);
+    slave.shutdown().await.unwrap();
+    master.shutdown().await.unwrap();
+}

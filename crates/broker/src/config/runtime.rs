@@ -58,6 +58,28 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "the broker's address in routes and message ids is fixed at startup",
     ),
     ("listenPort", "the listening socket is bound at startup"),
+    ("haListenPort", "the HA socket is bound at startup"),
+    (
+        "haMasterAddress",
+        "a slave's master changes by failover or registration, not by configuration",
+    ),
+    (
+        "haSendHeartbeatInterval",
+        "the HA connections read it when they open",
+    ),
+    (
+        "haMaxTimeSlaveNotCatchup",
+        "the in-sync set reads it at startup",
+    ),
+    ("minInSyncReplicas", "the in-sync set reads it at startup"),
+    (
+        "slaveReadEnable",
+        "replication settings are read at startup",
+    ),
+    (
+        "accessMessageInMemoryMaxRatio",
+        "replication settings are read at startup",
+    ),
     ("metricsPort", "the metrics socket is bound at startup"),
     ("namesrvAddr", "name server connections are made at startup"),
     (
