@@ -7,7 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use ferromq_broker::{Broker, BrokerConfig};
+use ferromq_protocol::ha::{HaCodec, HaFrame, Hello, RecordSample};
 use ferromq_protocol::remoting::codes::response;
+use futures_util::{SinkExt, StreamExt};
 
 use common::{broker_config, client, commit, send, TIMEOUT};
 
@@ -250,31 +252,92 @@ async fn sync_master_below_the_minimum_refuses_writes_until_a_slave_joins() {
     master.shutdown().await.unwrap();
 }
 
+/// A hand-made slave on the master's HA port: says Hello with the master's own tail (so it
+/// passes the prefix check), then acknowledges only what it is told to.
+struct FakeSlave {
+    reader: tokio_util::codec::FramedRead<tokio::net::tcp::OwnedReadHalf, HaCodec>,
+    writer: tokio_util::codec::FramedWrite<tokio::net::tcp::OwnedWriteHalf, HaCodec>,
+}
+
+impl FakeSlave {
+    async fn join(master: &Broker, id: u64) -> FakeSlave {
+        let store = master.context().store.clone();
+        let (log_end, samples) = tokio::task::spawn_blocking(move || store.log_tail())
+            .await
+            .unwrap()
+            .unwrap();
+        let socket = tokio::net::TcpStream::connect(master.ha_addr())
+            .await
+            .unwrap();
+        let (read, write) = socket.into_split();
+        let mut fake = FakeSlave {
+            reader: tokio_util::codec::FramedRead::new(read, HaCodec::default()),
+            writer: tokio_util::codec::FramedWrite::new(write, HaCodec::default()),
+        };
+        let hello = Hello {
+            version: ferromq_protocol::ha::HA_VERSION,
+            cluster: "DefaultCluster".into(),
+            broker_name: "broker-a".into(),
+            broker_id: id,
+            log_end,
+            epoch: 0,
+            samples: samples
+                .iter()
+                .map(|s| RecordSample {
+                    offset: s.offset,
+                    size: s.size,
+                    crc: s.crc,
+                })
+                .collect(),
+        };
+        fake.writer.send(HaFrame::Hello(hello)).await.unwrap();
+        match fake.reader.next().await {
+            Some(Ok(HaFrame::Welcome(welcome))) => assert_eq!(welcome.start, log_end),
+            other => panic!("no Welcome: {other:?}"),
+        }
+        fake.ack(log_end).await;
+        fake
+    }
+
+    async fn ack(&mut self, log_end: u64) {
+        self.writer.send(HaFrame::Ack { log_end }).await.unwrap();
+    }
+}
+
 /// Invariant 4 under ASYNC_MASTER: a send is acknowledged after the local flush, but
 /// consumers see it only once the in-sync slave holds it, or once that slave has left the
-/// in-sync set (`haMaxTimeSlaveNotCatchup`).
+/// in-sync set for lagging `haMaxTimeSlaveNotCatchup`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (master, slave) = start_pair("ASYNC_MASTER", &dirs).await;
+    let dir = tempfile::tempdir().unwrap();
+    let master = Broker::start(master_config(dir.path(), "ASYNC_MASTER"))
+        .await
+        .unwrap();
     let producer = client(master.local_addr()).await;
-    let reply = send(&producer, "T", 0, b"replicated", "a").await;
+    let reply = send(&producer, "T", 0, b"before the slave", "a").await;
     assert_eq!(reply.code, response::SUCCESS);
-    let reader = client(master.local_addr()).await;
-    let replication = master.context().replication.clone();
     let store = master.context().store.clone();
     eventually("the first message visible", || {
         store.queue_bounds("T", 0) == Some((0, 1))
     })
     .await;
-    slave.shutdown().await.unwrap();
-    let stopped = Instant::now();
+    // Let the catalog record of the new topic land before the slave describes the tail.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let replication = master.context().replication.clone();
+    let mut slave = FakeSlave::join(&master, 7).await;
+    eventually("the fake slave in sync", || {
+        replication.runtime().in_sync_members == 2
+    })
+    .await;
+    let held_at = replication.watermark();
+    let joined = Instant::now();
     let reply = send(&producer, "T", 0, b"not replicated", "a").await;
     assert_eq!(
         reply.code,
         response::SUCCESS,
         "ASYNC_MASTER acknowledges locally"
     );
+    let reader = client(master.local_addr()).await;
     let pulled = reader
         .invoke(common::pull_command("T", 0, 1, 0, "*"), TIMEOUT)
         .await
@@ -284,14 +347,24 @@ async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
         response::PULL_NOT_FOUND,
         "nothing past the watermark"
     );
-    eventually("the slave leaves the in-sync set", || {
-        replication.runtime().in_sync_members == 1
-    })
-    .await;
+    assert_eq!(store.queue_bounds("T", 0), Some((0, 1)));
+    assert_eq!(replication.watermark(), held_at);
+    // The slave keeps talking but never catches up: it leaves after the lag time, and the
+    // master alone bounds the watermark again.
+    let keep_talking = async {
+        loop {
+            slave.ack(held_at).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = keep_talking => {}
+        _ = eventually("the slave leaves the in-sync set", || replication.runtime().in_sync_members == 1) => {}
+    }
     assert!(
-        stopped.elapsed() >= Duration::from_millis(900),
+        joined.elapsed() >= Duration::from_millis(900),
         "{:?}",
-        stopped.elapsed()
+        joined.elapsed()
     );
     eventually("the message visible once the master is alone", || {
         store.queue_bounds("T", 0) == Some((0, 2))

@@ -6,9 +6,9 @@
 //!
 //! Rules:
 //! 1. A replica is *caught up* when it acknowledges the end the master had when the replica
-//!    last caught up (or more); a replica that has not caught up for `max_lag` leaves the set.
-//!    A replica that acknowledges everything the master holds is caught up whatever came
-//!    before.
+//!    last caught up (or more); a replica that has not caught up for `max_lag` leaves the set,
+//!    and one whose connection closes leaves it at once. A replica that acknowledges
+//!    everything the master holds is caught up whatever came before.
 //! 2. A replica joins (or rejoins) the set only when its acknowledged end reaches the
 //!    watermark, so joining never lowers it.
 //! 3. The watermark is the smallest acknowledged end over the set, the master included
@@ -168,12 +168,24 @@ impl InSyncSet {
         Ok(())
     }
 
-    /// A replica's connection closed. It stays a member until it has lagged for `max_lag`
-    /// (a quick reconnect keeps its place; a dead replica leaves at the next tick past it).
-    pub fn disconnect(&mut self, id: u64) {
-        if let Some(replica) = self.replicas.get_mut(&id) {
-            replica.connected = false;
+    /// A replica's connection closed: it leaves the set at once (a replica that cannot
+    /// receive the log holds nothing new, and waiting `max_lag` for it would stall every
+    /// SYNC_MASTER write). It rejoins when it reconnects and catches up (rule 2). Returns
+    /// whether it was a member.
+    pub fn disconnect(&mut self, id: u64) -> bool {
+        let Some(replica) = self.replicas.get_mut(&id) else {
+            return false;
+        };
+        replica.connected = false;
+        let was_member = std::mem::replace(&mut replica.in_sync, false);
+        if was_member {
+            tracing::warn!(
+                replica = id,
+                acked = replica.acked,
+                "replica left the in-sync set: its HA connection closed"
+            );
         }
+        was_member
     }
 
     /// A replica acknowledged `end`; `master_end` is the master's committed end now and
@@ -371,12 +383,12 @@ mod tests {
         s.connect(1, "r1", 0, t0).unwrap();
         s.ack(1, 0, 0, 0, t0).unwrap();
         assert_eq!(s.members(), 2);
-        s.disconnect(1);
         assert!(s.tick(500, t0 + LAG / 2).is_empty(), "within max lag");
         assert_eq!(s.bound(500), Some(0), "a silent member holds the watermark");
         assert_eq!(s.tick(500, t0 + LAG * 2), vec![1]);
         assert_eq!(s.members(), 1);
         assert_eq!(s.bound(500), None, "alone again: the master's policy only");
+        s.disconnect(1);
         s.connect(1, "r1", 0, t0 + LAG * 2).unwrap();
         let t1 = t0 + LAG * 3;
         assert!(!s.ack(1, 300, 600, 600, t1).unwrap(), "behind: out");
@@ -402,8 +414,11 @@ mod tests {
         s.connect(1, "r1", 0, t0).unwrap();
         s.ack(1, 10, 10, 10, t0).unwrap();
         assert_eq!(s.bound(10), Some(10));
-        s.disconnect(1);
-        s.tick(20, t0 + LAG * 2);
+        assert!(
+            s.disconnect(1),
+            "a closed connection leaves the set at once"
+        );
+        assert_eq!(s.members(), 1);
         assert_eq!(s.bound(20), Some(10), "frozen below the minimum");
         assert!(matches!(s.replicated(20), Replicated::NotEnough { .. }));
     }
@@ -443,7 +458,7 @@ mod tests {
                 master_end += grow;
                 match op {
                     0 => { let _ = s.connect(id, "r", acked[id as usize], now); }
-                    1 => s.disconnect(id),
+                    1 => { s.disconnect(id); }
                     2 => {
                         let end = (acked[id as usize] + grow * 2).min(master_end);
                         if s.ack(id, end, master_end, master_end, now).is_ok() {

@@ -107,7 +107,9 @@ async fn serve_replica(
         stop,
     )
     .await;
-    replication.update(|set| set.disconnect(id));
+    replication.update(|set| {
+        set.disconnect(id);
+    });
     match outcome {
         Ok(()) => tracing::info!(%peer, broker_id = id, "slave disconnected"),
         Err(reason) => {
