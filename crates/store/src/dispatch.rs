@@ -82,7 +82,8 @@ pub struct DispatchStats {
 }
 
 impl Derived {
-    /// Dispatches every record in `[dispatched, limit)`.
+    /// Dispatches every whole record in `[dispatched, limit)`: a record that ends past the
+    /// limit waits (the limit may be a replication bound anywhere in the log).
     pub fn dispatch_until(
         &mut self,
         log: &CommitLog,
@@ -112,6 +113,10 @@ impl Derived {
                     source,
                 })?;
                 log.check_record_size(self.dispatched, total)?;
+                if self.dispatched + total as u64 > limit {
+                    // The limit (a replication bound) falls inside this record: it waits.
+                    break;
+                }
                 let record = log.read_unchecked(self.dispatched, total)?;
                 if self.dispatch_chunk(log, &record, limit, &mut stats, true)? == 0 {
                     return Err(ReadError::Corrupt {
