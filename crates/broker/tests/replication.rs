@@ -157,6 +157,31 @@ async fn slaves_hold_the_masters_log_queues_and_offsets_and_refuse_writes() {
         })
         .await;
     }
+    // Metrics and brokerStatus show the in-sync set, the watermark and the bytes moved.
+    let ctx = master.context();
+    let metrics = common::parse(&ctx.metrics.render(ctx));
+    assert_eq!(
+        common::value(&metrics, "ferromq_replication_in_sync_members", &[]),
+        3.0
+    );
+    assert!(
+        common::value(&metrics, "ferromq_replication_bytes_streamed_total", &[])
+            >= 2.0 * end as f64
+    );
+    assert_eq!(
+        common::value(
+            &metrics,
+            "ferromq_replication_slave_in_sync",
+            &[("slave", "1")]
+        ),
+        1.0
+    );
+    let info = ctx.stats.runtime_info(ctx);
+    assert_eq!(info["brokerRole"], "SYNC_MASTER");
+    assert_eq!(info["haInSyncMembers"], "3");
+    let slave_info = slaves[0].context().stats.runtime_info(slaves[0].context());
+    assert_eq!(slave_info["brokerRole"], "SLAVE");
+    assert!(slave_info["haBytesReceived"].parse::<u64>().unwrap() >= end);
     let status = replication.runtime();
     assert_eq!(status.slaves.len(), 2);
     assert!(status.slaves.iter().all(|s| s.in_sync && s.acked >= end));
