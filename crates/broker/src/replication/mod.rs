@@ -14,10 +14,12 @@
 //!
 //! [`Replication`] is the one shared handle: role (which may change at run time, for
 //! failover), in-sync state, counters and status. The state machines ([`in_sync`],
-//! [`handshake`], [`stream`]) are pure; the tasks in [`master`] and [`slave`] only move bytes
-//! between them, the sockets and the store.
+//! [`handshake`], [`stream`], [`follower`]) are pure or reach the log through a trait
+//! (`handshake::LogPrefix`, `follower::ReplicaLog`) and take the clock as an argument; the
+//! tasks in [`master`] and [`slave`] only move bytes between them, the sockets and the store.
 
 pub mod catalog_log;
+pub mod follower;
 pub mod handshake;
 pub mod in_sync;
 pub mod master;

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::follower::Follower;
 use super::master::frame_max;
 use super::{BrokerRole, Replication};
 
@@ -249,9 +250,9 @@ fn on_frame(
 }
 
 fn append(replication: &Replication, data: Data) -> Result<AckTicket, FollowError> {
-    let store = replication.store();
-    let ticket = store
-        .append_replicated(data.offset, &data.bytes)
+    let mut follower = Follower::default();
+    let ticket = follower
+        .on_data(&**replication.store(), &data)
         .map_err(|error| {
             replication
                 .counters
@@ -266,20 +267,22 @@ fn append(replication: &Replication, data: Data) -> Result<AckTicket, FollowErro
         .counters
         .bytes_received
         .fetch_add(data.bytes.len() as u64, Ordering::Relaxed);
-    follow_watermark(replication, data.watermark, data.master_end);
+    note_master(replication, follower);
     Ok(ticket)
 }
 
 /// Caps this slave's dispatcher at the master's watermark (never lowering the cap).
 fn follow_watermark(replication: &Replication, watermark: u64, master_end: u64) {
-    let store = replication.store();
-    let bound = store
-        .replication_bound()
-        .map_or(watermark, |b| b.max(watermark));
-    store.set_replication_bound(Some(bound));
+    let mut follower = Follower::default();
+    follower.on_heartbeat(&**replication.store(), watermark, master_end);
+    note_master(replication, follower);
+}
+
+/// Records what the last frame said of the master, for `haStatus`.
+fn note_master(replication: &Replication, follower: Follower) {
     let mut status = replication.follower();
-    status.watermark = bound;
-    status.master_end = master_end;
+    status.watermark = follower.watermark;
+    status.master_end = follower.master_end;
     status.last_read = Some(Instant::now());
 }
 
