@@ -319,6 +319,21 @@ impl InSyncSet {
         }
     }
 
+    /// The end every in-sync replica holds (`None`: no replica is in the set), or the
+    /// shortage `(members, needed)` when the set is below the minimum.
+    pub fn replicated_end(&self) -> Result<Option<u64>, (usize, usize)> {
+        let (members, needed) = (self.members(), self.settings.min_in_sync_replicas);
+        if members < needed {
+            return Err((members, needed));
+        }
+        Ok(self
+            .replicas
+            .values()
+            .filter(|r| r.in_sync)
+            .map(|r| r.acked)
+            .min())
+    }
+
     /// Every tracked replica, by id.
     pub fn status(&self, now: Instant) -> Vec<ReplicaStatus> {
         self.replicas

@@ -214,18 +214,19 @@ async fn stream(
     let mut watermark_sent = welcome.watermark;
     loop {
         watermark_sent = send_ready(replication, id, writer, &mut state, watermark_sent).await?;
+        // A watermark that moved without new data to carry it goes out in a heartbeat, so
+        // slaves expose what the in-sync set holds without waiting for the next interval.
+        let watermark = replication.watermark();
+        if watermark > watermark_sent {
+            watermark_sent = heartbeat_to(writer, replication, watermark).await?;
+        }
         tokio::select! {
             frame = reader.next() => {
                 last_heard = Instant::now();
                 on_slave_frame(replication, id, &mut state, frame)?;
             }
             _ = commits.changed() => {}
-            _ = changes.changed() => {
-                let watermark = replication.watermark();
-                if watermark > watermark_sent {
-                    watermark_sent = heartbeat_to(writer, replication, watermark).await?;
-                }
-            }
+            _ = changes.changed() => {}
             _ = heartbeat.tick() => {
                 if last_heard.elapsed() > 3 * interval {
                     return Err(format!("slave silent for {:?}", last_heard.elapsed()));

@@ -27,6 +27,7 @@ pub mod settings;
 pub mod slave;
 pub mod status;
 pub mod stream;
+pub mod waiters;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,7 @@ use crate::core::error::WriteError;
 use handshake::GroupIdentity;
 use in_sync::{InSyncSet, InSyncSettings, Replicated};
 pub use settings::{BrokerRole, ReplicationSettings};
+use waiters::SyncWaiters;
 
 /// Counters of the replication paths (`brokerStatus`, metrics, tests).
 #[derive(Debug, Default)]
@@ -93,11 +95,14 @@ pub struct Replication {
     role: watch::Sender<BrokerRole>,
     store: Arc<MessageStore>,
     in_sync: Mutex<InSyncSet>,
-    /// Bumped whenever an acknowledgement or tick changed the in-sync state.
+    /// Bumped whenever an acknowledgement or tick changed the in-sync state (the master's
+    /// streams send the new watermark).
     changed: watch::Sender<u64>,
     /// A slave's master HA address, as configured or learned from the name servers.
     master_addr: watch::Sender<Option<SocketAddr>>,
     follower: Mutex<FollowerStatus>,
+    /// SYNC_MASTER writes waiting for their replicas (taken inside the in-sync lock).
+    waiters: Mutex<SyncWaiters>,
     /// Bytes sent to each connected slave, by broker id.
     streamed_by_replica: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// How long a SYNC_MASTER write waits for its replicas (`syncFlushTimeout`).
@@ -131,6 +136,7 @@ impl Replication {
             in_sync: Mutex::new(in_sync),
             changed: watch::Sender::new(0),
             follower: Mutex::new(FollowerStatus::default()),
+            waiters: Mutex::default(),
             streamed_by_replica: Mutex::default(),
             sync_timeout,
             epoch: AtomicU64::new(0),
@@ -250,36 +256,51 @@ impl Replication {
         if self.role() != BrokerRole::SyncMaster {
             return Ok(());
         }
-        let deadline = tokio::time::Instant::now() + self.sync_timeout;
-        let mut changed = self.changed.subscribe();
-        loop {
-            match self.lock().replicated(end) {
+        let waiting = {
+            let set = self.lock();
+            match set.replicated(end) {
                 Replicated::Yes => return Ok(()),
-                Replicated::NotEnough { members, needed } => {
-                    self.counters
-                        .in_sync_not_enough
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Err(WriteError::InSyncReplicasNotEnough {
-                        what,
-                        members,
-                        needed,
-                    });
-                }
-                Replicated::Pending => {}
+                Replicated::NotEnough { members, needed } => Err((members, needed)),
+                // Registered under the in-sync lock, which `update` holds while releasing:
+                // no acknowledgement can slip between the check and the registration.
+                Replicated::Pending => Ok(self.waiters().add(end)),
             }
-            if tokio::time::timeout_at(deadline, changed.changed())
-                .await
-                .is_err()
-            {
+        };
+        let outcome = match waiting {
+            Err(shortage) => Err(Some(shortage)),
+            Ok(None) => Err(None),
+            Ok(Some(receiver)) => match tokio::time::timeout(self.sync_timeout, receiver).await {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(shortage))) => Err(Some(shortage)),
+                Ok(Err(_)) | Err(_) => Err(None),
+            },
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(Some((members, needed))) => {
+                self.counters
+                    .in_sync_not_enough
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(WriteError::InSyncReplicasNotEnough {
+                    what,
+                    members,
+                    needed,
+                })
+            }
+            Err(None) => {
                 self.counters
                     .replication_timeouts
                     .fetch_add(1, Ordering::Relaxed);
-                return Err(WriteError::NotReplicated {
+                Err(WriteError::NotReplicated {
                     what,
                     timeout_ms: self.sync_timeout.as_millis() as u64,
-                });
+                })
             }
         }
+    }
+
+    fn waiters(&self) -> std::sync::MutexGuard<'_, SyncWaiters> {
+        self.waiters.lock().expect("waiters lock")
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, InSyncSet> {
@@ -294,6 +315,7 @@ impl Replication {
             let mut set = self.lock();
             let out = change(&mut set);
             self.bound_locked(&mut set);
+            self.waiters().release(set.replicated_end());
             out
         };
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
