@@ -237,14 +237,7 @@ impl Replication {
         }
         match self.lock().replicated(0) {
             Replicated::NotEnough { members, needed } => {
-                self.counters
-                    .in_sync_not_enough
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(WriteError::InSyncReplicasNotEnough {
-                    what,
-                    members,
-                    needed,
-                })
+                Err(self.not_enough(what, (members, needed)))
             }
             _ => Ok(()),
         }
@@ -256,46 +249,49 @@ impl Replication {
         if self.role() != BrokerRole::SyncMaster {
             return Ok(());
         }
-        let waiting = {
+        let receiver = {
             let set = self.lock();
             match set.replicated(end) {
                 Replicated::Yes => return Ok(()),
-                Replicated::NotEnough { members, needed } => Err((members, needed)),
+                Replicated::NotEnough { members, needed } => {
+                    return Err(self.not_enough(what, (members, needed)))
+                }
                 // Registered under the in-sync lock, which `update` holds while releasing:
                 // no acknowledgement can slip between the check and the registration.
-                Replicated::Pending => Ok(self.waiters().add(end)),
+                Replicated::Pending => self.waiters().add(end),
             }
         };
-        let outcome = match waiting {
-            Err(shortage) => Err(Some(shortage)),
-            Ok(None) => Err(None),
-            Ok(Some(receiver)) => match tokio::time::timeout(self.sync_timeout, receiver).await {
-                Ok(Ok(Ok(()))) => Ok(()),
-                Ok(Ok(Err(shortage))) => Err(Some(shortage)),
-                Ok(Err(_)) | Err(_) => Err(None),
-            },
+        let released = match receiver {
+            Some(receiver) => tokio::time::timeout(self.sync_timeout, receiver).await,
+            None => return Err(self.not_replicated(what)),
         };
-        match outcome {
-            Ok(()) => Ok(()),
-            Err(Some((members, needed))) => {
-                self.counters
-                    .in_sync_not_enough
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(WriteError::InSyncReplicasNotEnough {
-                    what,
-                    members,
-                    needed,
-                })
-            }
-            Err(None) => {
-                self.counters
-                    .replication_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(WriteError::NotReplicated {
-                    what,
-                    timeout_ms: self.sync_timeout.as_millis() as u64,
-                })
-            }
+        match released {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(shortage))) => Err(self.not_enough(what, shortage)),
+            Ok(Err(_)) | Err(_) => Err(self.not_replicated(what)),
+        }
+    }
+
+    /// The error (counted) of a write refused below `minInSyncReplicas`.
+    fn not_enough(&self, what: &'static str, (members, needed): (usize, usize)) -> WriteError {
+        self.counters
+            .in_sync_not_enough
+            .fetch_add(1, Ordering::Relaxed);
+        WriteError::InSyncReplicasNotEnough {
+            what,
+            members,
+            needed,
+        }
+    }
+
+    /// The error (counted) of a write the in-sync replicas did not all hold in time.
+    fn not_replicated(&self, what: &'static str) -> WriteError {
+        self.counters
+            .replication_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        WriteError::NotReplicated {
+            what,
+            timeout_ms: self.sync_timeout.as_millis() as u64,
         }
     }
 
