@@ -142,7 +142,7 @@ impl Spec {
              brokerId = {}\nlistenPort = 0\nstorePathRootDir = \"{}\"\n\
              flushDiskType = \"ASYNC_FLUSH\"\nhaSendHeartbeatInterval = {HEARTBEAT_MS}\n\
              haMaxTimeSlaveNotCatchup = {}\nminInSyncReplicas = {}\nsyncFlushTimeout = {}\n\
-             mappedFileSizeCommitLog = {}\n",
+             mappedFileSizeCommitLog = {}\nmaxMessageSize = 1048576\n",
             self.broker_name,
             self.role,
             self.id,
@@ -236,7 +236,9 @@ impl Node {
         let words: Vec<&str> = line.split_whitespace().collect();
         assert!(
             line.starts_with("ferromq broker: listening on ") && words.len() >= 10,
-            "{line}"
+            "broker {}: first line {line:?}; stderr: {}",
+            self.name,
+            self.stderr()
         );
         self.addr = words[4].parse().unwrap();
         self.ha = words[6].trim_end_matches(',').parse().unwrap();
