@@ -921,21 +921,39 @@ async fn every_write_is_refused_on_a_slave_and_reads_survive_the_master_stopping
     };
     not_master("send", &send(&s, "T", 0, b"to-a-slave").await);
     not_master("commit", &commit(&s, "G", "T", 0, 8).await);
-    let reset = ResetOffsetRequestHeader {
-        group: "G".into(),
-        topic: "T".into(),
-        queue_id: None,
-        offset: Some(0),
-        timestamp: 0,
-        is_force: true,
-    };
-    not_master(
-        "reset",
-        &invoke(
-            &s,
-            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &reset),
-        )
-        .await,
+    // Both forms of a reset: one queue to an explicit offset, every queue by time.
+    for (queue_id, offset) in [(Some(0), Some(0)), (None, None)] {
+        let reset = ResetOffsetRequestHeader {
+            group: "G".into(),
+            topic: "T".into(),
+            queue_id,
+            offset,
+            timestamp: 0,
+            is_force: true,
+        };
+        let command =
+            RemotingCommand::request_with_header(request::INVOKE_BROKER_TO_RESET_OFFSET, &reset);
+        not_master("reset", &invoke(&s, command).await);
+    }
+    let out = common::admin(&[
+        "resetOffsetByTime",
+        "-b",
+        &slave.addr_str(),
+        "-g",
+        "G",
+        "-t",
+        "T",
+        "-s",
+        "0",
+    ]);
+    println!(
+        "admin resetOffsetByTime on the slave: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    assert!(
+        !out.status.success(),
+        "resetOffsetByTime on a slave succeeded"
     );
     not_master(
         "updateTopic",
@@ -972,6 +990,10 @@ async fn every_write_is_refused_on_a_slave_and_reads_survive_the_master_stopping
         stderr.contains("not master") || stderr.contains("2111"),
         "{stderr}"
     );
+    // A pull carrying a commit is served, its commit not applied.
+    let carried = pull(&s, "T", 0, 3, 32, Some(9)).await;
+    assert_eq!(carried.code, response::SUCCESS, "{}", remark(&carried));
+    assert_eq!(records(&carried).len(), 7, "pull from 3 on the slave");
     // Nothing changed on the slave (nor on the master).
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(max_offset(&s, "T", 0).await, Some(10));
