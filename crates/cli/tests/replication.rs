@@ -299,10 +299,7 @@ fn remark(reply: &RemotingCommand) -> String {
 }
 
 async fn send(client: &RemotingClient, topic: &str, queue: i32, body: &[u8]) -> RemotingCommand {
-    let properties = String::from_utf8(Properties::encode(
-        [("TAGS", "a"), ("KEYS", "k")].into_iter(),
-    ))
-    .unwrap();
+    let properties = String::from_utf8(Properties::encode([("TAGS", "a"), ("KEYS", "k")])).unwrap();
     let header = SendMessageRequestHeaderV2 {
         a: "PG".into(),
         b: topic.into(),
