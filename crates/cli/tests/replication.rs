@@ -889,6 +889,24 @@ async fn sync_master_waits_for_a_killed_slave_then_continues_and_refuses_below_t
         .slave_ack_offset;
     assert_eq!(acked, end, "{info:?}");
     println!("slave1 acknowledged the master's end {end}");
+    let json = admin_ha_status(&master.addr_str());
+    let connections = json["haConnectionInfo"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        connections
+            .iter()
+            .any(|c| c["brokerId"] == 1 && c["inSync"] == true && c["slaveAckOffset"] == end),
+        "{json}"
+    );
+    assert!(
+        !connections
+            .iter()
+            .any(|c| c["brokerId"] == 2 && c["inSync"] == true),
+        "{json}"
+    );
+    assert_eq!(json["inSyncSlaveNums"], 1, "{json}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1269,8 +1287,9 @@ async fn bad_ha_peers_are_refused_and_clients_are_not_disturbed() {
     }
     // A producer keeps sending meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicU64::new(0));
     let producer = {
-        let (stop, addr) = (stop.clone(), master.addr);
+        let (stop, addr, acknowledged) = (stop.clone(), master.addr, acknowledged.clone());
         tokio::spawn(async move {
             let c = client(addr).await;
             let (mut ok, mut failed, mut worst) = (0u64, Vec::new(), Duration::ZERO);
@@ -1280,6 +1299,7 @@ async fn bad_ha_peers_are_refused_and_clients_are_not_disturbed() {
                 worst = worst.max(t.elapsed());
                 if reply.code == response::SUCCESS {
                     ok += 1;
+                    acknowledged.fetch_add(1, Ordering::Relaxed);
                 } else {
                     failed.push((reply.code, remark(&reply)));
                 }
@@ -1408,6 +1428,11 @@ async fn bad_ha_peers_are_refused_and_clients_are_not_disturbed() {
     println!("refusal reported in haStatus/brokerStatus too: {reported}");
     assert!(line.contains(&format!("master={}", master.ha)), "{line}");
 
+    eventually!(
+        10,
+        "50 sends acknowledged meanwhile",
+        acknowledged.load(Ordering::Relaxed) >= 50
+    );
     stop.store(true, Ordering::Relaxed);
     let (ok, failed, worst) = producer.await.unwrap();
     println!(
@@ -1415,7 +1440,7 @@ async fn bad_ha_peers_are_refused_and_clients_are_not_disturbed() {
         failed.len()
     );
     assert!(failed.is_empty(), "{failed:?}");
-    assert!(ok > 20, "{ok}");
+    assert!(ok >= 50, "{ok}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1524,6 +1549,9 @@ async fn a_partition_between_master_and_slaves_stops_the_watermark_and_loses_not
         "unacknowledged writes are in the master's log"
     );
     assert_eq!(during.in_sync_slave_nums, 0, "{during:?}");
+    let committed_max = max_offset(&m, "T", 0).await;
+    println!("master's committed max offset of T/0 during the partition: {committed_max:?}");
+    assert_eq!(committed_max, Some(20), "GET_MAX_OFFSET past the watermark");
     let past = pull(&m, "T", 0, 20, 32, None).await;
     println!(
         "pull past the watermark on the master: code {} {:?}",
