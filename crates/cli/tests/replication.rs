@@ -624,7 +624,23 @@ async fn a_master_and_two_slaves_hold_the_same_log_queues_and_offsets_under_load
 
     const QUEUES: i32 = 4;
     const PER_QUEUE: i64 = 800;
+    let unknown = pull(&s1, "T", 0, 0, 1, None).await;
+    assert_eq!(
+        unknown.code,
+        response::TOPIC_NOT_EXIST,
+        "{}",
+        remark(&unknown)
+    );
     create_topic(&m, "T", QUEUES).await;
+    // The topic reaches the slaves as a log record.
+    let created = Instant::now();
+    eventually!(5, "T on both slaves", {
+        pull(&s1, "T", QUEUES - 1, 0, 1, None).await.code == response::PULL_NOT_FOUND
+            && pull(&s2, "T", QUEUES - 1, 0, 1, None).await.code == response::PULL_NOT_FOUND
+    });
+    let topic_lag = created.elapsed();
+    println!("topic T known on both slaves {topic_lag:?} after its creation on the master");
+    assert!(topic_lag < Duration::from_secs(2), "{topic_lag:?}");
     let started = Instant::now();
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..QUEUES).map(|_| AtomicU64::new(0)).collect());
     let mut producers = Vec::new();
@@ -1058,13 +1074,15 @@ async fn every_write_is_refused_on_a_slave_and_reads_survive_the_master_stopping
             .map(|i| (i as u64, format!("q{queue}-m{i}").into_bytes()))
             .collect();
         assert_eq!(got, expected, "queue {queue} from the slave");
-        let past = pull(&s, "T", queue, 10, 32, None).await;
-        assert_eq!(
-            past.code,
-            response::PULL_NOT_FOUND,
-            "past the end: {}",
-            remark(&past)
-        );
+        for offset in [10, 1_000] {
+            let past = pull(&s, "T", queue, offset, 32, None).await;
+            assert_eq!(
+                past.code,
+                response::PULL_NOT_FOUND,
+                "pull at {offset} past the slave's end: {}",
+                remark(&past)
+            );
+        }
         println!("master killed: the slave resumes queue {queue} at {committed}, next {} messages served", got.len());
     }
     not_master(
