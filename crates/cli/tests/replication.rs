@@ -1498,124 +1498,133 @@ async fn a_partition_between_master_and_slaves_stops_the_watermark_and_loses_not
         assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
         acked.push(body);
     }
-    let before = ha_status(&m).await;
-
-    proxy.set_mode(ProxyMode::Drop);
-    let cut = Instant::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let watermark_at_cut = ha_status(&m).await.watermark.unwrap();
-    assert!(watermark_at_cut >= before.watermark.unwrap());
-    let mut outcomes = Vec::new();
-    while cut.elapsed() < Duration::from_millis(LAG_MS + 3_000) {
-        let t = Instant::now();
-        let body = format!("cut-{}", outcomes.len()).into_bytes();
-        let reply = send(&m, "T", 0, &body).await;
-        if reply.code == response::SUCCESS {
-            acked.push(body);
+    let clients = [client(slaves[0].addr).await, client(slaves[1].addr).await];
+    // Reset connections first, then a silent partition (connections kept open, nothing flows).
+    for (round, mode) in [ProxyMode::Drop, ProxyMode::Stall].into_iter().enumerate() {
+        println!("partition round {round}: proxy mode {}", mode.name());
+        let before = ha_status(&m).await;
+        let queue_end = max_offset(&m, "T", 0).await.unwrap();
+        proxy.set_mode(mode);
+        let cut = Instant::now();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let watermark_at_cut = ha_status(&m).await.watermark.unwrap();
+        assert!(watermark_at_cut >= before.watermark.unwrap());
+        let mut outcomes = Vec::new();
+        while cut.elapsed() < Duration::from_millis(LAG_MS + 3_000) {
+            let t = Instant::now();
+            let body = format!("cut{round}-{}", outcomes.len()).into_bytes();
+            let reply = send(&m, "T", 0, &body).await;
+            if reply.code == response::SUCCESS {
+                acked.push(body);
+            }
+            outcomes.push((cut.elapsed(), t.elapsed(), reply.code, remark(&reply)));
         }
-        outcomes.push((cut.elapsed(), t.elapsed(), reply.code, remark(&reply)));
-    }
-    for (at, took, code, remark) in outcomes.iter().take(3).chain(outcomes.iter().rev().take(2)) {
-        println!("  send at {at:?} took {took:?}: code {code} {remark:?}");
-    }
-    let first_refusal = outcomes
-        .iter()
-        .find(|o| o.2 == response::SYSTEM_ERROR)
-        .map(|o| o.0);
-    println!(
+        for (at, took, code, remark) in outcomes.iter().take(3).chain(outcomes.iter().rev().take(2))
+        {
+            println!("  send at {at:?} took {took:?}: code {code} {remark:?}");
+        }
+        let first_refusal = outcomes
+            .iter()
+            .find(|o| o.2 == response::SYSTEM_ERROR)
+            .map(|o| o.0);
+        println!(
         "partition: {} sends, {} NOT_DURABLE, {} refused (first at {first_refusal:?}), {} acknowledged",
         outcomes.len(),
         outcomes.iter().filter(|o| o.2 == NOT_DURABLE).count(),
         outcomes.iter().filter(|o| o.2 == response::SYSTEM_ERROR).count(),
         outcomes.iter().filter(|o| o.2 == response::SUCCESS).count(),
     );
-    assert!(
-        outcomes.iter().all(|o| o.2 != response::SUCCESS),
-        "a send was acknowledged during the partition"
-    );
-    let (_, took, code, ref text) = outcomes[0];
-    assert_eq!(code, NOT_DURABLE, "first send during the partition: {text}");
-    assert!(
-        took >= Duration::from_millis(SYNC_FLUSH_TIMEOUT_MS - 100),
-        "NOT_DURABLE after {took:?}, before syncFlushTimeout"
-    );
-    let last = outcomes.last().unwrap();
-    assert_eq!(last.2, response::SYSTEM_ERROR, "{last:?}");
-    assert!(
-        last.3.starts_with("in-sync replicas not enough"),
-        "{last:?}"
-    );
-    assert!(
-        first_refusal.unwrap() < Duration::from_millis(LAG_MS + 1_500),
-        "{first_refusal:?}"
-    );
-    let during = ha_status(&m).await;
-    println!(
-        "watermark {} at the cut, {:?} after {:?}; master log end {}",
-        watermark_at_cut,
-        during.watermark,
-        cut.elapsed(),
-        during.master_commit_log_max_offset
-    );
-    assert_eq!(
-        during.watermark,
-        Some(watermark_at_cut),
-        "the watermark moved during the partition"
-    );
-    assert!(
-        during.master_commit_log_max_offset > watermark_at_cut,
-        "unacknowledged writes are in the master's log"
-    );
-    assert_eq!(during.in_sync_slave_nums, 0, "{during:?}");
-    let committed_max = max_offset(&m, "T", 0).await;
-    println!("master's committed max offset of T/0 during the partition: {committed_max:?}");
-    assert_eq!(committed_max, Some(20), "GET_MAX_OFFSET past the watermark");
-    let past = pull(&m, "T", 0, 20, 32, None).await;
-    println!(
-        "pull past the watermark on the master: code {} {:?}",
-        past.code, past.remark
-    );
-    assert!(
-        records(&past).is_empty(),
-        "a consumer saw messages past the watermark"
-    );
-    assert_ne!(past.code, response::SUCCESS);
-
-    proxy.set_mode(ProxyMode::Pass);
-    let healed = Instant::now();
-    let rejoined = wait_in_sync(&m, 2, 30).await;
-    println!("healed: both slaves in sync after {rejoined:?}");
-    for i in 0..10 {
-        let body = format!("after-{i}").into_bytes();
-        let reply = send(&m, "T", 0, &body).await;
-        assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
-        acked.push(body);
-    }
-    let clients = [client(slaves[0].addr).await, client(slaves[1].addr).await];
-    wait_caught_up(&m, &[&clients[0], &clients[1]], 30).await;
-    let end = max_offset(&m, "T", 0).await.unwrap();
-    let on_master = pull_range(&m, "T", 0, 0, end).await;
-    for (name, c) in [("slave1", &clients[0]), ("slave2", &clients[1])] {
-        eventually!(
-            20,
-            format!("{name} dispatch"),
-            max_offset(c, "T", 0).await == Some(end)
+        assert!(
+            outcomes.iter().all(|o| o.2 != response::SUCCESS),
+            "a send was acknowledged during the partition"
         );
-        let got = pull_range(c, "T", 0, 0, end).await;
-        assert_eq!(got, on_master, "{name} holds the master's queue");
-    }
-    let bodies: Vec<&Vec<u8>> = on_master.iter().map(|(_, b)| b).collect();
-    let missing: Vec<String> = acked
-        .iter()
-        .filter(|b| !bodies.contains(b))
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .collect();
-    println!(
+        let (_, took, code, ref text) = outcomes[0];
+        assert_eq!(code, NOT_DURABLE, "first send during the partition: {text}");
+        assert!(
+            took >= Duration::from_millis(SYNC_FLUSH_TIMEOUT_MS - 100),
+            "NOT_DURABLE after {took:?}, before syncFlushTimeout"
+        );
+        let last = outcomes.last().unwrap();
+        assert_eq!(last.2, response::SYSTEM_ERROR, "{last:?}");
+        assert!(
+            last.3.starts_with("in-sync replicas not enough"),
+            "{last:?}"
+        );
+        assert!(
+            first_refusal.unwrap() < Duration::from_millis(LAG_MS + 1_500),
+            "{first_refusal:?}"
+        );
+        let during = ha_status(&m).await;
+        println!(
+            "watermark {} at the cut, {:?} after {:?}; master log end {}",
+            watermark_at_cut,
+            during.watermark,
+            cut.elapsed(),
+            during.master_commit_log_max_offset
+        );
+        assert_eq!(
+            during.watermark,
+            Some(watermark_at_cut),
+            "the watermark moved during the partition"
+        );
+        assert!(
+            during.master_commit_log_max_offset > watermark_at_cut,
+            "unacknowledged writes are in the master's log"
+        );
+        assert_eq!(during.in_sync_slave_nums, 0, "{during:?}");
+        let committed_max = max_offset(&m, "T", 0).await;
+        println!("master's committed max offset of T/0 during the partition: {committed_max:?}");
+        assert_eq!(
+            committed_max,
+            Some(queue_end),
+            "GET_MAX_OFFSET past the watermark"
+        );
+        let past = pull(&m, "T", 0, queue_end, 32, None).await;
+        println!(
+            "pull past the watermark on the master: code {} {:?}",
+            past.code, past.remark
+        );
+        assert!(
+            records(&past).is_empty(),
+            "a consumer saw messages past the watermark"
+        );
+        assert_ne!(past.code, response::SUCCESS);
+
+        proxy.set_mode(ProxyMode::Pass);
+        let healed = Instant::now();
+        let rejoined = wait_in_sync(&m, 2, 30).await;
+        println!("healed: both slaves in sync after {rejoined:?}");
+        for i in 0..10 {
+            let body = format!("after{round}-{i}").into_bytes();
+            let reply = send(&m, "T", 0, &body).await;
+            assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+            acked.push(body);
+        }
+        wait_caught_up(&m, &[&clients[0], &clients[1]], 30).await;
+        let end = max_offset(&m, "T", 0).await.unwrap();
+        let on_master = pull_range(&m, "T", 0, 0, end).await;
+        for (name, c) in [("slave1", &clients[0]), ("slave2", &clients[1])] {
+            eventually!(
+                20,
+                format!("{name} dispatch"),
+                max_offset(c, "T", 0).await == Some(end)
+            );
+            let got = pull_range(c, "T", 0, 0, end).await;
+            assert_eq!(got, on_master, "{name} holds the master's queue");
+        }
+        let bodies: Vec<&Vec<u8>> = on_master.iter().map(|(_, b)| b).collect();
+        let missing: Vec<String> = acked
+            .iter()
+            .filter(|b| !bodies.contains(b))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        println!(
         "after healing ({:?}): {} acknowledged sends, queue holds {end} messages on master and both slaves",
         healed.elapsed(),
         acked.len()
     );
-    assert!(missing.is_empty(), "acknowledged but missing: {missing:?}");
+        assert!(missing.is_empty(), "acknowledged but missing: {missing:?}");
+    }
 }
 
 /// Not in the brief's list: a slave configured with another `mappedFileSizeCommitLog` than its
