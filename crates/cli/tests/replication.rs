@@ -1371,6 +1371,15 @@ async fn bad_ha_peers_are_refused_and_clients_are_not_disturbed() {
         refusal(&diverged),
         (RefusalCode::Diverged, Some(samples[1].offset))
     );
+    println!("Hello whose two samples both differ (CRC, then size):");
+    let mut both = samples.clone();
+    both[0].crc ^= 1;
+    both[1].size += 1;
+    let diverged = ha_exchange(master.ha, &hello_bytes(hello(log_end, both))).await;
+    assert_eq!(
+        refusal(&diverged),
+        (RefusalCode::Diverged, Some(samples[0].offset))
+    );
     for (what, bytes) in [
         ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
         ("unknown kind 99", vec![0, 0, 0, 1, 99]),
