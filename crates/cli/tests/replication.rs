@@ -894,6 +894,10 @@ async fn sync_master_waits_for_a_killed_slave_then_continues_and_refuses_below_t
     }
     let s1 = client(slave1.addr).await;
     let end = wait_caught_up(&m, &[&s1], 20).await;
+    // Killed with SIGKILL and restarted on its data: its CommitLog is the master's.
+    let compared =
+        assert_same_commitlog(&master.commitlog_dir(), &slave1.commitlog_dir(), end as u64);
+    println!("restarted slave1: CommitLog byte-identical over {compared} of {end} bytes");
     let info = ha_status(&m).await;
     assert_eq!(in_sync_of(&info, 1), Some(true), "{info:?}");
     assert_ne!(in_sync_of(&info, 2), Some(true), "{info:?}");
@@ -1609,7 +1613,15 @@ async fn a_partition_between_master_and_slaves_stops_the_watermark_and_loses_not
             assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
             acked.push(body);
         }
-        wait_caught_up(&m, &[&clients[0], &clients[1]], 30).await;
+        let log_end = wait_caught_up(&m, &[&clients[0], &clients[1]], 30).await as u64;
+        for slave in &slaves {
+            let compared =
+                assert_same_commitlog(&master.commitlog_dir(), &slave.commitlog_dir(), log_end);
+            println!(
+                "{}: CommitLog byte-identical over {compared} of {log_end} bytes",
+                slave.name
+            );
+        }
         let end = max_offset(&m, "T", 0).await.unwrap();
         let on_master = pull_range(&m, "T", 0, 0, end).await;
         for (name, c) in [("slave1", &clients[0]), ("slave2", &clients[1])] {
