@@ -1699,3 +1699,122 @@ async fn a_slave_with_another_segment_size_catches_up_or_says_why_not() {
         "the slave stalled at {at} of {end} without a word"
     );
 }
+
+/// The brief's third scenario through the real client: a `LitePullConsumer` (ferromq-client)
+/// reading a queue keeps reading from the slave, in order and without rewinding, once the
+/// master is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lite_pull_consumer_reads_on_from_the_slave_when_the_master_is_killed() {
+    use ferromq_client::{LitePullConsumer, LitePullConsumerConfig, MessageQueue, StartPosition};
+    const MESSAGES: i64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let ns = namesrv();
+    let mut master = Node::start(
+        dir.path(),
+        "master",
+        &Spec {
+            namesrv: Some(ns.addr.clone()),
+            ..Spec::master("SYNC_MASTER")
+        },
+    );
+    let slave = Node::start(
+        dir.path(),
+        "slave",
+        &Spec {
+            namesrv: Some(ns.addr.clone()),
+            ..Spec::slave(1, Some(master.ha))
+        },
+    );
+    let m = client(master.addr).await;
+    let s = client(slave.addr).await;
+    wait_in_sync(&m, 1, 30).await;
+    create_topic(&m, "T", 1).await;
+    for i in 0..MESSAGES {
+        let reply = send(&m, "T", 0, format!("m{i}").as_bytes()).await;
+        assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    }
+    let reply = commit(&m, "LG", "T", 0, 6).await;
+    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    common::wait_route(&ns.addr, "T");
+    eventually!(20, "the slave holds LG's offset", {
+        query_offset(&s, "LG", "T", 0).await == Some(6)
+    });
+    let consumer = LitePullConsumer::start(LitePullConsumerConfig {
+        namesrv_addrs: vec![ns.addr.parse().unwrap()],
+        group: "LG".into(),
+        start_position: StartPosition::First,
+        pull_batch: 4,
+        buffer_per_queue: 4,
+        max_poll_messages: 4,
+        pull_hold: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let queue = MessageQueue {
+        topic: "T".into(),
+        broker_name: GROUP_NAME.into(),
+        queue_id: 0,
+    };
+    consumer.assign(vec![queue.clone()]).await.unwrap();
+    let mut got: Vec<(u64, Vec<u8>)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 8 {
+        assert!(
+            Instant::now() < deadline,
+            "polled only {got:?} from the master"
+        );
+        for message in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            got.push((message.queue_offset, message.body.to_vec()));
+        }
+    }
+    let before_kill = got.len();
+    let served_by_slave_before = common::ok_json(&["brokerStatus", "-b", &slave.addr_str()])
+        ["brokers"][0]["table"]["msgGetTotalTodayNow"]
+        .as_str()
+        .unwrap_or("0")
+        .parse::<u64>()
+        .unwrap_or(0);
+    master.kill();
+    let killed = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < (MESSAGES - 6) as usize {
+        assert!(
+            Instant::now() < deadline,
+            "after the master was killed the consumer got {} more ({:?}); stats {:?}",
+            got.len() - before_kill,
+            got.last(),
+            consumer.stats()
+        );
+        for message in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            got.push((message.queue_offset, message.body.to_vec()));
+        }
+    }
+    let resumed = killed.elapsed();
+    let expected: Vec<(u64, Vec<u8>)> = (6..MESSAGES)
+        .map(|i| (i as u64, format!("m{i}").into_bytes()))
+        .collect();
+    assert_eq!(
+        got, expected,
+        "in order from the committed offset, nothing rewound or skipped"
+    );
+    let served_by_slave = common::ok_json(&["brokerStatus", "-b", &slave.addr_str()])["brokers"][0]
+        ["table"]["msgGetTotalTodayNow"]
+        .as_str()
+        .unwrap_or("0")
+        .parse::<u64>()
+        .unwrap_or(0);
+    println!(
+        "consumer: {before_kill} messages from the master, {} more after the kill within {resumed:?}; \
+         slave served {} messages (msgGetTotalTodayNow {served_by_slave_before} -> {served_by_slave}); stats {:?}",
+        got.len() - before_kill,
+        served_by_slave - served_by_slave_before,
+        consumer.stats()
+    );
+    assert!(
+        served_by_slave > served_by_slave_before,
+        "the slave served none of the pulls after the kill"
+    );
+    drop(consumer);
+}
