@@ -166,6 +166,7 @@ impl Broker {
             GroupIdentity {
                 cluster: config.broker_cluster_name.clone(),
                 broker_name: config.broker_name.clone(),
+                segment_size: config.mapped_file_size_commit_log,
             },
             store.clone(),
             Duration::from_millis(config.sync_flush_timeout.max(1)),

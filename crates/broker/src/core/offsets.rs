@@ -138,6 +138,9 @@ pub async fn commit(
     request: &CommitRequest,
 ) -> Result<Committed, CommitError> {
     let (group, topic, queue_id, offset) = request.parts();
+    // A slave refuses a commit before judging it (R3): its answer must not depend on the
+    // request being well formed.
+    super::ack::check_writable(ctx, "commit")?;
     admit(ctx, group, topic)?;
     let (generation, stored) = {
         let offsets = view::offsets(&ctx.store).await?;

@@ -116,6 +116,7 @@ pub async fn reset(
     queue_id: Option<u32>,
     target: ResetTarget,
 ) -> Result<ResetDone, ResetError> {
+    super::ack::check_writable(ctx, "reset")?;
     admit(ctx, group, topic, Request::Reset).await?;
     ctx.store.dispatch_caught_up(CATCH_UP_MAX).await;
     let config = ctx.topics.get(topic).ok_or_else(|| {
@@ -290,6 +291,7 @@ pub async fn clone_group(
     topic: Option<&str>,
     offline: bool,
 ) -> Result<CloneDone, ResetError> {
+    super::ack::check_writable(ctx, "reset")?;
     if source.is_empty() || destination.is_empty() || source == destination {
         return Err(invalid(
             "srcGroup and destGroup must be two different, non-empty groups".into(),
@@ -398,6 +400,7 @@ pub async fn skip_damaged(
     queue_offset: u64,
 ) -> Result<(ResetDone, u64), ResetError> {
     // A skip is a reset: never of an internal group or a reserved topic.
+    super::ack::check_writable(ctx, "reset")?;
     admit(ctx, group, topic, Request::Reset).await?;
     let phys_offset = damaged_at(ctx, topic, queue_id, queue_offset)
         .await

@@ -77,6 +77,7 @@ pub struct Sent {
 
 /// Stores a send and waits for its acknowledgement.
 pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent, SendError> {
+    super::ack::check_writable(ctx, "message")?;
     let topic = request.topic;
     let before = ctx.topics.get(topic).is_some();
     let queue_nums = writable_queue_nums(ctx, topic, request.default_topic_queue_nums)?;

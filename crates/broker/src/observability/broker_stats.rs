@@ -167,6 +167,13 @@ impl BrokerStats {
             ("haBytesStreamed", streamed.to_string()),
             ("haBytesReceived", received.to_string()),
             (
+                "haRefusal",
+                ha.follower
+                    .as_ref()
+                    .and_then(|f| f.refusal.clone())
+                    .unwrap_or_default(),
+            ),
+            (
                 "brokerVersionDesc",
                 format!("ferromq-{}", env!("CARGO_PKG_VERSION")),
             ),

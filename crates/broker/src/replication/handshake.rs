@@ -13,6 +13,9 @@ pub struct GroupIdentity {
     pub cluster: String,
     /// `brokerName`.
     pub broker_name: String,
+    /// `mappedFileSizeCommitLog`: a slave must use the same, or records cannot sit at the
+    /// master's offsets.
+    pub segment_size: u64,
 }
 
 /// How the master compares a replica's tail with its own log (the store, or a simulated log).
@@ -73,6 +76,17 @@ pub fn judge_hello(
             RefusalCode::BadHello,
             None,
             "broker id 0 is the master's; a slave has brokerId above 0".into(),
+        );
+    }
+    if hello.segment_size != identity.segment_size {
+        return refuse(
+            RefusalCode::BadHello,
+            None,
+            format!(
+                "mappedFileSizeCommitLog differs: the slave's is {}, the master's {}; a slave \
+                 holds the master's records at the master's offsets, so both must use the same",
+                hello.segment_size, identity.segment_size
+            ),
         );
     }
     if hello.log_end > 0 && hello.samples.is_empty() {
@@ -144,6 +158,7 @@ mod tests {
         GroupIdentity {
             cluster: "C".into(),
             broker_name: "b".into(),
+            segment_size: 1024,
         }
     }
 
@@ -155,6 +170,7 @@ mod tests {
             broker_id: 1,
             log_end: 0,
             epoch: 0,
+            segment_size: 1024,
             samples: Vec::new(),
         }
     }
@@ -210,6 +226,17 @@ mod tests {
         assert_eq!(diverged.code, RefusalCode::Diverged);
         assert_eq!(diverged.differs_at, Some(77));
         assert!(diverged.reason.contains("77"), "{}", diverged.reason);
+        let other_segments = Hello {
+            segment_size: 2048,
+            ..hello()
+        };
+        let refused = judge_hello(&identity(), true, &other_segments, &ok).expect_err("segments");
+        assert_eq!(refused.code, RefusalCode::BadHello);
+        assert!(
+            refused.reason.contains("mappedFileSizeCommitLog"),
+            "{}",
+            refused.reason
+        );
         let no_samples = Hello {
             log_end: 10,
             ..hello()

@@ -152,6 +152,7 @@ async fn hello(replication: &Replication) -> Result<Hello, FollowError> {
         broker_id: replication.settings().broker_id,
         log_end,
         epoch: replication.epoch(),
+        segment_size: replication.store().config().segment_size_bytes,
         samples: samples
             .into_iter()
             .map(|s| RecordSample {

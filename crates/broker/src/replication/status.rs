@@ -138,6 +138,7 @@ pub fn ha_runtime_info(runtime: &HaRuntime, now: Instant) -> HaRuntimeInfo {
             last_write_timestamp: epoch_ms(f.last_write),
             master_flush_offset: f.master_end as i64,
             is_activated: f.connected,
+            refusal: f.refusal.clone(),
         },
         None => HaClientRuntimeInfo::default(),
     };

@@ -16,7 +16,8 @@
 //! str     = n: u16 | n bytes of UTF-8             n <= HA_STRING_MAX
 //!
 //! 1 Hello      version u16 | cluster str | broker_name str | broker_id u64 | log_end u64
-//!              | epoch u64 | count u16 | count x (offset u64 | size u32 | crc u32)
+//!              | epoch u64 | segment_size u64 | count u16
+//!              | count x (offset u64 | size u32 | crc u32)
 //! 2 Welcome    epoch u64 | master_end u64 | start u64 | watermark u64
 //! 3 Refused    code u16 | differs_at u64 (u64::MAX = none) | reason str
 //! 4 Data       offset u64 | watermark u64 | master_end u64 | CommitLog bytes (the rest)
@@ -108,6 +109,9 @@ pub struct Hello {
     pub log_end: u64,
     /// The last master epoch the slave has followed.
     pub epoch: u64,
+    /// The slave's CommitLog segment size (`mappedFileSizeCommitLog`): records sit at the
+    /// same offsets on master and slave only when both use the same.
+    pub segment_size: u64,
     /// The slave's last records, oldest first.
     pub samples: Vec<RecordSample>,
 }

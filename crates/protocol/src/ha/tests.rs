@@ -14,6 +14,7 @@ fn hello() -> Hello {
         broker_id: 1,
         log_end: 4096,
         epoch: 3,
+        segment_size: 1 << 30,
         samples: vec![
             RecordSample {
                 offset: 0,
@@ -475,11 +476,17 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
         any::<u16>(),
         ha_string(),
         ha_string(),
-        any::<[u64; 3]>(),
+        any::<[u64; 4]>(),
         proptest::collection::vec(sample, 0..=HA_SAMPLES_MAX),
     )
         .prop_map(
-            |(version, cluster, broker_name, [broker_id, log_end, epoch], samples)| {
+            |(
+                version,
+                cluster,
+                broker_name,
+                [broker_id, log_end, epoch, segment_size],
+                samples,
+            )| {
                 HaFrame::Hello(Hello {
                     version,
                     cluster,
@@ -487,6 +494,7 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
                     broker_id,
                     log_end,
                     epoch,
+                    segment_size,
                     samples,
                 })
             },

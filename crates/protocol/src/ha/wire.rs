@@ -53,7 +53,7 @@ pub(super) fn payload_len(frame: &HaFrame) -> Result<usize, HaFrameError> {
             }
             2 + string_len(kind, "cluster", &hello.cluster)?
                 + string_len(kind, "broker_name", &hello.broker_name)?
-                + 3 * 8
+                + 4 * 8
                 + 2
                 + hello.samples.len() * SAMPLE_LEN
         }
@@ -95,6 +95,7 @@ pub(super) fn put_payload(frame: &HaFrame, dst: &mut BytesMut) {
             dst.put_u64(hello.broker_id);
             dst.put_u64(hello.log_end);
             dst.put_u64(hello.epoch);
+            dst.put_u64(hello.segment_size);
             // At most HA_SAMPLES_MAX, checked by `payload_len`.
             dst.put_u16(hello.samples.len() as u16);
             for sample in &hello.samples {
@@ -263,6 +264,7 @@ fn decode_hello(r: &mut Reader) -> Result<Hello, HaFrameError> {
     let broker_id = r.u64()?;
     let log_end = r.u64()?;
     let epoch = r.u64()?;
+    let segment_size = r.u64()?;
     let count = usize::from(r.u16()?);
     if count > HA_SAMPLES_MAX {
         return Err(HaFrameError::TooManySamples {
@@ -287,6 +289,7 @@ fn decode_hello(r: &mut Reader) -> Result<Hello, HaFrameError> {
         broker_id,
         log_end,
         epoch,
+        segment_size,
         samples,
     })
 }

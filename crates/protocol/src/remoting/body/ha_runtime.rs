@@ -112,6 +112,9 @@ pub struct HaClientRuntimeInfo {
         deserialize_with = "bool_any"
     )]
     pub is_activated: bool,
+    /// ferromq: why the master refuses this slave, while it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 /// Reads a value, null as its default.
