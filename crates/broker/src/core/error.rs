@@ -75,14 +75,15 @@ pub enum WriteError {
         /// `minInSyncReplicas`.
         needed: usize,
     },
-    /// SYNC_MASTER: the in-sync replicas did not all hold the write in time; it may or may not
-    /// be stored. Clients must retry.
-    #[error("the {what} was not replicated to every in-sync replica within {timeout_ms} ms: it may or may not be stored")]
+    /// SYNC_MASTER: the write was appended but the in-sync replicas did not all hold it — in
+    /// time, or before the set fell below `minInSyncReplicas`. It may or may not be stored
+    /// (it becomes visible if the replicas catch up later). Clients must retry.
+    #[error("the {what} was not replicated to every in-sync replica ({reason}): it may or may not be stored")]
     NotReplicated {
         /// What was written.
         what: &'static str,
-        /// The bound waited.
-        timeout_ms: u64,
+        /// Why the wait ended.
+        reason: String,
     },
     /// The store failed in a way a write does not normally fail (a file or derived-state
     /// error): the record may or may not be stored.

@@ -656,7 +656,7 @@ fn replication_counters(
         ),
         (
             "ferromq_replication_timeouts",
-            "SYNC_MASTER writes not replicated to every in-sync slave in time",
+            "SYNC_MASTER writes appended but not held by every in-sync slave (in time, or before the set shrank below minInSyncReplicas)",
             c.replication_timeouts.load(Relaxed),
         ),
     ]

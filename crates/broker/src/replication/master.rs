@@ -26,6 +26,11 @@ use super::Replication;
 /// Most HA connections a master serves at once; more are closed when accepted.
 pub const HA_CONNECTIONS_MAX: usize = 32;
 
+/// A slave this close to the committed end is streamed from the task itself (the bytes were
+/// just written, so the read is a page-cache copy); farther behind, reads go to the blocking
+/// pool so a disk read never stalls a runtime worker.
+const HOT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// How long a new HA connection may take to say Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -254,11 +259,16 @@ async fn send_ready(
 ) -> Result<u64, String> {
     let store = replication.store();
     while let Some((from, max)) = state.next_read(store.committed_end()) {
-        let reader = store.clone();
-        let chunk = tokio::task::spawn_blocking(move || reader.replication_chunk(from, max))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("cannot read the log for the slave at {from}: {e}"))?;
+        let chunk = if store.committed_end() - from <= HOT_BYTES {
+            // Just written: in the page cache, a copy rather than a disk read.
+            store.replication_chunk(from, max)
+        } else {
+            let reader = store.clone();
+            tokio::task::spawn_blocking(move || reader.replication_chunk(from, max))
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        .map_err(|e| format!("cannot read the log for the slave at {from}: {e}"))?;
         let Some(chunk) = chunk else {
             break;
         };

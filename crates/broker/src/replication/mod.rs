@@ -43,6 +43,14 @@ use in_sync::{InSyncSet, InSyncSettings, Replicated};
 pub use settings::{BrokerRole, ReplicationSettings};
 use waiters::SyncWaiters;
 
+/// Why an appended write's wait ended without replication: the set shrank below the minimum.
+fn shrunk(members: usize, needed: usize) -> String {
+    format!(
+        "the in-sync set fell to {members} member(s), the master included, below \
+         minInSyncReplicas {needed}, before every member held it"
+    )
+}
+
 /// Counters of the replication paths (`brokerStatus`, metrics, tests).
 #[derive(Debug, Default)]
 pub struct ReplicationCounters {
@@ -62,7 +70,8 @@ pub struct ReplicationCounters {
     pub carried_commits_refused: AtomicU64,
     /// SYNC_MASTER writes refused below `minInSyncReplicas`.
     pub in_sync_not_enough: AtomicU64,
-    /// SYNC_MASTER writes not replicated in time.
+    /// SYNC_MASTER writes appended but not held by every in-sync replica (in time, or before
+    /// the set shrank below the minimum): answered NOT_DURABLE.
     pub replication_timeouts: AtomicU64,
     /// Replicated chunks a slave refused (bad record, not at its end).
     pub chunks_refused: AtomicU64,
@@ -246,6 +255,31 @@ impl Replication {
     /// SYNC_MASTER: resolves once every in-sync replica holds everything below `end`, or
     /// fails — below the minimum, or not within `syncFlushTimeout`. Other roles: at once.
     pub async fn replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
+        let outcome = self.wait_replicated(end, what).await;
+        if outcome.is_ok() {
+            self.refresh_bound(end);
+        }
+        outcome
+    }
+
+    /// Moves the dispatch cap up to `end` if the in-sync set holds it but the cap lags: the
+    /// slaves may have acknowledged `end` before the master's own flush reached it, so the
+    /// cap computed then stopped short. Without this a write just acknowledged could stay
+    /// invisible to its writer's next read until the next acknowledgement or tick.
+    fn refresh_bound(&self, end: u64) {
+        if !self.role().is_master() {
+            return;
+        }
+        if self
+            .store
+            .replication_bound()
+            .is_some_and(|bound| bound < end)
+        {
+            self.update(|_| ());
+        }
+    }
+
+    async fn wait_replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
         if self.role() != BrokerRole::SyncMaster {
             return Ok(());
         }
@@ -253,22 +287,34 @@ impl Replication {
             let set = self.lock();
             match set.replicated(end) {
                 Replicated::Yes => return Ok(()),
+                // Appended already: not "not stored", but not known to be replicated.
                 Replicated::NotEnough { members, needed } => {
-                    return Err(self.not_enough(what, (members, needed)))
+                    return Err(self.not_replicated(what, shrunk(members, needed)))
                 }
                 // Registered under the in-sync lock, which `update` holds while releasing:
                 // no acknowledgement can slip between the check and the registration.
                 Replicated::Pending => self.waiters().add(end),
             }
         };
+        let timed_out = || {
+            format!(
+                "not every in-sync replica held it within {} ms",
+                self.sync_timeout.as_millis()
+            )
+        };
         let released = match receiver {
             Some(receiver) => tokio::time::timeout(self.sync_timeout, receiver).await,
-            None => return Err(self.not_replicated(what)),
+            None => {
+                let reason = format!("{} writes wait already", waiters::SYNC_WAITERS_MAX);
+                return Err(self.not_replicated(what, reason));
+            }
         };
         match released {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(shortage))) => Err(self.not_enough(what, shortage)),
-            Ok(Err(_)) | Err(_) => Err(self.not_replicated(what)),
+            Ok(Ok(Err((members, needed)))) => {
+                Err(self.not_replicated(what, shrunk(members, needed)))
+            }
+            Ok(Err(_)) | Err(_) => Err(self.not_replicated(what, timed_out())),
         }
     }
 
@@ -284,15 +330,12 @@ impl Replication {
         }
     }
 
-    /// The error (counted) of a write the in-sync replicas did not all hold in time.
-    fn not_replicated(&self, what: &'static str) -> WriteError {
+    /// The error (counted) of an appended write the in-sync replicas did not all hold.
+    fn not_replicated(&self, what: &'static str, reason: String) -> WriteError {
         self.counters
             .replication_timeouts
             .fetch_add(1, Ordering::Relaxed);
-        WriteError::NotReplicated {
-            what,
-            timeout_ms: self.sync_timeout.as_millis() as u64,
-        }
+        WriteError::NotReplicated { what, reason }
     }
 
     fn waiters(&self) -> std::sync::MutexGuard<'_, SyncWaiters> {

@@ -5,7 +5,7 @@
 //! | core error | code |
 //! |---|---|
 //! | `WriteError::NotDurable`, `WriteError::WriteFailed`, `WriteError::Unexpected` (the first I/O failure, a flush timeout) | NOT_DURABLE (2110) |
-//! | `WriteError::NotReplicated` (SYNC_MASTER: in-sync replicas did not all acknowledge in time) | NOT_DURABLE (2110) |
+//! | `WriteError::NotReplicated` (SYNC_MASTER: appended, but the in-sync replicas did not all hold it in time or the set shrank below the minimum) | NOT_DURABLE (2110) |
 //! | `WriteError::NotMaster`, `RefusalKind::NotMaster` (any write or catalog change on a slave) | NOT_MASTER (2111) |
 //! | `WriteError::InSyncReplicasNotEnough` | SYSTEM_ERROR (1), remark "in-sync replicas not enough: ..." as RocketMQ |
 //! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
