@@ -447,3 +447,36 @@ async fn a_lagging_slave_never_corrects_a_consumer_backwards() {
     slave.shutdown().await.unwrap();
     master.shutdown().await.unwrap();
 }
+
+/// Two masters with one `brokerName`: the name server refuses the second registration and
+/// that broker does not start, with an error naming the keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_master_of_a_broker_name_does_not_start() {
+    let namesrv = ferromq_namesrv::NameServer::bind(ferromq_namesrv::NamesrvConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let namesrv_addr = namesrv.local_addr().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(namesrv.run(async {
+        let _ = stopped.await;
+    }));
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let with_namesrv = |dir: &std::path::Path| BrokerConfig {
+        namesrv_addr: namesrv_addr.clone(),
+        ..master_config(dir, "ASYNC_MASTER")
+    };
+    let first = Broker::start(with_namesrv(dirs[0].path())).await.unwrap();
+    let second = Broker::start(with_namesrv(dirs[1].path())).await;
+    let error = second
+        .err()
+        .expect("the second master is refused")
+        .to_string();
+    assert!(error.starts_with("brokerName, brokerId:"), "{error}");
+    assert!(error.contains("already has a live master"), "{error}");
+    first.shutdown().await.unwrap();
+    let _ = stop.send(());
+    serving.await.unwrap();
+}

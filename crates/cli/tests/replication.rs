@@ -632,6 +632,18 @@ async fn a_master_and_two_slaves_hold_the_same_log_queues_and_offsets_under_load
         remark(&unknown)
     );
     create_topic(&m, "T", QUEUES).await;
+    // Slaves register under their broker ids: the topic's route and clusterList show them.
+    eventually!(10, "the route lists the master and both slaves", {
+        let route = common::ok_json(&["topicRoute", "-n", &ns.addr, "-t", "T"]).to_string();
+        [&master, &slave1, &slave2]
+            .iter()
+            .all(|node| route.contains(&node.addr_str()))
+    });
+    let clusters = common::ok_json(&["clusterList", "-n", &ns.addr]).to_string();
+    assert!(
+        clusters.contains("\"SLAVE\"") && clusters.contains("\"MASTER\""),
+        "{clusters}"
+    );
     // The topic reaches the slaves as a log record.
     let created = Instant::now();
     eventually!(5, "T on both slaves", {

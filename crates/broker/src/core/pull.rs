@@ -182,12 +182,14 @@ pub fn suggested_broker(ctx: &BrokerContext, result: &GetResult) -> u64 {
         return 0;
     };
     let behind = ctx.store.committed_end().saturating_sub(first.phys_offset);
-    let hot = memory / 100 * u64::from(settings.memory_ratio_percent);
-    if behind > hot {
-        1
-    } else {
-        0
-    }
+    suggestion(behind, memory, settings.memory_ratio_percent)
+}
+
+/// The broker to suggest for a read `behind` bytes from the log end: a slave (1) when that
+/// is more than `ratio_percent` of `memory`, the master (0) otherwise.
+fn suggestion(behind: u64, memory: u64, ratio_percent: u32) -> u64 {
+    let hot = memory / 100 * u64::from(ratio_percent);
+    u64::from(behind > hot)
 }
 
 /// Total physical memory (`MemTotal` of `/proc/meminfo`), read once; `None` where unknown
@@ -359,5 +361,23 @@ fn filter_of(ctx: &BrokerContext, request: &PullRequest) -> Result<TagFilter, Re
             .clients
             .subscription(&request.group, &request.topic)
             .map_or(TagFilter::All, |s| TagFilter::parse(&s.sub_string))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suggestion;
+
+    #[test]
+    fn a_read_further_behind_than_the_memory_ratio_is_sent_to_a_slave() {
+        let memory = 100 << 30;
+        assert_eq!(suggestion(0, memory, 40), 0);
+        assert_eq!(
+            suggestion(40 << 30, memory, 40),
+            0,
+            "exactly at the ratio: still hot"
+        );
+        assert_eq!(suggestion((40 << 30) + 1, memory, 40), 1);
+        assert_eq!(suggestion(2 << 30, memory, 1), 1);
     }
 }

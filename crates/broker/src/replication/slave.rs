@@ -185,6 +185,7 @@ async fn receive(
     let interval = replication.settings().heartbeat_interval;
     let silence = 3 * interval;
     let mut heartbeat = tokio::time::interval(interval);
+    let mut progress = CatchUp::new(replication.store().appended_end());
     loop {
         tokio::select! {
             frame = tokio::time::timeout(silence, reader.next()) => {
@@ -192,6 +193,7 @@ async fn receive(
                 if let Some(ticket) = on_frame(replication, frame)? {
                     let ticket = drain_ready(replication, reader, ticket)?;
                     acknowledge(replication, writer, ticket).await?;
+                    progress.report(ticket.end, replication.follower().master_end);
                 }
             }
             _ = heartbeat.tick() => {
@@ -205,6 +207,44 @@ async fn receive(
             }
             _ = stop.changed() => return Ok(()),
         }
+    }
+}
+
+/// Logs a slave's catch-up progress every [`CatchUp::EVERY`] while it is far behind.
+struct CatchUp {
+    since: Instant,
+    from: u64,
+    last: Instant,
+}
+
+impl CatchUp {
+    const EVERY: Duration = Duration::from_secs(5);
+    /// Behind by less than this, the slave is following, not catching up.
+    const FAR_BYTES: u64 = 64 * 1024 * 1024;
+
+    fn new(from: u64) -> CatchUp {
+        let now = Instant::now();
+        CatchUp {
+            since: now,
+            from,
+            last: now,
+        }
+    }
+
+    fn report(&mut self, end: u64, master_end: u64) {
+        if self.last.elapsed() < Self::EVERY || master_end.saturating_sub(end) < Self::FAR_BYTES {
+            return;
+        }
+        self.last = Instant::now();
+        let seconds = self.since.elapsed().as_secs_f64().max(1e-3);
+        let rate = end.saturating_sub(self.from) as f64 / seconds / 1e6;
+        tracing::info!(
+            at = end,
+            master_end,
+            behind = master_end - end,
+            rate_mb_per_s = format!("{rate:.0}"),
+            "catching up with the master"
+        );
     }
 }
 

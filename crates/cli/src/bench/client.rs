@@ -303,8 +303,10 @@ async fn produce_phase(
             tasks.push(tokio::spawn(async move {
                 let mut latency = Histogram::default();
                 // Without a stamp every message shares one body buffer (a reference-counted
-                // clone), so the bench measures the client, not its own copying.
-                let filler = bytes::Bytes::from(vec![b'x'; size]);
+                // clone), so the bench measures the client, not its own copying. The bytes are
+                // pseudo-random: a body over the client's compression threshold (4 KiB) must
+                // not shrink to a few bytes, or the figures would count bytes never sent.
+                let filler = bytes::Bytes::from(incompressible(size));
                 while Instant::now() < deadline {
                     let n = match count {
                         Some(max) => {
@@ -745,4 +747,17 @@ fn report(
         }
         println!("{out}");
     }
+}
+
+/// `len` pseudo-random bytes (xorshift64; the same every run).
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 56) as u8
+        })
+        .collect()
 }
