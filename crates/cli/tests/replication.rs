@@ -136,6 +136,14 @@ impl Spec {
         }
     }
 
+    /// The same broker, registering with the name server at `addr`.
+    fn with_namesrv(self, addr: &str) -> Spec {
+        Spec {
+            namesrv: Some(addr.to_string()),
+            ..self
+        }
+    }
+
     fn toml(&self, store: &Path) -> String {
         let mut text = format!(
             "brokerClusterName = \"{CLUSTER}\"\nbrokerName = \"{}\"\nbrokerRole = \"{}\"\n\
@@ -591,27 +599,18 @@ async fn a_master_and_two_slaves_hold_the_same_log_queues_and_offsets_under_load
     let master = Node::start(
         dir.path(),
         "master",
-        &Spec {
-            namesrv: Some(ns.addr.clone()),
-            ..Spec::master("SYNC_MASTER")
-        },
+        &Spec::master("SYNC_MASTER").with_namesrv(&ns.addr),
     );
     // Slave 1 is told the master's HA address; slave 2 learns it from the name server.
     let slave1 = Node::start(
         dir.path(),
         "slave1",
-        &Spec {
-            namesrv: Some(ns.addr.clone()),
-            ..Spec::slave(1, Some(master.ha))
-        },
+        &Spec::slave(1, Some(master.ha)).with_namesrv(&ns.addr),
     );
     let slave2 = Node::start(
         dir.path(),
         "slave2",
-        &Spec {
-            namesrv: Some(ns.addr.clone()),
-            ..Spec::slave(2, None)
-        },
+        &Spec::slave(2, None).with_namesrv(&ns.addr),
     );
     let m = client(master.addr).await;
     let s1 = client(slave1.addr).await;
@@ -1781,18 +1780,12 @@ async fn a_lite_pull_consumer_reads_on_from_the_slave_when_the_master_is_killed(
     let mut master = Node::start(
         dir.path(),
         "master",
-        &Spec {
-            namesrv: Some(ns.addr.clone()),
-            ..Spec::master("SYNC_MASTER")
-        },
+        &Spec::master("SYNC_MASTER").with_namesrv(&ns.addr),
     );
     let slave = Node::start(
         dir.path(),
         "slave",
-        &Spec {
-            namesrv: Some(ns.addr.clone()),
-            ..Spec::slave(1, Some(master.ha))
-        },
+        &Spec::slave(1, Some(master.ha)).with_namesrv(&ns.addr),
     );
     let m = client(master.addr).await;
     let s = client(slave.addr).await;
