@@ -266,8 +266,11 @@ impl Replication {
     /// slaves may have acknowledged `end` before the master's own flush reached it, so the
     /// cap computed then stopped short. Without this a write just acknowledged could stay
     /// invisible to its writer's next read until the next acknowledgement or tick.
+    ///
+    /// SYNC_MASTER only: an ASYNC_MASTER acknowledges before its slaves hold the write, so
+    /// its cap moves with their acknowledgements, not with every write (a hot path).
     fn refresh_bound(&self, end: u64) {
-        if !self.role().is_master() {
+        if self.role() != BrokerRole::SyncMaster {
             return;
         }
         if self
