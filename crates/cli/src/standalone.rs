@@ -137,6 +137,9 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         bind_address: Some(loopback),
         broker_advertised_port: args.advertise.map(|addr| addr.port()),
         listen_port: args.broker_port,
+        // A standalone broker has no slaves: its HA port is any free one (logged at start),
+        // so a restart on a fixed --broker-port never depends on --broker-port + 1 being free.
+        ha_listen_port: Some(0),
         namesrv_addr: namesrv_addr.to_string(),
         store_path_root_dir: args.data_dir.clone(),
         flush_disk_type: match args.flush {

@@ -181,6 +181,8 @@ pub fn broker_config(dir: &Path, namesrv: SocketAddr, name: &str, port: u16) -> 
     BrokerConfig {
         broker_name: name.into(),
         listen_port: port,
+        // Restarts reuse `port`; the HA port must not depend on `port + 1` being free.
+        ha_listen_port: Some(0),
         namesrv_addr: namesrv.to_string(),
         store_path_root_dir: dir.to_path_buf(),
         flush_disk_type: "SYNC_FLUSH".into(),
