@@ -36,12 +36,15 @@ pub struct QueryMsgByIdArgs {
     topic: Option<String>,
 }
 
-pub async fn list(args: ClusterListArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
-    let info = admin.cluster_info().await?;
-    let mut rows = Vec::new();
-    for (cluster, names) in &info.cluster_addr_table {
-        if args.cluster.as_ref().is_some_and(|c| c != cluster) {
+/// Every broker (cluster, broker name, broker id, address) the name server's cluster info
+/// lists, of `cluster` only when given.
+pub(super) fn members(
+    info: &ferromq_protocol::remoting::body::route::ClusterInfo,
+    cluster: Option<&str>,
+) -> Vec<(String, String, i64, String)> {
+    let mut out = Vec::new();
+    for (name_of_cluster, names) in &info.cluster_addr_table {
+        if cluster.is_some_and(|c| c != name_of_cluster) {
             continue;
         }
         for name in names {
@@ -49,10 +52,17 @@ pub async fn list(args: ClusterListArgs) -> Result<()> {
                 continue;
             };
             for (id, addr) in &data.broker_addrs {
-                rows.push((cluster.clone(), name.clone(), *id, addr.clone()));
+                out.push((name_of_cluster.clone(), name.clone(), *id, addr.clone()));
             }
         }
     }
+    out
+}
+
+pub async fn list(args: ClusterListArgs) -> Result<()> {
+    let admin = Admin::new(&args.common);
+    let info = admin.cluster_info().await?;
+    let rows = members(&info, args.cluster.as_deref());
     if let Some(cluster) = &args.cluster {
         if rows.is_empty() {
             anyhow::bail!("cluster {cluster} does not exist on the name server");

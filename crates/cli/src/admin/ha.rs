@@ -74,25 +74,15 @@ async fn members(admin: &Admin, args: &HaStatusArgs) -> Result<Vec<Member>> {
         return Ok(vec![member]);
     }
     let info = admin.cluster_info().await?;
-    let mut out = Vec::new();
-    for (cluster, names) in &info.cluster_addr_table {
-        if args.cluster.as_ref().is_some_and(|c| c != cluster) {
-            continue;
-        }
-        for name in names {
-            let Some(data) = info.broker_addr_table.get(name) else {
-                continue;
-            };
-            for (id, addr) in &data.broker_addrs {
-                out.push(Member {
-                    cluster: Some(cluster.clone()),
-                    name: name.clone(),
-                    id: Some(*id),
-                    addr: addr.clone(),
-                });
-            }
-        }
-    }
+    let mut out: Vec<Member> = super::cluster::members(&info, args.cluster.as_deref())
+        .into_iter()
+        .map(|(cluster, name, id, addr)| Member {
+            cluster: Some(cluster),
+            name,
+            id: Some(id),
+            addr,
+        })
+        .collect();
     if out.is_empty() {
         match &args.cluster {
             Some(cluster) => bail!("cluster {cluster} has no broker on the name server"),
