@@ -11,6 +11,7 @@
 //! or a socket; the client is the small tokio transport that brokers, tests and the Rust
 //! client library share.
 
+pub mod controller;
 pub mod ha;
 pub mod java_hash;
 pub mod message;

@@ -1,0 +1,345 @@
+//! The controller protocol: what brokers, admin tools and controller peers say to a ferromq
+//! controller (`ferromq controller`), over remoting frames.
+//!
+//! Request codes are RocketMQ's controller codes (`CONTROLLER_*` 1001–1013, BROKER_HEARTBEAT
+//! 904); error replies use RocketMQ's controller response codes (2000–2016) with a remark
+//! saying why. Every request and reply carries its data as a JSON body in the types below
+//! (camelCase, as RocketMQ's JSON bodies), so ferromq's own peers never depend on
+//! header parsing; where RocketMQ tools read a field from a header, the reply also carries it
+//! as an ext field of the same name ([`ReplicaInfo::ext_fields`]).
+//!
+//! Raft traffic between controller peers uses ferromq's own request codes
+//! ([`RAFT_APPEND_ENTRIES`], [`RAFT_VOTE`], [`RAFT_INSTALL_SNAPSHOT`]) with openraft's
+//! messages serialised as JSON bodies by the controller crate.
+//!
+//! Semantics (kept by `crates/controller`, relied on by the broker):
+//! - Broker ids in controller mode are assigned by the controller, from 1 upwards, and kept
+//!   by the broker in its store directory; id 0 is never a member id (a master registers with
+//!   the name servers under 0, as in RocketMQ).
+//! - `master_epoch` rises by one at every election; `sync_state_set_epoch` at every change of
+//!   the in-sync set (elections included).
+//! - Only a request naming the current master id and master epoch may change the in-sync set
+//!   (`FENCED_MASTER_EPOCH` otherwise); it must also name the current set epoch
+//!   (`FENCED_SYNC_STATE_SET_EPOCH` otherwise).
+//! - A controller that is not the Raft leader answers `CONTROLLER_NOT_LEADER` with
+//!   [`LEADER_ADDRESS_EXT`] naming the leader's address when it knows it.
+//! - A heartbeat reply is sent only after the leader confirmed its leadership with a quorum
+//!   after the heartbeat arrived (a linearizable read), so a broker's lease, measured from
+//!   when it sent the heartbeat, can never outlive a leadership the controller group has
+//!   already moved on from.
+
+pub mod client;
+
+use serde::{Deserialize, Serialize};
+
+use crate::remoting::ExtFields;
+
+/// ferromq's request code for openraft's AppendEntries between controller peers.
+pub const RAFT_APPEND_ENTRIES: i32 = 61001;
+/// ferromq's request code for openraft's Vote between controller peers.
+pub const RAFT_VOTE: i32 = 61002;
+/// ferromq's request code for openraft's InstallSnapshot between controller peers.
+pub const RAFT_INSTALL_SNAPSHOT: i32 = 61003;
+
+/// Ext field of a `CONTROLLER_NOT_LEADER` reply: the leader's remoting address, if known.
+pub const LEADER_ADDRESS_EXT: &str = "leaderAddress";
+
+/// One broker group's replication state as the controller holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaInfo {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// The master's broker id; `None` while the group has no master.
+    pub master_broker_id: Option<u64>,
+    /// The master's remoting address.
+    pub master_address: Option<String>,
+    /// The master's HA (replication) address.
+    pub master_ha_address: Option<String>,
+    /// The master epoch (0 before the first election).
+    pub master_epoch: u64,
+    /// Broker ids of the in-sync set (the master included).
+    pub sync_state_set: Vec<u64>,
+    /// The in-sync set's epoch.
+    pub sync_state_set_epoch: u64,
+}
+
+impl ReplicaInfo {
+    /// The fields RocketMQ tools read from a reply header, as ext fields.
+    pub fn ext_fields(&self) -> ExtFields {
+        let mut ext = ExtFields::new();
+        if let Some(id) = self.master_broker_id {
+            ext.insert("masterBrokerId".into(), id.to_string());
+        }
+        if let Some(addr) = &self.master_address {
+            ext.insert("masterAddress".into(), addr.clone());
+        }
+        ext.insert("masterEpoch".into(), self.master_epoch.to_string());
+        ext.insert(
+            "syncStateSetEpoch".into(),
+            self.sync_state_set_epoch.to_string(),
+        );
+        ext
+    }
+}
+
+/// A member of a broker group as the controller knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerMember {
+    /// Controller-assigned broker id (1 and up).
+    pub broker_id: u64,
+    /// Remoting address.
+    pub broker_address: String,
+    /// HA address.
+    pub ha_address: String,
+    /// Lower is preferred among equals (`electionPriority`).
+    pub election_priority: u32,
+}
+
+/// CONTROLLER_REGISTER_BROKER (1003): a broker in controller mode joins its group. A broker
+/// without an id (`broker_id: None`) gets the next free one; a broker with one keeps it
+/// (its address may have changed). Reply: [`RegisterBrokerReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterBrokerRequest {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// The id kept in the broker's store directory, if it has one.
+    pub broker_id: Option<u64>,
+    /// Remoting address.
+    pub broker_address: String,
+    /// HA address.
+    pub ha_address: String,
+    /// `electionPriority` (lower is preferred).
+    pub election_priority: u32,
+    /// The newest epoch in the broker's epoch file.
+    pub epoch: u64,
+    /// The broker's log end.
+    pub max_offset: u64,
+}
+
+/// Reply to [`RegisterBrokerRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterBrokerReply {
+    /// The broker's id (assigned now or kept).
+    pub broker_id: u64,
+    /// Its group's state.
+    pub replica_info: ReplicaInfo,
+}
+
+/// BROKER_HEARTBEAT (904) to the controller leader: the broker is alive (its lease), and
+/// where its log stands (election order). Reply: [`HeartbeatReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatRequest {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// The broker's id.
+    pub broker_id: u64,
+    /// Remoting address.
+    pub broker_address: String,
+    /// The newest epoch in the broker's epoch file.
+    pub epoch: u64,
+    /// The broker's log end.
+    pub max_offset: u64,
+    /// The broker's dispatched (consumer-visible) end.
+    pub confirm_offset: u64,
+    /// `electionPriority`.
+    pub election_priority: u32,
+}
+
+/// Reply to [`HeartbeatRequest`]: the group's state now (a broker reconciles its role with
+/// it) and how long the broker may act on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatReply {
+    /// The group's state.
+    pub replica_info: ReplicaInfo,
+    /// The lease, from when the broker sent the heartbeat: a master whose last confirmed
+    /// heartbeat was sent longer ago stops acknowledging writes. Always shorter than the time
+    /// after which the controller declares a silent broker dead.
+    pub lease_millis: u64,
+}
+
+/// CONTROLLER_ALTER_SYNC_STATE_SET (1001): the master asks to change its in-sync set. The
+/// master may not shrink its set on its own: it keeps waiting for a member until this
+/// request succeeded. Reply: [`AlterSyncStateSetReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlterSyncStateSetRequest {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// The requesting master's id.
+    pub master_broker_id: u64,
+    /// The master epoch it holds.
+    pub master_epoch: u64,
+    /// The new set (must contain the master).
+    pub new_sync_state_set: Vec<u64>,
+    /// The set epoch the master holds now.
+    pub sync_state_set_epoch: u64,
+}
+
+/// Reply to [`AlterSyncStateSetRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlterSyncStateSetReply {
+    /// The set now.
+    pub sync_state_set: Vec<u64>,
+    /// Its epoch now.
+    pub sync_state_set_epoch: u64,
+}
+
+/// CONTROLLER_ELECT_MASTER (1002): an admin (`electMaster`) or the controller itself elects
+/// a master. With `broker_id`, that broker must be alive and (unless unclean election is
+/// enabled) in the in-sync set. Reply: [`ReplicaInfo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElectMasterRequest {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// A designated broker, or `None` for the election order.
+    pub broker_id: Option<u64>,
+}
+
+/// CONTROLLER_GET_REPLICA_INFO (1004): one group's state. Reply: [`ReplicaInfo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetReplicaInfoRequest {
+    /// `brokerName`.
+    pub broker_name: String,
+}
+
+/// Reply to CONTROLLER_GET_METADATA_INFO (1005): the controller group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerMetadata {
+    /// `controllerDLegerGroup`.
+    pub group: String,
+    /// The Raft leader's node id, if known.
+    pub controller_leader_id: Option<u64>,
+    /// The Raft leader's address, if known.
+    pub controller_leader_address: Option<String>,
+    /// Whether the answering node is the leader.
+    pub is_leader: bool,
+    /// Every peer (`n0-127.0.0.1:9878` style ids and addresses).
+    pub peers: Vec<ControllerPeer>,
+    /// The answering node's id.
+    pub self_id: u64,
+    /// The current Raft term.
+    pub term: u64,
+}
+
+/// One controller peer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerPeer {
+    /// Node id.
+    pub id: u64,
+    /// Remoting address.
+    pub address: String,
+}
+
+/// CONTROLLER_GET_SYNC_STATE_DATA (1006): groups' states and members. Reply:
+/// [`SyncStateData`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetSyncStateDataRequest {
+    /// Broker names; empty means every group.
+    pub broker_names: Vec<String>,
+}
+
+/// Reply to [`GetSyncStateDataRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStateData {
+    /// One entry per group asked for that exists.
+    pub groups: Vec<GroupState>,
+}
+
+/// One group's state and members with their liveness as the leader sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupState {
+    /// The group's replication state.
+    pub replica_info: ReplicaInfo,
+    /// Its members.
+    pub members: Vec<MemberState>,
+}
+
+/// A member and what its last heartbeat said.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberState {
+    /// The member.
+    pub member: BrokerMember,
+    /// Whether the leader heard from it within the heartbeat timeout.
+    pub alive: bool,
+    /// Milliseconds since its last heartbeat reached the leader, if one did.
+    pub last_heartbeat_ago_millis: Option<u64>,
+    /// Newest epoch it reported.
+    pub epoch: u64,
+    /// Log end it reported.
+    pub max_offset: u64,
+    /// Confirm offset it reported.
+    pub confirm_offset: u64,
+}
+
+/// CLEAN_BROKER_DATA (1011): forget members of a group (mqadmin `cleanBrokerMetadata`).
+/// Ids empty: the whole group. A live member is removed only with `clean_living_broker`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanBrokerDataRequest {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// Ids to remove (empty: all).
+    pub broker_ids: Vec<u64>,
+    /// Remove members the leader still hears from.
+    pub clean_living_broker: bool,
+}
+
+/// NOTIFY_BROKER_ROLE_CHANGED (1008), controller → broker, one-way and best effort: the
+/// group's state changed (heartbeat replies carry the same, so a lost notice only delays).
+pub type RoleChangedNotice = ReplicaInfo;
+
+/// GET_BROKER_EPOCH_CACHE (1007), to a broker: its epoch entries. Reply:
+/// [`BrokerEpochCache`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerEpochCache {
+    /// `brokerClusterName`.
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// The broker's id.
+    pub broker_id: u64,
+    /// Epoch entries, oldest first; `end_offset` is the next entry's start, or the log end.
+    pub epochs: Vec<EpochEntryInfo>,
+    /// The broker's log end.
+    pub max_offset: u64,
+}
+
+/// One epoch of a broker's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EpochEntryInfo {
+    /// The master epoch.
+    pub epoch: u64,
+    /// First CommitLog offset written under it.
+    pub start_offset: u64,
+    /// Where it ends.
+    pub end_offset: u64,
+}
