@@ -43,7 +43,7 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         broker_addr: ctx.broker_addr.to_string(),
         cluster_name: ctx.config.broker_cluster_name.clone(),
         ha_server_addr: ctx.ha_addr.to_string(),
-        broker_id: ctx.config.broker_id as i64,
+        broker_id: ctx.replication.registered_broker_id() as i64,
         heartbeat_timeout_millis: Some(ctx.config.channel_expired_timeout as i64),
         enable_acting_master: Some(false),
         compressed: Some(false),
@@ -93,7 +93,7 @@ pub async fn unregister_all(
         broker_name: ctx.config.broker_name.clone(),
         broker_addr: ctx.broker_addr.to_string(),
         cluster_name: ctx.config.broker_cluster_name.clone(),
-        broker_id: ctx.config.broker_id as i64,
+        broker_id: ctx.replication.registered_broker_id() as i64,
     };
     let mut errors = Vec::new();
     for addr in namesrvs {

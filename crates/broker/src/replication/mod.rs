@@ -118,6 +118,8 @@ pub struct Replication {
     sync_timeout: Duration,
     /// The master epoch (0 until failover brings epochs).
     epoch: AtomicU64,
+    /// This broker's id: `brokerId` from the config, or the one a controller assigned.
+    broker_id: AtomicU64,
     /// Counters.
     pub counters: ReplicationCounters,
 }
@@ -149,6 +151,7 @@ impl Replication {
             streamed_by_replica: Mutex::default(),
             sync_timeout,
             epoch: AtomicU64::new(0),
+            broker_id: AtomicU64::new(settings.broker_id),
             counters: ReplicationCounters::default(),
             settings,
         });
@@ -188,6 +191,27 @@ impl Replication {
     pub fn set_role(&self, role: BrokerRole) {
         self.role.send_replace(role);
         self.apply_bound();
+    }
+
+    /// This broker's own id (`brokerId`, or the one a controller assigned; a master in
+    /// controller mode keeps its own id here and registers with name servers under 0).
+    pub fn broker_id(&self) -> u64 {
+        self.broker_id.load(Ordering::Acquire)
+    }
+
+    /// Sets the id a controller assigned.
+    pub fn set_broker_id(&self, id: u64) {
+        self.broker_id.store(id, Ordering::Release);
+    }
+
+    /// The id to register with name servers under: 0 (RocketMQ's MASTER_ID) while master,
+    /// the broker's own id otherwise.
+    pub fn registered_broker_id(&self) -> u64 {
+        if self.role().is_master() {
+            0
+        } else {
+            self.broker_id()
+        }
     }
 
     /// The master epoch.
@@ -233,7 +257,7 @@ impl Replication {
         Err(WriteError::NotMaster {
             what,
             broker: self.identity.broker_name.clone(),
-            broker_id: self.settings.broker_id,
+            broker_id: self.broker_id(),
             role: role.as_str(),
         })
     }

@@ -149,7 +149,7 @@ async fn hello(replication: &Replication) -> Result<Hello, FollowError> {
         version: HA_VERSION,
         cluster: identity.cluster.clone(),
         broker_name: identity.broker_name.clone(),
-        broker_id: replication.settings().broker_id,
+        broker_id: replication.broker_id(),
         log_end,
         epoch: replication.epoch(),
         segment_size: replication.store().config().segment_size_bytes,

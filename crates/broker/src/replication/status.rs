@@ -81,7 +81,7 @@ impl Replication {
         };
         HaRuntime {
             role,
-            broker_id: self.settings.broker_id,
+            broker_id: self.broker_id(),
             log_end,
             watermark,
             in_sync_members: members,
