@@ -76,6 +76,8 @@ pub struct BrokerContext {
     pub catalog_log: crate::replication::catalog_log::CatalogLog,
     /// Role, in-sync set and high watermark (`crate::replication`).
     pub replication: Arc<crate::replication::Replication>,
+    /// Controller mode: the link to the controller group (`None` otherwise).
+    pub controller: Option<Arc<crate::replication::controlled::ControllerLink>>,
     /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,
     /// `pullHoldMaxPerConnection`).
     pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,

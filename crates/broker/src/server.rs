@@ -51,6 +51,10 @@ pub enum BrokerError {
     /// A name server knows a live master of this broker name at another address.
     #[error("brokerName, brokerId: {0}")]
     SecondMaster(String),
+    /// Controller mode could not start (no controller registered the broker, or its
+    /// identity file is unusable).
+    #[error("controller mode: {0}")]
+    Controller(#[from] crate::replication::controlled::ControlledError),
     /// The store could not open.
     #[error("cannot open the store: {0}")]
     Store(#[from] ferromq_store::OpenError),
@@ -142,7 +146,12 @@ impl Broker {
         let namesrvs = config.namesrv_addrs()?;
         let delay_levels_ms = config.delay_levels_ms()?;
         let store = Arc::new(store);
-        let replication_settings = config.replication_settings()?;
+        let mut replication_settings = config.replication_settings()?;
+        let controller_settings = config.controller_mode_settings()?;
+        if controller_settings.is_some() {
+            // The controller decides: until it names this broker master, it is a slave.
+            replication_settings.role = crate::replication::BrokerRole::Slave;
+        }
         let ha_bind = SocketAddr::new(config.bind_ip(), replication_settings.ha_listen_port);
         let ha_listener =
             TcpListener::bind(ha_bind)
@@ -171,7 +180,19 @@ impl Broker {
             store.clone(),
             Duration::from_millis(config.sync_flush_timeout.max(1)),
         );
+        let controller = controller_settings.map(|settings| {
+            crate::replication::controlled::ControllerLink::new(
+                settings,
+                replication.clone(),
+                broker_addr,
+                ha_addr,
+            )
+        });
+        if let Some(link) = &controller {
+            link.register(&config.store_path_root_dir).await?;
+        }
         let ctx = Arc::new(BrokerContext {
+            controller: controller.clone(),
             broker_addr,
             ha_addr,
             replication: replication.clone(),
@@ -199,6 +220,9 @@ impl Broker {
         });
         refuse_second_master(&ctx, &namesrvs).await?;
         let (stop, stop_rx) = watch::channel(false);
+        let controller_task = controller.map(|link| {
+            tokio::spawn(link.run(ctx.config.store_path_root_dir.clone(), stop_rx.clone()))
+        });
         let acceptor = Acceptor::new(listener, ctx.connection_limits.clone());
         let mut tasks = vec![
             tokio::spawn(accept_loop(ctx.clone(), acceptor, stop_rx.clone())),
@@ -221,6 +245,7 @@ impl Broker {
                 stop_rx.clone(),
             )),
         ];
+        tasks.extend(controller_task);
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(
                 ctx.clone(),
@@ -242,8 +267,9 @@ impl Broker {
             advertised = %broker_addr,
             ha = %ha_addr,
             broker = %ctx.config.broker_name,
-            broker_id = ctx.config.broker_id,
+            broker_id = ctx.replication.broker_id(),
             role = ctx.replication.role().as_str(),
+            controller_mode = ctx.controller.is_some(),
             "broker listening"
         );
         Ok(Broker {

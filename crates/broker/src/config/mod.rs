@@ -160,6 +160,20 @@ pub struct BrokerConfig {
     /// Most requests one connection may have in flight (read, not yet answered); past it a
     /// request is answered SYSTEM_BUSY at once, never queued. ferromq's own key.
     pub max_in_flight_requests_per_connection: u32,
+    /// Controller mode: roles, broker ids and the in-sync set come from the controllers at
+    /// `controllerAddr` (automatic failover). `brokerRole` then names the master role taken
+    /// when elected.
+    pub enable_controller_mode: bool,
+    /// Controller addresses, `;`-separated (controller mode).
+    pub controller_addr: String,
+    /// How often a broker in controller mode heartbeats to the controller leader, ms. Each
+    /// confirmed heartbeat renews the master's lease (RocketMQ's default is 1000; ferromq's
+    /// 200 keeps failover under 2 s with the controller's default timeout of 1000 ms).
+    pub broker_heartbeat_interval: u64,
+    /// Election preference among equally up-to-date replicas: lower wins.
+    pub broker_election_priority: u32,
+    /// How long start-up waits for a first registration with the controllers, ms.
+    pub controller_register_timeout_mills: u64,
 }
 
 impl Default for BrokerConfig {
@@ -207,6 +221,11 @@ impl Default for BrokerConfig {
             pull_hold_max_per_connection: work_limits::DEFAULT_PULL_HOLD_MAX_PER_CONNECTION,
             max_in_flight_requests_per_connection:
                 work_limits::DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
+            enable_controller_mode: false,
+            controller_addr: String::new(),
+            broker_heartbeat_interval: 200,
+            broker_election_priority: i32::MAX as u32,
+            controller_register_timeout_mills: 30_000,
         }
     }
 }
@@ -226,8 +245,67 @@ impl BrokerConfig {
         Ok(config)
     }
 
+    /// The controller-mode settings (`None` unless `enableControllerMode`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the keys of a value or combination that cannot work.
+    pub fn controller_mode_settings(
+        &self,
+    ) -> Result<Option<crate::replication::controlled::ControllerModeSettings>, ConfigError> {
+        if !self.enable_controller_mode {
+            return Ok(None);
+        }
+        let invalid = |key: &'static str, message: String| ConfigError::Invalid { key, message };
+        let controllers = ferromq_protocol::controller::client::ControllerClient::parse_addrs(
+            &self.controller_addr,
+        )
+        .map_err(|e| invalid("controllerAddr", e))?;
+        if controllers.is_empty() {
+            return Err(invalid(
+                "controllerAddr, enableControllerMode",
+                "controller mode needs at least one controller address".into(),
+            ));
+        }
+        let master_role = match self.broker_role.as_str() {
+            "SYNC_MASTER" => BrokerRole::SyncMaster,
+            "ASYNC_MASTER" => BrokerRole::AsyncMaster,
+            other => {
+                return Err(invalid(
+                    "brokerRole, enableControllerMode",
+                    format!(
+                        "{other:?}: in controller mode the controller chooses who is master; \
+                         brokerRole names the master role taken when elected (SYNC_MASTER or \
+                         ASYNC_MASTER)"
+                    ),
+                ))
+            }
+        };
+        if self.ha_master_address.is_some() {
+            return Err(invalid(
+                "haMasterAddress, enableControllerMode",
+                "in controller mode the controller names the master to follow".into(),
+            ));
+        }
+        if !(20..=10_000).contains(&self.broker_heartbeat_interval) {
+            return Err(invalid(
+                "brokerHeartbeatInterval",
+                "must be between 20 and 10000 ms".into(),
+            ));
+        }
+        Ok(Some(
+            crate::replication::controlled::ControllerModeSettings {
+                controllers,
+                heartbeat_interval: Duration::from_millis(self.broker_heartbeat_interval),
+                election_priority: self.broker_election_priority,
+                master_role,
+                register_timeout: Duration::from_millis(self.controller_register_timeout_mills),
+            },
+        ))
+    }
+
     /// Checks values serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.controller_mode_settings()?;
         let invalid = |key, message: &str| {
             Err(ConfigError::Invalid {
                 key,

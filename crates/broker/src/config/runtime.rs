@@ -73,6 +73,20 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ),
     ("minInSyncReplicas", "the in-sync set reads it at startup"),
     (
+        "enableControllerMode",
+        "a broker joins its controller group at startup",
+    ),
+    ("controllerAddr", "the controller link is made at startup"),
+    (
+        "brokerHeartbeatInterval",
+        "the controller link reads it at startup",
+    ),
+    (
+        "brokerElectionPriority",
+        "the controller link reads it at startup",
+    ),
+    ("controllerRegisterTimeoutMills", "used once, at startup"),
+    (
         "slaveReadEnable",
         "replication settings are read at startup",
     ),

@@ -64,6 +64,20 @@ pub enum WriteError {
         /// The current role.
         role: &'static str,
     },
+    /// Controller mode: this master's lease from the controller ran out (it cannot reach a
+    /// controller quorum), so it accepts no write: a new master may be elected once the
+    /// lease is over, and it would not have this write.
+    #[error("not master: broker {broker} (brokerId {broker_id}) holds no controller lease now (no controller quorum confirmed it for {silent_ms} ms) and accepts no {what}; a new master may be elected")]
+    LeaseExpired {
+        /// What was written.
+        what: &'static str,
+        /// `brokerName`.
+        broker: String,
+        /// The broker's id.
+        broker_id: u64,
+        /// How long since the last confirmed heartbeat was sent.
+        silent_ms: u64,
+    },
     /// SYNC_MASTER: the in-sync set has fewer members than `minInSyncReplicas`, so nothing
     /// can be acknowledged (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH).
     #[error("in-sync replicas not enough: {members} member(s) in sync, the master included, minInSyncReplicas is {needed}; the {what} was not acknowledged")]

@@ -159,7 +159,27 @@ impl BrokerStats {
         let uptime = now.duration_since(self.boot).as_secs();
         let ha = ctx.replication.runtime();
         let (streamed, received) = ctx.replication.bytes_moved();
+        let lease = ctx.replication.lease_remaining();
+        let controller = ctx.controller.as_ref();
         let entries: Vec<(&str, String)> = vec![
+            ("controllerMode", controller.is_some().to_string()),
+            (
+                "controllerLeader",
+                controller
+                    .and_then(|c| c.controller_leader())
+                    .map(|a| a.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "leaseRemainingMs",
+                lease.map(|l| l.as_millis().to_string()).unwrap_or_default(),
+            ),
+            (
+                "controllerPromotions",
+                controller
+                    .map(|c| c.counters.promotions.load(Ordering::Relaxed).to_string())
+                    .unwrap_or_default(),
+            ),
             ("brokerRole", ha.role.as_str().to_string()),
             ("brokerId", ha.broker_id.to_string()),
             ("haWatermark", ha.watermark.to_string()),

@@ -538,7 +538,7 @@ struct ScrapeValues {
     group_save_failures: u64,
     quarantined_ranges: u64,
     replication: crate::replication::status::HaRuntime,
-    replication_counters: [(&'static str, &'static str, u64); 6],
+    replication_counters: Vec<(&'static str, &'static str, u64)>,
 }
 
 /// One consumer-lag gauge: group, topic, queue, messages behind.
@@ -618,17 +618,16 @@ impl ScrapeValues {
             group_save_failures: ctx.groups.save_failures(),
             quarantined_ranges: ctx.store.quarantined().total,
             replication: ctx.replication.runtime(),
-            replication_counters: replication_counters(&ctx.replication.counters),
+            replication_counters: replication_counters(ctx),
         }
     }
 }
 
 /// The replication counters: name, help, value.
-fn replication_counters(
-    c: &crate::replication::ReplicationCounters,
-) -> [(&'static str, &'static str, u64); 6] {
+fn replication_counters(ctx: &BrokerContext) -> Vec<(&'static str, &'static str, u64)> {
     use std::sync::atomic::Ordering::Relaxed;
-    [
+    let c = &ctx.replication.counters;
+    let mut counters = vec![
         (
             "ferromq_replication_bytes_streamed",
             "CommitLog bytes a master sent to its slaves",
@@ -659,7 +658,43 @@ fn replication_counters(
             "SYNC_MASTER writes appended but not held by every in-sync slave (in time, or before the set shrank below minInSyncReplicas)",
             c.replication_timeouts.load(Relaxed),
         ),
-    ]
+        (
+            "ferromq_controller_lease_refusals",
+            "Writes refused, or acknowledgements withheld, because the master held no controller lease",
+            c.lease_refusals.load(Relaxed),
+        ),
+    ];
+    if let Some(link) = &ctx.controller {
+        let k = &link.counters;
+        counters.extend([
+            (
+                "ferromq_controller_promotions",
+                "Times this broker was promoted to master by the controller (failovers it took over)",
+                k.promotions.load(Relaxed),
+            ),
+            (
+                "ferromq_controller_demotions",
+                "Times this broker started following another master or stepped down",
+                k.demotions.load(Relaxed),
+            ),
+            (
+                "ferromq_controller_heartbeats_confirmed",
+                "Heartbeats the controller leader confirmed (each renews a master's lease)",
+                k.heartbeats_confirmed.load(Relaxed),
+            ),
+            (
+                "ferromq_controller_heartbeats_failed",
+                "Heartbeats to the controller that failed (no leader, timeout, refusal)",
+                k.heartbeats_failed.load(Relaxed),
+            ),
+            (
+                "ferromq_controller_sync_state_set_changes_failed",
+                "In-sync set changes the controller refused or that failed",
+                k.alter_failures.load(Relaxed),
+            ),
+        ]);
+    }
+    counters
 }
 
 impl ScrapeValues {
@@ -710,7 +745,7 @@ impl ScrapeValues {
                     .encode(family.encode_family(&[("slave", id.as_str())])?)?;
             }
         }
-        for (name, help, value) in self.replication_counters {
+        for &(name, help, value) in &self.replication_counters {
             ConstCounter::new(value).encode(encoder.encode_descriptor(
                 name,
                 help,

@@ -16,6 +16,13 @@
 //!    `min_in_sync_replicas` members it does not advance at all, so nothing a failover to an
 //!    in-sync replica could cut becomes visible (R6).
 //! 4. A replica acknowledging past the master's end is a bad peer ([`AckError`]).
+//! 5. Controller mode: the controller's copy of the set (its *SyncStateSet*) is what an
+//!    election picks from, so every write this master acknowledges must be held by each of
+//!    its members. The master therefore counts a replica the controller lists
+//!    ([`InSyncSet::set_controlled`]) as a member even after it lagged or disconnected here,
+//!    until the controller confirms the smaller set: the master never shrinks the set on its
+//!    own (it may grow it first, which only adds replicas to wait for). A listed replica this
+//!    master has not heard from yet counts as holding nothing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -111,6 +118,9 @@ pub struct InSyncSet {
     settings: InSyncSettings,
     replicas: BTreeMap<u64, Replica>,
     watermark: u64,
+    /// Controller mode: the replicas (the master excluded) of the controller's set, members
+    /// whatever their local state (rule 5). `None` outside controller mode.
+    controlled: Option<std::collections::BTreeSet<u64>>,
 }
 
 impl InSyncSet {
@@ -121,7 +131,58 @@ impl InSyncSet {
             settings,
             replicas: BTreeMap::new(),
             watermark,
+            controlled: None,
         }
+    }
+
+    /// Controller mode: the controller's set now, without the master (rule 5). At most
+    /// [`REPLICAS_MAX`] ids are kept.
+    pub fn set_controlled(&mut self, replicas: impl IntoIterator<Item = u64>) {
+        self.controlled = Some(replicas.into_iter().take(REPLICAS_MAX).collect());
+    }
+
+    /// The replicas this master has in its local set (caught up, connected): what it asks the
+    /// controller's set to become.
+    pub fn local_members(&self) -> Vec<u64> {
+        self.replicas
+            .iter()
+            .filter(|(_, r)| r.in_sync)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The replicas of the controller's set (controller mode), if any.
+    pub fn controlled(&self) -> Option<Vec<u64>> {
+        self.controlled
+            .as_ref()
+            .map(|c| c.iter().copied().collect())
+    }
+
+    /// Whether replica `id` counts as a member: in the local set, or listed by the
+    /// controller (rule 5).
+    fn counts(&self, id: u64, replica: &Replica) -> bool {
+        replica.in_sync || self.is_controlled(id)
+    }
+
+    fn is_controlled(&self, id: u64) -> bool {
+        self.controlled.as_ref().is_some_and(|c| c.contains(&id))
+    }
+
+    /// The acknowledged ends of every member but the master; a controller-listed replica
+    /// never heard from counts as holding nothing.
+    fn member_acks(&self) -> impl Iterator<Item = u64> + '_ {
+        let heard = self
+            .replicas
+            .iter()
+            .filter(|(id, r)| self.counts(**id, r))
+            .map(|(_, r)| r.acked);
+        let unheard = self
+            .controlled
+            .iter()
+            .flatten()
+            .filter(|id| !self.replicas.contains_key(id))
+            .map(|_| 0);
+        heard.chain(unheard)
     }
 
     /// The settings.
@@ -257,15 +318,19 @@ impl InSyncSet {
             }
         }
         // Forget long-gone replicas that are out of the set, to keep the table bounded.
-        self.replicas.retain(|_, r| {
-            r.connected || r.in_sync || now.saturating_duration_since(r.caught_up_at) < 10 * max_lag
+        let controlled = self.controlled.clone().unwrap_or_default();
+        self.replicas.retain(|id, r| {
+            r.connected
+                || r.in_sync
+                || controlled.contains(id)
+                || now.saturating_duration_since(r.caught_up_at) < 10 * max_lag
         });
         left
     }
 
     /// Members of the set, the master included.
     pub fn members(&self) -> usize {
-        1 + self.replicas.values().filter(|r| r.in_sync).count()
+        1 + self.member_acks().count()
     }
 
     /// Whether the master alone makes a big enough set and no replica bounds it.
@@ -282,13 +347,7 @@ impl InSyncSet {
             return None;
         }
         if self.members() >= self.settings.min_in_sync_replicas {
-            let replicas_min = self
-                .replicas
-                .values()
-                .filter(|r| r.in_sync)
-                .map(|r| r.acked)
-                .min()
-                .unwrap_or(u64::MAX);
+            let replicas_min = self.member_acks().min().unwrap_or(u64::MAX);
             self.watermark = self.watermark.max(replicas_min.min(master_durable));
         }
         Some(self.watermark)
@@ -307,11 +366,7 @@ impl InSyncSet {
         if members < needed {
             return Replicated::NotEnough { members, needed };
         }
-        let all = self
-            .replicas
-            .values()
-            .filter(|r| r.in_sync)
-            .all(|r| r.acked >= end);
+        let all = self.member_acks().all(|acked| acked >= end);
         if all {
             Replicated::Yes
         } else {
@@ -326,12 +381,7 @@ impl InSyncSet {
         if members < needed {
             return Err((members, needed));
         }
-        Ok(self
-            .replicas
-            .values()
-            .filter(|r| r.in_sync)
-            .map(|r| r.acked)
-            .min())
+        Ok(self.member_acks().min())
     }
 
     /// Every tracked replica, by id.
@@ -342,7 +392,7 @@ impl InSyncSet {
                 id: *id,
                 addr: r.addr.clone(),
                 acked: r.acked,
-                in_sync: r.in_sync,
+                in_sync: self.counts(*id, r),
                 connected: r.connected,
                 behind_for: now.saturating_duration_since(r.caught_up_at),
             })
@@ -389,6 +439,39 @@ mod tests {
         s.ack(1, 150, 150, 150, t0).unwrap();
         assert_eq!(s.replicated(150), Replicated::Yes);
         assert_eq!(s.bound(150), Some(150));
+    }
+
+    #[test]
+    fn a_controller_listed_replica_counts_until_the_controller_drops_it() {
+        let t0 = Instant::now();
+        let mut s = set(1);
+        s.set_controlled([1, 2]);
+        assert_eq!(s.members(), 3, "listed replicas count before they connect");
+        assert_eq!(
+            s.replicated(10),
+            Replicated::Pending,
+            "an unheard listed replica holds nothing"
+        );
+        s.connect(1, "r1", 0, t0).unwrap();
+        s.ack(1, 100, 100, 100, t0).unwrap();
+        assert_eq!(
+            s.bound(100),
+            Some(0),
+            "replica 2 still bounds the watermark"
+        );
+        assert_eq!(s.local_members(), vec![1]);
+        // Replica 1 disconnects: it leaves the local set but stays a member for
+        // acknowledgements, since the controller still lists it (rule 5).
+        s.disconnect(1);
+        assert!(s.local_members().is_empty());
+        assert_eq!(s.members(), 3);
+        assert_eq!(s.tick(100, t0 + LAG * 20), Vec::<u64>::new());
+        assert_eq!(s.status(t0).len(), 1, "a listed replica is never forgotten");
+        // The controller confirms the smaller set: only then the master stops waiting.
+        s.set_controlled([]);
+        assert_eq!(s.members(), 1);
+        assert_eq!(s.replicated(100), Replicated::Yes);
+        assert_eq!(s.controlled(), Some(vec![]));
     }
 
     #[test]

@@ -19,10 +19,13 @@
 //! tasks in [`master`] and [`slave`] only move bytes between them, the sockets and the store.
 
 pub mod catalog_log;
+pub mod controlled;
 pub mod follower;
 pub mod handshake;
 pub mod in_sync;
+pub mod lease;
 pub mod master;
+pub mod role_change;
 pub mod settings;
 pub mod slave;
 pub mod status;
@@ -75,6 +78,9 @@ pub struct ReplicationCounters {
     pub replication_timeouts: AtomicU64,
     /// Replicated chunks a slave refused (bad record, not at its end).
     pub chunks_refused: AtomicU64,
+    /// Writes refused (or acknowledgements withheld) because the master held no controller
+    /// lease.
+    pub lease_refusals: AtomicU64,
 }
 
 /// What a slave knows of its master (for `haStatus`).
@@ -120,6 +126,12 @@ pub struct Replication {
     epoch: AtomicU64,
     /// This broker's id: `brokerId` from the config, or the one a controller assigned.
     broker_id: AtomicU64,
+    /// Controller mode: writes need a valid [`lease::Lease`].
+    controller_mode: std::sync::atomic::AtomicBool,
+    /// The lease from the controller (controller mode only).
+    lease: Mutex<lease::Lease>,
+    /// When the last heartbeat the controller confirmed was sent.
+    last_heartbeat_ok: Mutex<Option<Instant>>,
     /// Counters.
     pub counters: ReplicationCounters,
 }
@@ -152,6 +164,9 @@ impl Replication {
             sync_timeout,
             epoch: AtomicU64::new(0),
             broker_id: AtomicU64::new(settings.broker_id),
+            controller_mode: Default::default(),
+            lease: Mutex::default(),
+            last_heartbeat_ok: Mutex::default(),
             counters: ReplicationCounters::default(),
             settings,
         });
@@ -232,7 +247,8 @@ impl Replication {
     /// Records the master HA address a name server returned, unless `haMasterAddress` fixes
     /// it.
     pub fn learn_master_addr(&self, addr: SocketAddr) {
-        if self.settings.master_address.is_some() {
+        // Controller mode: only the controller names the master.
+        if self.settings.master_address.is_some() || self.controller_mode() {
             return;
         }
         self.master_addr.send_if_modified(|current| {
@@ -245,11 +261,97 @@ impl Replication {
         });
     }
 
-    /// Refuses a write when this broker is not a master (R3). `what` names the write.
+    /// Puts this broker in controller mode: from now on a master acknowledges writes only
+    /// while it holds a lease ([`Replication::renew_lease`]), and its in-sync set follows the
+    /// controller's ([`Replication::set_controlled_set`]).
+    pub fn enter_controller_mode(&self) {
+        self.controller_mode.store(true, Ordering::Release);
+    }
+
+    /// Whether this broker runs in controller mode.
+    pub fn controller_mode(&self) -> bool {
+        self.controller_mode.load(Ordering::Acquire)
+    }
+
+    /// A heartbeat sent at `sent_at` was confirmed by the controller with this lease.
+    pub fn renew_lease(&self, sent_at: Instant, lease: Duration) {
+        self.lease.lock().expect("lease lock").renew(sent_at, lease);
+    }
+
+    /// Drops the lease (the controller says this broker is no longer master).
+    pub fn revoke_lease(&self) {
+        self.lease.lock().expect("lease lock").revoke();
+    }
+
+    /// How long the lease still holds (`None` outside controller mode).
+    pub fn lease_remaining(&self) -> Option<Duration> {
+        self.controller_mode().then(|| {
+            self.lease
+                .lock()
+                .expect("lease lock")
+                .remaining(Instant::now())
+        })
+    }
+
+    /// Outside controller mode: `Ok`. In it: the lease holds, or the error (counted) of a
+    /// write a master without a lease must not acknowledge.
+    fn check_lease(&self, what: &'static str) -> Result<(), WriteError> {
+        if !self.controller_mode() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut lease = self.lease.lock().expect("lease lock");
+        if lease.valid(now) {
+            return Ok(());
+        }
+        let seen = lease.note_expired();
+        drop(lease);
+        self.counters.lease_refusals.fetch_add(1, Ordering::Relaxed);
+        if seen.is_power_of_two() {
+            tracing::warn!(what, refusals = seen, "write refused: no controller lease");
+        }
+        Err(WriteError::LeaseExpired {
+            what,
+            broker: self.identity.broker_name.clone(),
+            broker_id: self.broker_id(),
+            silent_ms: self
+                .last_heartbeat_ok
+                .lock()
+                .expect("heartbeat lock")
+                .map(|t| now.saturating_duration_since(t).as_millis() as u64)
+                .unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Records when the last heartbeat the controller confirmed was sent.
+    pub fn note_heartbeat_confirmed(&self, sent_at: Instant) {
+        let mut last = self.last_heartbeat_ok.lock().expect("heartbeat lock");
+        if last.is_none_or(|t| t < sent_at) {
+            *last = Some(sent_at);
+        }
+    }
+
+    /// Controller mode: the controller's in-sync set now (the master's own id among them is
+    /// ignored). The master counts its members until the controller confirms a smaller set
+    /// (`in_sync` rule 5).
+    pub fn set_controlled_set(&self, set: &[u64]) {
+        let me = self.broker_id();
+        self.update(|s| s.set_controlled(set.iter().copied().filter(|id| *id != me)));
+    }
+
+    /// The replicas of the local in-sync set (what the controller's set should become) and
+    /// those of the controller's set as this master holds it.
+    pub fn in_sync_sets(&self) -> (Vec<u64>, Option<Vec<u64>>) {
+        let set = self.lock();
+        (set.local_members(), set.controlled())
+    }
+
+    /// Refuses a write when this broker is not a master (R3), or is a master without a
+    /// controller lease (controller mode). `what` names the write.
     pub fn check_writable(&self, what: &'static str) -> Result<(), WriteError> {
         let role = self.role();
         if role.is_master() {
-            return Ok(());
+            return self.check_lease(what);
         }
         self.counters
             .not_master_refusals
@@ -280,6 +382,12 @@ impl Replication {
     /// fails — below the minimum, or not within `syncFlushTimeout`. Other roles: at once.
     pub async fn replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
         let outcome = self.wait_replicated(end, what).await;
+        // Appended already: a lease that ran out meanwhile makes it "maybe stored".
+        let outcome = outcome.and_then(|()| {
+            self.check_lease(what).map_err(|error| {
+                self.not_replicated(what, format!("acknowledgement withheld: {error}"))
+            })
+        });
         if outcome.is_ok() {
             self.refresh_bound(end);
         }
@@ -399,6 +507,11 @@ impl Replication {
 
     fn bound_locked(&self, set: &mut InSyncSet) {
         if !self.role().is_master() {
+            return;
+        }
+        // Controller mode: a master without a lease exposes nothing new (R6): a new master
+        // may be elected that lacks what it would expose.
+        if self.controller_mode() && !self.lease.lock().expect("lease lock").valid(Instant::now()) {
             return;
         }
         let bound = set.bound(self.store.locally_acknowledgeable_end());

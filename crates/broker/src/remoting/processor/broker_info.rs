@@ -34,6 +34,23 @@ pub(super) fn runtime_info(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     }
 }
 
+/// NOTIFY_BROKER_ROLE_CHANGED (1008), from a controller: the group's state changed. The
+/// notice only makes the broker heartbeat to the controller leader at once; the role comes
+/// from the confirmed heartbeat reply, so a forged notice changes nothing. A broker not in
+/// controller mode refuses it. Usually one-way (no reply is sent then).
+pub(super) fn role_changed(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    match &ctx.controller {
+        Some(link) => {
+            link.notice();
+            success(command)
+        }
+        None => command.reply(
+            ferromq_protocol::remoting::response::REQUEST_CODE_NOT_SUPPORTED,
+            Some("NOTIFY_BROKER_ROLE_CHANGED: this broker is not in controller mode".into()),
+        ),
+    }
+}
+
 /// GET_BROKER_HA_STATUS (907): the master's slaves or the slave's master (`haStatus`).
 pub(super) fn ha_status(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
     let runtime = ctx.replication.runtime();

@@ -78,7 +78,7 @@ impl ResponseCode for WriteError {
             | WriteError::WriteFailed { .. }
             | WriteError::NotReplicated { .. }
             | WriteError::Unexpected { .. } => codes::NOT_DURABLE,
-            WriteError::NotMaster { .. } => codes::NOT_MASTER,
+            WriteError::NotMaster { .. } | WriteError::LeaseExpired { .. } => codes::NOT_MASTER,
             // RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH with SYSTEM_ERROR and this remark;
             // Java producers retry another broker on it.
             WriteError::InSyncReplicasNotEnough { .. } => response::SYSTEM_ERROR,

@@ -82,6 +82,7 @@ pub async fn handle(
         request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
         request::GET_BROKER_HA_STATUS => broker_info::ha_status(ctx, &command),
         request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),
+        request::NOTIFY_BROKER_ROLE_CHANGED => broker_info::role_changed(ctx, &command),
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,
         request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
