@@ -1,8 +1,8 @@
 //! `ferromq`: the command line of ferromq.
 //!
 //! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`,
-//! `admin` (mqadmin's commands), `bench` and `chaos` (seeded fault injection). `controller`
-//! joins as its issue lands.
+//! `controller` (the failover controller), `cluster` (all of them as child processes),
+//! `admin` (mqadmin's commands), `bench` and `chaos` (seeded fault injection).
 //!
 //! Conventions at this edge:
 //! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.
@@ -17,6 +17,7 @@ mod admin;
 mod bench;
 mod broken_pipe;
 mod chaos;
+mod cluster;
 mod record;
 mod report;
 mod servers;
@@ -50,6 +51,10 @@ enum Command {
     Namesrv(servers::NamesrvArgs),
     /// Run a broker from a TOML config with RocketMQ's key names.
     Broker(servers::BrokerArgs),
+    /// Run a whole HA cluster on 127.0.0.1 as child processes: a name server, a controller
+    /// group and broker groups in controller mode. Prints every node's address and pid, and
+    /// stops them all on Ctrl-C.
+    Cluster(cluster::ClusterArgs),
     /// Benchmarks that report ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -96,7 +101,11 @@ fn main() -> ExitCode {
     init_tracing();
     let serves = matches!(
         cli.command,
-        Command::Standalone(_) | Command::Namesrv(_) | Command::Broker(_) | Command::Chaos(_)
+        Command::Standalone(_)
+            | Command::Namesrv(_)
+            | Command::Broker(_)
+            | Command::Cluster(_)
+            | Command::Chaos(_)
     );
     if !serves {
         if let Err(error) = broken_pipe::die_when_stdout_closes() {
@@ -108,6 +117,7 @@ fn main() -> ExitCode {
         Command::Standalone(args) => standalone::run(&args),
         Command::Namesrv(args) => servers::run_namesrv(&args),
         Command::Broker(args) => servers::run_broker(&args),
+        Command::Cluster(args) => cluster::run(&args),
         Command::Bench(command) => bench::run(command),
         Command::Admin(command) => admin::run(command),
         Command::Chaos(args) => chaos::run_chaos(&args),

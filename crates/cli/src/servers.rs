@@ -65,11 +65,16 @@ pub fn run_broker(args: &BrokerArgs) -> Result<()> {
         let mut signals = crate::ShutdownSignals::install()?;
         let broker = Broker::start(config).await.context("starting the broker")?;
         println!(
-            "ferromq broker: listening on {} (ha {}, {} brokerId {})",
+            "ferromq broker: listening on {} (ha {}, {} brokerId {}{})",
             broker.local_addr(),
             broker.ha_addr(),
             broker.context().replication.role().as_str(),
-            broker.context().config.broker_id
+            broker.context().replication.broker_id(),
+            if broker.context().controller.is_some() {
+                ", controller mode"
+            } else {
+                ""
+            }
         );
         let reason = signals.recv().await;
         tracing::info!(%reason, "shutting down");

@@ -3,7 +3,10 @@
 //! remoting protocol and the HA wire format. Every wait is bounded; every process is killed
 //! on drop. Measured figures are printed (`--nocapture` shows them).
 
+#[macro_use]
 mod common;
+
+use common::remoting::*;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,26 +19,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use ferromq_broker::codes::{NOT_DURABLE, NOT_MASTER};
 use ferromq_protocol::ha::{HaCodec, HaFrame, Hello, RecordSample, RefusalCode, HA_VERSION};
-use ferromq_protocol::remoting::body::decode_json;
-use ferromq_protocol::remoting::body::ha_runtime::HaRuntimeInfo;
-use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::admin::{
-    CreateTopicRequestHeader, DeleteTopicRequestHeader,
-};
-use ferromq_protocol::remoting::headers::offset::{
-    GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader, ResetOffsetRequestHeader, UpdateConsumerOffsetRequestHeader,
-};
-use ferromq_protocol::remoting::headers::pull::PullMessageRequestHeader;
-use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+use ferromq_protocol::remoting::headers::admin::DeleteTopicRequestHeader;
+use ferromq_protocol::remoting::headers::offset::ResetOffsetRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{Properties, RecordView};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::{Decoder, Encoder};
 
-/// Bound on one remoting request.
-const TIMEOUT: Duration = Duration::from_secs(20);
 const CLUSTER: &str = "RC";
 const GROUP_NAME: &str = "rb";
 /// `haSendHeartbeatInterval` of every broker, ms.
@@ -43,60 +33,9 @@ const HEARTBEAT_MS: u64 = 100;
 /// Default `haMaxTimeSlaveNotCatchup`, ms.
 const MAX_LAG_MS: u64 = 1500;
 
-/// Waits (bounded) until `$cond` (which may `.await`) holds.
-macro_rules! eventually {
-    ($secs:expr, $what:expr, $cond:expr) => {{
-        let deadline = Instant::now() + Duration::from_secs($secs);
-        loop {
-            if $cond {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {} s waiting for {}",
-                $secs,
-                $what
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }};
-}
-
 // ---------------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------------
-
-/// A `ferromq namesrv`, killed on drop.
-struct Namesrv {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Namesrv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn namesrv() -> Namesrv {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args(["namesrv", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let Some(line) = common::first_line(&mut child) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("namesrv printed no address line within 30 s");
-    };
-    assert!(line.starts_with("ferromq namesrv: listening on "), "{line}");
-    Namesrv {
-        addr: line.trim().rsplit(' ').next().unwrap().to_string(),
-        child,
-    }
-}
 
 /// What a broker is started with.
 #[derive(Clone)]
@@ -291,302 +230,6 @@ impl Node {
 // ---------------------------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------------------------
-
-async fn client(addr: SocketAddr) -> RemotingClient {
-    RemotingClient::connect(addr, TIMEOUT)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
-}
-
-async fn invoke(client: &RemotingClient, command: RemotingCommand) -> RemotingCommand {
-    client.invoke(command, TIMEOUT).await.expect("a reply")
-}
-
-fn remark(reply: &RemotingCommand) -> String {
-    reply.remark.clone().unwrap_or_default()
-}
-
-async fn send(client: &RemotingClient, topic: &str, queue: i32, body: &[u8]) -> RemotingCommand {
-    let properties = String::from_utf8(Properties::encode([("TAGS", "a"), ("KEYS", "k")])).unwrap();
-    let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: topic.into(),
-        c: "TBW102".into(),
-        d: 4,
-        e: queue,
-        g: 1,
-        i: Some(properties),
-        ..Default::default()
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.to_vec());
-    invoke(client, command).await
-}
-
-async fn commit(
-    client: &RemotingClient,
-    group: &str,
-    topic: &str,
-    queue: i32,
-    offset: i64,
-) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: group.into(),
-        topic: topic.into(),
-        queue_id: queue,
-        commit_offset: offset,
-    };
-    invoke(
-        client,
-        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header),
-    )
-    .await
-}
-
-/// The stored consumer offset, `None` when the broker has none.
-async fn query_offset(
-    client: &RemotingClient,
-    group: &str,
-    topic: &str,
-    queue: i32,
-) -> Option<i64> {
-    let header = QueryConsumerOffsetRequestHeader {
-        consumer_group: group.into(),
-        topic: topic.into(),
-        queue_id: queue,
-        set_zero_if_not_found: Some(false),
-    };
-    let reply = invoke(
-        client,
-        RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header),
-    )
-    .await;
-    (reply.code == response::SUCCESS).then(|| {
-        reply
-            .decode_header::<QueryConsumerOffsetResponseHeader>()
-            .expect("offset header")
-            .offset
-    })
-}
-
-/// GET_MAX_OFFSET (committed); `None` when refused.
-async fn max_offset(client: &RemotingClient, topic: &str, queue: i32) -> Option<i64> {
-    let header = GetMaxOffsetRequestHeader {
-        topic: topic.into(),
-        queue_id: queue,
-        committed: None,
-    };
-    let reply = invoke(
-        client,
-        RemotingCommand::request_with_header(request::GET_MAX_OFFSET, &header),
-    )
-    .await;
-    (reply.code == response::SUCCESS).then(|| {
-        reply
-            .decode_header::<GetMaxOffsetResponseHeader>()
-            .expect("max offset header")
-            .offset
-    })
-}
-
-fn create_topic_command(topic: &str, queues: i32) -> RemotingCommand {
-    let header = CreateTopicRequestHeader {
-        topic: topic.into(),
-        default_topic: "TBW102".into(),
-        read_queue_nums: queues,
-        write_queue_nums: queues,
-        perm: 6,
-        ..Default::default()
-    };
-    RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header)
-}
-
-async fn create_topic(client: &RemotingClient, topic: &str, queues: i32) {
-    let reply = invoke(client, create_topic_command(topic, queues)).await;
-    assert_eq!(
-        reply.code,
-        response::SUCCESS,
-        "create {topic}: {}",
-        remark(&reply)
-    );
-}
-
-async fn pull(
-    client: &RemotingClient,
-    topic: &str,
-    queue: i32,
-    offset: i64,
-    max: i32,
-    commit: Option<i64>,
-) -> RemotingCommand {
-    let header = PullMessageRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id: queue,
-        queue_offset: offset,
-        max_msg_nums: max,
-        sys_flag: 0x4 | if commit.is_some() { 0x1 } else { 0 },
-        commit_offset: commit.unwrap_or(0),
-        suspend_timeout_millis: 0,
-        subscription: Some("*".into()),
-        sub_version: 0,
-        expression_type: Some("TAG".into()),
-        ..Default::default()
-    };
-    invoke(
-        client,
-        RemotingCommand::request_with_header(request::PULL_MESSAGE, &header),
-    )
-    .await
-}
-
-/// (queue offset, body) of each record in a pull reply.
-fn records(reply: &RemotingCommand) -> Vec<(u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut rest = reply.body.as_deref().unwrap_or_default();
-    while !rest.is_empty() {
-        let view = RecordView::parse(rest).expect("pull body holds whole records");
-        out.push((view.queue_offset, view.body.to_vec()));
-        rest = &rest[view.total_size()..];
-    }
-    out
-}
-
-/// Every message of a queue from `from` up to `to` (exclusive), pulled in batches.
-async fn pull_range(
-    client: &RemotingClient,
-    topic: &str,
-    queue: i32,
-    from: i64,
-    to: i64,
-) -> Vec<(u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut offset = from;
-    let mut rounds = 0;
-    while offset < to {
-        rounds += 1;
-        assert!(rounds < 10_000, "pulling {topic}/{queue} does not progress");
-        let reply = pull(client, topic, queue, offset, 32, None).await;
-        assert_eq!(
-            reply.code,
-            response::SUCCESS,
-            "pull {topic}/{queue}@{offset} from {}: {}",
-            client.peer_addr(),
-            remark(&reply)
-        );
-        let batch = records(&reply);
-        assert!(!batch.is_empty(), "empty successful pull at {offset}");
-        offset = batch.last().unwrap().0 as i64 + 1;
-        out.extend(batch);
-    }
-    out
-}
-
-async fn ha_status(client: &RemotingClient) -> HaRuntimeInfo {
-    let reply = invoke(
-        client,
-        RemotingCommand::new_request(request::GET_BROKER_HA_STATUS, Default::default()),
-    )
-    .await;
-    assert_eq!(
-        reply.code,
-        response::SUCCESS,
-        "haStatus: {}",
-        remark(&reply)
-    );
-    decode_json(reply.body.as_deref().unwrap_or_default()).expect("HA status body")
-}
-
-/// `ferromq admin haStatus -b addr --json`: the broker's `haStatus` object.
-fn admin_ha_status(addr: &str) -> serde_json::Value {
-    let all = common::ok_json(&["haStatus", "-b", addr]);
-    all["brokers"][0]["haStatus"].clone()
-}
-
-fn in_sync_of(info: &HaRuntimeInfo, broker_id: i64) -> Option<bool> {
-    info.ha_connection_info
-        .iter()
-        .find(|c| c.broker_id == Some(broker_id))
-        .map(|c| c.in_sync)
-}
-
-async fn wait_in_sync(master: &RemotingClient, slaves: i32, secs: u64) -> Duration {
-    let start = Instant::now();
-    eventually!(secs, format!("{slaves} in-sync slaves"), {
-        ha_status(master).await.in_sync_slave_nums >= slaves
-    });
-    start.elapsed()
-}
-
-/// Waits until each slave's committed log end equals the master's (the master idle).
-async fn wait_caught_up(master: &RemotingClient, slaves: &[&RemotingClient], secs: u64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let end = ha_status(master).await.master_commit_log_max_offset;
-        let mut ends = Vec::new();
-        for slave in slaves {
-            ends.push(ha_status(slave).await.ha_client_runtime_info.max_offset);
-        }
-        if ends.iter().all(|e| *e == end) {
-            return end;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slaves not at the master's log end {end} within {secs} s: {ends:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Asserts the CommitLog segment files of `a` and `b` hold the same bytes below `end` (sealed
-/// segments are trimmed after their last record: those are compared whole); returns the
-/// bytes compared.
-fn assert_same_commitlog(a: &Path, b: &Path, end: u64) -> u64 {
-    let list = |dir: &Path| {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.len() == 20 && n.bytes().all(|c| c.is_ascii_digit()))
-            .collect();
-        names.sort();
-        names
-    };
-    let (names_a, names_b) = (list(a), list(b));
-    let mut compared = 0u64;
-    for name in names_a.iter().filter(|n| n.parse::<u64>().unwrap() < end) {
-        assert!(
-            names_b.contains(name),
-            "segment {name} missing in {}",
-            b.display()
-        );
-        let start: u64 = name.parse().unwrap();
-        let bytes_a = std::fs::read(a.join(name)).unwrap();
-        let bytes_b = std::fs::read(b.join(name)).unwrap();
-        let upto = ((end - start) as usize).min(bytes_a.len());
-        assert!(
-            bytes_b.len() >= upto,
-            "segment {name} of {} too short",
-            b.display()
-        );
-        if bytes_a[..upto] != bytes_b[..upto] {
-            let at = (0..upto).find(|&i| bytes_a[i] != bytes_b[i]).unwrap();
-            panic!(
-                "segment {name} differs at byte {at} (CommitLog offset {})",
-                start + at as u64
-            );
-        }
-        if upto < (end - start) as usize {
-            // A sealed segment (trimmed after its last record): whole files alike.
-            assert_eq!(
-                bytes_a.len(),
-                bytes_b.len(),
-                "sealed segment {name} lengths"
-            );
-        }
-        compared += upto as u64;
-    }
-    compared
-}
 
 // ---------------------------------------------------------------------------------------------
 // Tests

@@ -4,6 +4,28 @@
 
 #![allow(dead_code)] // Each test file uses part of these helpers.
 
+/// Waits (bounded) until `$cond` (which may `.await`) holds.
+#[allow(unused_macros)]
+macro_rules! eventually {
+    ($secs:expr, $what:expr, $cond:expr) => {{
+        let deadline = Instant::now() + Duration::from_secs($secs);
+        loop {
+            if $cond {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {} s waiting for {}",
+                $secs,
+                $what
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }};
+}
+
+pub mod remoting;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
