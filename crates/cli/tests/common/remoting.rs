@@ -76,6 +76,11 @@ pub async fn send(
     queue: i32,
     body: &[u8],
 ) -> RemotingCommand {
+    invoke(client, send_command(topic, queue, body)).await
+}
+
+/// SEND_MESSAGE_V2 of `body` to (topic, queue).
+pub fn send_command(topic: &str, queue: i32, body: &[u8]) -> RemotingCommand {
     let properties = String::from_utf8(Properties::encode([("TAGS", "a"), ("KEYS", "k")])).unwrap();
     let header = SendMessageRequestHeaderV2 {
         a: "PG".into(),
@@ -87,9 +92,7 @@ pub async fn send(
         i: Some(properties),
         ..Default::default()
     };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.to_vec());
-    invoke(client, command).await
+    RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header).with_body(body.to_vec())
 }
 
 pub async fn commit(
@@ -99,17 +102,18 @@ pub async fn commit(
     queue: i32,
     offset: i64,
 ) -> RemotingCommand {
+    invoke(client, commit_command(group, topic, queue, offset)).await
+}
+
+/// UPDATE_CONSUMER_OFFSET of `offset` for (group, topic, queue).
+pub fn commit_command(group: &str, topic: &str, queue: i32, offset: i64) -> RemotingCommand {
     let header = UpdateConsumerOffsetRequestHeader {
         consumer_group: group.into(),
         topic: topic.into(),
         queue_id: queue,
         commit_offset: offset,
     };
-    invoke(
-        client,
-        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header),
-    )
-    .await
+    RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header)
 }
 
 /// The stored consumer offset, `None` when the broker has none.
