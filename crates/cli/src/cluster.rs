@@ -43,32 +43,32 @@ pub enum MasterRole {
 pub struct ClusterArgs {
     /// Controllers in the Raft group (1, 3, 5, ...).
     #[arg(long, default_value_t = 3)]
-    controllers: usize,
+    pub(crate) controllers: usize,
     /// Broker groups (broker names `broker-0`, `broker-1`, ...).
     #[arg(long, default_value_t = 1)]
-    groups: usize,
+    pub(crate) groups: usize,
     /// Brokers per group (one master, the rest slaves).
     #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    pub(crate) replicas: usize,
     /// The master role.
     #[arg(long, value_enum, default_value_t = MasterRole::Sync)]
-    role: MasterRole,
+    pub(crate) role: MasterRole,
     /// How appends become durable on each broker.
     #[arg(long, value_enum, default_value_t = Flush::Async)]
-    flush: Flush,
+    pub(crate) flush: Flush,
     /// Directory for configs, data and logs (created; reused across runs, so a restarted
     /// cluster recovers its data).
     #[arg(long, value_name = "DIR", default_value = "./cluster")]
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Name server port (0 picks a free one).
     #[arg(long, default_value_t = 9876)]
-    namesrv_port: u16,
+    pub(crate) namesrv_port: u16,
     /// Allow electing a master outside the in-sync set (may lose acknowledged writes).
     #[arg(long)]
-    enable_elect_unclean_master: bool,
+    pub(crate) enable_elect_unclean_master: bool,
     /// Extra `key = value` TOML lines for every broker config (e.g. `minInSyncReplicas = 2`).
     #[arg(long = "broker-config", value_name = "LINE")]
-    broker_config: Vec<String>,
+    pub(crate) broker_config: Vec<String>,
 }
 
 /// One node of the cluster.

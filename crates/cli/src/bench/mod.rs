@@ -10,6 +10,7 @@
 //! directory) and removes it at the end, whatever happened.
 
 mod client;
+mod failover;
 mod recovery;
 mod stats;
 mod store;
@@ -62,6 +63,15 @@ pub enum BenchCommand {
     /// msgs/s is the send rate, latency is per message from send to poll. Messages that never
     /// arrive are errors. Baseline: `ferromq bench store` on the same machine.
     E2e(client::ClientBenchArgs),
+    /// Failover time and cost: kill -9 of the master of a local cluster `--kills` times.
+    ///
+    /// Starts a name server, `--controllers` controllers and `--replicas` brokers in
+    /// controller mode (child processes), keeps `--producers` Rust-client producers sending,
+    /// and per kill measures kill → new master elected and kill → first send acknowledged by
+    /// the new master (p50/p99/max). Throughput during failover windows is reported as a
+    /// ratio to the steady throughput of the same run; a final drain counts lost (must be 0)
+    /// and duplicated messages.
+    Failover(failover::FailoverBenchArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -77,6 +87,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Produce(args) => client::run(client::Kind::Produce, &args),
         BenchCommand::Consume(args) => client::run(client::Kind::Consume, &args),
         BenchCommand::E2e(args) => client::run(client::Kind::E2e, &args),
+        BenchCommand::Failover(args) => failover::run(&args),
     }
 }
 
