@@ -270,7 +270,7 @@ impl Drop for LocalCluster {
 }
 
 fn check_sizes(args: &ClusterArgs) -> Result<()> {
-    if args.controllers == 0 || args.controllers % 2 == 0 || args.controllers > NODES_MAX {
+    if args.controllers == 0 || args.controllers.is_multiple_of(2) || args.controllers > NODES_MAX {
         bail!(
             "--controllers {}: an odd number from 1 to {NODES_MAX} (a Raft majority)",
             args.controllers

@@ -6,8 +6,9 @@
 //! replica is in the in-sync set, kills the master with SIGKILL, and measures
 //! - **election**: kill → the controller names a new master (epoch + 1);
 //! - **failover**: kill → the first send acknowledged by the new master (the store address in
-//!   the acknowledged message id), as a producer following routes sees it;
-//! then restarts the killed broker (it rejoins as a slave) before the next kill.
+//!   the acknowledged message id), as a producer following routes sees it.
+//!
+//! Then it restarts the killed broker (it rejoins as a slave) before the next kill.
 //!
 //! The baseline, measured in the same run, is the producers' throughput and send latency in
 //! the steady windows (no failover in progress); the report gives the throughput during the
