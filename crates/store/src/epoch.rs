@@ -264,6 +264,32 @@ pub fn last_common_point(
     master: &[EpochEntry],
     master_end: u64,
 ) -> CommonPoint {
+    match shared_term(replica, replica_end, master, master_end) {
+        Some(shared) => CommonPoint::At(shared.common),
+        None => CommonPoint::Disjoint,
+    }
+}
+
+/// The newest term both logs hold (same epoch, same start) and where they stop agreeing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedTerm {
+    /// The term's epoch (0 for the implicit pre-epoch term).
+    pub epoch: u64,
+    /// Whether it is the master's current (newest) term: then the master's end of it is its
+    /// log end, and a replica past that point is ahead of the master in the master's own
+    /// term (the master lost its tail), not on a deposed master's branch.
+    pub masters_current: bool,
+    /// The last common point (see [`last_common_point`]).
+    pub common: u64,
+}
+
+/// [`last_common_point`] with the term it was found in; `None` when disjoint.
+pub fn shared_term(
+    replica: &[EpochEntry],
+    replica_end: u64,
+    master: &[EpochEntry],
+    master_end: u64,
+) -> Option<SharedTerm> {
     let replica = with_epoch_zero(replica);
     let master = with_epoch_zero(master);
     for i in (0..replica.len()).rev() {
@@ -275,9 +301,13 @@ pub fn last_common_point(
             continue;
         }
         let common = end_of(&replica, i, replica_end).min(end_of(&master, j, master_end));
-        return CommonPoint::At(common);
+        return Some(SharedTerm {
+            epoch: entry.epoch,
+            masters_current: j + 1 == master.len(),
+            common,
+        });
     }
-    CommonPoint::Disjoint
+    None
 }
 
 #[cfg(test)]
@@ -359,6 +389,20 @@ mod tests {
         // Nothing in common.
         assert_eq!(last_common_point(&[e(1, 0)], 60, &[e(2, 0)], 30), Disjoint);
         assert_eq!(Disjoint.offset(), 0);
+        let shared = shared_term(&[e(1, 0), e(2, 50)], 90, &[e(1, 0), e(2, 50)], 70).unwrap();
+        assert_eq!(
+            (shared.epoch, shared.masters_current, shared.common),
+            (2, true, 70)
+        );
+        let shared = shared_term(&[e(1, 0)], 90, &[e(1, 0), e(2, 50)], 70).unwrap();
+        assert_eq!(
+            (shared.epoch, shared.masters_current, shared.common),
+            (1, false, 50)
+        );
+        assert_eq!(
+            shared_term(&[], 9, &[], 5).map(|s| s.masters_current),
+            Some(true)
+        );
     }
 
     /// Two logs built from one shared history and then diverging: a random list of terms,

@@ -48,7 +48,7 @@ pub use check::{check_store, CheckReport, CheckScope};
 pub use clock::{Clock, SystemClock};
 pub use commitlog::writer::Placement;
 pub use config::{FlushDiskType, StoreConfig};
-pub use epoch::{last_common_point, CommonPoint, EpochEntry, EpochError};
+pub use epoch::{last_common_point, shared_term, CommonPoint, EpochEntry, EpochError, SharedTerm};
 pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateError};
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
