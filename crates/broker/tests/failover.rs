@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use ferromq_broker::replication::BrokerRole;
 use ferromq_broker::{Broker, BrokerConfig};
-use ferromq_protocol::remoting::codes::response;
+use ferromq_protocol::controller::BrokerEpochCache;
+use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_store::{EpochEntry, MessageStore};
 
 use common::{broker_config, client, commit, send};
@@ -191,6 +193,33 @@ async fn r2_a_returning_master_truncates_to_the_new_masters_log_and_offsets() {
         view_a.consumer_offset("G", "T", 0),
         view_b.consumer_offset("G", "T", 0)
     );
+    // GET_BROKER_EPOCH_CACHE (1007) and haStatus show the epochs.
+    let c = client(a.local_addr()).await;
+    let reply = c
+        .invoke(
+            RemotingCommand::new_request(request::GET_BROKER_EPOCH_CACHE, Default::default()),
+            common::TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let cache: BrokerEpochCache = serde_json::from_slice(reply.body.as_deref().unwrap()).unwrap();
+    assert_eq!(cache.broker_id, 2);
+    assert_eq!(cache.max_offset, end);
+    let entries: Vec<_> = cache
+        .epochs
+        .iter()
+        .map(|e| (e.epoch, e.start_offset, e.end_offset))
+        .collect();
+    assert_eq!(
+        entries,
+        vec![(1, epoch_one, shared_end), (2, shared_end, end)]
+    );
+    let runtime = ra.runtime();
+    assert_eq!((runtime.epoch, runtime.epoch_entries), (2, 2));
+    let info = ferromq_broker::replication::status::ha_runtime_info(&runtime, Instant::now());
+    assert_eq!(info.master_epoch, Some(2));
+    assert_eq!(info.epoch_entries, Some(2));
     // A follows on: B's next write reaches it.
     send_n(&b, "after", 25..26).await;
     let end = store_b.committed_end();
