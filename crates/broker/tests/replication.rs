@@ -306,6 +306,7 @@ impl FakeSlave {
             broker_id: id,
             log_end,
             epoch: 0,
+            epochs: Vec::new(),
             segment_size: 1 << 20,
             samples: samples
                 .iter()

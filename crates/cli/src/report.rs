@@ -81,6 +81,16 @@ pub fn check_json(report: &CheckReport) -> Value {
             .iter()
             .map(|(queue, bytes)| json!({ "queue": queue, "bytes": bytes }))
             .collect::<Vec<_>>(),
+        "epochs": report
+            .epochs
+            .iter()
+            .map(|e| json!({ "epoch": e.epoch, "start_offset": e.start }))
+            .collect::<Vec<_>>(),
+        "epochs_would_drop": report
+            .epochs_past_end
+            .iter()
+            .map(|e| json!({ "epoch": e.epoch, "start_offset": e.start }))
+            .collect::<Vec<_>>(),
     })
 }
 

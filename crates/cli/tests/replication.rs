@@ -938,6 +938,7 @@ fn hello(log_end: u64, samples: Vec<RecordSample>) -> Hello {
         broker_id: 7,
         log_end,
         epoch: 0,
+        epochs: Vec::new(),
         segment_size: SEGMENT_BYTES,
         samples,
     }

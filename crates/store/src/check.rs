@@ -59,6 +59,10 @@ pub struct CheckReport {
     pub queues_would_rebuild: Option<String>,
     /// Torn ConsumeQueue tails recovery would cut (queue, bytes).
     pub queue_torn_tails: Vec<(String, u64)>,
+    /// The epoch file's entries (a corrupt file is an error, as at open).
+    pub epochs: Vec<crate::epoch::EpochEntry>,
+    /// Epoch entries starting past the log end recovery would keep: the next open drops them.
+    pub epochs_past_end: Vec<crate::epoch::EpochEntry>,
 }
 
 impl CheckReport {
@@ -71,6 +75,7 @@ impl CheckReport {
             && self.scan.damaged.is_empty()
             && self.queues_would_rebuild.is_none()
             && self.queue_torn_tails.is_empty()
+            && self.epochs_past_end.is_empty()
             && self.scan.stopped_at.is_none()
     }
 }
@@ -116,6 +121,13 @@ pub fn check_store(config: &StoreConfig, scope: CheckScope) -> Result<CheckRepor
         ),
     });
     let queues = inspect_queues(config, checkpoint.as_ref())?;
+    let epochs = crate::epoch::load(root)?;
+    let kept_end = pending_truncation(root)?.map_or(scan.end, |cut| cut.min(scan.end));
+    let epochs_past_end = epochs
+        .iter()
+        .copied()
+        .filter(|e| e.start > kept_end)
+        .collect();
     let empty = log.segments().is_empty() && queues.count == 0;
     let queues_would_rebuild = match &checkpoint {
         None if empty => None,
@@ -135,6 +147,8 @@ pub fn check_store(config: &StoreConfig, scope: CheckScope) -> Result<CheckRepor
         log_min: log.min_offset(),
         queues_would_rebuild,
         queue_torn_tails: queues.torn_tails,
+        epochs,
+        epochs_past_end,
     })
 }
 

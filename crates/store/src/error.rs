@@ -181,6 +181,9 @@ pub enum OpenError {
          `ferromq standalone --check --full`"
     )]
     TooDamaged { max: usize, at: u64 },
+    /// The epoch file (which master term wrote which part of the log) cannot be used.
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
 }
 
 /// Why a truncation failed.
@@ -195,4 +198,7 @@ pub enum TruncateError {
     /// I/O failure; the store is poisoned and recovery completes the truncation on restart.
     #[error(transparent)]
     File(#[from] FileError),
+    /// The epoch file could not be rewritten before the cut (nothing was cut).
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch::EpochError),
 }

@@ -53,7 +53,7 @@ fn catch_up(master: &MessageStore, replica: &MessageStore) -> usize {
                     "{}",
                     bytes.len()
                 );
-                let ticket = replica.append_replicated(from, bytes).expect("append");
+                let ticket = replica.append_replicated(from, bytes, 0).expect("append");
                 assert_eq!(
                     ticket.end, chunk.next,
                     "replica and master agree where it ends"
@@ -139,7 +139,7 @@ fn a_replica_restarted_continues_where_its_log_ends_and_its_tail_matches() {
         let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
         let from = replica.appended_end();
         let chunk = master.replication_chunk(from, 64 * 1024).unwrap().unwrap();
-        replica.append_replicated(from, &chunk.bytes).unwrap();
+        replica.append_replicated(from, &chunk.bytes, 0).unwrap();
     }
     let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::AsyncFlush)).unwrap();
     let (end, samples) = replica.log_tail().expect("tail");
@@ -175,7 +175,7 @@ fn bad_replicated_bytes_are_refused_whole() {
         .to_vec();
     // Not at the replica's end.
     assert!(matches!(
-        replica.append_replicated(100, &good),
+        replica.append_replicated(100, &good, 0),
         Err(ReplicaAppendError::NotAtEnd {
             expected: 0,
             got: 100
@@ -186,27 +186,27 @@ fn bad_replicated_bytes_are_refused_whole() {
     let at = flipped.len() - 30;
     flipped[at] ^= 0x40;
     assert!(matches!(
-        replica.append_replicated(0, &flipped),
+        replica.append_replicated(0, &flipped, 0),
         Err(ReplicaAppendError::BadRecord { .. })
     ));
     assert_eq!(replica.appended_end(), 0);
     // Torn at the end.
     assert!(matches!(
-        replica.append_replicated(0, &good[..good.len() - 5]),
+        replica.append_replicated(0, &good[..good.len() - 5], 0),
         Err(ReplicaAppendError::Partial { .. })
     ));
     // Records of another log position (shifted by a record): the stored offset disagrees.
     let first = u32::from_be_bytes(good[..4].try_into().unwrap()) as usize;
     replica
-        .append_replicated(0, &good[..first])
+        .append_replicated(0, &good[..first], 0)
         .expect("first record");
     assert!(matches!(
-        replica.append_replicated(first as u64, &good[..first]),
+        replica.append_replicated(first as u64, &good[..first], 0),
         Err(ReplicaAppendError::BadRecord { .. })
     ));
     assert_eq!(replica.appended_end(), first as u64);
     replica
-        .append_replicated(first as u64, &good[first..])
+        .append_replicated(first as u64, &good[first..], 0)
         .expect("the rest");
     assert_eq!(replica.appended_end(), good.len() as u64);
 }
@@ -319,7 +319,7 @@ mod interleavings {
                     Step::Replicate { max, watermark_lag } => {
                         let from = replica.appended_end();
                         if let Some(chunk) = master.replication_chunk(from, max).unwrap() {
-                            let ticket = replica.append_replicated(from, &chunk.bytes).unwrap();
+                            let ticket = replica.append_replicated(from, &chunk.bytes, 0).unwrap();
                             prop_assert_eq!(ticket.end, chunk.next);
                             // As the slave does before it acknowledges.
                             replica.wait_acknowledgeable(ticket.end, ticket.epoch).unwrap();

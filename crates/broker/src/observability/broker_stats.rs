@@ -184,6 +184,8 @@ impl BrokerStats {
             ("brokerId", ha.broker_id.to_string()),
             ("haWatermark", ha.watermark.to_string()),
             ("haInSyncMembers", ha.in_sync_members.to_string()),
+            ("masterEpoch", ha.epoch.to_string()),
+            ("epochEntries", ha.epoch_entries.to_string()),
             ("haBytesStreamed", streamed.to_string()),
             ("haBytesReceived", received.to_string()),
             (

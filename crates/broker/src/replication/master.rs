@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::handshake::judge_hello;
+use super::handshake::{judge_hello, wire_epochs, Verdict};
 use super::stream::StreamState;
 use super::Replication;
 
@@ -92,7 +92,14 @@ async fn serve_replica(
         return;
     };
     let id = hello.broker_id;
-    if let Err(refused) = admit(replication, &hello, peer).await {
+    let admitted = admit(replication, &hello, peer).await;
+    if let Ok(Verdict::Truncate(truncate)) = admitted {
+        tracing::warn!(%peer, broker_id = id, to = truncate.to, reason = %truncate.reason,
+            "HA peer told to truncate its divergent suffix");
+        let _ = send(&mut writer, HaFrame::Truncate(truncate), replication).await;
+        return;
+    }
+    if let Err(refused) = admitted {
         replication
             .counters
             .peers_refused
@@ -161,7 +168,11 @@ fn malformed(replication: &Replication, peer: SocketAddr, what: &str) {
 
 /// Judges the Hello and, if it passes, enters the slave into the in-sync tracking and
 /// welcomes it.
-async fn admit(replication: &Replication, hello: &Hello, peer: SocketAddr) -> Result<(), Refused> {
+async fn admit(
+    replication: &Replication,
+    hello: &Hello,
+    peer: SocketAddr,
+) -> Result<Verdict, Refused> {
     let store = replication.store().clone();
     let identity = replication.identity().clone();
     let is_master = replication.role().is_master();
@@ -175,7 +186,9 @@ async fn admit(replication: &Replication, hello: &Hello, peer: SocketAddr) -> Re
                 reason: format!("the master failed judging the Hello: {e}"),
             })?
     };
-    judged?;
+    if let Verdict::Truncate(truncate) = judged? {
+        return Ok(Verdict::Truncate(truncate));
+    }
     replication
         .update(|set| {
             set.connect(
@@ -189,7 +202,8 @@ async fn admit(replication: &Replication, hello: &Hello, peer: SocketAddr) -> Re
             code: RefusalCode::DuplicateId,
             differs_at: None,
             reason: error.to_string(),
-        })
+        })?;
+    Ok(Verdict::Stream)
 }
 
 /// Streams the log to one slave and takes its acknowledgements until either side stops.
@@ -202,12 +216,16 @@ async fn stream(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let store = replication.store().clone();
+    let epochs = store.epochs();
+    let epoch = ferromq_store::epoch::last_epoch(&epochs);
     let welcome = Welcome {
-        epoch: replication.epoch(),
+        epoch,
         master_end: store.committed_end(),
         start,
         watermark: replication.watermark(),
+        epochs: wire_epochs(&epochs),
     };
+    let watermark_sent = welcome.watermark;
     send(writer, HaFrame::Welcome(welcome), replication).await?;
     let interval = replication.settings().heartbeat_interval;
     let mut heartbeat = tokio::time::interval(interval);
@@ -216,8 +234,16 @@ async fn stream(
     let mut role = replication.subscribe_role();
     let mut state = StreamState::new(start);
     let mut last_heard = Instant::now();
-    let mut watermark_sent = welcome.watermark;
+    let mut watermark_sent = watermark_sent;
     loop {
+        // The slave records the entries it was welcomed with: a new term (a new epoch of
+        // this same master) needs a new Welcome, so the connection is closed.
+        if store.last_epoch() != epoch {
+            return Err(format!(
+                "this master began epoch {} (the stream was at {epoch})",
+                store.last_epoch()
+            ));
+        }
         watermark_sent = send_ready(replication, id, writer, &mut state, watermark_sent).await?;
         // A watermark that moved without new data to carry it goes out in a heartbeat, so
         // slaves expose what the in-sync set holds without waiting for the next interval.

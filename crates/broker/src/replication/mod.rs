@@ -46,6 +46,17 @@ use in_sync::{InSyncSet, InSyncSettings, Replicated};
 pub use settings::{BrokerRole, ReplicationSettings};
 use waiters::SyncWaiters;
 
+/// Why a role change failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleChangeError {
+    /// A promotion asked for a role that is not a master's.
+    #[error("cannot promote to {0}: not a master role")]
+    NotAMasterRole(&'static str),
+    /// The store refused to begin the epoch.
+    #[error("cannot begin the master epoch: {0}")]
+    Epoch(#[from] ferromq_store::EpochError),
+}
+
 /// Why an appended write's wait ended without replication: the set shrank below the minimum.
 fn shrunk(members: usize, needed: usize) -> String {
     format!(
@@ -122,8 +133,9 @@ pub struct Replication {
     streamed_by_replica: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// How long a SYNC_MASTER write waits for its replicas (`syncFlushTimeout`).
     sync_timeout: Duration,
-    /// The master epoch (0 until failover brings epochs).
-    epoch: AtomicU64,
+    /// The lowest master epoch this broker may follow (set by [`Replication::demote`]): a
+    /// Welcome from an older master is not streamed from.
+    min_master_epoch: AtomicU64,
     /// This broker's id: `brokerId` from the config, or the one a controller assigned.
     broker_id: AtomicU64,
     /// Controller mode: writes need a valid [`lease::Lease`].
@@ -162,7 +174,7 @@ impl Replication {
             waiters: Mutex::default(),
             streamed_by_replica: Mutex::default(),
             sync_timeout,
-            epoch: AtomicU64::new(0),
+            min_master_epoch: AtomicU64::new(0),
             broker_id: AtomicU64::new(settings.broker_id),
             controller_mode: Default::default(),
             lease: Mutex::default(),
@@ -229,9 +241,55 @@ impl Replication {
         }
     }
 
-    /// The master epoch.
+    /// The master epoch: the store's last epoch (0 for a log written before epochs).
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.store.last_epoch()
+    }
+
+    /// The lowest master epoch the slave task follows (see [`Replication::demote`]).
+    pub fn min_master_epoch(&self) -> u64 {
+        self.min_master_epoch.load(Ordering::Acquire)
+    }
+
+    /// Makes this broker the master of `epoch` (failover): stops following — no replicated
+    /// byte is appended after this returns, because `begin_epoch` fences the store against
+    /// every master of an older epoch under the writer lock — records `(epoch, log end)`
+    /// durably in the epoch file, and switches the role to `flavor` (SYNC_MASTER or
+    /// ASYNC_MASTER) with the master's dispatch bound. Returns the epoch's start offset.
+    ///
+    /// # Errors
+    /// `flavor` is not a master role, or the store refused the epoch (not above its last
+    /// one, I/O); the role is then unchanged, though following has stopped (the caller
+    /// retries or demotes).
+    pub fn promote(&self, epoch: u64, flavor: BrokerRole) -> Result<u64, RoleChangeError> {
+        if !flavor.is_master() {
+            return Err(RoleChangeError::NotAMasterRole(flavor.as_str()));
+        }
+        // No reconnect to the old master from here on.
+        self.master_addr.send_replace(None);
+        let start = self.store.begin_epoch(epoch)?;
+        self.role.send_replace(flavor);
+        self.apply_bound();
+        tracing::warn!(epoch, start, role = flavor.as_str(), "promoted to master");
+        Ok(start)
+    }
+
+    /// Makes this broker a slave of the master at `master_ha_addr`, of epoch `epoch` or
+    /// newer (failover): stops accepting writes at once and follows that address (the watch
+    /// is set even when no `haMasterAddress` was configured). The slave task's handshake then
+    /// cuts whatever suffix diverges from the new master (invariant 6). The dispatch cap
+    /// stops at what is visible now until the new master's watermark arrives.
+    pub fn demote(&self, master_ha_addr: SocketAddr, epoch: u64) {
+        self.min_master_epoch.fetch_max(epoch, Ordering::AcqRel);
+        let visible = self.store.stats().dispatched_end;
+        let bound = self
+            .store
+            .replication_bound()
+            .map_or(visible, |bound| bound.min(visible));
+        self.store.set_replication_bound(Some(bound));
+        self.role.send_replace(BrokerRole::Slave);
+        self.master_addr.send_replace(Some(master_ha_addr));
+        tracing::warn!(master = %master_ha_addr, epoch, "demoted to slave");
     }
 
     /// The store this replication state belongs to.

@@ -3,6 +3,13 @@
 //! its own flush policy, and caps its dispatcher at the master's watermark — never past it
 //! (invariant 4). It reconnects with a bounded back-off; a refusal (diverged, wrong group)
 //! is kept in the status for `haStatus` and retried slowly.
+//!
+//! Epochs (invariant 6): the Hello carries this log's epoch entries; a master whose log this
+//! one is not a prefix of answers Truncate, and the slave cuts its divergent suffix
+//! (`MessageStore::truncate_diverged`, crash-safe) and says Hello again at once. While it
+//! streams, it records the master's entries (from the Welcome) as its log reaches their
+//! starts, and every append carries the master's epoch, so bytes of a deposed master are
+//! refused once this store has begun a newer term.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -10,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferromq_protocol::ha::{
-    Data, HaCodec, HaFrame, HaFrameError, Hello, RecordSample, Refused, HA_VERSION,
+    Data, HaCodec, HaFrame, HaFrameError, Hello, RecordSample, Refused, Truncate, HA_VERSION,
 };
 use ferromq_store::AckTicket;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -19,7 +26,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::follower::Follower;
+use super::follower::{Follower, MasterTerm};
+use super::handshake::{store_epochs, wire_epochs};
 use super::master::frame_max;
 use super::{BrokerRole, Replication};
 
@@ -38,6 +46,8 @@ type Writer = FramedWrite<OwnedWriteHalf, HaCodec>;
 enum FollowError {
     #[error("the master refused this slave ({}): {}", .0.code, .0.reason)]
     Refused(Refused),
+    #[error("truncated the divergent suffix at {0} as the master said")]
+    Truncated(u64),
     #[error("{0}")]
     Broken(String),
 }
@@ -66,6 +76,12 @@ pub async fn run(replication: Arc<Replication>, mut stop: watch::Receiver<bool>)
         replication.follower().connected = false;
         match outcome {
             Ok(()) => backoff = BACKOFF_MIN,
+            Err(FollowError::Truncated(to)) => {
+                replication.follower().refusal = None;
+                tracing::warn!(master = %addr, to, "divergent suffix cut; saying Hello again");
+                // Hello again at once: the log now ends at the common point.
+                backoff = Duration::ZERO;
+            }
             Err(FollowError::Refused(refused)) => {
                 tracing::error!(master = %addr, code = %refused.code, differs_at = ?refused.differs_at,
                     reason = %refused.reason, "the master refused this slave; retrying later");
@@ -75,7 +91,7 @@ pub async fn run(replication: Arc<Replication>, mut stop: watch::Receiver<bool>)
             }
             Err(FollowError::Broken(reason)) => {
                 tracing::warn!(master = %addr, %reason, "HA connection to the master lost; reconnecting");
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff = (backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
             }
         }
         tokio::select! {
@@ -109,15 +125,31 @@ async fn follow(
         .send(HaFrame::Hello(hello))
         .await
         .map_err(|e| broken("cannot send Hello", &e))?;
-    match tokio::time::timeout(WELCOME_TIMEOUT, reader.next()).await {
+    let term = match tokio::time::timeout(WELCOME_TIMEOUT, reader.next()).await {
+        Ok(Some(Ok(HaFrame::Welcome(welcome))))
+            if welcome.epoch < replication.min_master_epoch() =>
+        {
+            return Err(FollowError::Broken(format!(
+                "the master at {addr} is at epoch {}, older than epoch {} this slave follows",
+                welcome.epoch,
+                replication.min_master_epoch()
+            )))
+        }
         Ok(Some(Ok(HaFrame::Welcome(welcome)))) if welcome.start == start => {
             tracing::info!(master = %addr, from = start, master_end = welcome.master_end,
-                "following the master");
+                epoch = welcome.epoch, "following the master");
             let mut status = replication.follower();
             status.connected = true;
             status.refusal = None;
             status.master_end = welcome.master_end;
             status.last_read = Some(Instant::now());
+            MasterTerm {
+                epoch: welcome.epoch,
+                epochs: store_epochs(&welcome.epochs),
+            }
+        }
+        Ok(Some(Ok(HaFrame::Truncate(truncate)))) => {
+            return truncate_diverged(replication, start, truncate).await
         }
         Ok(Some(Ok(HaFrame::Refused(refused)))) => return Err(FollowError::Refused(refused)),
         Ok(Some(Ok(other))) => {
@@ -133,8 +165,32 @@ async fn follow(
             ))
         }
         Err(_) => return Err(FollowError::Broken("no Welcome from the master".into())),
+    };
+    receive(replication, &term, &mut reader, &mut writer, stop, role).await
+}
+
+/// Cuts this slave's log at the master's last common point (crash-safe: the epoch entries
+/// first, then log, ConsumeQueues, key index and offset view together).
+async fn truncate_diverged(
+    replication: &Replication,
+    log_end: u64,
+    truncate: Truncate,
+) -> Result<(), FollowError> {
+    if truncate.to > log_end {
+        return Err(malformed(
+            replication,
+            &format!("Truncate to {} past this log's end {log_end}", truncate.to),
+        ));
     }
-    receive(replication, &mut reader, &mut writer, stop, role).await
+    tracing::warn!(to = truncate.to, log_end, reason = %truncate.reason,
+        "the master says this log diverges from its own; truncating");
+    let store = replication.store().clone();
+    let to = truncate.to;
+    tokio::task::spawn_blocking(move || store.truncate_diverged(to))
+        .await
+        .map_err(|e| FollowError::Broken(e.to_string()))?
+        .map_err(|e| FollowError::Broken(format!("cannot truncate at {to}: {e}")))?;
+    Err(FollowError::Truncated(to))
 }
 
 /// This slave's Hello: who it is and where its log ends.
@@ -145,13 +201,22 @@ async fn hello(replication: &Replication) -> Result<Hello, FollowError> {
         .map_err(|e| FollowError::Broken(e.to_string()))?
         .map_err(|e| FollowError::Broken(format!("cannot read this slave's log tail: {e}")))?;
     let identity = replication.identity();
+    // Entries past the log end (recorded just before a refused append) describe bytes this
+    // log does not hold; the next open drops them.
+    let epochs: Vec<_> = replication
+        .store()
+        .epochs()
+        .into_iter()
+        .filter(|e| e.start <= log_end)
+        .collect();
     Ok(Hello {
+        epochs: wire_epochs(&epochs),
         version: HA_VERSION,
         cluster: identity.cluster.clone(),
         broker_name: identity.broker_name.clone(),
         broker_id: replication.broker_id(),
         log_end,
-        epoch: replication.epoch(),
+        epoch: ferromq_store::epoch::last_epoch(&epochs),
         segment_size: replication.store().config().segment_size_bytes,
         samples: samples
             .into_iter()
@@ -177,6 +242,7 @@ fn malformed(replication: &Replication, what: &str) -> FollowError {
 /// Appends and acknowledges the stream until it breaks, the role changes or `stop`.
 async fn receive(
     replication: &Replication,
+    term: &MasterTerm,
     reader: &mut Reader,
     writer: &mut Writer,
     stop: &mut watch::Receiver<bool>,
@@ -190,8 +256,8 @@ async fn receive(
         tokio::select! {
             frame = tokio::time::timeout(silence, reader.next()) => {
                 let frame = frame.map_err(|_| FollowError::Broken(format!("the master was silent for {silence:?}")))?;
-                if let Some(ticket) = on_frame(replication, frame)? {
-                    let ticket = drain_ready(replication, reader, ticket)?;
+                if let Some(ticket) = on_frame(replication, term, frame)? {
+                    let ticket = drain_ready(replication, term, reader, ticket)?;
                     acknowledge(replication, writer, ticket).await?;
                     progress.report(ticket.end, replication.follower().master_end);
                 }
@@ -252,13 +318,14 @@ impl CatchUp {
 /// acknowledgement covers them all; returns the last ticket.
 fn drain_ready(
     replication: &Replication,
+    term: &MasterTerm,
     reader: &mut Reader,
     mut ticket: AckTicket,
 ) -> Result<AckTicket, FollowError> {
     for _ in 0..BATCH_FRAMES_MAX {
         match reader.next().now_or_never() {
             Some(frame) => {
-                if let Some(next) = on_frame(replication, frame)? {
+                if let Some(next) = on_frame(replication, term, frame)? {
                     ticket = next;
                 }
             }
@@ -271,10 +338,11 @@ fn drain_ready(
 /// Handles one frame from the master; a Data frame's ticket is returned for acknowledgement.
 fn on_frame(
     replication: &Replication,
+    term: &MasterTerm,
     frame: Option<Result<HaFrame, HaFrameError>>,
 ) -> Result<Option<AckTicket>, FollowError> {
     match frame {
-        Some(Ok(HaFrame::Data(data))) => append(replication, data).map(Some),
+        Some(Ok(HaFrame::Data(data))) => append(replication, term, data).map(Some),
         Some(Ok(HaFrame::Heartbeat {
             watermark,
             master_end,
@@ -290,10 +358,14 @@ fn on_frame(
     }
 }
 
-fn append(replication: &Replication, data: Data) -> Result<AckTicket, FollowError> {
+fn append(
+    replication: &Replication,
+    term: &MasterTerm,
+    data: Data,
+) -> Result<AckTicket, FollowError> {
     let mut follower = Follower::default();
     let ticket = follower
-        .on_data(&**replication.store(), &data)
+        .on_data(&**replication.store(), &data, term)
         .map_err(|error| {
             replication
                 .counters

@@ -49,6 +49,10 @@ pub struct HaRuntime {
     pub slaves: Vec<SlaveRuntime>,
     /// A slave's view of its master.
     pub follower: Option<super::FollowerStatus>,
+    /// The last master epoch of the store (0: none).
+    pub epoch: u64,
+    /// Entries of the store's epoch file.
+    pub epoch_entries: usize,
 }
 
 impl Replication {
@@ -79,7 +83,10 @@ impl Replication {
             Some(status) => status.watermark,
             None => self.watermark(),
         };
+        let epochs = self.store.epochs();
         HaRuntime {
+            epoch: ferromq_store::epoch::last_epoch(&epochs),
+            epoch_entries: epochs.len(),
             role,
             broker_id: self.broker_id(),
             log_end,
@@ -149,6 +156,8 @@ pub fn ha_runtime_info(runtime: &HaRuntime, now: Instant) -> HaRuntimeInfo {
         watermark: Some(runtime.watermark as i64),
         min_in_sync_replicas: Some(runtime.min_in_sync_replicas as i32),
         broker_role: Some(runtime.role.as_str().to_string()),
+        master_epoch: Some(runtime.epoch as i64),
+        epoch_entries: Some(runtime.epoch_entries as i32),
         ha_connection_info,
         ha_client_runtime_info,
     }

@@ -14,6 +14,7 @@ mod broker;
 mod client;
 mod cluster;
 mod damaged;
+mod epoch;
 mod group;
 mod ha;
 mod message;
@@ -68,6 +69,9 @@ pub enum AdminCommand {
     /// Replication state of a broker (-b) or of every broker of a cluster (-c): a master's
     /// slaves with their acknowledged offsets and lag, a slave's master and offsets.
     HaStatus(ha::HaStatusArgs),
+    /// Epoch entries (epoch, start and end offset) of each broker of a broker group (-b
+    /// brokerName) or cluster (-c).
+    GetBrokerEpoch(epoch::GetBrokerEpochArgs),
     /// Runtime statistics of a broker (-b) or of every master of a cluster (-c).
     BrokerStatus(broker::BrokerStatusArgs),
     /// Configuration of a broker (-b) or of every master of a cluster (-c).
@@ -114,6 +118,7 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::ClusterList(args) => cluster::list(args).await,
             AdminCommand::QueryMsgById(args) => cluster::query_by_id(args).await,
             AdminCommand::HaStatus(args) => ha::status(args).await,
+            AdminCommand::GetBrokerEpoch(args) => epoch::get(args).await,
             AdminCommand::BrokerStatus(args) => broker::status(args).await,
             AdminCommand::GetBrokerConfig(args) => broker::get_config(args).await,
             AdminCommand::UpdateBrokerConfig(args) => broker::update_config(args).await,

@@ -12,6 +12,7 @@
 mod common;
 
 mod bad_input;
+mod epoch;
 mod groups;
 mod ha;
 mod messages;

@@ -63,6 +63,16 @@ pub enum HaFrameError {
         /// The bound.
         max: usize,
     },
+    /// A Hello or Welcome carries more epoch entries than [`super::HA_EPOCHS_MAX`].
+    #[error("HA {kind} with {count} epoch entries, at most {max} allowed")]
+    TooManyEpochs {
+        /// The frame's kind name.
+        kind: &'static str,
+        /// The number of entries.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
     /// A Refused frame's code is one this version does not define.
     #[error("unknown HA refusal code {0}")]
     UnknownRefusal(u16),

@@ -1,9 +1,11 @@
 //! The master/slave replication ("HA") wire format: ferromq's own, not RocketMQ's.
 //!
-//! A slave connects to its master, sends one [`Hello`] describing where its CommitLog ends
-//! (and the CRCs of its last records, so the master can tell whether the two logs agree), and
-//! the master answers either [`Welcome`] (streaming starts at [`Welcome::start`]) or
-//! [`Refused`] (then it closes the connection). After a welcome the master sends [`Data`]
+//! A slave connects to its master, sends one [`Hello`] describing where its CommitLog ends,
+//! which master terms wrote it (its epoch entries) and the CRCs of its last records, so the
+//! master can tell whether the two logs agree, and the master answers [`Welcome`] (streaming
+//! starts at [`Welcome::start`]; the Welcome carries the master's epoch entries),
+//! [`Truncate`] (the replica's log goes past the last point it shares with the master: it
+//! cuts there and says Hello again) or [`Refused`] (then it closes the connection). After a welcome the master sends [`Data`]
 //! (raw CommitLog bytes) and [`HaFrame::Heartbeat`]s, and the slave answers with
 //! [`HaFrame::Ack`]s carrying its durable end.
 //!
@@ -18,11 +20,14 @@
 //! 1 Hello      version u16 | cluster str | broker_name str | broker_id u64 | log_end u64
 //!              | epoch u64 | segment_size u64 | count u16
 //!              | count x (offset u64 | size u32 | crc u32)
+//!              | epochs u16 | epochs x (epoch u64 | start u64)
 //! 2 Welcome    epoch u64 | master_end u64 | start u64 | watermark u64
+//!              | epochs u16 | epochs x (epoch u64 | start u64)
 //! 3 Refused    code u16 | differs_at u64 (u64::MAX = none) | reason str
 //! 4 Data       offset u64 | watermark u64 | master_end u64 | CommitLog bytes (the rest)
 //! 5 Heartbeat  watermark u64 | master_end u64
 //! 6 Ack        log_end u64
+//! 7 Truncate   to u64 | reason str
 //! ```
 //!
 //! # Invariants
@@ -57,11 +62,14 @@ pub use codec::HaCodec;
 pub use error::{HaFrameError, HaStringError};
 
 /// The protocol version a slave sends in its [`Hello`].
-pub const HA_VERSION: u16 = 1;
+/// Version 2 added the epoch entries of Hello and Welcome and the Truncate frame.
+pub const HA_VERSION: u16 = 2;
 /// Longest string (cluster, broker name, refusal reason) in bytes of UTF-8.
 pub const HA_STRING_MAX: usize = 1024;
 /// Most [`RecordSample`]s a [`Hello`] may carry.
 pub const HA_SAMPLES_MAX: usize = 64;
+/// Most [`EpochEntry`]s a [`Hello`] or [`Welcome`] may carry (a replica sends its newest).
+pub const HA_EPOCHS_MAX: usize = 1024;
 /// Default bound of a frame: the largest CommitLog record (4 MiB body + headers) plus room.
 pub const HA_FRAME_MAX_DEFAULT: usize = 8 * 1024 * 1024;
 
@@ -77,6 +85,18 @@ pub const KIND_DATA: u8 = 4;
 pub const KIND_HEARTBEAT: u8 = 5;
 /// Kind byte of a [`HaFrame::Ack`] frame.
 pub const KIND_ACK: u8 = 6;
+/// Kind byte of a [`Truncate`] frame.
+pub const KIND_TRUNCATE: u8 = 7;
+
+/// One master term: the master of `epoch` wrote the log from `start` (to the next entry's
+/// start, or the log end). Entries travel oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEntry {
+    /// The master epoch.
+    pub epoch: u64,
+    /// The CommitLog offset the term starts at.
+    pub start: u64,
+}
 
 /// One of the slave's last CommitLog records as it stored it: where it starts, how long it
 /// is and its stored body CRC. The master compares these with its own log to find out
@@ -114,10 +134,12 @@ pub struct Hello {
     pub segment_size: u64,
     /// The slave's last records, oldest first.
     pub samples: Vec<RecordSample>,
+    /// The slave's epoch entries, oldest first (its newest [`HA_EPOCHS_MAX`]).
+    pub epochs: Vec<EpochEntry>,
 }
 
 /// The master's acceptance of a [`Hello`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
     /// The master's current epoch.
     pub epoch: u64,
@@ -127,6 +149,22 @@ pub struct Welcome {
     pub start: u64,
     /// The replicated (committed) watermark.
     pub watermark: u64,
+    /// The master's epoch entries, oldest first (its newest [`HA_EPOCHS_MAX`]): the replica
+    /// records each as its log reaches the entry's start.
+    pub epochs: Vec<EpochEntry>,
+}
+
+/// The master's answer to a replica whose log goes past the last point it shares with the
+/// master (found from both sides' epoch entries): cut the log at `to`, then say Hello again.
+/// The master closes the connection after sending it.
+///
+/// Invariant: `reason` is at most [`HA_STRING_MAX`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    /// The last common point: the replica keeps its log below it.
+    pub to: u64,
+    /// A human-readable explanation.
+    pub reason: String,
 }
 
 /// Why a master refused a slave.
@@ -234,6 +272,8 @@ pub enum HaFrame {
     Welcome(Welcome),
     /// Master -> slave: the Hello is refused; the master closes.
     Refused(Refused),
+    /// Master -> slave: cut the log at `to` and say Hello again; the master closes.
+    Truncate(Truncate),
     /// Master -> slave: CommitLog bytes.
     Data(Data),
     /// Master -> slave: no new data, but the watermark and end as of now.
@@ -260,6 +300,7 @@ impl HaFrame {
             HaFrame::Data(_) => KIND_DATA,
             HaFrame::Heartbeat { .. } => KIND_HEARTBEAT,
             HaFrame::Ack { .. } => KIND_ACK,
+            HaFrame::Truncate(_) => KIND_TRUNCATE,
         }
     }
 
@@ -279,6 +320,7 @@ pub fn kind_name_of(kind: u8) -> Option<&'static str> {
         KIND_DATA => Some("Data"),
         KIND_HEARTBEAT => Some("Heartbeat"),
         KIND_ACK => Some("Ack"),
+        KIND_TRUNCATE => Some("Truncate"),
         _ => None,
     }
 }
@@ -298,6 +340,12 @@ impl From<Welcome> for HaFrame {
 impl From<Refused> for HaFrame {
     fn from(refused: Refused) -> Self {
         HaFrame::Refused(refused)
+    }
+}
+
+impl From<Truncate> for HaFrame {
+    fn from(truncate: Truncate) -> Self {
+        HaFrame::Truncate(truncate)
     }
 }
 

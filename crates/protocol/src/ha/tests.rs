@@ -27,6 +27,13 @@ fn hello() -> Hello {
                 crc: 7,
             },
         ],
+        epochs: vec![
+            EpochEntry { epoch: 1, start: 0 },
+            EpochEntry {
+                epoch: 3,
+                start: 2048,
+            },
+        ],
     }
 }
 
@@ -38,6 +45,14 @@ fn every_kind() -> Vec<HaFrame> {
             master_end: 8192,
             start: 4096,
             watermark: 4000,
+            epochs: vec![EpochEntry {
+                epoch: 4,
+                start: 100,
+            }],
+        }),
+        HaFrame::Truncate(Truncate {
+            to: 2048,
+            reason: "epoch 3 ended at 2048 on the master".to_owned(),
         }),
         HaFrame::Refused(Refused {
             code: RefusalCode::Diverged,
@@ -128,6 +143,7 @@ fn kind_names_and_refusal_codes() {
         [
             "Hello",
             "Welcome",
+            "Truncate",
             "Refused",
             "Refused",
             "Data",
@@ -331,13 +347,101 @@ fn decoding_refuses_strings_and_sample_lists_past_their_bounds() {
     // A Hello claiming 65 samples.
     let mut buf = encode(&HaFrame::Hello(Hello {
         samples: Vec::new(),
+        epochs: Vec::new(),
         ..hello()
     }));
-    let count_at = buf.len() - 2;
-    buf[count_at..].copy_from_slice(&65u16.to_be_bytes());
+    let count_at = buf.len() - 4;
+    buf[count_at..count_at + 2].copy_from_slice(&65u16.to_be_bytes());
     assert!(matches!(
         HaCodec::default().decode(&mut buf),
         Err(HaFrameError::TooManySamples { count: 65, max: 64 })
+    ));
+}
+
+#[test]
+fn epoch_lists_past_their_bound_are_refused_both_ways() {
+    let many: Vec<EpochEntry> = (0..=HA_EPOCHS_MAX as u64)
+        .map(|i| EpochEntry {
+            epoch: i + 1,
+            start: i,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let too_many = HaFrame::Hello(Hello {
+        epochs: many.clone(),
+        ..hello()
+    });
+    assert!(matches!(
+        HaCodec::default().encode(&too_many, &mut buf),
+        Err(HaFrameError::TooManyEpochs { kind: "Hello", count, .. }) if count == HA_EPOCHS_MAX + 1
+    ));
+    assert!(buf.is_empty(), "nothing written");
+    let welcome = HaFrame::Welcome(Welcome {
+        epoch: 1,
+        master_end: 0,
+        start: 0,
+        watermark: 0,
+        epochs: many[..HA_EPOCHS_MAX].to_vec(),
+    });
+    // Exactly the bound round-trips.
+    let mut buf = encode(&welcome);
+    assert_eq!(HaCodec::default().decode(&mut buf).unwrap(), Some(welcome));
+    // A Welcome whose count field claims one more than the bound is refused before any
+    // entry is read.
+    let mut payload = vec![0u8; 32];
+    payload.extend_from_slice(&((HA_EPOCHS_MAX + 1) as u16).to_be_bytes());
+    assert!(matches!(
+        HaCodec::default().decode(&mut raw(KIND_WELCOME, &payload)),
+        Err(HaFrameError::TooManyEpochs {
+            kind: "Welcome",
+            ..
+        })
+    ));
+    // A count larger than what follows is truncated, not a huge allocation.
+    let mut payload = vec![0u8; 32];
+    payload.extend_from_slice(&100u16.to_be_bytes());
+    assert!(matches!(
+        HaCodec::default().decode(&mut raw(KIND_WELCOME, &payload)),
+        Err(HaFrameError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn truncate_layout_and_bounds() {
+    let buf = encode(&HaFrame::Truncate(Truncate {
+        to: 0x0a0b,
+        reason: "r".to_owned(),
+    }));
+    let mut expected = vec![0, 0, 0, 12, KIND_TRUNCATE, 0, 0, 0, 0, 0, 0, 0x0a, 0x0b];
+    expected.extend_from_slice(&[0, 1, b'r']);
+    assert_eq!(&buf[..], &expected[..]);
+    let mut out = BytesMut::new();
+    let long = HaFrame::Truncate(Truncate {
+        to: 1,
+        reason: "x".repeat(HA_STRING_MAX + 1),
+    });
+    assert!(matches!(
+        HaCodec::default().encode(&long, &mut out),
+        Err(HaFrameError::BadString {
+            kind: "Truncate",
+            field: "reason",
+            ..
+        })
+    ));
+    assert!(out.is_empty());
+    // Short and long payloads.
+    assert!(matches!(
+        HaCodec::default().decode(&mut raw(KIND_TRUNCATE, &[0, 0, 0])),
+        Err(HaFrameError::Truncated { .. })
+    ));
+    let mut payload = 5u64.to_be_bytes().to_vec();
+    payload.extend_from_slice(&[0, 0, 9]);
+    assert!(matches!(
+        HaCodec::default().decode(&mut raw(KIND_TRUNCATE, &payload)),
+        Err(HaFrameError::Trailing {
+            kind: "Truncate",
+            extra: 1
+        })
     ));
 }
 
@@ -383,7 +487,7 @@ fn trailing_bytes_are_refused() {
 
 #[test]
 fn unknown_kind_is_refused() {
-    for kind in [0u8, 7, 200, 255] {
+    for kind in [0u8, 8, 200, 255] {
         match HaCodec::default().decode(&mut raw(kind, &[1, 2, 3])) {
             Err(HaFrameError::UnknownKind(k)) => assert_eq!(k, kind),
             other => panic!("kind {kind}: {other:?}"),
@@ -478,6 +582,7 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
         ha_string(),
         any::<[u64; 4]>(),
         proptest::collection::vec(sample, 0..=HA_SAMPLES_MAX),
+        proptest::collection::vec(arb_epoch(), 0..40),
     )
         .prop_map(
             |(
@@ -486,6 +591,7 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
                 broker_name,
                 [broker_id, log_end, epoch, segment_size],
                 samples,
+                epochs,
             )| {
                 HaFrame::Hello(Hello {
                     version,
@@ -496,17 +602,25 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
                     epoch,
                     segment_size,
                     samples,
+                    epochs,
                 })
             },
         );
-    let welcome = any::<[u64; 4]>().prop_map(|[epoch, master_end, start, watermark]| {
-        HaFrame::Welcome(Welcome {
-            epoch,
-            master_end,
-            start,
-            watermark,
-        })
-    });
+    let welcome = (
+        any::<[u64; 4]>(),
+        proptest::collection::vec(arb_epoch(), 0..40),
+    )
+        .prop_map(|([epoch, master_end, start, watermark], epochs)| {
+            HaFrame::Welcome(Welcome {
+                epoch,
+                master_end,
+                start,
+                watermark,
+                epochs,
+            })
+        });
+    let truncate = (any::<u64>(), ha_string())
+        .prop_map(|(to, reason)| HaFrame::Truncate(Truncate { to, reason }));
     let refused = (
         proptest::sample::select(RefusalCode::ALL.to_vec()),
         proptest::option::of(0..u64::MAX),
@@ -536,7 +650,11 @@ fn arb_frame() -> impl Strategy<Value = HaFrame> {
         master_end,
     });
     let ack = any::<u64>().prop_map(|log_end| HaFrame::Ack { log_end });
-    prop_oneof![hello, welcome, refused, data, heartbeat, ack]
+    prop_oneof![hello, welcome, truncate, refused, data, heartbeat, ack]
+}
+
+fn arb_epoch() -> impl Strategy<Value = EpochEntry> {
+    (any::<u64>(), any::<u64>()).prop_map(|(epoch, start)| EpochEntry { epoch, start })
 }
 
 proptest! {

@@ -7,14 +7,16 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::error::{HaFrameError, HaStringError};
 use super::{
-    kind_name_of, Data, HaFrame, Hello, RecordSample, RefusalCode, Refused, Welcome,
-    HA_SAMPLES_MAX, HA_STRING_MAX, KIND_ACK, KIND_DATA, KIND_HEARTBEAT, KIND_HELLO, KIND_REFUSED,
-    KIND_WELCOME,
+    kind_name_of, Data, EpochEntry, HaFrame, Hello, RecordSample, RefusalCode, Refused, Truncate,
+    Welcome, HA_EPOCHS_MAX, HA_SAMPLES_MAX, HA_STRING_MAX, KIND_ACK, KIND_DATA, KIND_HEARTBEAT,
+    KIND_HELLO, KIND_REFUSED, KIND_TRUNCATE, KIND_WELCOME,
 };
 
 /// Bytes of one [`RecordSample`] on the wire.
 const SAMPLE_LEN: usize = 8 + 4 + 4;
-/// Bytes of a Welcome payload.
+/// Bytes of one [`EpochEntry`] on the wire.
+const EPOCH_LEN: usize = 8 + 8;
+/// Bytes of a Welcome payload before its epoch list.
 const WELCOME_LEN: usize = 4 * 8;
 /// Bytes of a Data payload before the CommitLog bytes.
 const DATA_HEADER_LEN: usize = 3 * 8;
@@ -40,6 +42,18 @@ fn string_len(kind: &'static str, field: &'static str, s: &str) -> Result<usize,
     Ok(2 + s.len())
 }
 
+/// Checks an epoch list against [`HA_EPOCHS_MAX`]; returns its wire size.
+fn epochs_len(kind: &'static str, epochs: &[EpochEntry]) -> Result<usize, HaFrameError> {
+    if epochs.len() > HA_EPOCHS_MAX {
+        return Err(HaFrameError::TooManyEpochs {
+            kind,
+            count: epochs.len(),
+            max: HA_EPOCHS_MAX,
+        });
+    }
+    Ok(2 + epochs.len() * EPOCH_LEN)
+}
+
 /// Checks every bound of `frame` and returns the exact length of its payload.
 pub(super) fn payload_len(frame: &HaFrame) -> Result<usize, HaFrameError> {
     let kind = frame.kind_name();
@@ -56,8 +70,10 @@ pub(super) fn payload_len(frame: &HaFrame) -> Result<usize, HaFrameError> {
                 + 4 * 8
                 + 2
                 + hello.samples.len() * SAMPLE_LEN
+                + epochs_len(kind, &hello.epochs)?
         }
-        HaFrame::Welcome(_) => WELCOME_LEN,
+        HaFrame::Welcome(welcome) => WELCOME_LEN + epochs_len(kind, &welcome.epochs)?,
+        HaFrame::Truncate(truncate) => 8 + string_len(kind, "reason", &truncate.reason)?,
         HaFrame::Refused(refused) => {
             if refused.differs_at == Some(DIFFERS_AT_NONE) {
                 return Err(HaFrameError::ReservedDiffersAt);
@@ -75,6 +91,16 @@ pub(super) fn payload_len(frame: &HaFrame) -> Result<usize, HaFrameError> {
         HaFrame::Heartbeat { .. } => HEARTBEAT_LEN,
         HaFrame::Ack { .. } => ACK_LEN,
     })
+}
+
+/// Writes an epoch list whose length [`payload_len`] has checked.
+fn put_epochs(dst: &mut BytesMut, epochs: &[EpochEntry]) {
+    // At most HA_EPOCHS_MAX (< u16::MAX), checked by `payload_len`.
+    dst.put_u16(epochs.len() as u16);
+    for entry in epochs {
+        dst.put_u64(entry.epoch);
+        dst.put_u64(entry.start);
+    }
 }
 
 /// Writes a string whose length [`payload_len`] has checked.
@@ -103,12 +129,18 @@ pub(super) fn put_payload(frame: &HaFrame, dst: &mut BytesMut) {
                 dst.put_u32(sample.size);
                 dst.put_u32(sample.crc);
             }
+            put_epochs(dst, &hello.epochs);
         }
         HaFrame::Welcome(welcome) => {
             dst.put_u64(welcome.epoch);
             dst.put_u64(welcome.master_end);
             dst.put_u64(welcome.start);
             dst.put_u64(welcome.watermark);
+            put_epochs(dst, &welcome.epochs);
+        }
+        HaFrame::Truncate(truncate) => {
+            dst.put_u64(truncate.to);
+            put_string(dst, &truncate.reason);
         }
         HaFrame::Refused(refused) => {
             dst.put_u16(refused.code.code());
@@ -219,6 +251,11 @@ pub(super) fn decode_payload(kind: u8, payload: BytesMut) -> Result<HaFrame, HaF
             master_end: r.u64()?,
             start: r.u64()?,
             watermark: r.u64()?,
+            epochs: decode_epochs(&mut r)?,
+        }),
+        KIND_TRUNCATE => HaFrame::Truncate(Truncate {
+            to: r.u64()?,
+            reason: r.string("reason")?,
         }),
         KIND_REFUSED => {
             let number = r.u16()?;
@@ -282,7 +319,9 @@ fn decode_hello(r: &mut Reader) -> Result<Hello, HaFrameError> {
             crc: r.u32()?,
         });
     }
+    let epochs = decode_epochs(r)?;
     Ok(Hello {
+        epochs,
         version,
         cluster,
         broker_name,
@@ -292,4 +331,25 @@ fn decode_hello(r: &mut Reader) -> Result<Hello, HaFrameError> {
         segment_size,
         samples,
     })
+}
+
+/// An epoch list: count, then the entries; bounded before anything is allocated.
+fn decode_epochs(r: &mut Reader) -> Result<Vec<EpochEntry>, HaFrameError> {
+    let count = usize::from(r.u16()?);
+    if count > HA_EPOCHS_MAX {
+        return Err(HaFrameError::TooManyEpochs {
+            kind: r.kind,
+            count,
+            max: HA_EPOCHS_MAX,
+        });
+    }
+    r.need(count * EPOCH_LEN)?;
+    let mut epochs = Vec::with_capacity(count);
+    for _ in 0..count {
+        epochs.push(EpochEntry {
+            epoch: r.u64()?,
+            start: r.u64()?,
+        });
+    }
+    Ok(epochs)
 }

@@ -268,6 +268,19 @@ impl MessageStore {
     /// `phys_offset` is not a record boundary inside the log, or I/O failed (the store is then
     /// poisoned; recovery finishes the truncation on restart).
     pub fn truncate(&self, phys_offset: u64) -> Result<TruncateReport, TruncateError> {
+        self.truncate_with(phys_offset, |_| Ok(()))
+    }
+
+    /// [`MessageStore::truncate`], running `before_cut` once the offset is validated and the
+    /// intent is durable, but before any byte is cut, under every store lock (lock order:
+    /// `before_cut` may take only locks that come after `derived`). A failure of
+    /// `before_cut` fails the truncation like an I/O error (the store is poisoned and the
+    /// next open completes the cut the intent records).
+    pub(crate) fn truncate_with(
+        &self,
+        phys_offset: u64,
+        before_cut: impl FnOnce(&Inner) -> Result<(), TruncateError>,
+    ) -> Result<TruncateReport, TruncateError> {
         let inner = &self.inner;
         // Lock order: checkpoint, writer, derived. No checkpoint may be written past the cut.
         let _serial = inner.checkpoint_lock.lock().expect("checkpoint lock");
@@ -306,6 +319,7 @@ impl MessageStore {
                 &recovery::truncate_intent(root),
                 &recovery::encode_intent(phys_offset),
             )?;
+            before_cut(inner)?;
             recovery::cut_log_files(&inner.log, &inner.checkpoints, phys_offset)?;
             inner.log.reset_ends(phys_offset);
             inner.flush.truncate_to(phys_offset);

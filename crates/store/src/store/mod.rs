@@ -25,6 +25,7 @@
 mod checkpoint_health;
 mod commit;
 mod committed;
+mod epochs_api;
 mod fences_api;
 mod maintenance;
 mod offsets_api;
@@ -244,6 +245,10 @@ pub(crate) struct Inner {
     pub checkpoint_health: checkpoint_health::CheckpointHealth,
     /// The replication layer's cap on dispatch (`u64::MAX`: none), see `replica`.
     pub replication_bound: AtomicU64,
+    /// The epoch entries, oldest first, as the epoch file holds them (see `epochs_api`).
+    pub epochs: Mutex<Vec<crate::epoch::EpochEntry>>,
+    /// The newest entry's epoch (0: none), changed only with `epochs` held.
+    pub last_epoch: AtomicU64,
     pub _lock: File,
 }
 
@@ -282,6 +287,9 @@ impl MessageStore {
         let end = recovered.log.committed_end();
         let position = recovered.report.checkpoint_position.unwrap_or(0);
         let bytes_cut = recovered.report.cut.as_ref().map_or(0, |c| c.bytes_cut);
+        let epochs =
+            epochs_api::load_at_open(&config.root_dir, end, recovered.report.completed_truncation)?;
+        let last_epoch = crate::epoch::last_epoch(&epochs);
         let inner = Arc::new(Inner {
             flush: FlushControl::new(end, Duration::from_millis(config.sync_flush_timeout_ms)),
             config,
@@ -306,6 +314,8 @@ impl MessageStore {
             dispatch_failing: AtomicBool::new(false),
             checkpoint_health: Default::default(),
             replication_bound: AtomicU64::new(u64::MAX),
+            epochs: Mutex::new(epochs),
+            last_epoch: AtomicU64::new(last_epoch),
             _lock: recovered.lock,
         });
         let threads = threads::start(&inner);

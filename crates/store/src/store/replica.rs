@@ -110,6 +110,18 @@ pub enum ReplicaAppendError {
     /// The store refuses writes (closed, poisoned, dispatch stalled).
     #[error(transparent)]
     Refused(#[from] AppendError),
+    /// This store has begun (or recorded) a newer epoch than the stream's master: the bytes
+    /// come from a deposed master and must never land here (invariant 6).
+    #[error(
+        "replicated bytes from the master of epoch {stream_epoch} refused: this store is at \
+         epoch {store_epoch}"
+    )]
+    Fenced {
+        /// The epoch of the master the stream comes from.
+        stream_epoch: u64,
+        /// This store's last epoch.
+        store_epoch: u64,
+    },
 }
 
 /// Why a master could not read log bytes for a replica.
@@ -387,17 +399,31 @@ impl MessageStore {
     /// are applied to the writer's view as the master applied them. The returned ticket
     /// resolves through [`MessageStore::acknowledged`] under this store's flush policy.
     ///
+    /// `master_epoch` is the epoch of the master the bytes come from (its Welcome's epoch).
+    /// Fence: once this store has begun or recorded a newer epoch
+    /// ([`MessageStore::begin_epoch`]), the bytes are refused — checked under the writer
+    /// lock, which `begin_epoch` holds too, so a promoted slave never appends a deposed
+    /// master's bytes after its own term began.
+    ///
     /// # Errors
     /// [`ReplicaAppendError`]; nothing was appended.
     pub fn append_replicated(
         &self,
         offset: u64,
         bytes: &[u8],
+        master_epoch: u64,
     ) -> Result<AckTicket, ReplicaAppendError> {
         let inner = &self.inner;
         inner.check_writable()?;
         let (ticket, tail_bytes) = {
             let mut writer = inner.writer.lock().expect("writer lock");
+            let store_epoch = self.last_epoch();
+            if store_epoch > master_epoch {
+                return Err(ReplicaAppendError::Fenced {
+                    stream_epoch: master_epoch,
+                    store_epoch,
+                });
+            }
             if writer.write_pos() != offset {
                 return Err(ReplicaAppendError::NotAtEnd {
                     expected: writer.write_pos(),

@@ -1,6 +1,6 @@
-//! GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25) and
-//! GET_BROKER_HA_STATUS (907): what `brokerStatus`, `getBrokerConfig`, `updateBrokerConfig`
-//! and `haStatus` ask.
+//! GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25),
+//! GET_BROKER_HA_STATUS (907) and GET_BROKER_EPOCH_CACHE (1007): what `brokerStatus`,
+//! `getBrokerConfig`, `updateBrokerConfig`, `haStatus` and `getBrokerEpoch` ask.
 //!
 //! - 28 answers a `KVTable` body (`{"table":{key: value}}`), keys as in `broker_stats`.
 //! - 26 answers the configuration as Java `Properties` text (`key=value` lines) with the
@@ -56,6 +56,42 @@ pub(super) fn ha_status(ctx: &BrokerContext, command: &RemotingCommand) -> Remot
     let runtime = ctx.replication.runtime();
     let info = crate::replication::status::ha_runtime_info(&runtime, std::time::Instant::now());
     success(command).with_body(ferromq_protocol::remoting::body::encode_json(&info))
+}
+
+/// GET_BROKER_EPOCH_CACHE (1007): the broker's epoch entries, each with its end (the next
+/// entry's start, or the log end), as the controller and `getBrokerEpoch` read them.
+pub(super) fn epoch_cache(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+    let body = broker_epoch_cache(ctx);
+    success(command).with_body(ferromq_protocol::remoting::body::encode_json(&body))
+}
+
+/// The [`BrokerEpochCache`](ferromq_protocol::controller::BrokerEpochCache) of this broker.
+pub(crate) fn broker_epoch_cache(
+    ctx: &BrokerContext,
+) -> ferromq_protocol::controller::BrokerEpochCache {
+    use ferromq_protocol::controller::{BrokerEpochCache, EpochEntryInfo};
+    let identity = ctx.replication.identity();
+    let epochs = ctx.store.epochs();
+    let max_offset = ctx.store.committed_end();
+    let entries = epochs
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| EpochEntryInfo {
+            epoch: entry.epoch,
+            start_offset: entry.start,
+            end_offset: epochs
+                .get(i + 1)
+                .map_or(max_offset, |next| next.start)
+                .max(entry.start),
+        })
+        .collect();
+    BrokerEpochCache {
+        cluster_name: identity.cluster.clone(),
+        broker_name: identity.broker_name.clone(),
+        broker_id: ctx.replication.broker_id(),
+        epochs: entries,
+        max_offset,
+    }
 }
 
 pub(super) fn get_config(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {

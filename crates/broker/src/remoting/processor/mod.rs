@@ -81,6 +81,7 @@ pub async fn handle(
         request::GET_BROKER_RUNTIME_INFO => broker_info::runtime_info(ctx, &command),
         request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
         request::GET_BROKER_HA_STATUS => broker_info::ha_status(ctx, &command),
+        request::GET_BROKER_EPOCH_CACHE => broker_info::epoch_cache(ctx, &command),
         request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),
         request::NOTIFY_BROKER_ROLE_CHANGED => broker_info::role_changed(ctx, &command),
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,

@@ -34,6 +34,12 @@ pub struct HaRuntimeInfo {
     /// ferromq: `ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_role: Option<String>,
+    /// ferromq: the broker's last master epoch (0: a log written before epochs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_epoch: Option<i64>,
+    /// ferromq: how many entries its epoch file holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_entries: Option<i32>,
     /// One entry per connected slave (a master's).
     #[serde(default, deserialize_with = "vec_or_null")]
     pub ha_connection_info: Vec<HaConnectionRuntimeInfo>,
