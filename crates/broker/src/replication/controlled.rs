@@ -469,24 +469,23 @@ impl ControllerLink {
         match decide(acting, info) {
             RoleAction::Keep => {}
             RoleAction::Promote { epoch } => {
-                match self
-                    .replication
-                    .promote(epoch, self.settings.master_role)
-                    .await
-                {
+                let role = self.settings.master_role;
+                // The epoch file already ends with this epoch: this broker led it before a
+                // restart the controller did not notice; no new term begins.
+                let outcome = if epoch == self.replication.epoch() {
+                    self.replication.resume_master(role)
+                } else {
+                    self.replication.promote(epoch, role)
+                };
+                match outcome {
                     Ok(start) => {
                         self.counters.promotions.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(
-                            epoch,
-                            start,
-                            role = self.settings.master_role.as_str(),
-                            "promoted to master by the controller"
-                        );
+                        tracing::warn!(epoch, start, role = role.as_str(),
+                            "master by the controller's election");
                         self.state().following = None;
                     }
                     Err(error) => {
-                        // Acting on it later: `known` is not updated, so the next heartbeat
-                        // tries again.
+                        // `known` is not updated, so the next heartbeat tries again.
                         tracing::error!(epoch, %error, "promotion failed");
                         return;
                     }

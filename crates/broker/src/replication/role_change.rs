@@ -1,33 +1,41 @@
-//! Role changes of a broker at run time: promotion to master at an epoch, following another
-//! master, stepping down. Called by the controller-mode driver (`controlled`).
+//! Role changes the controller-mode driver (`controlled`) needs besides
+//! [`Replication::promote`] and [`Replication::demote`]: taking the master role back in the
+//! epoch this broker already leads (a restart the controller did not notice), and stepping
+//! down while the group has no master.
 
-use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-
-use super::{BrokerRole, Replication};
+use super::{BrokerRole, Replication, RoleChangeError};
 
 impl Replication {
-    /// Becomes master of `epoch` in `role` (SYNC_MASTER or ASYNC_MASTER). Returns where the
-    /// term starts in the log.
+    /// Acts as master again in the epoch its epoch file already ends with: the controller
+    /// still names this broker master of that epoch (it restarted within the controller's
+    /// heartbeat timeout), so no new epoch begins and the log continues as it is.
     ///
     /// # Errors
-    /// The epoch could not be recorded.
-    pub async fn promote(&self, epoch: u64, role: BrokerRole) -> Result<u64, String> {
-        let start = self.store().committed_end();
-        self.epoch.store(epoch, Ordering::Release);
-        self.set_role(role);
-        Ok(start)
-    }
-
-    /// Follows `master_ha` of `epoch` as a slave.
-    pub fn demote(&self, master_ha: SocketAddr, _epoch: u64) {
-        self.set_role(BrokerRole::Slave);
-        self.master_addr.send_replace(Some(master_ha));
-    }
-
-    /// Stops acting as master while the group has none: a slave following nobody.
-    pub fn step_down(&self) {
-        self.set_role(BrokerRole::Slave);
+    /// `flavor` is not a master role.
+    pub fn resume_master(&self, flavor: BrokerRole) -> Result<u64, RoleChangeError> {
+        if !flavor.is_master() {
+            return Err(RoleChangeError::NotAMasterRole(flavor.as_str()));
+        }
         self.master_addr.send_replace(None);
+        self.role.send_replace(flavor);
+        self.apply_bound();
+        let epoch = self.epoch();
+        tracing::warn!(epoch, role = flavor.as_str(), "master again in its own epoch");
+        Ok(self.store.committed_end())
+    }
+
+    /// Stops acting as master while the group has none: a slave following nobody. The
+    /// dispatch cap stays where it is (nothing new becomes visible) until a master's
+    /// watermark arrives.
+    pub fn step_down(&self) {
+        let visible = self.store.stats().dispatched_end;
+        let bound = self
+            .store
+            .replication_bound()
+            .map_or(visible, |bound| bound.min(visible));
+        self.store.set_replication_bound(Some(bound));
+        self.role.send_replace(BrokerRole::Slave);
+        self.master_addr.send_replace(None);
+        tracing::warn!("stepped down: the controller names no master");
     }
 }
