@@ -279,6 +279,11 @@ impl Controller {
         self.core.is_leader()
     }
 
+    /// The leader's node id as this node knows it.
+    pub fn leader_id(&self) -> Option<u64> {
+        self.core.leader().0
+    }
+
     /// A copy of the applied state.
     pub fn state(&self) -> ControllerState {
         self.core.state_machine.read().state.clone()
