@@ -1,8 +1,8 @@
 //! `ferromq`: the command line of ferromq.
 //!
 //! Subcommands today: `standalone` (name server + broker in one process), `namesrv`, `broker`,
-//! `admin` (mqadmin's commands), `bench` and `chaos` (seeded fault injection). `controller`
-//! joins as its issue lands.
+//! `controller` (a failover controller node), `admin` (mqadmin's commands), `bench` and
+//! `chaos` (seeded fault injection).
 //!
 //! Conventions at this edge:
 //! 1. Bad flags exit with clap's status 2 and a one-line message on stderr.
@@ -17,6 +17,7 @@ mod admin;
 mod bench;
 mod broken_pipe;
 mod chaos;
+mod controller;
 mod record;
 mod report;
 mod servers;
@@ -50,6 +51,9 @@ enum Command {
     Namesrv(servers::NamesrvArgs),
     /// Run a broker from a TOML config with RocketMQ's key names.
     Broker(servers::BrokerArgs),
+    /// Run one node of a controller group (failover on openraft) from a TOML config and
+    /// flags with RocketMQ's key names.
+    Controller(controller::ControllerArgs),
     /// Benchmarks that report ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -89,14 +93,18 @@ impl Flush {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(mqadmin_short_flags(std::env::args_os())) {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
     init_tracing();
     let serves = matches!(
         cli.command,
-        Command::Standalone(_) | Command::Namesrv(_) | Command::Broker(_) | Command::Chaos(_)
+        Command::Standalone(_)
+            | Command::Namesrv(_)
+            | Command::Broker(_)
+            | Command::Controller(_)
+            | Command::Chaos(_)
     );
     if !serves {
         if let Err(error) = broken_pipe::die_when_stdout_closes() {
@@ -108,6 +116,7 @@ fn main() -> ExitCode {
         Command::Standalone(args) => standalone::run(&args),
         Command::Namesrv(args) => servers::run_namesrv(&args),
         Command::Broker(args) => servers::run_broker(&args),
+        Command::Controller(args) => controller::run(&args),
         Command::Bench(command) => bench::run(command),
         Command::Admin(command) => admin::run(command),
         Command::Chaos(args) => chaos::run_chaos(&args),
@@ -119,6 +128,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// mqadmin spells some flags as multi-letter short options (`-bn brokerName` of
+/// `electMaster` and `cleanBrokerMetadata`); clap cannot, so they are rewritten to their long
+/// names before parsing.
+fn mqadmin_short_flags(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> impl Iterator<Item = std::ffi::OsString> {
+    args.map(|arg| {
+        if arg == "-bn" {
+            std::ffi::OsString::from("--brokerName")
+        } else {
+            arg
+        }
+    })
 }
 
 /// Prints help and version as clap does; squeezes every other parse error onto one line.
