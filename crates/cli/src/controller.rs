@@ -5,6 +5,7 @@
 //! Prints `ferromq controller: listening on <addr> self n<id> peers <peers>` once serving;
 //! SIGINT or SIGTERM stops it cleanly.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,8 +67,8 @@ struct ControllerFile {
 
 impl ControllerFile {
     fn read(path: &Path) -> Result<ControllerFile> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
@@ -79,7 +80,9 @@ impl ControllerFile {
             self_id: flags.self_id.clone().or(self.self_id),
             store_path: flags.store_path.clone().or(self.store_path),
             unclean: flags.unclean.or(self.unclean),
-            heartbeat_timeout_millis: flags.heartbeat_timeout_millis.or(self.heartbeat_timeout_millis),
+            heartbeat_timeout_millis: flags
+                .heartbeat_timeout_millis
+                .or(self.heartbeat_timeout_millis),
             lease_millis: flags.lease_millis.or(self.lease_millis),
             scan_interval_millis: flags.scan_interval_millis.or(self.scan_interval_millis),
         }
@@ -144,12 +147,16 @@ pub async fn start(config: ControllerConfig) -> Result<Controller> {
     let controller = Controller::start(config.clone())
         .await
         .context("starting the controller")?;
-    println!(
+    // A closed stdout (a supervisor that read only the first line) must not stop a server.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(
+        stdout,
         "ferromq controller: listening on {} self n{} peers {}",
         controller.local_addr(),
         controller.self_id(),
         format_peers(&config.peers)
-    );
+    )
+    .and_then(|()| stdout.flush());
     Ok(controller)
 }
 

@@ -19,10 +19,17 @@ pub struct NamesrvArgs {
     /// Also run a controller node in this process, on its own port
     /// (`enableControllerInNamesrv`), configured by the controller flags below or
     /// `--controller-config`.
-    #[arg(long = "enable-controller-in-namesrv", alias = "enableControllerInNamesrv")]
+    #[arg(
+        long = "enable-controller-in-namesrv",
+        alias = "enableControllerInNamesrv"
+    )]
     enable_controller: bool,
     /// The embedded controller's configuration (TOML, RocketMQ's key names).
-    #[arg(long = "controller-config", value_name = "FILE", requires = "enable_controller")]
+    #[arg(
+        long = "controller-config",
+        value_name = "FILE",
+        requires = "enable_controller"
+    )]
     controller_config: Option<PathBuf>,
     #[command(flatten)]
     controller: crate::controller::ControllerFlags,
