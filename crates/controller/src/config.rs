@@ -137,7 +137,7 @@ impl ControllerConfig {
     /// Checks the settings; the error names the keys at fault.
     pub fn validate(&self) -> Result<(), ControllerError> {
         let fail = |why: String| Err(ControllerError::Config(why));
-        if self.peers.is_empty() || self.peers.len() % 2 == 0 {
+        if self.peers.is_empty() || self.peers.len().is_multiple_of(2) {
             return fail(format!(
                 "controllerDLegerPeers must list an odd number of peers, got {}",
                 self.peers.len()
@@ -212,8 +212,10 @@ mod tests {
 
     #[test]
     fn even_peer_counts_and_unknown_self_ids_are_refused() {
-        let mut config = ControllerConfig::default();
-        config.peers = parse_peers("n0-127.0.0.1:1;n1-127.0.0.1:2").unwrap();
+        let mut config = ControllerConfig {
+            peers: parse_peers("n0-127.0.0.1:1;n1-127.0.0.1:2").unwrap(),
+            ..ControllerConfig::default()
+        };
         assert!(config.validate().is_err());
         config.peers = parse_peers("n1-127.0.0.1:2").unwrap();
         assert!(config

@@ -41,6 +41,9 @@ pub use frame::FRAME_PAYLOAD_MAX;
 /// A purged prefix of at least this many entries is compacted out of `log.dat`.
 pub const COMPACT_PURGED_ENTRIES_MIN: u64 = 1000;
 
+/// Entries by index, with the position of their frame in `log.dat`.
+type PlacedEntries = BTreeMap<u64, (Entry, u64)>;
+
 /// `meta.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct LogMeta {
@@ -54,8 +57,7 @@ struct LogMeta {
 struct LogFiles {
     dir: PathBuf,
     file: File,
-    /// Entries by index, with the position of their frame in `log.dat`.
-    entries: BTreeMap<u64, (Entry, u64)>,
+    entries: PlacedEntries,
     file_len: u64,
     vote: Option<Vote<u64>>,
     meta: LogMeta,
@@ -132,7 +134,7 @@ fn recover_entries(
     path: &Path,
     bytes: &[u8],
     last_purged: Option<LogId>,
-) -> Result<(BTreeMap<u64, (Entry, u64)>, u64), StoreError> {
+) -> Result<(PlacedEntries, u64), StoreError> {
     let scan = frame::scan(bytes).map_err(|c| StoreError::Corrupt {
         path: path.to_owned(),
         position: c.position,

@@ -78,9 +78,10 @@ impl StateMachineStore {
         fsutil::write_atomic(&self.path, &bytes)
     }
 
-    fn to_snapshot(snapshot: &PersistedSnapshot) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
-        let data = serde_json::to_vec(&snapshot.state)
-            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+    fn to_snapshot(
+        snapshot: &PersistedSnapshot,
+    ) -> Result<Snapshot<TypeConfig>, serde_json::Error> {
+        let data = serde_json::to_vec(&snapshot.state)?;
         Ok(Snapshot {
             meta: snapshot.meta.clone(),
             snapshot: Box::new(Cursor::new(data)),
@@ -107,7 +108,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             }
         };
         self.persist(&persisted).map_err(|e| write_error(&e))?;
-        let snapshot = Self::to_snapshot(&persisted)?;
+        let snapshot = Self::to_snapshot(&persisted)
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
         self.read().snapshot = Some(persisted);
         Ok(snapshot)
     }
@@ -178,6 +180,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
         let persisted = self.read().snapshot.clone();
-        persisted.as_ref().map(Self::to_snapshot).transpose()
+        persisted
+            .as_ref()
+            .map(Self::to_snapshot)
+            .transpose()
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)).into())
     }
 }

@@ -155,6 +155,9 @@ pub enum ApplyOutcome {
     },
 }
 
+/// A validation failure before it becomes an [`ApplyOutcome::Rejected`].
+struct Rejection(i32, String);
+
 fn rejected(code: i32, remark: String) -> ApplyOutcome {
     ApplyOutcome::Rejected { code, remark }
 }
@@ -230,13 +233,13 @@ impl ControllerState {
         &mut self,
         cluster_name: &str,
         broker_name: &str,
-    ) -> Result<&mut GroupRecord, ApplyOutcome> {
+    ) -> Result<&mut GroupRecord, Rejection> {
         match self.groups.get_mut(broker_name) {
-            None => Err(rejected(
+            None => Err(Rejection(
                 response::CONTROLLER_BROKER_METADATA_NOT_EXIST,
                 format!("broker group {broker_name} is not known to the controller"),
             )),
-            Some(group) if group.cluster_name != cluster_name => Err(rejected(
+            Some(group) if group.cluster_name != cluster_name => Err(Rejection(
                 response::CONTROLLER_INVALID_REQUEST,
                 format!(
                     "broker group {broker_name} belongs to cluster {}, not {cluster_name}",
@@ -300,7 +303,7 @@ impl ControllerState {
     ) -> ApplyOutcome {
         let group = match self.group_mut(cluster_name, broker_name) {
             Ok(group) => group,
-            Err(outcome) => return outcome,
+            Err(Rejection(code, remark)) => return rejected(code, remark),
         };
         if group.master_epoch != expected_master_epoch {
             return rejected(
@@ -346,7 +349,7 @@ impl ControllerState {
     ) -> ApplyOutcome {
         let group = match self.group_mut(cluster_name, broker_name) {
             Ok(group) => group,
-            Err(outcome) => return outcome,
+            Err(Rejection(code, remark)) => return rejected(code, remark),
         };
         if group.master_id != Some(master_broker_id) || group.master_epoch != master_epoch {
             return rejected(
@@ -393,7 +396,7 @@ impl ControllerState {
     fn clean(&mut self, cluster_name: &str, broker_name: &str, broker_ids: &[u64]) -> ApplyOutcome {
         let group = match self.group_mut(cluster_name, broker_name) {
             Ok(group) => group,
-            Err(outcome) => return outcome,
+            Err(Rejection(code, remark)) => return rejected(code, remark),
         };
         if broker_ids.is_empty() {
             self.groups.remove(broker_name);

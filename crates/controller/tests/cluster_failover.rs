@@ -389,9 +389,9 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
     // Stop the leader and one follower; keep the survivor.
     let leader = wait_for_leader(&nodes).await;
     let survivor = (leader + 1) % 3;
-    for i in 0..3 {
+    for (i, slot) in nodes.iter_mut().enumerate() {
         if i != survivor {
-            nodes[i].take().unwrap().shutdown().await;
+            slot.take().unwrap().shutdown().await;
         }
     }
     // Longer than the heartbeat timeout: a leader would have elected by now.
