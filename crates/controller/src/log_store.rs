@@ -13,6 +13,9 @@
 //! 3. Purge: `meta.json` records the purge point first (entries at or below it are ignored
 //!    on recovery); when the purged prefix passes [`COMPACT_PURGED_ENTRIES_MIN`] the file is
 //!    rewritten without it (temp, fsync, rename, fsync dir), so a crash leaves either file.
+//!    A purge past the last entry (a snapshot installed from the leader) empties the file
+//!    at once; if a crash comes first, recovery accepts the next append at purge point + 1
+//!    after the stale purged frames.
 //!
 //! Invariants: the in-memory map holds exactly the entries after the purge point that are
 //! in the file, with consecutive indexes; a failed write or fsync poisons the store (every
@@ -152,7 +155,10 @@ fn recover_entries(
             })?;
         let index = entry.get_log_id().index;
         if let Some(before) = previous {
-            if index != before + 1 {
+            // Past a purge that went beyond the file's tail (a snapshot installed from the
+            // leader), appends resume at the purge point + 1 after older, purged frames.
+            let resumes_after_purge = purged_index.is_some_and(|p| before <= p && index == p + 1);
+            if index != before + 1 && !resumes_after_purge {
                 return Err(StoreError::Corrupt {
                     path: path.to_owned(),
                     position: scanned.position,
@@ -249,7 +255,10 @@ impl LogFiles {
         self.meta.last_purged = Some(log_id);
         self.meta.purged_in_file += removed;
         self.write_meta()?;
-        if self.meta.purged_in_file >= COMPACT_PURGED_ENTRIES_MIN {
+        // Nothing left (a snapshot from the leader covered the whole log): the file is
+        // rewritten empty at once, so new appends never follow stale purged frames.
+        let nothing_kept = self.entries.is_empty() && self.file_len > 0;
+        if nothing_kept || self.meta.purged_in_file >= COMPACT_PURGED_ENTRIES_MIN {
             self.compact()?;
         }
         Ok(())

@@ -285,6 +285,40 @@ async fn registration_and_heartbeats_follow_the_leader_and_stale_set_epochs_are_
         "{fenced}"
     );
 
+    // electMaster: a designated member that is alive and in sync wins at once; a stranger
+    // is refused with the reason.
+    let elect = |id: u64| ElectMasterRequest {
+        cluster_name: "DefaultCluster".into(),
+        broker_name: "broker-a".into(),
+        broker_id: Some(id),
+    };
+    let info: ReplicaInfo = client
+        .call(request::CONTROLLER_ELECT_MASTER, &elect(2), CALL_TIMEOUT)
+        .await
+        .expect("elect 2");
+    assert_eq!(info.master_broker_id, Some(2));
+    assert_eq!(info.master_epoch, 2);
+    assert_eq!(info.sync_state_set, vec![2]);
+    let refused = client
+        .call::<_, ReplicaInfo>(request::CONTROLLER_ELECT_MASTER, &elect(9), CALL_TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(response::CONTROLLER_ELECT_MASTER_FAILED),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("not a member"), "{refused}");
+    let still = client
+        .call::<_, ReplicaInfo>(request::CONTROLLER_ELECT_MASTER, &elect(2), CALL_TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        still.code(),
+        Some(response::CONTROLLER_MASTER_STILL_EXIST),
+        "{still}"
+    );
+
     // An unregistered broker is told to register.
     let unknown = client
         .call::<_, HeartbeatReply>(
@@ -464,5 +498,115 @@ async fn a_single_node_group_elects_itself_and_serves() {
     let metadata = nodes[0].as_ref().unwrap().metadata();
     assert!(metadata.is_leader);
     assert_eq!(metadata.peers.len(), 1);
+    shutdown_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_bootstrapping_at_once_agrees_on_one_leader_and_one_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path(), None).await;
+    let leader = wait_for_leader(&nodes).await;
+    let term = nodes[leader].as_ref().unwrap().metadata().term;
+    for node in nodes.iter().flatten() {
+        let metadata = node.metadata();
+        assert_eq!(metadata.controller_leader_id, Some(leader as u64));
+        assert_eq!(metadata.term, term);
+        assert_eq!(metadata.peers.len(), 3);
+    }
+    let client = ControllerClient::new(addrs(&nodes));
+    three_brokers_in_sync(&client).await;
+    let expected = nodes[leader].as_ref().unwrap().state();
+    let deadline = Instant::now() + LEADER_WAIT;
+    while nodes.iter().flatten().any(|n| n.state() != expected) {
+        assert!(
+            Instant::now() < deadline,
+            "followers did not apply the same state"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_missed_purged_logs_catches_up_and_restarts_come_back_from_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let small_snapshots = |id: u64, listen: SocketAddr| ControllerConfig {
+        snapshot_logs_max: 5,
+        ..config(dir.path(), id, listen)
+    };
+    let start = |listen: Vec<SocketAddr>| {
+        let small_snapshots = &small_snapshots;
+        async move {
+            let mut bound = Vec::new();
+            for (id, addr) in listen.iter().enumerate() {
+                bound.push(
+                    Controller::bind(small_snapshots(id as u64, *addr))
+                        .await
+                        .unwrap(),
+                );
+            }
+            let peers: Vec<Peer> = bound
+                .iter()
+                .enumerate()
+                .map(|(id, b)| Peer {
+                    id: id as u64,
+                    addr: b.local_addr(),
+                })
+                .collect();
+            let mut nodes = Vec::new();
+            for b in bound {
+                nodes.push(Some(b.start_with_peers(peers.clone()).await.unwrap()));
+            }
+            nodes
+        }
+    };
+    let mut nodes = start(vec![any; 3]).await;
+    let all = addrs(&nodes);
+    let leader = wait_for_leader(&nodes).await;
+    let lagging = (leader + 1) % 3;
+    nodes[lagging].take().unwrap().shutdown().await;
+    let client = ControllerClient::new(all.clone());
+    for broker in 1..=30 {
+        register(&client, broker).await;
+    }
+    let expected = nodes[leader].as_ref().unwrap().state();
+    assert_eq!(expected.groups["broker-a"].members.len(), 30);
+
+    // The lagging node comes back at its address and must reach the same state.
+    let config = small_snapshots(lagging as u64, all[lagging]);
+    let bound = Controller::bind(config).await.unwrap();
+    let peers: Vec<Peer> = all
+        .iter()
+        .enumerate()
+        .map(|(id, addr)| Peer {
+            id: id as u64,
+            addr: *addr,
+        })
+        .collect();
+    nodes[lagging] = Some(bound.start_with_peers(peers).await.unwrap());
+    let deadline = Instant::now() + LEADER_WAIT;
+    while nodes[lagging].as_ref().unwrap().state() != expected {
+        assert!(
+            Instant::now() < deadline,
+            "the lagging node did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown_all(nodes).await;
+    assert!(dir
+        .path()
+        .join(format!("n{leader}/raft/snapshot.json"))
+        .exists());
+
+    let nodes = start(all.clone()).await;
+    wait_for_leader(&nodes).await;
+    for node in nodes.iter().flatten() {
+        let deadline = Instant::now() + LEADER_WAIT;
+        while node.state() != expected {
+            assert!(Instant::now() < deadline, "a restarted node lost state");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     shutdown_all(nodes).await;
 }

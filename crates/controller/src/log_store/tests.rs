@@ -123,3 +123,35 @@ fn a_large_purged_prefix_is_compacted_out_of_the_file() {
     let expected: Vec<u64> = (COMPACT_PURGED_ENTRIES_MIN..=count).collect();
     assert_eq!(indexes(&store), expected);
 }
+
+#[test]
+fn appends_after_a_purge_past_the_tail_recover_even_if_compaction_was_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    append(&store, 0..4);
+    // A snapshot at 29 was installed: the purge goes past every entry in the file.
+    store
+        .lock()
+        .guarded(|f| f.purge(*entry(29).get_log_id()))
+        .unwrap();
+    append(&store, 30..33);
+    drop(store);
+    let store = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&store), vec![30, 31, 32]);
+    drop(store);
+
+    // The same with the compaction lost in a crash: meta says 29, the file still holds 0..4.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path()).unwrap();
+    append(&store, 0..4);
+    {
+        let mut files = store.lock();
+        files.meta.last_purged = Some(*entry(29).get_log_id());
+        files.write_meta().unwrap();
+        files.entries.clear();
+    }
+    append(&store, 30..32);
+    drop(store);
+    let store = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&store), vec![30, 31]);
+}
