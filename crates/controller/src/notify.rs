@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferromq_protocol::controller::ReplicaInfo;
-use ferromq_protocol::remoting::{request, RemotingClient, RemotingCommand};
+use ferromq_protocol::remoting::{request, RemotingCommand};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 /// Most notices being sent at once; more are dropped (best effort).
@@ -60,14 +62,19 @@ impl Notifier {
     }
 }
 
+/// Writes the one-way frame on a fresh connection and closes it once written (a one-way
+/// request has no reply to wait for; the frame is flushed before the close).
 async fn send(address: &str, command: RemotingCommand) -> Result<(), String> {
     let addr: SocketAddr = address.parse().map_err(|e| format!("address: {e}"))?;
-    let client = RemotingClient::connect(addr, NOTICE_TIMEOUT)
-        .await
-        .map_err(|e| e.to_string())?;
-    let sent = tokio::time::timeout(NOTICE_TIMEOUT, client.invoke_oneway(command)).await;
-    client.close();
-    match sent {
+    let frame = command.to_bytes().map_err(|e| format!("encode: {e}"))?;
+    let written = tokio::time::timeout(NOTICE_TIMEOUT, async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(&frame).await?;
+        stream.flush().await?;
+        stream.shutdown().await
+    })
+    .await;
+    match written {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("not written within {NOTICE_TIMEOUT:?}")),

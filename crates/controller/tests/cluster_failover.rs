@@ -610,3 +610,51 @@ async fn a_follower_that_missed_purged_logs_catches_up_and_restarts_come_back_fr
     }
     shutdown_all(nodes).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_election_notifies_the_members_role_change() {
+    use tokio::io::AsyncReadExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let node = Controller::start(config(dir.path(), 0, any))
+        .await
+        .expect("start");
+    let nodes = vec![Some(node)];
+    wait_for_leader(&nodes).await;
+    let broker = tokio::net::TcpListener::bind(any).await.unwrap();
+    let mut request = register_request(1, 0);
+    request.broker_address = broker.local_addr().unwrap().to_string();
+    let client = ControllerClient::new(addrs(&nodes));
+    let reply: RegisterBrokerReply = client
+        .call(request::CONTROLLER_REGISTER_BROKER, &request, CALL_TIMEOUT)
+        .await
+        .expect("register");
+    assert_eq!(reply.replica_info.master_epoch, 1);
+    // The notice: a one-way NOTIFY_BROKER_ROLE_CHANGED (1008) with the group as JSON.
+    let frame = tokio::time::timeout(CALL_TIMEOUT, async {
+        let (mut stream, _) = broker.accept().await.unwrap();
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed before a whole frame: {bytes:?}");
+            bytes.extend_from_slice(&chunk[..n]);
+            if bytes.len() >= 4 {
+                let length = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+                if bytes.len() >= 4 + length {
+                    bytes.truncate(4 + length);
+                    return bytes;
+                }
+            }
+        }
+    })
+    .await
+    .expect("a role-change notice within the bound");
+    let notice = RemotingCommand::decode(frame.into()).expect("a remoting frame");
+    assert_eq!(notice.code, request::NOTIFY_BROKER_ROLE_CHANGED);
+    assert!(notice.is_oneway());
+    let info: ReplicaInfo = serde_json::from_slice(notice.body.as_deref().unwrap()).unwrap();
+    assert_eq!(info, reply.replica_info);
+    shutdown_all(nodes).await;
+}
