@@ -232,3 +232,73 @@ fn a_namesrv_can_embed_a_controller_on_its_own_port() {
     signal(&child.0, "TERM");
     assert!(wait_exit(&mut child.0).success());
 }
+
+/// Registers brokers 1 and 2 of `broker-a` with the controller at `addr`, as brokers would.
+fn register_two_brokers(addr: SocketAddr) {
+    use ferromq_protocol::controller::client::ControllerClient;
+    use ferromq_protocol::controller::{RegisterBrokerReply, RegisterBrokerRequest};
+    use ferromq_protocol::remoting::codes::request;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = ControllerClient::new(vec![addr]);
+        for port in [10911u16, 10921] {
+            let reply: RegisterBrokerReply = client
+                .call(
+                    request::CONTROLLER_REGISTER_BROKER,
+                    &RegisterBrokerRequest {
+                        cluster_name: "DefaultCluster".into(),
+                        broker_name: "broker-a".into(),
+                        broker_address: format!("127.0.0.1:{port}"),
+                        ha_address: format!("127.0.0.1:{}", port + 1),
+                        ..RegisterBrokerRequest::default()
+                    },
+                    Duration::from_secs(10),
+                )
+                .await
+                .expect("register");
+            assert!(reply.broker_id >= 1);
+        }
+    });
+}
+
+#[test]
+fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addrs()[0];
+    let _node = start_node(dir.path(), 0, &format!("n0-{addr}"));
+    wait_for_leader(&[addr], &[true]);
+    register_two_brokers(addr);
+    let a = addr.to_string();
+
+    let data = common::ok_json(&["getSyncStateSet", "-a", &a, "-b", "broker-a"]);
+    let group = &data["groups"][0];
+    assert_eq!(group["replicaInfo"]["masterBrokerId"], 1, "{data}");
+    assert_eq!(group["members"].as_array().unwrap().len(), 2, "{data}");
+    let table = common::ok(&["getSyncStateSet", "-a", &a, "-c", "DefaultCluster"]);
+    assert!(table.starts_with("#Cluster"), "{table}");
+    assert!(table.contains("MASTER") && table.contains("SLAVE"), "{table}");
+
+    // Broker 2 is alive (grace after registration) but not in sync: refused with why.
+    let line = common::fails(
+        &["electMaster", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2"],
+        1,
+    );
+    assert!(line.contains("2012") && line.contains("in-sync"), "{line}");
+
+    // Cleaning a living broker needs -l.
+    let line = common::fails(
+        &["cleanBrokerMetadata", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2"],
+        1,
+    );
+    assert!(line.contains("2009") && line.contains("cleanLivingBroker"), "{line}");
+    let cleaned = common::ok_json(&[
+        "cleanBrokerMetadata", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2", "-l",
+    ]);
+    assert_eq!(cleaned["cleanedBrokerIds"], serde_json::json!([2]), "{cleaned}");
+    let data = common::ok_json(&["getSyncStateSet", "-a", &a]);
+    assert_eq!(data["groups"][0]["members"].as_array().unwrap().len(), 1, "{data}");
+}
