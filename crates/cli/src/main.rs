@@ -18,6 +18,7 @@ mod bench;
 mod broken_pipe;
 mod chaos;
 mod cluster;
+mod controller;
 mod record;
 mod report;
 mod servers;
@@ -55,6 +56,9 @@ enum Command {
     /// group and broker groups in controller mode. Prints every node's address and pid, and
     /// stops them all on Ctrl-C.
     Cluster(cluster::ClusterArgs),
+    /// Run one node of a controller group (failover on openraft) from a TOML config and
+    /// flags with RocketMQ's key names.
+    Controller(controller::ControllerArgs),
     /// Benchmarks that report ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -94,7 +98,7 @@ impl Flush {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(mqadmin_short_flags(std::env::args_os())) {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
             | Command::Namesrv(_)
             | Command::Broker(_)
             | Command::Cluster(_)
+            | Command::Controller(_)
             | Command::Chaos(_)
     );
     if !serves {
@@ -118,6 +123,7 @@ fn main() -> ExitCode {
         Command::Namesrv(args) => servers::run_namesrv(&args),
         Command::Broker(args) => servers::run_broker(&args),
         Command::Cluster(args) => cluster::run(&args),
+        Command::Controller(args) => controller::run(&args),
         Command::Bench(command) => bench::run(command),
         Command::Admin(command) => admin::run(command),
         Command::Chaos(args) => chaos::run_chaos(&args),
@@ -129,6 +135,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// mqadmin spells some flags as multi-letter short options (`-bn brokerName` of
+/// `electMaster` and `cleanBrokerMetadata`); clap cannot, so they are rewritten to their long
+/// names before parsing.
+fn mqadmin_short_flags(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> impl Iterator<Item = std::ffi::OsString> {
+    args.map(|arg| {
+        if arg == "-bn" {
+            std::ffi::OsString::from("--brokerName")
+        } else {
+            arg
+        }
+    })
 }
 
 /// Prints help and version as clap does; squeezes every other parse error onto one line.

@@ -1,5 +1,7 @@
 //! `ferromq namesrv` and `ferromq broker -c broker.toml`: the two halves of a cluster, run
-//! separately. Both stop cleanly on SIGINT or SIGTERM.
+//! separately. Both stop cleanly on SIGINT or SIGTERM. `ferromq namesrv
+//! --enable-controller-in-namesrv` also runs a controller node in the same process, on its
+//! own port.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +16,23 @@ pub struct NamesrvArgs {
     /// Address to listen on.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9876")]
     listen: SocketAddr,
+    /// Also run a controller node in this process, on its own port
+    /// (`enableControllerInNamesrv`), configured by the controller flags below or
+    /// `--controller-config`.
+    #[arg(
+        long = "enable-controller-in-namesrv",
+        alias = "enableControllerInNamesrv"
+    )]
+    enable_controller: bool,
+    /// The embedded controller's configuration (TOML, RocketMQ's key names).
+    #[arg(
+        long = "controller-config",
+        value_name = "FILE",
+        requires = "enable_controller"
+    )]
+    controller_config: Option<PathBuf>,
+    #[command(flatten)]
+    controller: crate::controller::ControllerFlags,
 }
 
 /// Flags of `ferromq broker`.
@@ -30,8 +49,17 @@ pub struct BrokerArgs {
 
 /// Runs `ferromq namesrv`.
 pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
+    if !args.enable_controller && args.controller.any() {
+        anyhow::bail!("controller flags need --enable-controller-in-namesrv");
+    }
+    let controller_config = if args.enable_controller {
+        Some(args.controller.config(args.controller_config.as_deref())?)
+    } else {
+        None
+    };
     crate::runtime()?.block_on(async {
         let mut signals = crate::ShutdownSignals::install()?;
+
         let server = NameServer::bind(NamesrvConfig {
             listen: args.listen,
             ..NamesrvConfig::default()
@@ -39,6 +67,11 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         .await
         .context("starting the name server")?;
         println!("ferromq namesrv: listening on {}", server.local_addr());
+        // The controller's line follows the name server's (scripts read the first line).
+        let controller = match controller_config {
+            Some(config) => Some(crate::controller::start(config).await?),
+            None => None,
+        };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
@@ -47,6 +80,9 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         tracing::info!(%reason, "shutting down");
         let _ = stop.send(());
         task.await.context("name server task")?;
+        if let Some(controller) = controller {
+            controller.shutdown().await;
+        }
         Ok(())
     })
 }

@@ -13,6 +13,7 @@
 mod broker;
 mod client;
 mod cluster;
+mod controller;
 mod damaged;
 mod epoch;
 mod group;
@@ -95,6 +96,14 @@ pub enum AdminCommand {
     QuarantineList(damaged::QuarantineListArgs),
     /// Move a group past one damaged record, recorded as a reset (ferromq).
     SkipDamagedMessage(damaged::SkipDamagedArgs),
+    /// The controller group: leader, term, peers, election metrics (-a controller).
+    GetControllerMetaData(controller::GetControllerMetaDataArgs),
+    /// Broker groups' masters, epochs and in-sync sets as the controller holds them.
+    GetSyncStateSet(controller::GetSyncStateSetArgs),
+    /// Make a broker (controller id) the master of its group.
+    ElectMaster(controller::ElectMasterArgs),
+    /// Make the controller forget brokers of a group (or the whole group).
+    CleanBrokerMetadata(controller::CleanBrokerMetadataArgs),
 }
 
 /// Runs one admin command.
@@ -130,6 +139,12 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::CloneGroupOffset(args) => group::clone_offsets(args).await,
             AdminCommand::QuarantineList(args) => damaged::quarantine_list(args).await,
             AdminCommand::SkipDamagedMessage(args) => damaged::skip_damaged(args).await,
+            AdminCommand::GetControllerMetaData(args) => controller::metadata(args).await,
+            AdminCommand::GetSyncStateSet(args) => controller::sync_state_set(args).await,
+            AdminCommand::ElectMaster(args) => controller::elect_master(args).await,
+            AdminCommand::CleanBrokerMetadata(args) => {
+                controller::clean_broker_metadata(args).await
+            }
         }
     })
 }

@@ -239,6 +239,40 @@ pub struct ControllerMetadata {
     pub self_id: u64,
     /// The current Raft term.
     pub term: u64,
+    /// The answering node's Raft role and election counters (ferromq addition; absent from
+    /// controllers that do not report them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<ControllerMetrics>,
+}
+
+/// What a controller node reports about its Raft role and the elections it ran as leader
+/// (counters are per node and start at zero when the process starts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerMetrics {
+    /// Raft role: `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
+    pub raft_state: String,
+    /// Last applied Raft log index.
+    pub last_applied_index: Option<u64>,
+    /// Times this node became leader.
+    pub leader_terms_won: u64,
+    /// Elections applied that named a master in the in-sync set (or the first master).
+    pub elections_clean: u64,
+    /// Elections applied that named a master outside the in-sync set.
+    pub elections_unclean: u64,
+    /// Elections applied that left a group without a master (its master died, no
+    /// candidate).
+    pub elections_no_master: u64,
+    /// Failure-detector scans that found a group needing a master and no candidate.
+    pub elections_no_candidate: u64,
+    /// Elections refused at apply because the group's epoch had moved on.
+    pub elections_fenced: u64,
+    /// Elections that could not be proposed (leadership lost, storage error).
+    pub elections_failed: u64,
+    /// Milliseconds from detecting a dead or missing master to the applied election, last.
+    pub election_millis_last: Option<u64>,
+    /// The same, largest seen.
+    pub election_millis_max: u64,
 }
 
 /// One controller peer.
