@@ -1,5 +1,11 @@
-//! Registration with name servers: on start, after every topic change, and every
-//! `registerNameServerPeriod`; unregistration at shutdown.
+//! Registration with name servers: on start, after every topic change, at once when the
+//! broker's role changes (failover: a promoted slave registers as master, brokerId 0, a
+//! demoted master as a slave under its own id), and every `registerNameServerPeriod`;
+//! unregistration at shutdown.
+//!
+//! A master whose master epoch is above 0 (controller mode) sends it in the
+//! [`MASTER_EPOCH_EXT`] ext field: a ferromq name server lets it replace a live master of a
+//! lower epoch and refuses a deposed master of a lower epoch.
 //!
 //! A name server that cannot be reached is retried at the next period; the failure is logged
 //! with the address and counted in the outcome returned to the caller of `register_all`.
@@ -13,6 +19,8 @@ use ferromq_protocol::remoting::body::topic::RegisterBrokerBody;
 use ferromq_protocol::remoting::headers::namesrv::{
     RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
 };
+
+use ferromq_protocol::remoting::extensions::MASTER_EPOCH_EXT;
 
 use crate::context::BrokerContext;
 
@@ -49,11 +57,16 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         compressed: Some(false),
         body_crc32: None,
     };
+    // Only a master fences with its epoch; 0 (no controller) sends the plain request.
+    let master_epoch =
+        Some(ctx.replication.epoch()).filter(|e| *e > 0 && ctx.replication.role().is_master());
+    tracing::debug!(epoch = ?master_epoch, ext = MASTER_EPOCH_EXT, broker_id = header.broker_id,
+        "registering with name servers");
     let mut errors = Vec::new();
     for addr in namesrvs {
         match ctx
             .namesrv_client
-            .register_broker(*addr, &header, &body, REGISTER_TIMEOUT)
+            .register_broker_with_epoch(*addr, &header, master_epoch, &body, REGISTER_TIMEOUT)
             .await
         {
             Ok(reply) => learn_master(ctx, &reply.result),
@@ -112,13 +125,16 @@ pub async fn unregister_all(
     errors
 }
 
-/// Registers now, after every topic change and every period, until `stop` fires.
+/// Registers now, after every topic change, every role change and every period, until
+/// `stop` fires.
 pub async fn run(
     ctx: Arc<BrokerContext>,
     namesrvs: Vec<SocketAddr>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let period = Duration::from_millis(ctx.config.register_name_server_period.max(1_000));
+    let mut role = ctx.replication.subscribe_role();
+    role.mark_unchanged();
     loop {
         for error in register_all(&ctx, &namesrvs).await {
             tracing::warn!(%error, "registration with a name server failed; retrying next period");
@@ -126,6 +142,17 @@ pub async fn run(
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = ctx.register_now.notified() => {}
+            changed = role.changed() => {
+                if changed.is_ok() {
+                    let now = *role.borrow_and_update();
+                    tracing::info!(role = ?now, broker_id = ctx.replication.registered_broker_id(),
+                        "broker role changed; registering with the name servers now");
+                } else {
+                    // The replication state is gone (shutdown): wait for the stop signal.
+                    let _ = stop.changed().await;
+                    return;
+                }
+            }
             _ = stop.changed() => return,
         }
     }
