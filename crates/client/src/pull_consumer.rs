@@ -522,19 +522,26 @@ impl PullConsumer {
         let failover = &self.inner.failover;
         let broker = queue.broker_name.as_str();
         let master = routes.master_addr(&queue.topic, broker).await;
-        let slave = routes
-            .known_replicas(broker)
+        let replicas = routes.known_replicas(broker);
+        let slave = replicas
+            .as_ref()
             .and_then(|r| r.first_slave())
             .map(|(_, addr)| addr);
-        let state = failover.state(broker);
+        let state = failover.state(broker, replicas.and_then(|r| r.master));
         if let Ok(addr) = master {
             if state != MasterState::Down || slave.is_none() {
                 let result = self
                     .pull_from(addr, Target::Master, queue, expression, offset, max, hold)
                     .await;
+                if let Err(error) = &result {
+                    if error.signals_master_change() {
+                        // Failover: ask the name servers now, not at the next timer refresh.
+                        routes.master_failed(&queue.topic, broker, addr).await;
+                    }
+                }
                 match result {
                     Err(error) if error.is_transport() => {
-                        failover.master_failed(broker);
+                        failover.master_failed(broker, addr);
                         // A failed probe of a master already known down reads on from the
                         // slave rather than failing once a second; a first failure is this
                         // pull's error and the next pull goes to the slave.
