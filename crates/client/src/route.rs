@@ -477,7 +477,33 @@ impl RouteCache {
         broker_name: &str,
         failed: SocketAddr,
     ) -> Option<SocketAddr> {
-        let due = {
+        self.fetch_after_failure(topic, broker_name, failed, false)
+            .await
+    }
+
+    /// [`RouteCache::master_failed`] without the rate limit: fetches the route now. For a
+    /// read served by a slave while its master is down, whose data must not be used if the
+    /// group got a new master meanwhile (the slave may be that master, answering at a
+    /// position the consumer must re-read from the committed offset, R1). One fetch per such
+    /// read, only while a master is down.
+    pub async fn confirm_master(
+        &self,
+        topic: &str,
+        broker_name: &str,
+        failed: SocketAddr,
+    ) -> Option<SocketAddr> {
+        self.fetch_after_failure(topic, broker_name, failed, true)
+            .await
+    }
+
+    async fn fetch_after_failure(
+        &self,
+        topic: &str,
+        broker_name: &str,
+        failed: SocketAddr,
+        force: bool,
+    ) -> Option<SocketAddr> {
+        let due = force || {
             let mut fetched = self
                 .failover_fetched
                 .lock()

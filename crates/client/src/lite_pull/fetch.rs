@@ -111,12 +111,18 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                     .pull
                     .pull_blocking(&queue, &expression, offset, max, config.pull_hold)
                     .await;
+                // The pull itself may have found the new master (a failover): its answer at
+                // the old in-memory position is dropped; the loop re-reads the position.
+                let generation_after = routes.master_generation(&queue.broker_name);
                 let failed = {
                     let mut state = shared.lock();
                     let Some(q) = state.queues.get_mut(&queue) else {
                         return;
                     };
-                    if q.epoch != epoch || q.fetch_offset != Some(offset) {
+                    if q.epoch != epoch
+                        || q.fetch_offset != Some(offset)
+                        || q.master_generation != generation_after
+                    {
                         continue;
                     }
                     match result {
