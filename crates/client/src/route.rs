@@ -736,4 +736,69 @@ mod tests {
         );
         assert_eq!(cache.known_masters(), vec!["127.0.0.1:1".parse().unwrap()]);
     }
+
+    #[test]
+    fn a_new_master_in_a_route_bumps_the_group_generation_once() {
+        let pool = Arc::new(ConnectionPool::new(Default::default()));
+        let cache = RouteCache::new(
+            vec!["127.0.0.1:9".parse().unwrap()],
+            pool,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        cache.store(route(&[(0, "127.0.0.1:1"), (1, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 0);
+        // The master goes: no master is not a new master.
+        cache.store(route(&[(1, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 0);
+        // The slave is promoted: a new master.
+        cache.store(route(&[(0, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 1);
+        assert_eq!(
+            cache.known_master("a"),
+            Some("127.0.0.1:2".parse().unwrap())
+        );
+        // The same route again changes nothing.
+        cache.store(route(&[(0, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 1);
+        assert_eq!(cache.master_generation("b"), 0);
+    }
+
+    #[tokio::test]
+    async fn failover_fetches_are_rate_limited_per_topic() {
+        // A name server address nothing listens on: every fetch fails fast.
+        let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let pool = Arc::new(ConnectionPool::new(Default::default()));
+        let cache = RouteCache::new(
+            vec![nowhere],
+            pool,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        cache.store(route(&[(0, "127.0.0.1:1")]));
+        let failed: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // The route still names the failed master: no new one.
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.failover_refreshes(), 1);
+        // Another topic has its own budget; the forced check ignores the limit.
+        cache.master_failed("U", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 2);
+        cache.confirm_master("T", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 3);
+        tokio::time::sleep(FAILOVER_REFRESH_MIN_INTERVAL).await;
+        cache.master_failed("T", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 4);
+        // A failed fetch keeps the cached route.
+        assert_eq!(
+            cache.cached("T").and_then(|r| r.master_addr("a")),
+            Some(failed)
+        );
+    }
 }
