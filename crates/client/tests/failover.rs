@@ -82,6 +82,17 @@ async fn group(topic: &str) -> Group {
         replication.runtime().in_sync_members == 2
     })
     .await;
+    // B applies A's catalog records (the topic) from the replicated log; a promoted B
+    // serves only topics it knows.
+    let b_ctx = b.context();
+    eventually("B knows the topic", || {
+        b_ctx
+            .topics
+            .snapshot()
+            .topic_config_table
+            .contains_key(topic)
+    })
+    .await;
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
     wait_members(ns.addr, topic, &[(0, a_addr), (1, b_addr)]).await;
     Group {
@@ -356,5 +367,63 @@ async fn a_lite_pull_consumer_resumes_on_the_new_master_from_its_committed_offse
     assert_eq!(committed_on(b_addr, GROUP, TOPIC).await, Some(35));
     assert_eq!(c.committed(&queue).await.unwrap(), Some(35));
     assert!(c.pull_consumer().routes().master_generation(GROUP_NAME) >= 1);
+    p.shutdown();
+}
+
+/// A demoted master that is still up answers NOT_MASTER (2111): a producer and a pull
+/// consumer whose cached route still names it (the timer would refresh it only after 600 s)
+/// fetch the route at once and go to the new master — the send on its second attempt, the
+/// commit on the same call — and nothing is stored on the demoted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_leave_a_demoted_master_that_answers_not_master() {
+    const TOPIC: &str = "FO_DEMOTE";
+    const GROUP: &str = "fo-pull";
+    let g = group(TOPIC).await;
+    let p = producer(g.ns.addr);
+    let a = g.a.as_ref().unwrap();
+    let (a_addr, b_addr) = (a.local_addr(), g.b.local_addr());
+    let before = p.send(Message::new(TOPIC, "to A")).await.unwrap();
+    let c = ferromq_client::PullConsumer::start(ferromq_client::PullConsumerConfig {
+        namesrv_addrs: vec![g.ns.addr],
+        group: GROUP.into(),
+        pull_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(1),
+        route_max_age: Duration::from_secs(600),
+        ..ferromq_client::PullConsumerConfig::default()
+    })
+    .unwrap();
+    let queue = c.fetch_queues(TOPIC).await.unwrap()[0].clone();
+    c.commit(&queue, 1).await.unwrap();
+    assert_eq!(c.routes().known_master(GROUP_NAME), Some(a_addr));
+
+    // A steps down first (a slave under its own id 2), then B takes over as master.
+    a.context().replication.set_broker_id(2);
+    a.context().replication.set_role(BrokerRole::Slave);
+    wait_members(g.ns.addr, TOPIC, &[(1, b_addr), (2, a_addr)]).await;
+    g.b.context().replication.set_role(BrokerRole::AsyncMaster);
+    wait_members(g.ns.addr, TOPIC, &[(0, b_addr), (2, a_addr)]).await;
+
+    // Both clients still hold the route naming A.
+    assert_eq!(p.routes().known_master(GROUP_NAME), Some(a_addr));
+    let started = Instant::now();
+    let sent = p.send(Message::new(TOPIC, "to B")).await.unwrap();
+    assert_eq!(sent.attempts, 2, "NOT_MASTER from A, then B");
+    assert!(started.elapsed() < SWITCH_BOUND, "{:?}", started.elapsed());
+    assert_eq!(sent.queue_offset, before.queue_offset + 1);
+    assert_eq!(p.routes().known_master(GROUP_NAME), Some(b_addr));
+    assert!(p.stats().failover_route_fetches >= 1);
+
+    // The commit finds A refusing and lands on B in the same call.
+    c.commit(&queue, 2).await.unwrap();
+    assert_eq!(committed_on(b_addr, GROUP, TOPIC).await, Some(2));
+    assert_eq!(c.routes().known_master(GROUP_NAME), Some(b_addr));
+    // A read of the stored offset asks B too.
+    assert_eq!(
+        c.offset_store()
+            .read(&queue, ferromq_client::ReadMode::Store)
+            .await
+            .unwrap(),
+        Some(2)
+    );
     p.shutdown();
 }
