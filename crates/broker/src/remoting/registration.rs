@@ -57,9 +57,7 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         compressed: Some(false),
         body_crc32: None,
     };
-    // Only a master fences with its epoch; 0 (no controller) sends the plain request.
-    let master_epoch =
-        Some(ctx.replication.epoch()).filter(|e| *e > 0 && ctx.replication.role().is_master());
+    let master_epoch = epoch_to_send(ctx.replication.role().is_master(), ctx.replication.epoch());
     tracing::debug!(epoch = ?master_epoch, ext = MASTER_EPOCH_EXT, broker_id = header.broker_id,
         "registering with name servers");
     let mut errors = Vec::new();
@@ -77,6 +75,12 @@ pub async fn register_all(ctx: &BrokerContext, namesrvs: &[SocketAddr]) -> Vec<R
         }
     }
     errors
+}
+
+/// The master epoch a registration carries in [`MASTER_EPOCH_EXT`]: only a master fences
+/// with its epoch, and epoch 0 (no controller) sends the plain RocketMQ request.
+fn epoch_to_send(is_master: bool, epoch: u64) -> Option<u64> {
+    (is_master && epoch > 0).then_some(epoch)
 }
 
 /// A slave learns its master's HA address from the registration reply, as RocketMQ slaves
@@ -155,5 +159,18 @@ pub async fn run(
             }
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::epoch_to_send;
+
+    #[test]
+    fn only_a_master_with_an_epoch_sends_it() {
+        assert_eq!(epoch_to_send(true, 0), None);
+        assert_eq!(epoch_to_send(true, 3), Some(3));
+        assert_eq!(epoch_to_send(false, 3), None);
+        assert_eq!(epoch_to_send(false, 0), None);
     }
 }
