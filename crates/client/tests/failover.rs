@@ -64,12 +64,15 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 async fn group(topic: &str) -> Group {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let ns = namesrv().await;
+    // SYNC_MASTER with two in-sync replicas: A acknowledges nothing B does not hold, also
+    // while it shuts down (B's HA connection closing first cannot leave A acknowledging
+    // alone), so an acknowledged commit is on B whatever the timing.
     let a = broker_with(BrokerConfig {
         broker_role: "SYNC_MASTER".into(),
+        min_in_sync_replicas: 2,
         ..member_config(dirs[0].path(), ns.addr)
     })
     .await;
-    create_topic(a.local_addr(), topic, 1).await;
     let b = broker_with(BrokerConfig {
         broker_role: "SLAVE".into(),
         broker_id: 1,
@@ -82,6 +85,7 @@ async fn group(topic: &str) -> Group {
         replication.runtime().in_sync_members == 2
     })
     .await;
+    create_topic(a.local_addr(), topic, 1).await;
     // B applies A's catalog records (the topic) from the replicated log; a promoted B
     // serves only topics it knows.
     let b_ctx = b.context();
@@ -347,18 +351,42 @@ async fn a_lite_pull_consumer_resumes_on_the_new_master_from_its_committed_offse
     };
     g.fail_over(TOPIC).await;
     let raced = tokio::time::timeout(WAIT, racing).await.unwrap().unwrap();
-    let on_b = committed_on(b_addr, GROUP, TOPIC).await;
+    // B exposes an offset record once its dispatcher (now a master's, bounded by its own
+    // log end) has applied it: wait for that, bounded, before judging.
+    let settle = Instant::now() + Duration::from_secs(2);
+    let mut on_b = committed_on(b_addr, GROUP, TOPIC).await;
+    while on_b != Some(30) && Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        on_b = committed_on(b_addr, GROUP, TOPIC).await;
+    }
+    eprintln!(
+        "racing commit: {:?}; B holds {on_b:?}",
+        raced.as_ref().map(|_| ())
+    );
     match &raced {
         Ok(_) => assert_eq!(on_b, Some(30), "an acknowledged commit is on B"),
         Err(_) => assert!(on_b == Some(20) || on_b == Some(30), "B holds {on_b:?}"),
     }
-    let resume_at = on_b.unwrap() as u64;
 
-    // Five more, sent to B; the consumer reads on B from exactly B's committed offset.
+    // Five more, sent to B; the consumer reads on B from a committed offset B held: 20 or
+    // 30 (30 once B's view shows the racing commit), never 0, never past B's, then densely.
     send_n(&p, TOPIC, 5).await;
-    let want = (35 - resume_at) as usize;
-    let got = poll_n(&c, want).await;
+    let deadline = Instant::now() + WAIT;
+    let mut got: Vec<MessageExt> = Vec::new();
+    while got.last().map(|m| m.queue_offset) != Some(34) {
+        assert!(
+            Instant::now() < deadline,
+            "offset 34 never arrived: {:?}",
+            got.iter().map(|m| m.queue_offset).collect::<Vec<_>>()
+        );
+        got.extend(c.poll(Duration::from_millis(100)).await.unwrap());
+    }
     let offsets: Vec<u64> = got.iter().map(|m| m.queue_offset).collect();
+    let resume_at = offsets[0];
+    assert!(
+        (resume_at == 20 || resume_at == 30) && Some(resume_at as i64) <= on_b,
+        "resumed at {resume_at}, B holds {on_b:?}"
+    );
     let expected: Vec<u64> = (resume_at..35).collect();
     assert_eq!(offsets, expected, "resumed on B at {resume_at}");
 
@@ -425,5 +453,81 @@ async fn clients_leave_a_demoted_master_that_answers_not_master() {
             .unwrap(),
         Some(2)
     );
+    p.shutdown();
+}
+
+/// A push consumer that consumed and committed 10 messages on A resumes on B from exactly
+/// the offset B holds as committed (10: no rewind to 0, no skip), and its commits land on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_consumer_resumes_on_the_new_master_from_its_committed_offset() {
+    use ferromq_client::{ConsumeFromWhere, ConsumeStatus, MessageListener, PushConsumer};
+    const TOPIC: &str = "FO_PUSH";
+    const GROUP: &str = "fo-push";
+    let mut g = group(TOPIC).await;
+    let p = producer(g.ns.addr);
+    let b_addr = g.b.local_addr();
+    let a_addr = g.a.as_ref().unwrap().local_addr();
+    send_n(&p, TOPIC, 10).await;
+    let delivered: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
+    let listener = {
+        let delivered = delivered.clone();
+        MessageListener::concurrently(move |msgs: &[MessageExt]| {
+            let mut d = delivered.lock().unwrap();
+            d.extend(msgs.iter().map(|m| m.queue_offset));
+            ConsumeStatus::ConsumeSuccess
+        })
+    };
+    let consumer = PushConsumer::start(
+        ferromq_client::PushConsumerConfig {
+            namesrv_addrs: vec![g.ns.addr],
+            group: GROUP.into(),
+            consume_from_where: ConsumeFromWhere::FirstOffset,
+            pull_hold: Duration::from_millis(200),
+            pull_error_backoff: Duration::from_millis(50),
+            rebalance_interval: Duration::from_millis(300),
+            persist_interval: Duration::from_millis(100),
+            heartbeat_interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(3),
+            ..ferromq_client::PushConsumerConfig::default()
+        },
+        vec![(TOPIC.into(), "*".into())],
+        listener,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while committed_on(a_addr, GROUP, TOPIC).await != Some(10) {
+        assert!(Instant::now() < deadline, "A never held the commit of 10");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Concurrent listeners: deliveries in any order, each once.
+    let mut before = delivered.lock().unwrap().clone();
+    before.sort_unstable();
+    assert_eq!(before, (0..10).collect::<Vec<u64>>());
+
+    g.fail_over(TOPIC).await;
+    let on_b = committed_on(b_addr, GROUP, TOPIC).await;
+    assert_eq!(
+        on_b,
+        Some(10),
+        "SYNC_MASTER: A's acknowledged commit is on B"
+    );
+    let switched_at = delivered.lock().unwrap().len();
+    send_n(&p, TOPIC, 5).await;
+    eventually("five deliveries from B", || {
+        delivered.lock().unwrap().len() >= switched_at + 5
+    })
+    .await;
+    let mut after: Vec<u64> = delivered.lock().unwrap()[switched_at..].to_vec();
+    after.sort_unstable();
+    assert_eq!(after, (10..15).collect::<Vec<u64>>(), "resumed on B at 10");
+    let deadline = Instant::now() + WAIT;
+    while committed_on(b_addr, GROUP, TOPIC).await != Some(15) {
+        assert!(Instant::now() < deadline, "B never held the commit of 15");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let report = consumer.shutdown().await.unwrap();
+    assert!(report.is_complete(), "{report:?}");
     p.shutdown();
 }
