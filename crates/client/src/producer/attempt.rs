@@ -135,12 +135,12 @@ impl Producer {
     /// `retryTimesWhenSendFailed`, 2 by default), retrying only retriable errors and, with
     /// round-robin, preferring brokers that have not failed in this send.
     ///
-    /// Failover: an attempt whose master answered NOT_MASTER or could not be reached fetches
-    /// the topic's route at once ([`RouteCache::master_failed`](crate::route::RouteCache::master_failed));
+    /// Failover: a failed attempt fetches the topic's route at once
+    /// ([`RouteCache::master_failed`](crate::route::RouteCache::master_failed), rate limited);
     /// when no other broker group of the topic can take the message, the next attempt waits
     /// (polling the route every [`FAILOVER_POLL`], at most [`FAILOVER_POLLS_MAX`] times) until
-    /// the group's route names a master again, so a send that was going to the old master is
-    /// stored by the new one within the retry budget. The whole send is bounded by
+    /// the group's route names a master again (see `await_master`), so a send that was going
+    /// to the old master is stored by the new one within the retry budget. The whole send is bounded by
     /// `send_timeout × (retries_max + 1)`; each attempt by `send_timeout` and what is left of
     /// that bound.
     ///
@@ -184,10 +184,9 @@ impl Producer {
                     self.inner.send_retries.fetch_add(1, Ordering::Relaxed);
                     self.inner.routes.invalidate(topic);
                     if let Some(failed) = failed {
-                        if error.signals_master_change() {
-                            self.await_master(topic, &failed, &failed_brokers, deadline)
-                                .await;
-                        }
+                        let signal = error.signals_master_change();
+                        self.await_master(topic, &failed, signal, &failed_brokers, deadline)
+                            .await;
                         failed_brokers.push(failed.broker);
                     }
                     last_error = Some(error);
@@ -210,15 +209,19 @@ impl Producer {
         })
     }
 
-    /// After `failed` (its master gone or not master any more): fetches the route at once
-    /// and, unless another broker group of the topic can take the send, polls it until the
-    /// group has a master other than the failed address, or (a master restarting in place)
-    /// the same one is still named after [`FAILOVER_SAME_MASTER_POLLS`] polls. Bounded by
-    /// `deadline` and [`FAILOVER_POLLS_MAX`].
+    /// After a retriable failure of `failed`: fetches the route at once and, unless another
+    /// broker group of the topic can take the send, polls it while the group has no master
+    /// (a failover in progress: the old master left, the new one has not registered yet).
+    /// It returns as soon as the group has a master other than the failed address; when the
+    /// route still names the failed one, at once for an ordinary error, and for a failover
+    /// signal (`signal`: NOT_MASTER, connection failure) after [`FAILOVER_SAME_MASTER_POLLS`]
+    /// polls (a master restarting in place, or not replaced yet). Bounded by `deadline` and
+    /// [`FAILOVER_POLLS_MAX`].
     async fn await_master(
         &self,
         topic: &str,
         failed: &FailedAttempt,
+        signal: bool,
         failed_brokers: &[String],
         deadline: Instant,
     ) {
@@ -242,7 +245,7 @@ impl Producer {
                 .as_ref()
                 .and_then(|r| r.master_addr(&failed.broker))
                 .is_some();
-            if other_group || (same_master && poll >= FAILOVER_SAME_MASTER_POLLS) {
+            if other_group || (same_master && (!signal || poll >= FAILOVER_SAME_MASTER_POLLS)) {
                 return;
             }
             let now = Instant::now();
