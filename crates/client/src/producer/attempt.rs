@@ -140,9 +140,9 @@ impl Producer {
     /// when no other broker group of the topic can take the message, the next attempt waits
     /// (polling the route every [`FAILOVER_POLL`], at most [`FAILOVER_POLLS_MAX`] times) until
     /// the group's route names a master again (see `await_master`), so a send that was going
-    /// to the old master is stored by the new one within the retry budget. The whole send is bounded by
-    /// `send_timeout × (retries_max + 1)`; each attempt by `send_timeout` and what is left of
-    /// that bound.
+    /// to the old master is stored by the new one within the retry budget. The whole send is
+    /// bounded by `send_timeout × (retries_max + 1)`; each attempt by `send_timeout` and what
+    /// is left of that bound (at least [`MIN_ATTEMPT_TIMEOUT`]); no retry starts past it.
     ///
     /// # Duplicates
     /// A retry after a timeout or a closed connection may store the message twice: the
@@ -160,7 +160,9 @@ impl Producer {
         let start = self.inner.next_queue.fetch_add(1, Ordering::Relaxed);
         let mut failed_brokers: Vec<String> = Vec::new();
         let mut last_error = None;
+        let mut attempts_made = 0;
         for attempt in 0..attempts_max {
+            attempts_made = attempt + 1;
             let result = async {
                 let route = self.publish_route(topic).await.map_err(|e| (e, None))?;
                 let index = pick(
@@ -201,7 +203,7 @@ impl Producer {
             }
         }
         Err(ClientError::RetriesExhausted {
-            attempts: attempts_max,
+            attempts: attempts_made,
             last: Box::new(
                 last_error
                     .unwrap_or_else(|| ClientError::Config("retries_max allows no attempt".into())),

@@ -56,8 +56,8 @@ pub struct ProducerStats {
     /// Send attempts made after a failed attempt (within `retries_max`). A retry after a
     /// timeout or a closed connection may have stored a duplicate.
     pub send_retries: u64,
-    /// Route fetches made at once because a master failed (NOT_MASTER, connection failure),
-    /// rate limited per topic.
+    /// Route fetches made at once after a failed send attempt (NOT_MASTER, connection
+    /// failure, or another retriable failure), rate limited per topic.
     pub failover_route_fetches: u64,
 }
 
