@@ -161,8 +161,23 @@ impl ClientError {
         matches!(self, ClientError::Transport { .. })
     }
 
+    /// True when the failure says the master it went to may no longer be the master: the
+    /// broker answered NOT_MASTER (a slave, or a master demoted by failover), or the
+    /// connection to it failed (refused, closed, timed out). The caller asks the name
+    /// servers for the route again ([`crate::route::RouteCache::master_failed`]).
+    pub fn signals_master_change(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Broker { code, .. } => *code == crate::error::codes::NOT_MASTER,
+            ClientError::Offset(error) => error.signals_master_change(),
+            ClientError::RetriesExhausted { last, .. } => last.signals_master_change(),
+            _ => false,
+        }
+    }
+
     /// True for failures where another attempt (possibly on another queue or broker) may
-    /// succeed: transport failures and broker codes for transient or per-broker conditions.
+    /// succeed: transport failures and broker codes for transient or per-broker conditions
+    /// (NOT_MASTER included: a failover moved the group's master).
     pub fn is_retriable(&self) -> bool {
         use ferromq_protocol::remoting::codes::response;
         match self {
@@ -178,6 +193,7 @@ impl ClientError {
                     | response::FLUSH_SLAVE_TIMEOUT
                     | response::SLAVE_NOT_AVAILABLE
                     | crate::error::codes::NOT_DURABLE
+                    | crate::error::codes::NOT_MASTER
             ),
             _ => false,
         }
@@ -308,6 +324,18 @@ impl OffsetError {
     /// max): the same value will never be accepted.
     pub fn is_stale(&self) -> bool {
         matches!(self, OffsetError::Rejected { reason, .. } if reason.is_stale())
+    }
+
+    /// True when the commit or query went to a broker that may no longer be the master: it
+    /// answered NOT_MASTER, or it could not be reached.
+    pub fn signals_master_change(&self) -> bool {
+        match self {
+            OffsetError::Unreachable { source, .. } => source.signals_master_change(),
+            OffsetError::Rejected { code, .. } | OffsetError::Unexpected { code, .. } => {
+                *code == crate::error::codes::NOT_MASTER
+            }
+            _ => false,
+        }
     }
 
     /// True when the outcome is unknown and the same commit may be retried (transport failure

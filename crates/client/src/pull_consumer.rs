@@ -28,6 +28,11 @@
 //!   correction: a slave may lag the master. `suggestWhichBrokerId` is not followed;
 //! - commits, offset queries and heartbeats go to masters only: with the master unreachable
 //!   a commit fails ([`OffsetError::Unreachable`]) and is never sent to a slave;
+//! - failover: a pull or offset request whose master fails (connection) or answers
+//!   NOT_MASTER fetches the route at once (rate limited, see
+//!   [`RouteCache::master_failed`]); while reads go to a slave, each pull asks again, so
+//!   reads move to a new master (id 0 at another address) as soon as the name servers
+//!   publish it, and commits go to it (see [`BrokerOffsetStore`]);
 //! - blocking pulls are bounded: the broker holds at most `hold`, the client waits
 //!   `hold + pull_timeout`;
 //! - the consumer heartbeats to every known master so the broker knows the group is online
@@ -522,19 +527,26 @@ impl PullConsumer {
         let failover = &self.inner.failover;
         let broker = queue.broker_name.as_str();
         let master = routes.master_addr(&queue.topic, broker).await;
-        let slave = routes
-            .known_replicas(broker)
+        let replicas = routes.known_replicas(broker);
+        let slave = replicas
+            .as_ref()
             .and_then(|r| r.first_slave())
             .map(|(_, addr)| addr);
-        let state = failover.state(broker);
+        let state = failover.state(broker, replicas.and_then(|r| r.master));
         if let Ok(addr) = master {
             if state != MasterState::Down || slave.is_none() {
                 let result = self
                     .pull_from(addr, Target::Master, queue, expression, offset, max, hold)
                     .await;
+                if let Err(error) = &result {
+                    if error.signals_master_change() {
+                        // Failover: ask the name servers now, not at the next timer refresh.
+                        routes.master_failed(&queue.topic, broker, addr).await;
+                    }
+                }
                 match result {
                     Err(error) if error.is_transport() => {
-                        failover.master_failed(broker);
+                        failover.master_failed(broker, addr);
                         // A failed probe of a master already known down reads on from the
                         // slave rather than failing once a second; a first failure is this
                         // pull's error and the next pull goes to the slave.
@@ -549,11 +561,37 @@ impl PullConsumer {
                 }
             }
         }
+        if let (Ok(failed), MasterState::Down) = (&master, state) {
+            // Reading from a slave: ask the name servers (rate limited) whether a failover
+            // gave the group a new master, and read from it as soon as one is named.
+            if let Some(new_master) = routes.master_failed(&queue.topic, broker, *failed).await {
+                return self
+                    .pull_from(
+                        new_master,
+                        Target::Master,
+                        queue,
+                        expression,
+                        offset,
+                        max,
+                        hold,
+                    )
+                    .await;
+            }
+        }
+        let failed_master = master.as_ref().ok().copied();
         match (slave, master) {
             (Some(addr), _) => {
                 tracing::debug!(?queue, slave = %addr, "pulling from a slave: master unreachable");
-                self.pull_from(addr, Target::Slave, queue, expression, offset, max, hold)
-                    .await
+                let result = self
+                    .pull_from(addr, Target::Slave, queue, expression, offset, max, hold)
+                    .await;
+                if let (Ok(PullResult::Found { .. }), Some(failed)) = (&result, failed_master) {
+                    // Data from the slave: if a failover made a new master meanwhile (perhaps
+                    // this very broker), the route's master generation moves now, so a
+                    // consumer can tell the answer came after the switch.
+                    routes.confirm_master(&queue.topic, broker, failed).await;
+                }
+                result
             }
             (None, Err(error)) => Err(error),
             (None, Ok(addr)) => Err(ClientError::NoBrokerAddress {
@@ -722,17 +760,29 @@ impl PullConsumer {
         queue: &MessageQueue,
         cmd: RemotingCommand,
     ) -> Result<(SocketAddr, RemotingCommand), ClientError> {
-        let addr = self
-            .inner
-            .routes
-            .master_addr(&queue.topic, &queue.broker_name)
-            .await?;
-        let reply = self
+        let routes = &self.inner.routes;
+        let addr = routes.master_addr(&queue.topic, &queue.broker_name).await?;
+        let timeout = self.inner.config.pull_timeout;
+        match self
             .inner
             .pool
-            .invoke_success(addr, cmd, self.inner.config.pull_timeout)
-            .await?;
-        Ok((addr, reply))
+            .invoke_success(addr, cmd.clone(), timeout)
+            .await
+        {
+            Ok(reply) => Ok((addr, reply)),
+            Err(error) if error.signals_master_change() => {
+                // Failover: once more on the new master, if the refreshed route names one.
+                let Some(next) = routes
+                    .master_failed(&queue.topic, &queue.broker_name, addr)
+                    .await
+                else {
+                    return Err(error);
+                };
+                let reply = self.inner.pool.invoke_success(next, cmd, timeout).await?;
+                Ok((next, reply))
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Records `offset` (the next offset to consume) for `queue` and persists it, waiting for

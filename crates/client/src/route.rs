@@ -16,7 +16,14 @@
 //! - a background refresh ([`RouteCache::spawn_refresher`]) replaces a route only with a
 //!   fetched one: a failed refresh keeps the last good route and is counted;
 //! - a route derived from the auto-create template (`TBW102`) is only ever built for a
-//!   producer ([`RouteCache::publish_route`]); consumers never read through one.
+//!   producer ([`RouteCache::publish_route`]); consumers never read through one;
+//! - failover is followed at once, not at the next timer refresh: a request to a master that
+//!   answers NOT_MASTER or whose connection fails calls [`RouteCache::master_failed`], which
+//!   fetches the topic's route again (at most once per [`FAILOVER_REFRESH_MIN_INTERVAL`] per
+//!   topic, so a dead master under load does not flood the name servers). A route naming
+//!   another master (id 0 at a new address) for a group bumps that group's
+//!   [`RouteCache::master_generation`], which consumers compare to re-read their committed
+//!   offsets from the new master (offset pitfall R1).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -33,6 +40,10 @@ use ferromq_protocol::remoting::RemotingCommand;
 
 use crate::connections::ConnectionPool;
 use crate::error::ClientError;
+
+/// Least time between two failover-triggered route fetches of one topic
+/// ([`RouteCache::master_failed`]): callers within it use the route fetched last.
+pub const FAILOVER_REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// One topic's route as the name server published it, with derived queue lists.
 #[derive(Debug, Clone)]
@@ -181,6 +192,12 @@ pub struct RouteCache {
     /// One on-use fetch at a time per topic: concurrent sends that find no fresh route wait
     /// for the first one's fetch instead of each asking the name server.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When each topic's route was last fetched because a master failed (rate limit of
+    /// [`RouteCache::master_failed`]); one entry per topic in use.
+    failover_fetched: Mutex<HashMap<String, Instant>>,
+    /// Per broker group: how many times a route named a new master (another address at id 0).
+    master_generations: RwLock<HashMap<String, u64>>,
+    failover_refreshes: AtomicU64,
 }
 
 /// Counters of a [`RouteCache`]'s background refreshes.
@@ -190,6 +207,8 @@ pub struct RouteStats {
     pub refreshes_ok: u64,
     /// Routes [`RouteCache::refresh_all`] could not fetch; the last good route was kept.
     pub refresh_failures: u64,
+    /// Route fetches [`RouteCache::master_failed`] made.
+    pub failover_fetches: u64,
 }
 
 impl RouteCache {
@@ -218,6 +237,9 @@ impl RouteCache {
             refreshes_ok: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
             fetching: Mutex::new(HashMap::new()),
+            failover_fetched: Mutex::new(HashMap::new()),
+            master_generations: RwLock::new(HashMap::new()),
+            failover_refreshes: AtomicU64::new(0),
         })
     }
 
@@ -324,7 +346,17 @@ impl RouteCache {
             let mut brokers = self.brokers.write().unwrap_or_else(|e| e.into_inner());
             for b in &route.data.broker_datas {
                 if let Some(master) = b.master_addr().and_then(|a| a.parse().ok()) {
-                    brokers.insert(b.broker_name.clone(), master);
+                    let old = brokers.insert(b.broker_name.clone(), master);
+                    if old.is_some_and(|old| old != master) {
+                        let mut generations = self
+                            .master_generations
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner());
+                        let generation = generations.entry(b.broker_name.clone()).or_insert(0);
+                        *generation += 1;
+                        tracing::info!(broker = %b.broker_name, old_master = ?old, new_master = %master,
+                            generation = *generation, "a route names a new master for the broker group");
+                    }
                 }
             }
             let mut replicas = self.replicas.write().unwrap_or_else(|e| e.into_inner());
@@ -426,7 +458,97 @@ impl RouteCache {
         RouteStats {
             refreshes_ok: self.refreshes_ok.load(Ordering::Relaxed),
             refresh_failures: self.refresh_failures.load(Ordering::Relaxed),
+            failover_fetches: self.failover_refreshes.load(Ordering::Relaxed),
         }
+    }
+
+    /// Reacts to a request to `failed`, the master of `broker_name` for `topic`, that failed
+    /// in a way that says the master may have changed (NOT_MASTER, or its connection failed;
+    /// see [`ClientError::signals_master_change`]): fetches the topic's route at once, unless
+    /// one was fetched for this reason within [`FAILOVER_REFRESH_MIN_INTERVAL`]. Returns the
+    /// group's master in the newest cached route when it is another address than `failed`
+    /// (the new master to retry on), `None` when there is none yet.
+    ///
+    /// A failed fetch is logged and counted, never an error of its own: the caller's error
+    /// is the one that matters, and the stale route stays in use.
+    pub async fn master_failed(
+        &self,
+        topic: &str,
+        broker_name: &str,
+        failed: SocketAddr,
+    ) -> Option<SocketAddr> {
+        self.fetch_after_failure(topic, broker_name, failed, false)
+            .await
+    }
+
+    /// [`RouteCache::master_failed`] without the rate limit: fetches the route now. For a
+    /// read served by a slave while its master is down, whose data must not be used if the
+    /// group got a new master meanwhile (the slave may be that master, answering at a
+    /// position the consumer must re-read from the committed offset, R1). One fetch per such
+    /// read, only while a master is down.
+    pub async fn confirm_master(
+        &self,
+        topic: &str,
+        broker_name: &str,
+        failed: SocketAddr,
+    ) -> Option<SocketAddr> {
+        self.fetch_after_failure(topic, broker_name, failed, true)
+            .await
+    }
+
+    async fn fetch_after_failure(
+        &self,
+        topic: &str,
+        broker_name: &str,
+        failed: SocketAddr,
+        force: bool,
+    ) -> Option<SocketAddr> {
+        let due = force || {
+            let mut fetched = self
+                .failover_fetched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match fetched.get(topic) {
+                Some(at) if at.elapsed() < FAILOVER_REFRESH_MIN_INTERVAL => false,
+                _ => {
+                    fetched.insert(topic.to_string(), Instant::now());
+                    true
+                }
+            }
+        };
+        if due {
+            self.failover_refreshes.fetch_add(1, Ordering::Relaxed);
+            match self.refresh(topic).await {
+                Ok(_) => {
+                    tracing::debug!(%topic, broker = broker_name, %failed, "route fetched after a master failure")
+                }
+                Err(error) => {
+                    self.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%topic, broker = broker_name, %failed, %error,
+                        "route fetch after a master failure failed; keeping the cached route");
+                }
+            }
+        }
+        self.cached(topic)
+            .and_then(|route| route.master_addr(broker_name))
+            .filter(|master| *master != failed)
+    }
+
+    /// How many times a route named a new master for `broker_name` (another address at
+    /// broker id 0) since this cache was created; 0 when it never changed. A consumer that
+    /// saw another value when it took its positions re-reads them from the new master.
+    pub fn master_generation(&self, broker_name: &str) -> u64 {
+        self.master_generations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(broker_name)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Route fetches [`RouteCache::master_failed`] made (rate limited).
+    pub fn failover_refreshes(&self) -> u64 {
+        self.failover_refreshes.load(Ordering::Relaxed)
     }
 
     /// Marks the route of `topic` as due for refresh (e.g. after a send failure).
@@ -613,5 +735,70 @@ mod tests {
             Some("127.0.0.1:1".parse().unwrap())
         );
         assert_eq!(cache.known_masters(), vec!["127.0.0.1:1".parse().unwrap()]);
+    }
+
+    #[test]
+    fn a_new_master_in_a_route_bumps_the_group_generation_once() {
+        let pool = Arc::new(ConnectionPool::new(Default::default()));
+        let cache = RouteCache::new(
+            vec!["127.0.0.1:9".parse().unwrap()],
+            pool,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        cache.store(route(&[(0, "127.0.0.1:1"), (1, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 0);
+        // The master goes: no master is not a new master.
+        cache.store(route(&[(1, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 0);
+        // The slave is promoted: a new master.
+        cache.store(route(&[(0, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 1);
+        assert_eq!(
+            cache.known_master("a"),
+            Some("127.0.0.1:2".parse().unwrap())
+        );
+        // The same route again changes nothing.
+        cache.store(route(&[(0, "127.0.0.1:2")]));
+        assert_eq!(cache.master_generation("a"), 1);
+        assert_eq!(cache.master_generation("b"), 0);
+    }
+
+    #[tokio::test]
+    async fn failover_fetches_are_rate_limited_per_topic() {
+        // A name server address nothing listens on: every fetch fails fast.
+        let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let pool = Arc::new(ConnectionPool::new(Default::default()));
+        let cache = RouteCache::new(
+            vec![nowhere],
+            pool,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        cache.store(route(&[(0, "127.0.0.1:1")]));
+        let failed: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // The route still names the failed master: no new one.
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.master_failed("T", "a", failed).await, None);
+        assert_eq!(cache.failover_refreshes(), 1);
+        // Another topic has its own budget; the forced check ignores the limit.
+        cache.master_failed("U", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 2);
+        cache.confirm_master("T", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 3);
+        tokio::time::sleep(FAILOVER_REFRESH_MIN_INTERVAL).await;
+        cache.master_failed("T", "a", failed).await;
+        assert_eq!(cache.failover_refreshes(), 4);
+        // A failed fetch keeps the cached route.
+        assert_eq!(
+            cache.cached("T").and_then(|r| r.master_addr("a")),
+            Some(failed)
+        );
     }
 }

@@ -18,6 +18,7 @@ use ferromq_protocol::body_crc;
 use ferromq_protocol::remoting::body::misc::KvTable;
 use ferromq_protocol::remoting::body::topic::RegisterBrokerBody;
 use ferromq_protocol::remoting::body::{decode_json, encode_json, BodyError};
+use ferromq_protocol::remoting::extensions::MASTER_EPOCH_EXT;
 use ferromq_protocol::remoting::headers::namesrv::{
     RegisterBrokerRequestHeader, RegisterBrokerResponseHeader, UnregisterBrokerRequestHeader,
 };
@@ -72,10 +73,22 @@ impl NamesrvClientError {
             code == response::SYSTEM_ERROR && remark.is_some_and(|r| r.contains(SECOND_MASTER_MARK))
         })
     }
+
+    /// Whether the name server refused a master registration whose master epoch is below the
+    /// group's (a master deposed by failover; it must register as a slave).
+    pub fn is_deposed_master(&self) -> bool {
+        self.rejection().is_some_and(|(code, remark)| {
+            code == response::SYSTEM_ERROR
+                && remark.is_some_and(|r| r.contains(DEPOSED_MASTER_MARK))
+        })
+    }
 }
 
 /// The part of the name server's second-master refusal remark that identifies it.
 const SECOND_MASTER_MARK: &str = "a second master with the same brokerName is refused";
+
+/// The part of the name server's deposed-master refusal remark that identifies it.
+const DEPOSED_MASTER_MARK: &str = "a deposed master must re-register as a slave";
 
 /// What a broker learns from a registration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -94,14 +107,32 @@ pub async fn register_broker(
     body: &RegisterBrokerBody,
     timeout: Duration,
 ) -> Result<RegisterBrokerReply, NamesrvClientError> {
+    register_broker_with_epoch(client, header, None, body, timeout).await
+}
+
+/// [`register_broker`] carrying `master_epoch` in the
+/// [`MASTER_EPOCH_EXT`](ferromq_protocol::remoting::extensions::MASTER_EPOCH_EXT) ext field
+/// when it is `Some` and above 0 (a broker in controller mode); an epoch of 0 or `None`
+/// sends the plain RocketMQ request.
+pub async fn register_broker_with_epoch(
+    client: &RemotingClient,
+    header: &RegisterBrokerRequestHeader,
+    master_epoch: Option<u64>,
+    body: &RegisterBrokerBody,
+    timeout: Duration,
+) -> Result<RegisterBrokerReply, NamesrvClientError> {
     let bytes = encode_json(body);
     let header = RegisterBrokerRequestHeader {
         compressed: Some(false),
         body_crc32: Some(body_crc(&bytes) as i32),
         ..header.clone()
     };
-    let cmd =
+    let mut cmd =
         RemotingCommand::request_with_header(request::REGISTER_BROKER, &header).with_body(bytes);
+    if let Some(epoch) = master_epoch.filter(|e| *e > 0) {
+        cmd.ext_fields
+            .insert(MASTER_EPOCH_EXT.to_owned(), epoch.to_string());
+    }
     let reply = checked(client, cmd, timeout).await?;
     let h: RegisterBrokerResponseHeader = reply.decode_header()?;
     let order_topic_config = match reply.body.as_deref() {
@@ -164,12 +195,26 @@ impl NamesrvClient {
         body: &RegisterBrokerBody,
         timeout: Duration,
     ) -> Result<RegisterBrokerReply, NamesrvClientError> {
+        self.register_broker_with_epoch(namesrv, header, None, body, timeout)
+            .await
+    }
+
+    /// Registers with `namesrv` carrying a master epoch (see
+    /// [`register_broker_with_epoch`]), within `timeout` overall.
+    pub async fn register_broker_with_epoch(
+        &self,
+        namesrv: SocketAddr,
+        header: &RegisterBrokerRequestHeader,
+        master_epoch: Option<u64>,
+        body: &RegisterBrokerBody,
+        timeout: Duration,
+    ) -> Result<RegisterBrokerReply, NamesrvClientError> {
         let deadline = Instant::now() + timeout;
         let client = self
             .connection(namesrv, timeout, request::REGISTER_BROKER)
             .await?;
         let left = deadline.saturating_duration_since(Instant::now());
-        register_broker(&client, header, body, left).await
+        register_broker_with_epoch(&client, header, master_epoch, body, left).await
     }
 
     /// Unregisters from `namesrv` (see [`unregister_broker`]), within `timeout` overall.

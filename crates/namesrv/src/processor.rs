@@ -14,6 +14,7 @@ use ferromq_protocol::remoting::body::misc::KvTable;
 use ferromq_protocol::remoting::body::route::TopicRouteData;
 use ferromq_protocol::remoting::body::topic::{DataVersion, RegisterBrokerBody};
 use ferromq_protocol::remoting::body::{decode_json, encode_json};
+use ferromq_protocol::remoting::extensions::MASTER_EPOCH_EXT;
 use ferromq_protocol::remoting::headers::namesrv::{
     AddWritePermOfBrokerRequestHeader, AddWritePermOfBrokerResponseHeader,
     DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader,
@@ -122,12 +123,31 @@ impl Processor {
         } else {
             decode_json(raw).map_err(|e| RequestError::Body(e.to_string()))?
         };
-        // A refusal (a second master for the group) is SYSTEM_ERROR, as RocketMQ answers a
-        // registration its route manager rejects, with a remark naming the conflict.
-        let result = match self.registry.register_broker(&header, &body, Some(conn)) {
-            Ok(result) => result,
-            Err(e) => return Ok(req.reply(response::SYSTEM_ERROR, Some(e.to_string()))),
+        // ferromq's master epoch (controller mode); absent for classic brokers and RocketMQ's.
+        let master_epoch = match req.ext_fields.get(MASTER_EPOCH_EXT) {
+            None => None,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(epoch) => Some(epoch),
+                Err(_) => {
+                    return Ok(req.reply(
+                        response::SYSTEM_ERROR,
+                        Some(format!(
+                            "{MASTER_EPOCH_EXT} must be a non-negative integer, got {text:?}"
+                        )),
+                    ))
+                }
+            },
         };
+        // A refusal (a second or deposed master for the group) is SYSTEM_ERROR, as RocketMQ
+        // answers a registration its route manager rejects, with a remark naming the conflict.
+        let result =
+            match self
+                .registry
+                .register_broker_with_epoch(&header, master_epoch, &body, Some(conn))
+            {
+                Ok(result) => result,
+                Err(e) => return Ok(req.reply(response::SYSTEM_ERROR, Some(e.to_string()))),
+            };
         // A slave's reply carries its master's `masterAddr` and `haServerAddr` ext fields.
         let reply_header = RegisterBrokerResponseHeader {
             ha_server_addr: result.ha_server_addr,

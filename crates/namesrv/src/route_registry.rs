@@ -18,6 +18,15 @@
 //!   live master has another address is refused ([`RegisterBrokerError::SecondMaster`]) and
 //!   changes nothing; once that master is gone (unregistered, expired, connection closed) the
 //!   new one, e.g. a promoted slave, is accepted;
+//! - failover is epoch-fenced: a master registration carrying a master epoch
+//!   ([`MASTER_EPOCH_EXT`](ferromq_protocol::remoting::extensions::MASTER_EPOCH_EXT)) higher
+//!   than the live master's (a master registered without one counts as epoch 0) replaces that
+//!   master at once: its entry and live record are removed in the same step, so a route never
+//!   names two masters. An equal or missing epoch is a second master (refused); an epoch below
+//!   the highest one accepted for the group is a deposed master
+//!   ([`RegisterBrokerError::DeposedMaster`], refused even when no master is live);
+//! - one record per address: a broker that re-registers under another id (a promoted slave,
+//!   a demoted master) loses its old id entry;
 //! - a route is served only for a topic that has queue data on at least one registered group;
 //!   anything else is "topic does not exist".
 //!
@@ -71,6 +80,28 @@ pub enum RegisterBrokerError {
         /// Address that asked to register as master.
         refused_addr: String,
     },
+    /// A master registration whose epoch is below the group's current master epoch: a master
+    /// deposed by failover that still believes it is master. Its writes would fork the group.
+    #[error(
+        "broker name {broker_name}: master registration from {refused_addr} with master epoch \
+         {epoch} refused: the group's master epoch is {current_epoch} (master {}); \
+         a deposed master must re-register as a slave (cluster {cluster_name})",
+        current_master.as_deref().unwrap_or("not registered")
+    )]
+    DeposedMaster {
+        /// Cluster of the refused registration.
+        cluster_name: String,
+        /// Broker group.
+        broker_name: String,
+        /// The epoch the refused registration carried.
+        epoch: u64,
+        /// The highest master epoch accepted for the group.
+        current_epoch: u64,
+        /// Address of the live master, when one is registered.
+        current_master: Option<String>,
+        /// Address that asked to register as master.
+        refused_addr: String,
+    },
 }
 
 /// A broker removed by [`RouteRegistry::scan_expired`] or
@@ -102,6 +133,8 @@ struct LiveBroker {
     data_version: DataVersion,
     ha_server_addr: String,
     conn: Option<ConnectionId>,
+    /// The master epoch a master registration carried (`None`: none, a classic master).
+    master_epoch: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +143,9 @@ struct Tables {
     brokers: BTreeMap<String, BrokerData>,
     clusters: BTreeMap<String, BTreeSet<String>>,
     live: HashMap<BrokerAddrKey, LiveBroker>,
+    /// Highest master epoch accepted per broker group. Kept when the group goes (a deposed
+    /// master coming back alone is still refused); grows only with broker group names.
+    master_epochs: HashMap<String, u64>,
 }
 
 /// The route tables of a name server. Thread-safe; share it behind an `Arc`.
@@ -157,12 +193,27 @@ impl RouteRegistry {
         body: &RegisterBrokerBody,
         conn: Option<ConnectionId>,
     ) -> Result<RegisterBrokerResult, RegisterBrokerError> {
-        self.register_broker_at(header, body, conn, Instant::now())
+        self.register_broker_at(header, None, body, conn, Instant::now())
+    }
+
+    /// [`RouteRegistry::register_broker`] for a registration that carries a master epoch
+    /// (controller mode): a master with a higher epoch than the live master replaces it, one
+    /// with a lower epoch than the group's is refused
+    /// ([`RegisterBrokerError::DeposedMaster`]). The epoch of a slave registration is ignored.
+    pub fn register_broker_with_epoch(
+        &self,
+        header: &RegisterBrokerRequestHeader,
+        master_epoch: Option<u64>,
+        body: &RegisterBrokerBody,
+        conn: Option<ConnectionId>,
+    ) -> Result<RegisterBrokerResult, RegisterBrokerError> {
+        self.register_broker_at(header, master_epoch, body, conn, Instant::now())
     }
 
     fn register_broker_at(
         &self,
         header: &RegisterBrokerRequestHeader,
+        master_epoch: Option<u64>,
         body: &RegisterBrokerBody,
         conn: Option<ConnectionId>,
         now: Instant,
@@ -173,17 +224,13 @@ impl RouteRegistry {
         let addr = header.broker_addr.clone();
         let id = header.broker_id;
         let acting = header.enable_acting_master.unwrap_or(false);
+        let master_epoch = master_epoch.filter(|_| id == MASTER_ID);
 
         if id == MASTER_ID {
-            if let Some(live_master) = live_master_elsewhere(&t, &name, &addr, now) {
-                tracing::warn!(cluster = %cluster, broker = %name, addr = %addr,
-                    live_master = %live_master, "second master for a broker name refused");
-                return Err(RegisterBrokerError::SecondMaster {
-                    cluster_name: cluster,
-                    broker_name: name,
-                    live_master,
-                    refused_addr: addr,
-                });
+            fence_master(&mut t, &cluster, &name, &addr, master_epoch, now)?;
+            if let Some(epoch) = master_epoch {
+                let highest = t.master_epochs.entry(name.clone()).or_insert(epoch);
+                *highest = (*highest).max(epoch);
             }
         }
 
@@ -256,6 +303,7 @@ impl RouteRegistry {
                 data_version: version.clone(),
                 ha_server_addr: header.ha_server_addr.clone(),
                 conn,
+                master_epoch,
             },
         );
         if previous.is_none() {
@@ -539,25 +587,116 @@ impl RouteRegistry {
     }
 }
 
-/// The address of `broker_name`'s master when it is not `addr` and the master is live: its
-/// registration is in the live table and not older than its expiry.
+/// The live master of a group at another address than the registering one.
+struct LiveMaster {
+    cluster: String,
+    addr: String,
+    epoch: Option<u64>,
+}
+
+/// `broker_name`'s master when it is not `addr` and the master is live: its registration is
+/// in the live table and not older than its expiry.
 fn live_master_elsewhere(
     t: &Tables,
     broker_name: &str,
     addr: &str,
     now: Instant,
-) -> Option<String> {
+) -> Option<LiveMaster> {
     let master = t.brokers.get(broker_name)?.master_addr()?;
     if master == addr {
         return None;
     }
-    let live = t.live.iter().any(|(key, live)| {
-        key.addr == master
-            && live.broker_name == broker_name
-            && live.broker_id == MASTER_ID
-            && now.saturating_duration_since(live.last_update) <= live.expiry
-    });
-    live.then(|| master.to_owned())
+    t.live
+        .iter()
+        .find(|(key, live)| {
+            key.addr == master
+                && live.broker_name == broker_name
+                && live.broker_id == MASTER_ID
+                && now.saturating_duration_since(live.last_update) <= live.expiry
+        })
+        .map(|(key, live)| LiveMaster {
+            cluster: key.cluster.clone(),
+            addr: key.addr.clone(),
+            epoch: live.master_epoch,
+        })
+}
+
+/// Judges a master registration (broker id 0) of `addr` for group `name` with `epoch`:
+/// refuses a deposed master (epoch below the group's highest) and a second master (a live
+/// master elsewhere with an equal or higher epoch, or no epoch given); removes the live
+/// master elsewhere when `epoch` is higher than its own (epoch-fenced failover). Changes
+/// nothing when it refuses.
+fn fence_master(
+    t: &mut Tables,
+    cluster: &str,
+    name: &str,
+    addr: &str,
+    epoch: Option<u64>,
+    now: Instant,
+) -> Result<(), RegisterBrokerError> {
+    let live = live_master_elsewhere(t, name, addr, now);
+    let highest = t.master_epochs.get(name).copied();
+    if let (Some(epoch), Some(current_epoch)) = (epoch, highest) {
+        if epoch < current_epoch {
+            tracing::warn!(
+                cluster,
+                broker = name,
+                addr,
+                epoch,
+                current_epoch,
+                "master registration with a stale master epoch refused (deposed master)"
+            );
+            return Err(RegisterBrokerError::DeposedMaster {
+                cluster_name: cluster.to_owned(),
+                broker_name: name.to_owned(),
+                epoch,
+                current_epoch,
+                current_master: live.map(|m| m.addr),
+                refused_addr: addr.to_owned(),
+            });
+        }
+    }
+    let Some(live) = live else {
+        return Ok(());
+    };
+    let live_epoch = live.epoch.unwrap_or(0);
+    match epoch {
+        Some(epoch) if epoch > live_epoch => {
+            tracing::info!(cluster, broker = name, new_master = addr, epoch,
+                old_master = %live.addr, old_epoch = live_epoch,
+                "master replaced by a registration with a higher master epoch (failover)");
+            remove_broker(t, &live.cluster, &live.addr, name, MASTER_ID);
+            Ok(())
+        }
+        Some(epoch) if epoch < live_epoch => {
+            tracing::warn!(
+                cluster,
+                broker = name,
+                addr,
+                epoch,
+                current_epoch = live_epoch,
+                "master registration with a stale master epoch refused (deposed master)"
+            );
+            Err(RegisterBrokerError::DeposedMaster {
+                cluster_name: cluster.to_owned(),
+                broker_name: name.to_owned(),
+                epoch,
+                current_epoch: live_epoch,
+                current_master: Some(live.addr),
+                refused_addr: addr.to_owned(),
+            })
+        }
+        _ => {
+            tracing::warn!(cluster, broker = name, addr, live_master = %live.addr,
+                ?epoch, live_epoch, "second master for a broker name refused");
+            Err(RegisterBrokerError::SecondMaster {
+                cluster_name: cluster.to_owned(),
+                broker_name: name.to_owned(),
+                live_master: live.addr,
+                refused_addr: addr.to_owned(),
+            })
+        }
+    }
 }
 
 /// Removes one broker address and, if its group has no member left, the group, its cluster
@@ -700,11 +839,17 @@ mod tests {
     fn expiry_uses_header_timeout_or_default() {
         let r = RouteRegistry::new(Duration::from_secs(10));
         let t0 = Instant::now();
-        r.register_broker_at(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None, t0)
-            .unwrap();
+        r.register_broker_at(
+            &header("a", "m:1", 0),
+            None,
+            &body(&[("T", 4)], 1),
+            None,
+            t0,
+        )
+        .unwrap();
         let mut h = header("b", "m:2", 0);
         h.heartbeat_timeout_millis = Some(1000);
-        r.register_broker_at(&h, &body(&[("U", 4)], 1), None, t0)
+        r.register_broker_at(&h, None, &body(&[("U", 4)], 1), None, t0)
             .unwrap();
         assert!(r.scan_expired(t0 + Duration::from_millis(900)).is_empty());
         let removed = r.scan_expired(t0 + Duration::from_secs(2));
@@ -830,11 +975,18 @@ mod tests {
         // Expired, even before the scan removed it.
         let r = RouteRegistry::new(Duration::from_secs(10));
         let t0 = Instant::now();
-        r.register_broker_at(&header("a", "m:1", 0), &body(&[("T", 4)], 1), None, t0)
-            .unwrap();
+        r.register_broker_at(
+            &header("a", "m:1", 0),
+            None,
+            &body(&[("T", 4)], 1),
+            None,
+            t0,
+        )
+        .unwrap();
         assert!(r
             .register_broker_at(
                 &header("a", "m:2", 0),
+                None,
                 &body(&[], 1),
                 None,
                 t0 + Duration::from_secs(5)
@@ -842,6 +994,7 @@ mod tests {
             .is_err());
         r.register_broker_at(
             &header("a", "m:2", 0),
+            None,
             &body(&[], 1),
             None,
             t0 + Duration::from_secs(11),
@@ -887,5 +1040,193 @@ mod tests {
         assert_eq!(route.broker_datas[0].master_addr(), Some("s:1"));
         // Its old slave entry is gone: one address, id 0.
         assert_eq!(route.broker_datas[0].broker_addrs.len(), 1);
+    }
+
+    fn master_ids(r: &RouteRegistry, topic: &str) -> BTreeMap<i64, String> {
+        r.topic_route(topic).unwrap().broker_datas[0]
+            .broker_addrs
+            .clone()
+    }
+
+    #[test]
+    fn a_master_with_a_higher_epoch_replaces_the_live_master_at_once() {
+        let r = RouteRegistry::default();
+        r.register_broker_with_epoch(
+            &header("a", "m:1", 0),
+            Some(1),
+            &body(&[("T", 4)], 1),
+            Some(1),
+        )
+        .unwrap();
+        r.register_broker(&header("a", "s:1", 1), &body(&[], 1), Some(2))
+            .unwrap();
+        // The promoted slave registers as master with epoch 2 while m:1 is still live.
+        r.register_broker_with_epoch(
+            &header("a", "s:1", 0),
+            Some(2),
+            &body(&[("T", 4)], 2),
+            Some(2),
+        )
+        .unwrap();
+        let addrs = master_ids(&r, "T");
+        assert_eq!(addrs.len(), 1, "{addrs:?}");
+        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(r.live_broker_count(), 1);
+        let info = r.cluster_info();
+        assert_eq!(info.broker_addr_table["a"].master_addr(), Some("s:1"));
+        // The old master's connection closing later removes nothing of the new master's.
+        assert!(r.connection_closed(1).is_empty());
+        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("s:1"));
+
+        // A classic master (no epoch) is replaced by any epoch above 0.
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        r.register_broker_with_epoch(
+            &header("a", "m:2", 0),
+            Some(1),
+            &body(&[("T", 4)], 1),
+            Some(2),
+        )
+        .unwrap();
+        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("m:2"));
+        assert_eq!(master_ids(&r, "T").len(), 1);
+    }
+
+    #[test]
+    fn equal_lower_or_missing_epochs_do_not_replace_a_live_master() {
+        let r = RouteRegistry::default();
+        r.register_broker_with_epoch(
+            &header("a", "m:1", 0),
+            Some(2),
+            &body(&[("T", 4)], 1),
+            Some(1),
+        )
+        .unwrap();
+        let equal = r
+            .register_broker_with_epoch(&header("a", "m:2", 0), Some(2), &body(&[], 1), Some(2))
+            .unwrap_err();
+        assert!(
+            matches!(equal, RegisterBrokerError::SecondMaster { .. }),
+            "{equal}"
+        );
+        let missing = r
+            .register_broker(&header("a", "m:2", 0), &body(&[], 1), Some(2))
+            .unwrap_err();
+        assert!(
+            matches!(missing, RegisterBrokerError::SecondMaster { .. }),
+            "{missing}"
+        );
+        let lower = r
+            .register_broker_with_epoch(&header("a", "m:2", 0), Some(1), &body(&[], 1), Some(2))
+            .unwrap_err();
+        let text = lower.to_string();
+        assert!(
+            text.contains("master epoch 1 refused")
+                && text.contains("master epoch is 2")
+                && text.contains("m:1")
+                && text.contains("m:2"),
+            "{text}"
+        );
+        // Nothing changed.
+        let addrs = master_ids(&r, "T");
+        assert_eq!(addrs.len(), 1);
+        assert_eq!(addrs.get(&0).map(String::as_str), Some("m:1"));
+        assert_eq!(r.live_broker_count(), 1);
+    }
+
+    #[test]
+    fn a_deposed_master_is_refused_as_master_and_accepted_as_slave() {
+        let r = RouteRegistry::default();
+        r.register_broker_with_epoch(
+            &header("a", "m:1", 0),
+            Some(1),
+            &body(&[("T", 4)], 1),
+            Some(1),
+        )
+        .unwrap();
+        r.register_broker(&header("a", "s:1", 1), &body(&[], 1), Some(2))
+            .unwrap();
+        r.register_broker_with_epoch(
+            &header("a", "s:1", 0),
+            Some(2),
+            &body(&[("T", 4)], 2),
+            Some(2),
+        )
+        .unwrap();
+        // The old master, still believing it is master, is refused naming both epochs.
+        let err = r
+            .register_broker_with_epoch(
+                &header("a", "m:1", 0),
+                Some(1),
+                &body(&[("T", 4)], 1),
+                Some(1),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            RegisterBrokerError::DeposedMaster {
+                cluster_name: "C".into(),
+                broker_name: "a".into(),
+                epoch: 1,
+                current_epoch: 2,
+                current_master: Some("s:1".into()),
+                refused_addr: "m:1".into(),
+            }
+        );
+        // Demoted, it registers as a slave under its own id and learns the new master.
+        let res = r
+            .register_broker(&header("a", "m:1", 2), &body(&[], 1), Some(1))
+            .unwrap();
+        assert_eq!(res.master_addr.as_deref(), Some("s:1"));
+        let addrs = master_ids(&r, "T");
+        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(addrs.get(&2).map(String::as_str), Some("m:1"));
+        assert_eq!(addrs.len(), 2);
+        // With the new master gone, the deposed one still cannot come back as master.
+        assert_eq!(r.connection_closed(2).len(), 1);
+        let err = r
+            .register_broker_with_epoch(&header("a", "m:1", 0), Some(1), &body(&[], 1), Some(1))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterBrokerError::DeposedMaster {
+                    current_master: None,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A higher epoch (a new election) is accepted.
+        r.register_broker_with_epoch(&header("a", "m:1", 0), Some(3), &body(&[], 1), Some(1))
+            .unwrap();
+        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("m:1"));
+        assert_eq!(master_ids(&r, "T").len(), 1);
+    }
+
+    #[test]
+    fn re_registering_under_another_id_removes_the_old_id_entry() {
+        let r = RouteRegistry::default();
+        r.register_broker(&header("a", "m:1", 0), &body(&[("T", 4)], 1), Some(1))
+            .unwrap();
+        r.register_broker(&header("a", "s:1", 1), &body(&[], 1), Some(2))
+            .unwrap();
+        // The master demotes itself first: it leaves id 0 and the route has no master.
+        r.register_broker(&header("a", "m:1", 3), &body(&[], 1), Some(1))
+            .unwrap();
+        let addrs = master_ids(&r, "T");
+        assert_eq!(addrs.get(&0), None, "{addrs:?}");
+        assert_eq!(addrs.get(&3).map(String::as_str), Some("m:1"));
+        assert_eq!(addrs.len(), 2);
+        assert_eq!(r.live_broker_count(), 2);
+        // So the promoted slave needs no epoch.
+        r.register_broker(&header("a", "s:1", 0), &body(&[("T", 4)], 2), Some(2))
+            .unwrap();
+        let addrs = master_ids(&r, "T");
+        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(addrs.get(&1), None);
+        assert_eq!(addrs.len(), 2);
+        assert!(r.topic_route("T").unwrap().queue_datas.len() == 1);
     }
 }

@@ -700,3 +700,135 @@ async fn second_master_for_a_broker_name_is_refused_until_the_first_is_gone() {
     second.close_all().await;
     ns.stop().await;
 }
+
+/// Failover over TCP: the promoted slave's registration with a higher master epoch (the
+/// `ferromqMasterEpoch` ext field) replaces the live master at once, in routes and in
+/// clusterList; equal, missing and lower epochs are refused; the deposed master re-registering
+/// as a slave under its own id leaves id 0.
+#[tokio::test]
+async fn a_higher_master_epoch_replaces_the_live_master_in_routes_at_once() {
+    const OLD: &str = "127.0.0.1:10911";
+    const NEW: &str = "127.0.0.1:10921";
+    let ns = start(local_config()).await;
+    let old = NamesrvClient::new();
+    old.register_broker_with_epoch(
+        ns.addr,
+        &broker_header("broker-a", OLD, 0),
+        Some(1),
+        &broker_body(),
+        T,
+    )
+    .await
+    .unwrap();
+    let new = NamesrvClient::new();
+    new.register_broker(
+        ns.addr,
+        &broker_header("broker-a", NEW, 1),
+        &RegisterBrokerBody::default(),
+        T,
+    )
+    .await
+    .unwrap();
+    let client = RemotingClient::connect(ns.addr, T).await.unwrap();
+
+    // Equal and missing epochs: the existing refusal.
+    for epoch in [Some(1), None] {
+        let err = new
+            .register_broker_with_epoch(
+                ns.addr,
+                &broker_header("broker-a", NEW, 0),
+                epoch,
+                &broker_body(),
+                T,
+            )
+            .await
+            .unwrap_err();
+        assert!(err.is_second_master(), "epoch {epoch:?}: {err}");
+    }
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(
+        v["brokerDatas"][0]["brokerAddrs"],
+        serde_json::json!({"0": OLD, "1": NEW})
+    );
+
+    // A higher epoch, while the old master's connection is still open: replaced at once.
+    new.register_broker_with_epoch(
+        ns.addr,
+        &broker_header("broker-a", NEW, 0),
+        Some(2),
+        &broker_body(),
+        T,
+    )
+    .await
+    .unwrap();
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(
+        v["brokerDatas"][0]["brokerAddrs"],
+        serde_json::json!({"0": NEW})
+    );
+    let info = json(&call(&client, request::GET_BROKER_CLUSTER_INFO, &[]).await);
+    assert_eq!(
+        info["brokerAddrTable"]["broker-a"]["brokerAddrs"],
+        serde_json::json!({"0": NEW})
+    );
+
+    // The deposed master still registering as master: refused, naming both epochs.
+    let err = old
+        .register_broker_with_epoch(
+            ns.addr,
+            &broker_header("broker-a", OLD, 0),
+            Some(1),
+            &broker_body(),
+            T,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_deposed_master(), "{err}");
+    let (_, remark) = err.rejection().unwrap();
+    let remark = remark.unwrap_or_default();
+    assert!(
+        remark.contains("master epoch 1 refused") && remark.contains("master epoch is 2"),
+        "{remark}"
+    );
+    // As a slave under its own id it joins the group and learns the new master.
+    let reply = old
+        .register_broker(
+            ns.addr,
+            &broker_header("broker-a", OLD, 2),
+            &RegisterBrokerBody::default(),
+            T,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.result.master_addr.as_deref(), Some(NEW));
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(
+        v["brokerDatas"][0]["brokerAddrs"],
+        serde_json::json!({"0": NEW, "2": OLD})
+    );
+
+    // A malformed epoch is refused naming the field, and changes nothing.
+    let mut fields = ext(&[
+        ("brokerName", "broker-a"),
+        ("brokerAddr", "127.0.0.1:10931"),
+        ("clusterName", "DefaultCluster"),
+        ("haServerAddr", "x"),
+        ("brokerId", "0"),
+    ]);
+    fields.insert("ferromqMasterEpoch".into(), "-3".into());
+    let r = client
+        .invoke(
+            RemotingCommand::new_request(request::REGISTER_BROKER, fields),
+            T,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.code, response::SYSTEM_ERROR);
+    assert!(r.remark.unwrap_or_default().contains("ferromqMasterEpoch"));
+    let v = json(&route(&client, "TopicA").await);
+    assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["0"], NEW);
+
+    old.close_all().await;
+    new.close_all().await;
+    ns.stop().await;
+}

@@ -42,6 +42,7 @@ pub(super) async fn apply_assignment(
                 continue;
             }
             let epoch = shared.next_epoch();
+            let master_generation = shared.pull.routes().master_generation(&queue.broker_name);
             let task = spawn_fetch(shared, queue.clone(), epoch);
             state.queues.insert(
                 queue,
@@ -51,6 +52,7 @@ pub(super) async fn apply_assignment(
                     fetch_offset: None,
                     consumed: None,
                     epoch,
+                    master_generation,
                     paused: false,
                     wake: Arc::new(Notify::new()),
                     task: Some(task),

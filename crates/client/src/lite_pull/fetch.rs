@@ -1,6 +1,8 @@
 //! The per-queue fetch task: pulls ahead into the queue's bounded buffer, follows
 //! OFFSET_ILLEGAL, and retries failures after `retry_delay`; a task whose epoch is stale
-//! never buffers what it pulled.
+//! never buffers what it pulled. When the route names a new master for the queue's broker
+//! group (failover), the task drops its buffer and positions and starts again from the
+//! offset committed on the new master (offset pitfall R1).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +45,23 @@ pub(super) enum Step {
 /// Fills one queue's buffer until aborted.
 pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: u64) {
     let config = &shared.config;
+    let routes = shared.pull.routes().clone();
     loop {
+        let generation = routes.master_generation(&queue.broker_name);
+        let followed = match shared.lock().queues.get_mut(&queue) {
+            Some(q) if q.epoch == epoch => q.follow_new_master(generation),
+            _ => false,
+        };
+        if followed {
+            // The polled position not yet committed is dropped with the rest: what the new
+            // master holds is the truth (those messages are delivered again).
+            shared.pull.offset_store().remove(&queue);
+            tracing::info!(
+                ?queue,
+                generation,
+                "new master for the queue's broker group; resuming from its committed offset"
+            );
+        }
         let step = {
             let state = shared.lock();
             match state.queues.get(&queue) {
@@ -72,7 +90,11 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                 Ok(offset) => {
                     let mut state = shared.lock();
                     if let Some(q) = state.queues.get_mut(&queue) {
-                        if q.epoch == epoch && q.fetch_offset.is_none() {
+                        // A failover during the lookup: look up again on the new master.
+                        if q.epoch == epoch
+                            && q.fetch_offset.is_none()
+                            && q.master_generation == generation
+                        {
                             q.fetch_offset = Some(offset);
                             q.consumed = Some(offset);
                         }
@@ -89,12 +111,18 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                     .pull
                     .pull_blocking(&queue, &expression, offset, max, config.pull_hold)
                     .await;
+                // The pull itself may have found the new master (a failover): its answer at
+                // the old in-memory position is dropped; the loop re-reads the position.
+                let generation_after = routes.master_generation(&queue.broker_name);
                 let failed = {
                     let mut state = shared.lock();
                     let Some(q) = state.queues.get_mut(&queue) else {
                         return;
                     };
-                    if q.epoch != epoch || q.fetch_offset != Some(offset) {
+                    if q.epoch != epoch
+                        || q.fetch_offset != Some(offset)
+                        || q.master_generation != generation_after
+                    {
                         continue;
                     }
                     match result {

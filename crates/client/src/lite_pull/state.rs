@@ -47,12 +47,32 @@ pub(super) struct QueueState {
     /// for an older position — even one of an earlier assignment of the same queue — is
     /// never buffered, and `poll` never returns it.
     pub(super) epoch: u64,
+    /// The route's master generation of the queue's broker group
+    /// ([`RouteCache::master_generation`](crate::route::RouteCache::master_generation)) when
+    /// the positions were taken; another value means a failover moved the group to a new
+    /// master, and the positions are read again from the committed offsets it holds (R1).
+    pub(super) master_generation: u64,
     pub(super) paused: bool,
     pub(super) wake: Arc<Notify>,
     pub(super) task: Option<JoinHandle<()>>,
 }
 
 impl QueueState {
+    /// After a failover to a new master (`generation`): drops the buffer and the positions,
+    /// so the fetch task starts again from the offset the new master has committed — never
+    /// from an in-memory position the new master may not hold, never from the beginning.
+    /// Returns whether anything changed.
+    pub(super) fn follow_new_master(&mut self, generation: u64) -> bool {
+        if self.master_generation == generation {
+            return false;
+        }
+        self.master_generation = generation;
+        self.buffer.clear();
+        self.fetch_offset = None;
+        self.consumed = None;
+        true
+    }
+
     /// Keeps `consumed` at the fetch position while nothing is buffered (messages filtered
     /// out by tag are never delivered, so skipping them is safe).
     pub(super) fn settle(&mut self) {

@@ -1,5 +1,12 @@
 //! [`BrokerOffsetStore`]: cluster-mode offsets committed to, and queried from, the broker
 //! that masters each queue (UPDATE_CONSUMER_OFFSET, QUERY_CONSUMER_OFFSET, request/response).
+//!
+//! Failover: a commit or query whose master answers NOT_MASTER or cannot be reached asks the
+//! name servers for the route at once ([`RouteCache::master_failed`]); when the route names
+//! another master, the same request goes to it once more (a commit of the same value is
+//! idempotent: the old master refused it, or stored it before dying and the new master holds
+//! it or takes it now). Otherwise the first error is returned. Commits never go to a slave
+//! (offset pitfall R3): only masters (broker id 0) are ever addressed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +25,10 @@ use super::{BoxFuture, OffsetStore, OffsetStoreStats, PersistReport, ReadMode, C
 use crate::connections::ConnectionPool;
 use crate::error::{codes, OffsetError, RejectReason};
 use crate::route::RouteCache;
+
+/// Attempts of one commit or offset query: the first, and one on the new master when the
+/// first found its master gone and the refreshed route names another.
+const FAILOVER_ATTEMPTS: u32 = 2;
 
 /// Cluster-mode offsets kept by the broker that masters each queue.
 #[derive(Debug)]
@@ -59,10 +70,56 @@ impl BrokerOffsetStore {
             })
     }
 
+    /// The master to try next after `error` from `addr`: the new master of the refreshed
+    /// route when `error` says the master may have changed and this was not the last attempt.
+    async fn failover_target(
+        &self,
+        queue: &MessageQueue,
+        addr: SocketAddr,
+        error: &OffsetError,
+        attempt: u32,
+    ) -> Option<SocketAddr> {
+        if attempt >= FAILOVER_ATTEMPTS || !error.signals_master_change() {
+            return None;
+        }
+        let next = self
+            .routes
+            .master_failed(&queue.topic, &queue.broker_name, addr)
+            .await?;
+        tracing::info!(group = %self.group, ?queue, old_master = %addr, new_master = %next,
+            %error, "offset request goes to the broker group's new master");
+        Some(next)
+    }
+
     /// Sends one commit (with `correction`, marked as ferromq's justified correction, see
-    /// [`CORRECTION_EXT`]) and maps the answer.
+    /// [`CORRECTION_EXT`]) and maps the answer; follows a failover once (see the module doc).
     async fn commit(
         &self,
+        queue: &MessageQueue,
+        offset: u64,
+        correction: bool,
+    ) -> Result<(), OffsetError> {
+        let mut addr = self.broker_addr(queue).await?;
+        let mut attempt = 1;
+        loop {
+            let result = self.commit_at(addr, queue, offset, correction).await;
+            match result {
+                Err(error) => match self.failover_target(queue, addr, &error, attempt).await {
+                    Some(next) => {
+                        addr = next;
+                        attempt += 1;
+                    }
+                    None => return Err(error),
+                },
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    /// One commit to `addr`.
+    async fn commit_at(
+        &self,
+        addr: SocketAddr,
         queue: &MessageQueue,
         offset: u64,
         correction: bool,
@@ -72,7 +129,6 @@ impl BrokerOffsetStore {
             value: offset.to_string(),
             why: "larger than the wire's i64",
         })?;
-        let addr = self.broker_addr(queue).await?;
         let header = UpdateConsumerOffsetRequestHeader {
             consumer_group: self.group.clone(),
             topic: queue.topic.clone(),
@@ -126,8 +182,30 @@ impl BrokerOffsetStore {
         })
     }
 
+    /// Queries the stored offset of `queue` from its master; follows a failover once.
     async fn query(&self, queue: &MessageQueue) -> Result<Option<u64>, OffsetError> {
-        let addr = self.broker_addr(queue).await?;
+        let mut addr = self.broker_addr(queue).await?;
+        let mut attempt = 1;
+        loop {
+            match self.query_at(addr, queue).await {
+                Err(error) => match self.failover_target(queue, addr, &error, attempt).await {
+                    Some(next) => {
+                        addr = next;
+                        attempt += 1;
+                    }
+                    None => return Err(error),
+                },
+                Ok(offset) => return Ok(offset),
+            }
+        }
+    }
+
+    /// One offset query to `addr`.
+    async fn query_at(
+        &self,
+        addr: SocketAddr,
+        queue: &MessageQueue,
+    ) -> Result<Option<u64>, OffsetError> {
         let header = QueryConsumerOffsetRequestHeader {
             consumer_group: self.group.clone(),
             topic: queue.topic.clone(),

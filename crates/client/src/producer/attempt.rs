@@ -4,7 +4,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use ferromq_protocol::java_string_hash;
@@ -33,6 +35,26 @@ pub(super) struct Prepared {
     pub(super) properties: Option<String>,
     pub(super) batch: bool,
     pub(super) delay: bool,
+}
+
+/// Pause between route fetches while a send waits for its broker group's new master.
+pub(super) const FAILOVER_POLL: Duration = crate::route::FAILOVER_REFRESH_MIN_INTERVAL;
+
+/// Bound on route polls per failed attempt while waiting for a new master (with
+/// [`FAILOVER_POLL`], 5 s; the send's own deadline usually ends it first).
+pub(super) const FAILOVER_POLLS_MAX: u32 = 50;
+
+/// Polls after which a route still naming the failed master (restarting at the same
+/// address, or not yet replaced) lets the retry go to it anyway.
+pub(super) const FAILOVER_SAME_MASTER_POLLS: u32 = 3;
+
+/// Least time one attempt is given, even at the end of the send's total bound.
+const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The broker group and master address of a failed attempt.
+pub(super) struct FailedAttempt {
+    pub(super) broker: String,
+    pub(super) addr: std::net::SocketAddr,
 }
 
 /// A successful attempt: the broker's reply header and the queue it stored into.
@@ -109,8 +131,23 @@ impl Producer {
         Ok(route)
     }
 
-    /// Sends `prepared` with at most `retries_max + 1` attempts, retrying only retriable
-    /// errors and, with round-robin, preferring brokers that have not failed in this send.
+    /// Sends `prepared` with at most `retries_max + 1` attempts (Java's
+    /// `retryTimesWhenSendFailed`, 2 by default), retrying only retriable errors and, with
+    /// round-robin, preferring brokers that have not failed in this send.
+    ///
+    /// Failover: a failed attempt fetches the topic's route at once
+    /// ([`RouteCache::master_failed`](crate::route::RouteCache::master_failed), rate limited);
+    /// when no other broker group of the topic can take the message, the next attempt waits
+    /// (polling the route every [`FAILOVER_POLL`], at most [`FAILOVER_POLLS_MAX`] times) until
+    /// the group's route names a master again (see `await_master`), so a send that was going
+    /// to the old master is stored by the new one within the retry budget. The whole send is
+    /// bounded by `send_timeout × (retries_max + 1)`; each attempt by `send_timeout` and what
+    /// is left of that bound (at least [`MIN_ATTEMPT_TIMEOUT`]); no retry starts past it.
+    ///
+    /// # Duplicates
+    /// A retry after a timeout or a closed connection may store the message twice: the
+    /// failed attempt may have been stored (and replicated) before the master went away.
+    /// Retries are counted ([`ProducerStats::send_retries`](super::ProducerStats::send_retries)).
     pub(super) async fn send_retrying(
         &self,
         prepared: &Prepared,
@@ -119,10 +156,13 @@ impl Producer {
     ) -> Result<(Sent, u32), ClientError> {
         let topic = prepared.topic.as_str();
         let attempts_max = self.inner.config.retries_max.saturating_add(1);
+        let deadline = Instant::now() + self.inner.config.send_timeout.saturating_mul(attempts_max);
         let start = self.inner.next_queue.fetch_add(1, Ordering::Relaxed);
         let mut failed_brokers: Vec<String> = Vec::new();
         let mut last_error = None;
+        let mut attempts_made = 0;
         for attempt in 0..attempts_max {
+            attempts_made = attempt + 1;
             let result = async {
                 let route = self.publish_route(topic).await.map_err(|e| (e, None))?;
                 let index = pick(
@@ -132,33 +172,90 @@ impl Producer {
                     start.wrapping_add(attempt as usize),
                     &failed_brokers,
                 );
-                self.send_once(prepared, &route.write_queues[index], &route)
+                self.send_once(prepared, &route.write_queues[index], &route, deadline)
                     .await
             }
             .await;
+            let out_of_time = Instant::now() >= deadline;
             match result {
                 Ok(sent) => return Ok((sent, attempt + 1)),
-                Err((error, broker)) if error.is_retriable() && attempt + 1 < attempts_max => {
+                Err((error, failed))
+                    if error.is_retriable() && attempt + 1 < attempts_max && !out_of_time =>
+                {
                     tracing::warn!(%topic, attempt = attempt + 1, %error, "send failed; retrying");
-                    if let Some(broker) = broker {
-                        failed_brokers.push(broker);
-                    }
+                    self.inner.send_retries.fetch_add(1, Ordering::Relaxed);
                     self.inner.routes.invalidate(topic);
+                    if let Some(failed) = failed {
+                        let signal = error.signals_master_change();
+                        self.await_master(topic, &failed, signal, &failed_brokers, deadline)
+                            .await;
+                        failed_brokers.push(failed.broker);
+                    }
                     last_error = Some(error);
                 }
                 Err((error, _)) if error.is_retriable() => {
                     last_error = Some(error);
+                    if out_of_time {
+                        break;
+                    }
                 }
                 Err((error, _)) => return Err(error),
             }
         }
         Err(ClientError::RetriesExhausted {
-            attempts: attempts_max,
+            attempts: attempts_made,
             last: Box::new(
                 last_error
                     .unwrap_or_else(|| ClientError::Config("retries_max allows no attempt".into())),
             ),
         })
+    }
+
+    /// After a retriable failure of `failed`: fetches the route at once and, unless another
+    /// broker group of the topic can take the send, polls it while the group has no master
+    /// (a failover in progress: the old master left, the new one has not registered yet).
+    /// It returns as soon as the group has a master other than the failed address; when the
+    /// route still names the failed one, at once for an ordinary error, and for a failover
+    /// signal (`signal`: NOT_MASTER, connection failure) after [`FAILOVER_SAME_MASTER_POLLS`]
+    /// polls (a master restarting in place, or not replaced yet). Bounded by `deadline` and
+    /// [`FAILOVER_POLLS_MAX`].
+    async fn await_master(
+        &self,
+        topic: &str,
+        failed: &FailedAttempt,
+        signal: bool,
+        failed_brokers: &[String],
+        deadline: Instant,
+    ) {
+        let routes = &self.inner.routes;
+        for poll in 0..FAILOVER_POLLS_MAX {
+            if let Some(new_master) = routes
+                .master_failed(topic, &failed.broker, failed.addr)
+                .await
+            {
+                tracing::info!(%topic, broker = %failed.broker, old_master = %failed.addr,
+                    %new_master, "the broker group has a new master; retrying the send there");
+                return;
+            }
+            let route = routes.cached(topic);
+            let other_group = route.as_ref().is_some_and(|r| {
+                r.write_queues.iter().any(|q| {
+                    q.broker_name != failed.broker && !failed_brokers.contains(&q.broker_name)
+                })
+            });
+            let same_master = route
+                .as_ref()
+                .and_then(|r| r.master_addr(&failed.broker))
+                .is_some();
+            if other_group || (same_master && (!signal || poll >= FAILOVER_SAME_MASTER_POLLS)) {
+                return;
+            }
+            let now = Instant::now();
+            if now + FAILOVER_POLL >= deadline {
+                return;
+            }
+            tokio::time::sleep(FAILOVER_POLL).await;
+        }
     }
 
     /// One attempt: SEND_MESSAGE to the master of `queue`, SUCCESS or an error.
@@ -167,8 +264,8 @@ impl Producer {
         prepared: &Prepared,
         queue: &MessageQueue,
         route: &TopicRoute,
-    ) -> Result<Sent, (ClientError, Option<String>)> {
-        let broker = || Some(queue.broker_name.clone());
+        deadline: Instant,
+    ) -> Result<Sent, (ClientError, Option<FailedAttempt>)> {
         let addr = match route.master_addr(&queue.broker_name) {
             Some(addr) => addr,
             None => self
@@ -176,14 +273,26 @@ impl Producer {
                 .routes
                 .master_addr(&queue.topic, &queue.broker_name)
                 .await
-                .map_err(|e| (e, broker()))?,
+                .map_err(|e| (e, None))?,
+        };
+        let broker = || {
+            Some(FailedAttempt {
+                broker: queue.broker_name.clone(),
+                addr,
+            })
         };
         self.register_on_first_contact(addr);
         let cmd = self.command(prepared, queue);
+        let timeout = self
+            .inner
+            .config
+            .send_timeout
+            .min(deadline.saturating_duration_since(Instant::now()))
+            .max(MIN_ATTEMPT_TIMEOUT);
         let reply = self
             .inner
             .pool
-            .invoke(addr, cmd, self.inner.config.send_timeout)
+            .invoke(addr, cmd, timeout)
             .await
             .map_err(|e| (e, broker()))?;
         if reply.code != response::SUCCESS {

@@ -75,6 +75,8 @@ struct Inner {
     async_sends: Arc<Semaphore>,
     closed: AtomicBool,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Send attempts made after a failed one (see [`ProducerStats::send_retries`]).
+    send_retries: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -143,6 +145,7 @@ impl Producer {
                 registration: Registration::default(),
                 closed: AtomicBool::new(false),
                 tasks: Mutex::new(Vec::new()),
+                send_retries: std::sync::atomic::AtomicU64::new(0),
                 config,
             }),
         };
@@ -194,6 +197,8 @@ impl Producer {
             route_refresh_failures: routes.refresh_failures,
             async_sends_outstanding: self.inner.config.async_sends_max
                 - self.inner.async_sends.available_permits(),
+            send_retries: self.inner.send_retries.load(Ordering::Relaxed),
+            failover_route_fetches: routes.failover_fetches,
         }
     }
 

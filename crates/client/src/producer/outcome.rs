@@ -53,6 +53,12 @@ pub struct ProducerStats {
     pub route_refresh_failures: u64,
     /// Asynchronous sends outstanding now.
     pub async_sends_outstanding: usize,
+    /// Send attempts made after a failed attempt (within `retries_max`). A retry after a
+    /// timeout or a closed connection may have stored a duplicate.
+    pub send_retries: u64,
+    /// Route fetches made at once after a failed send attempt (NOT_MASTER, connection
+    /// failure, or another retriable failure), rate limited per topic.
+    pub failover_route_fetches: u64,
 }
 
 /// The outcome of [`Producer::send_async`](super::Producer::send_async): a future that resolves when the send finishes.

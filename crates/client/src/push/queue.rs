@@ -1,4 +1,6 @@
 //! One assigned queue: its in-flight set, its pull task and the dispatch to the listener.
+//! After a failover (the route names a new master for the queue's broker group) the pull
+//! task drops its cache and resumes from the offset committed on the new master (R1).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -226,6 +228,9 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
             return;
         }
     }
+    let broker = pq.queue.broker_name.clone();
+    // The route's master generation the positions were read under (failover, R1).
+    let mut master_generation = inner.routes.master_generation(&broker);
     let Some(start) = start_offset(&inner, &pq).await else {
         return;
     };
@@ -234,6 +239,20 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
     loop {
         if pq.is_stopped() {
             return;
+        }
+        let now = inner.routes.master_generation(&broker);
+        if now != master_generation {
+            // A failover gave the group a new master: continue from the offset it holds as
+            // committed, never from the in-memory cursor (which it may not hold).
+            master_generation = now;
+            tracing::info!(queue = ?pq.queue, generation = now,
+                "new master for the queue's broker group; resuming from its committed offset");
+            inner.offsets.remove(&pq.queue);
+            let Some(start) = start_offset(&inner, &pq).await else {
+                return;
+            };
+            pq.reset_to(start, inner.offsets.as_ref());
+            continue;
         }
         let (count, bytes) = pq.cached();
         if count >= cfg.max_cached_messages_per_queue.max(1)
@@ -265,6 +284,11 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
             // new cursor.
             _ = pq.interrupt.notified() => continue,
         };
+        if inner.routes.master_generation(&broker) != master_generation {
+            // Answered after a failover (the pull itself may have found the new master):
+            // dropped; the loop re-reads the position from the new master.
+            continue;
+        }
         match result {
             Ok(PullResult::Found {
                 messages,

@@ -70,3 +70,9 @@ pub const RESET_GENERATION_EXT: &str = "generation";
 /// Ext field of a reset's reply: the offsets the queues had before the reset, as text
 /// (`queueId:offset` pairs joined by `,`; `-1` for a queue that had none).
 pub const RESET_OLD_OFFSETS_EXT: &str = "oldOffsets";
+
+/// Ext field of REGISTER_BROKER: the master epoch of a broker in controller mode (decimal,
+/// sent only when above 0). A ferromq name server lets a master registration with a higher
+/// epoch than the group's live master replace it (failover), and refuses one with a lower
+/// epoch (a deposed master). RocketMQ name servers ignore unknown ext fields.
+pub const MASTER_EPOCH_EXT: &str = "ferromqMasterEpoch";
