@@ -235,6 +235,21 @@ fn truncate_diverged_then_reopen_has_no_tail() {
     assert_cut(dir.path(), cut);
 }
 
+#[test]
+fn a_plain_truncation_drops_the_entries_past_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cut, _) = two_terms(dir.path());
+    let store = MessageStore::open(test_config(dir.path())).unwrap();
+    store.truncate(cut).unwrap();
+    // The term starting exactly at the cut may still write there: kept.
+    assert_eq!(store.epochs(), vec![e(1, 0), e(2, cut)]);
+    let first = read_all(&store, "T", 0)[1].phys_offset;
+    store.truncate(first).unwrap();
+    assert_eq!(store.epochs(), vec![e(1, 0)]);
+    drop(store);
+    assert_eq!(epoch::load(dir.path()).unwrap(), vec![e(1, 0)]);
+}
+
 /// The state a crash leaves after the intent is written but before the epoch file is
 /// rewritten: recovery finishes the cut, open drops the entry at the cut.
 #[test]

@@ -44,6 +44,9 @@
 //!   `differs_at` value) before writing anything, so a refused frame leaves the output buffer
 //!   untouched, and what is encoded always decodes back to an equal frame.
 //!
+//! A Hello of version 1 (which ends after its samples) decodes with no epoch entries, so a
+//! master can answer an old slave [`RefusalCode::BadVersion`] rather than drop it as malformed.
+//!
 //! The decoder accepts any [`Hello::version`]; whether to talk to a slave of another version
 //! is the master's decision (it answers [`RefusalCode::BadVersion`]).
 

@@ -407,6 +407,36 @@ fn epoch_lists_past_their_bound_are_refused_both_ways() {
 }
 
 #[test]
+fn a_version_one_hello_decodes_without_epochs() {
+    let v1 = Hello {
+        version: 1,
+        epochs: Vec::new(),
+        ..hello()
+    };
+    let mut buf = encode(&HaFrame::Hello(v1.clone()));
+    // Drop the (empty) epoch list and fix the length: the version-1 layout.
+    buf.truncate(buf.len() - 2);
+    let len = (buf.len() - 4) as u32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    assert_eq!(
+        HaCodec::default().decode(&mut buf).unwrap(),
+        Some(HaFrame::Hello(v1))
+    );
+    // Version 2 must carry the list.
+    let mut buf = encode(&HaFrame::Hello(Hello {
+        epochs: Vec::new(),
+        ..hello()
+    }));
+    buf.truncate(buf.len() - 2);
+    let len = (buf.len() - 4) as u32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    assert!(matches!(
+        HaCodec::default().decode(&mut buf),
+        Err(HaFrameError::Truncated { .. })
+    ));
+}
+
+#[test]
 fn truncate_layout_and_bounds() {
     let buf = encode(&HaFrame::Truncate(Truncate {
         to: 0x0a0b,

@@ -319,7 +319,13 @@ fn decode_hello(r: &mut Reader) -> Result<Hello, HaFrameError> {
             crc: r.u32()?,
         });
     }
-    let epochs = decode_epochs(r)?;
+    // A version-1 Hello ends after its samples: read it whole, so the master can answer
+    // BadVersion instead of dropping the connection as malformed.
+    let epochs = if version < 2 && r.buf.is_empty() {
+        Vec::new()
+    } else {
+        decode_epochs(r)?
+    };
     Ok(Hello {
         epochs,
         version,

@@ -50,6 +50,17 @@ impl Inner {
         Ok(())
     }
 
+    /// Drops, durably, the entries starting past `offset` (and at it when `inclusive`).
+    pub(crate) fn drop_epochs_from(&self, offset: u64, inclusive: bool) -> Result<(), EpochError> {
+        let doomed = |e: &EpochEntry| e.start > offset || (inclusive && e.start == offset);
+        let mut entries = self.epochs_lock();
+        if entries.iter().any(doomed) {
+            let kept: Vec<EpochEntry> = entries.iter().copied().filter(|e| !doomed(e)).collect();
+            self.set_epochs(&mut entries, kept)?;
+        }
+        Ok(())
+    }
+
     fn epochs_lock(&self) -> std::sync::MutexGuard<'_, Vec<EpochEntry>> {
         self.epochs.lock().expect("epochs lock")
     }
@@ -160,12 +171,7 @@ impl MessageStore {
     /// I/O failed (the store is poisoned; the next open completes the truncation).
     pub fn truncate_diverged(&self, to: u64) -> Result<TruncateReport, TruncateError> {
         let report = self.truncate_with(to, |inner: &Inner| {
-            let mut entries = inner.epochs_lock();
-            if entries.iter().any(|e| e.start >= to) {
-                let kept: Vec<EpochEntry> =
-                    entries.iter().copied().filter(|e| e.start < to).collect();
-                inner.set_epochs(&mut entries, kept)?;
-            }
+            inner.drop_epochs_from(to, true)?;
             Ok(())
         })?;
         if self.replication_bound().is_some_and(|bound| bound > to) {

@@ -267,8 +267,14 @@ impl MessageStore {
     /// # Errors
     /// `phys_offset` is not a record boundary inside the log, or I/O failed (the store is then
     /// poisoned; recovery finishes the truncation on restart).
+    ///
+    /// Epoch entries starting past the cut are dropped with it (durably, before the cut), so
+    /// no entry ever names bytes the log no longer holds.
     pub fn truncate(&self, phys_offset: u64) -> Result<TruncateReport, TruncateError> {
-        self.truncate_with(phys_offset, |_| Ok(()))
+        self.truncate_with(phys_offset, |inner| {
+            inner.drop_epochs_from(phys_offset, false)?;
+            Ok(())
+        })
     }
 
     /// [`MessageStore::truncate`], running `before_cut` once the offset is validated and the
