@@ -227,8 +227,20 @@ pub fn apply_newest(ctx: &BrokerContext) -> Result<bool, CatalogError> {
 /// Publishes (master) or follows (slave) the catalog until `stop`.
 pub async fn run(ctx: Arc<BrokerContext>, mut stop: watch::Receiver<bool>) {
     let log = &ctx.catalog_log;
+    // A broker that becomes master (a promotion) first adopts the newest catalog record of
+    // its log, so it never republishes a catalog older than its former master's last one.
+    // In controller mode every broker starts as a slave; a classic master's catalog files
+    // are its own.
+    let mut was_master = ctx.controller.is_none() && ctx.replication.role().is_master();
     loop {
-        if ctx.replication.role().is_master() {
+        let master = ctx.replication.role().is_master();
+        if master && !was_master {
+            if let Err(error) = apply_newest(&ctx) {
+                log.failed("the newest catalog record not adopted on promotion", &error);
+            }
+        }
+        was_master = master;
+        if master {
             match publish(&ctx).await {
                 Ok(()) => log.succeeded(),
                 Err(error) => log.failed("catalog not published to the log", &error),

@@ -41,6 +41,8 @@ pub const IDENTITY_FILE: &str = "brokerIdentity.json";
 
 /// How long one registration attempt may take.
 const REGISTER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most a promotion waits for the dispatcher to expose the whole log first.
+const PROMOTION_DISPATCH_WAIT: Duration = Duration::from_secs(10);
 /// Pause between registration attempts.
 const REGISTER_RETRY: Duration = Duration::from_millis(200);
 
@@ -470,6 +472,8 @@ impl ControllerLink {
             RoleAction::Keep => {}
             RoleAction::Promote { epoch } => {
                 let role = self.settings.master_role;
+                let dispatched = self.replication.expose_whole_log(PROMOTION_DISPATCH_WAIT).await;
+                tracing::info!(dispatched, "the whole log is dispatched; taking the master role");
                 // The epoch file already ends with this epoch: this broker led it before a
                 // restart the controller did not notice; no new term begins.
                 let outcome = if epoch == self.replication.epoch() {

@@ -38,4 +38,22 @@ impl Replication {
         self.master_addr.send_replace(None);
         tracing::warn!("stepped down: the controller names no master");
     }
+
+    /// Before a promotion: lets the dispatcher expose this replica's whole log and waits
+    /// (at most `bound`) until it has, so the new master answers offset queries with every
+    /// commit its log holds (never an older offset, offset pitfall R1) and adopts the newest
+    /// catalog record before it publishes its own. The controller elected this broker, so its
+    /// log is the group's from here on.
+    pub async fn expose_whole_log(&self, bound: std::time::Duration) -> u64 {
+        let end = self.store.committed_end();
+        self.store.set_replication_bound(Some(end));
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let dispatched = self.store.stats().dispatched_end;
+            if dispatched >= end || tokio::time::Instant::now() >= deadline {
+                return dispatched;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
 }
