@@ -307,6 +307,7 @@ async fn wait_master(
             if info.master_broker_id.is_some()
                 && info.master_epoch >= min_epoch
                 && info.sync_state_set.len() >= members
+                && acts_as_master(&info).await
             {
                 return info;
             }
@@ -318,6 +319,36 @@ async fn wait_master(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether the broker the controller names master already acts as master of that epoch.
+async fn acts_as_master(info: &ReplicaInfo) -> bool {
+    let Some(addr) = info
+        .master_address
+        .as_deref()
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+    else {
+        return false;
+    };
+    let Ok(client) = RemotingClient::connect(addr, Duration::from_secs(1)).await else {
+        return false;
+    };
+    let Ok(reply) = client
+        .invoke(
+            ferromq_protocol::remoting::RemotingCommand::new_request(
+                request::GET_BROKER_HA_STATUS,
+                Default::default(),
+            ),
+            Duration::from_secs(2),
+        )
+        .await
+    else {
+        return false;
+    };
+    let status: Option<ferromq_protocol::remoting::body::ha_runtime::HaRuntimeInfo> =
+        ferromq_protocol::remoting::body::decode_json(reply.body.as_deref().unwrap_or_default())
+            .ok();
+    status.is_some_and(|s| s.master && s.master_epoch == Some(info.master_epoch as i64))
 }
 
 /// The broker serving `info`'s master address.
@@ -346,8 +377,38 @@ async fn sync_state_data(controller: &ControllerClient) -> SyncStateData {
 // A cluster
 // ---------------------------------------------------------------------------------------------
 
+/// A test's directory: removed on drop, unless `FERROMQ_KEEP_TEST_DIRS` is set (then its path
+/// is printed, for reading the nodes' logs after a failure).
+struct TestDir {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+}
+
+impl TestDir {
+    fn new() -> TestDir {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        if std::env::var_os("FERROMQ_KEEP_TEST_DIRS").is_some() {
+            println!("test dir kept: {}", path.display());
+            return TestDir {
+                dir: None,
+                path: dir.keep(),
+            };
+        }
+        TestDir {
+            dir: Some(dir),
+            path,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        let _ = &self.dir;
+        &self.path
+    }
+}
+
 struct Cluster {
-    dir: tempfile::TempDir,
+    dir: TestDir,
     _namesrv: Namesrv,
     controllers: Controllers,
     brokers: Vec<Broker>,
@@ -364,7 +425,7 @@ impl Cluster {
         role: &'static str,
         unclean: bool,
     ) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = TestDir::new();
         let namesrv = namesrv();
         let ctl = Controllers::start(dir.path(), controllers, unclean);
         let spec = BrokerSpec {
@@ -594,8 +655,10 @@ struct Load {
 }
 
 impl Load {
-    fn start(controllers: &[SocketAddr]) -> Load {
+    /// Starts the load; `seeded` are values sent before it (they count as attempted).
+    fn start(controllers: &[SocketAddr], seeded: Vec<Vec<u8>>) -> Load {
         let ledger = Arc::new(Ledger::default());
+        ledger.attempted.lock().unwrap().extend(seeded);
         let mut tasks = Vec::new();
         for queue in 0..QUEUES {
             tasks.push(tokio::spawn(produce(
@@ -1054,7 +1117,7 @@ async fn r4_an_unclean_election_keeps_offsets_within_the_new_masters_queues() {
 /// acknowledged is missing and the old master follows the new epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn r6_a_master_cut_off_from_the_controllers_stops_within_its_lease() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TestDir::new();
     let ns = namesrv();
     let controllers = Controllers::start(dir.path(), 1, false);
     let proxy = FaultProxy::start(controllers.addrs[0]).await.unwrap();
@@ -1078,19 +1141,27 @@ async fn r6_a_master_cut_off_from_the_controllers_stops_within_its_lease() {
     let _b1 = Broker::start(dir.path(), "b1", &spec);
     let _b2 = Broker::start(dir.path(), "b2", &spec);
     wait_master(&controller, 1, 3, 30).await;
-    seed(b0.addr, 1, "r6").await;
-    let load = Load::start(&controllers.addrs);
+    let seeded = seed(b0.addr, 1, "r6").await;
+    let load = Load::start(&controllers.addrs, seeded);
     eventually!(10, "load on the master", load.acked() > 50);
     let client = connect(b0.addr).await;
     proxy.set_mode(ProxyMode::Drop);
     let cut = Instant::now();
     // Within the lease (600 ms) plus a heartbeat, the isolated master refuses writes.
     let mut refused_after: Option<Duration> = None;
+    let mut probes = 0;
     eventually!(5, "the isolated master refusing writes", {
+        // Probes acknowledged before the lease ran out are acknowledged writes like any.
+        probes += 1;
+        let probe = format!("probe-{probes}").into_bytes();
+        load.ledger.attempted.lock().unwrap().insert(probe.clone());
         let reply = client
-            .invoke(send_command(TOPIC, 0, b"probe"), Duration::from_secs(5))
+            .invoke(send_command(TOPIC, 0, &probe), Duration::from_secs(5))
             .await
             .unwrap();
+        if reply.code == response::SUCCESS {
+            load.ledger.acked.lock().unwrap().insert(probe);
+        }
         if reply.code == NOT_MASTER {
             refused_after = Some(cut.elapsed());
             assert!(remark(&reply).contains("lease"), "{}", remark(&reply));
@@ -1193,13 +1264,9 @@ async fn kill9_of_the_master_under_load_loses_nothing_and_the_old_master_rejoins
     let mut cluster = Cluster::start(3, 3, "SYNC_MASTER", false).await;
     let controller = cluster.controllers.client();
     let info = wait_master(&controller, 1, 3, 30).await;
-    seed(
-        info.master_address.as_ref().unwrap().parse().unwrap(),
-        1,
-        "seed",
-    )
-    .await;
-    let load = Load::start(&cluster.controllers.addrs);
+    let master = info.master_address.as_ref().unwrap().parse().unwrap();
+    let seeded = seed(master, 1, "seed").await;
+    let load = Load::start(&cluster.controllers.addrs, seeded);
     eventually!(20, "load flowing", load.acked() > 200);
     let (old, killed_at) = kill_master(&mut cluster, &info);
     let new = wait_master(&controller, 2, 1, 30).await;
@@ -1278,7 +1345,9 @@ async fn the_controller_group_elects_through_a_leader_kill_and_not_without_a_quo
         "controllers: elected through a leader kill after {:?}",
         at.elapsed()
     );
-    // Two of three controllers left: a second kill is still elected over.
+    // Two of three controllers left: once the third broker is back in the in-sync set, a
+    // second kill is still elected over.
+    let new = wait_master(&controller, 2, 2, 30).await;
     let (second_killed, _) = kill_master(&mut cluster, &new);
     let newer = wait_master(&controller, 3, 1, 30).await;
     assert_ne!(newer.master_broker_id, new.master_broker_id);

@@ -472,8 +472,14 @@ impl ControllerLink {
             RoleAction::Keep => {}
             RoleAction::Promote { epoch } => {
                 let role = self.settings.master_role;
-                let dispatched = self.replication.expose_whole_log(PROMOTION_DISPATCH_WAIT).await;
-                tracing::info!(dispatched, "the whole log is dispatched; taking the master role");
+                let dispatched = self
+                    .replication
+                    .expose_whole_log(PROMOTION_DISPATCH_WAIT)
+                    .await;
+                tracing::info!(
+                    dispatched,
+                    "the whole log is dispatched; taking the master role"
+                );
                 // The epoch file already ends with this epoch: this broker led it before a
                 // restart the controller did not notice; no new term begins.
                 let outcome = if epoch == self.replication.epoch() {
@@ -484,8 +490,12 @@ impl ControllerLink {
                 match outcome {
                     Ok(start) => {
                         self.counters.promotions.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(epoch, start, role = role.as_str(),
-                            "master by the controller's election");
+                        tracing::warn!(
+                            epoch,
+                            start,
+                            role = role.as_str(),
+                            "master by the controller's election"
+                        );
                         self.state().following = None;
                     }
                     Err(error) => {

@@ -20,7 +20,11 @@ impl Replication {
         self.role.send_replace(flavor);
         self.apply_bound();
         let epoch = self.epoch();
-        tracing::warn!(epoch, role = flavor.as_str(), "master again in its own epoch");
+        tracing::warn!(
+            epoch,
+            role = flavor.as_str(),
+            "master again in its own epoch"
+        );
         Ok(self.store.committed_end())
     }
 
