@@ -280,25 +280,68 @@ fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() 
     assert_eq!(group["members"].as_array().unwrap().len(), 2, "{data}");
     let table = common::ok(&["getSyncStateSet", "-a", &a, "-c", "DefaultCluster"]);
     assert!(table.starts_with("#Cluster"), "{table}");
-    assert!(table.contains("MASTER") && table.contains("SLAVE"), "{table}");
+    assert!(
+        table.contains("MASTER") && table.contains("SLAVE"),
+        "{table}"
+    );
 
     // Broker 2 is alive (grace after registration) but not in sync: refused with why.
     let line = common::fails(
-        &["electMaster", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2"],
+        &[
+            "electMaster",
+            "-a",
+            &a,
+            "-c",
+            "DefaultCluster",
+            "-bn",
+            "broker-a",
+            "-b",
+            "2",
+        ],
         1,
     );
     assert!(line.contains("2012") && line.contains("in-sync"), "{line}");
 
     // Cleaning a living broker needs -l.
     let line = common::fails(
-        &["cleanBrokerMetadata", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2"],
+        &[
+            "cleanBrokerMetadata",
+            "-a",
+            &a,
+            "-c",
+            "DefaultCluster",
+            "-bn",
+            "broker-a",
+            "-b",
+            "2",
+        ],
         1,
     );
-    assert!(line.contains("2009") && line.contains("cleanLivingBroker"), "{line}");
+    assert!(
+        line.contains("2009") && line.contains("cleanLivingBroker"),
+        "{line}"
+    );
     let cleaned = common::ok_json(&[
-        "cleanBrokerMetadata", "-a", &a, "-c", "DefaultCluster", "-bn", "broker-a", "-b", "2", "-l",
+        "cleanBrokerMetadata",
+        "-a",
+        &a,
+        "-c",
+        "DefaultCluster",
+        "-bn",
+        "broker-a",
+        "-b",
+        "2",
+        "-l",
     ]);
-    assert_eq!(cleaned["cleanedBrokerIds"], serde_json::json!([2]), "{cleaned}");
+    assert_eq!(
+        cleaned["cleanedBrokerIds"],
+        serde_json::json!([2]),
+        "{cleaned}"
+    );
     let data = common::ok_json(&["getSyncStateSet", "-a", &a]);
-    assert_eq!(data["groups"][0]["members"].as_array().unwrap().len(), 1, "{data}");
+    assert_eq!(
+        data["groups"][0]["members"].as_array().unwrap().len(),
+        1,
+        "{data}"
+    );
 }
