@@ -345,3 +345,50 @@ fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() 
         "{data}"
     );
 }
+
+#[test]
+fn a_controller_reads_its_toml_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addrs()[0];
+    let file = dir.path().join("controller.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "controllerDLegerGroup = \"G1\"\ncontrollerDLegerPeers = \"n0-{addr}\"\n\
+             controllerDLegerSelfId = \"n0\"\ncontrollerStorePath = \"{}\"\n\
+             controllerHeartBeatTimeoutMills = 2000\nbrokerLeaseMillis = 1500\n",
+            dir.path().join("store").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Running(
+        Command::new(env!("CARGO_BIN_EXE_ferromq"))
+            .args(["controller", "-c"])
+            .arg(&file)
+            .args(["--controllerDLegerGroup", "G2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let line = common::first_line(&mut child.0).expect("controller line");
+    assert_eq!(
+        line.trim_end(),
+        format!("ferromq controller: listening on {addr} self n0 peers n0-{addr}")
+    );
+    wait_for_leader(&[addr], &[true]);
+    assert_eq!(metadata(addr).unwrap()["group"], "G2");
+    signal(&child.0, "TERM");
+    assert!(wait_exit(&mut child.0).success());
+
+    // An unknown key is named.
+    std::fs::write(&file, "controllerDLegerPeerz = \"x\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["controller", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("controllerDLegerPeerz"), "{stderr}");
+}
