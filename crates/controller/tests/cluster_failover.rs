@@ -658,3 +658,39 @@ async fn an_applied_election_notifies_the_members_role_change() {
     assert_eq!(info, reply.replica_info);
     shutdown_all(nodes).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_grants_no_lease_and_applies_no_election() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_group(dir.path(), None).await;
+    let leader = wait_for_leader(&nodes).await;
+    let all = addrs(&nodes);
+    let client = ControllerClient::new(all.clone());
+    three_brokers_in_sync(&client).await;
+    let before = nodes[leader].as_ref().unwrap().state();
+
+    // Both followers stop: the leader may still believe it leads, but it cannot confirm it
+    // with a quorum, so it must not answer a heartbeat (that would grant a lease).
+    for (i, slot) in nodes.iter_mut().enumerate() {
+        if i != leader {
+            slot.take().unwrap().shutdown().await;
+        }
+    }
+    let raw = RemotingClient::connect(all[leader], CALL_TIMEOUT)
+        .await
+        .unwrap();
+    let hb = RemotingCommand::new_request(request::BROKER_HEARTBEAT, ExtFields::new())
+        .with_body(serde_json::to_vec(&heartbeat_request(1, 1, 0)).unwrap());
+    let answer = raw.invoke(hb, CALL_TIMEOUT).await.unwrap();
+    assert_eq!(
+        answer.code,
+        response::CONTROLLER_NOT_LEADER,
+        "{:?}",
+        answer.remark
+    );
+    // Its failure detector finds master 1 silent, but nothing it proposes can apply.
+    tokio::time::sleep(HEARTBEAT_TIMEOUT + FAILOVER_MARGIN).await;
+    let after = nodes[leader].as_ref().unwrap().state();
+    assert_eq!(after, before);
+    shutdown_all(nodes).await;
+}
