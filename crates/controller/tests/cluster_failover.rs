@@ -498,6 +498,55 @@ async fn a_single_node_group_elects_itself_and_serves() {
     let metadata = nodes[0].as_ref().unwrap().metadata();
     assert!(metadata.is_leader);
     assert_eq!(metadata.peers.len(), 1);
+
+    // Malformed bodies for every served code are refused with a code, on a connection that
+    // stays usable; the two-step id codes and unknown codes are refused as unsupported.
+    let raw = RemotingClient::connect(addrs(&nodes)[0], CALL_TIMEOUT)
+        .await
+        .unwrap();
+    let served = [
+        request::BROKER_HEARTBEAT,
+        request::CONTROLLER_ALTER_SYNC_STATE_SET,
+        request::CONTROLLER_ELECT_MASTER,
+        request::CONTROLLER_REGISTER_BROKER,
+        request::CONTROLLER_GET_REPLICA_INFO,
+        request::CONTROLLER_GET_SYNC_STATE_DATA,
+        request::CLEAN_BROKER_DATA,
+        ferromq_protocol::controller::RAFT_APPEND_ENTRIES,
+        ferromq_protocol::controller::RAFT_VOTE,
+        ferromq_protocol::controller::RAFT_INSTALL_SNAPSHOT,
+    ];
+    for body in [&b"{not json"[..], b"", b"[1,2,3]", b"\xff\xfe"] {
+        for code in served {
+            let command =
+                RemotingCommand::new_request(code, ExtFields::new()).with_body(body.to_vec());
+            let answer = raw.invoke(command, CALL_TIMEOUT).await.unwrap();
+            assert_eq!(
+                answer.code,
+                response::CONTROLLER_INVALID_REQUEST,
+                "code {code} body {body:?}"
+            );
+        }
+    }
+    for code in [
+        request::CONTROLLER_GET_NEXT_BROKER_ID,
+        request::CONTROLLER_APPLY_BROKER_ID,
+        12345,
+    ] {
+        let answer = raw
+            .invoke(
+                RemotingCommand::new_request(code, ExtFields::new()),
+                CALL_TIMEOUT,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.code,
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            "code {code}"
+        );
+        assert!(answer.remark.is_some_and(|r| !r.is_empty()));
+    }
     shutdown_all(nodes).await;
 }
 
