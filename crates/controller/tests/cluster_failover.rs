@@ -743,3 +743,79 @@ async fn an_isolated_leader_grants_no_lease_and_applies_no_election() {
     assert_eq!(after, before);
     shutdown_all(nodes).await;
 }
+
+/// A one-node group with broker 1 master and in-sync alone, broker 2 registered but out of
+/// the set; only broker 2 heartbeats.
+async fn lone_master_goes_silent(unclean: bool) -> LoneMaster {
+    let dir = tempfile::tempdir().unwrap();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let config = ControllerConfig {
+        enable_elect_unclean_master: unclean,
+        ..config(dir.path(), 0, any)
+    };
+    let nodes = vec![Some(Controller::start(config).await.expect("start"))];
+    wait_for_leader(&nodes).await;
+    let client = ControllerClient::new(addrs(&nodes));
+    assert_eq!(
+        register(&client, 1).await.replica_info.master_broker_id,
+        Some(1)
+    );
+    register(&client, 2).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    keep_heartbeating(addrs(&nodes), 2, 500, stop.clone());
+    (dir, nodes, client, stop)
+}
+
+/// What [`lone_master_goes_silent`] set up (the directory is removed when dropped).
+type LoneMaster = (
+    tempfile::TempDir,
+    Vec<Option<Controller>>,
+    ControllerClient,
+    Arc<AtomicBool>,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_unclean_election_a_dead_lone_master_leaves_no_master_until_it_returns() {
+    let (_dir, nodes, client, stop) = lone_master_goes_silent(false).await;
+    let info = wait_for_master(&client, HEARTBEAT_TIMEOUT + FAILOVER_MARGIN, |i| {
+        i.master_broker_id.is_none()
+    })
+    .await;
+    assert_eq!(
+        info.master_epoch, 2,
+        "clearing the master is an epoch of its own"
+    );
+    assert_eq!(
+        info.sync_state_set,
+        vec![1],
+        "the set is kept for the members' return"
+    );
+    let metrics = nodes[0].as_ref().unwrap().metadata().metrics.unwrap();
+    assert_eq!(metrics.elections_no_master, 1, "{metrics:?}");
+    assert!(metrics.elections_no_candidate >= 1, "{metrics:?}");
+
+    // Broker 1 (in the set) returns: it is elected again, cleanly.
+    let back = Arc::new(AtomicBool::new(false));
+    keep_heartbeating(addrs(&nodes), 1, 100, back.clone());
+    let info = wait_for_master(&client, FAILOVER_MARGIN, |i| i.master_broker_id == Some(1)).await;
+    assert_eq!(info.master_epoch, 3);
+    stop.store(true, Ordering::Relaxed);
+    back.store(true, Ordering::Relaxed);
+    shutdown_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_unclean_election_an_alive_member_outside_the_set_takes_over() {
+    let (_dir, nodes, client, stop) = lone_master_goes_silent(true).await;
+    let info = wait_for_master(&client, HEARTBEAT_TIMEOUT + FAILOVER_MARGIN, |i| {
+        i.master_broker_id != Some(1)
+    })
+    .await;
+    assert_eq!(info.master_broker_id, Some(2));
+    assert_eq!(info.master_epoch, 2);
+    assert_eq!(info.sync_state_set, vec![2]);
+    let metrics = nodes[0].as_ref().unwrap().metadata().metrics.unwrap();
+    assert_eq!(metrics.elections_unclean, 1, "{metrics:?}");
+    stop.store(true, Ordering::Relaxed);
+    shutdown_all(nodes).await;
+}
