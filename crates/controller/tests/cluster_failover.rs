@@ -578,10 +578,17 @@ async fn every_node_bootstrapping_at_once_agrees_on_one_leader_and_one_history()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_missed_purged_logs_catches_up_and_restarts_come_back_from_snapshots() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().unwrap();
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    // No broker heartbeats here: a long heartbeat timeout keeps the failure detector from
+    // changing the state while the test compares copies of it.
     let small_snapshots = |id: u64, listen: SocketAddr| ControllerConfig {
         snapshot_logs_max: 5,
+        heartbeat_timeout: Duration::from_secs(60),
         ..config(dir.path(), id, listen)
     };
     let start = |listen: Vec<SocketAddr>| {
