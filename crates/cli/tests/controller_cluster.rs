@@ -33,6 +33,10 @@ fn free_addrs() -> Vec<SocketAddr> {
 }
 
 fn start_node(dir: &std::path::Path, id: usize, peers: &str) -> Running {
+    start_node_with(dir, id, peers, &[])
+}
+
+fn start_node_with(dir: &std::path::Path, id: usize, peers: &str, extra: &[&str]) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args([
             "controller",
@@ -43,6 +47,7 @@ fn start_node(dir: &std::path::Path, id: usize, peers: &str) -> Running {
             "--controllerStorePath",
         ])
         .arg(dir.join(format!("n{id}")))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -269,7 +274,13 @@ fn register_two_brokers(addr: SocketAddr) {
 fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() {
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addrs()[0];
-    let _node = start_node(dir.path(), 0, &format!("n0-{addr}"));
+    // Brokers registered here never heartbeat: a long timeout keeps them alive throughout.
+    let _node = start_node_with(
+        dir.path(),
+        0,
+        &format!("n0-{addr}"),
+        &["--controllerHeartBeatTimeoutMills", "60000"],
+    );
     wait_for_leader(&[addr], &[true]);
     register_two_brokers(addr);
     let a = addr.to_string();

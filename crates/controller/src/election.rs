@@ -102,18 +102,20 @@ pub fn check_designated(
             group.broker_name
         ));
     }
+    // Static facts first, liveness last: the same request gets the same answer whenever
+    // it is sent, unless liveness is the only reason.
+    if !is_clean(group, broker_id) && !unclean_enabled {
+        return Err(format!(
+            "broker {broker_id} is not in the in-sync set {:?} and enableElectUncleanMaster is false",
+            group.sync_state_set
+        ));
+    }
     let alive = candidates
         .iter()
         .any(|c| c.broker_id == broker_id && c.alive);
     if !alive {
         return Err(format!(
             "broker {broker_id} is not alive (no heartbeat within the timeout)"
-        ));
-    }
-    if !is_clean(group, broker_id) && !unclean_enabled {
-        return Err(format!(
-            "broker {broker_id} is not in the in-sync set {:?} and enableElectUncleanMaster is false",
-            group.sync_state_set
         ));
     }
     Ok(())

@@ -21,6 +21,8 @@ const LEADER_WAIT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Heartbeat timeout used by these tests (the default).
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// A heartbeat timeout no test outlives: brokers never die on their own.
+const QUIET_TIMEOUT: Duration = Duration::from_secs(60);
 /// Slack on top of the heartbeat timeout for a failover (scan interval, Raft commit, CI).
 const FAILOVER_MARGIN: Duration = Duration::from_millis(2500);
 
@@ -40,15 +42,25 @@ async fn start_group(
     dir: &std::path::Path,
     addrs: Option<&[SocketAddr]>,
 ) -> Vec<Option<Controller>> {
+    start_group_with(dir, addrs, HEARTBEAT_TIMEOUT).await
+}
+
+/// [`start_group`] with another broker heartbeat timeout (a long one keeps the failure
+/// detector from changing state a test compares).
+async fn start_group_with(
+    dir: &std::path::Path,
+    addrs: Option<&[SocketAddr]>,
+    heartbeat_timeout: Duration,
+) -> Vec<Option<Controller>> {
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut bound = Vec::new();
     for id in 0..3u64 {
         let listen = addrs.map_or(any, |a| a[id as usize]);
-        bound.push(
-            Controller::bind(config(dir, id, listen))
-                .await
-                .expect("bind"),
-        );
+        let config = ControllerConfig {
+            heartbeat_timeout,
+            ..config(dir, id, listen)
+        };
+        bound.push(Controller::bind(config).await.expect("bind"));
     }
     let peers: Vec<Peer> = bound
         .iter()
@@ -418,7 +430,6 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
     let all = addrs(&nodes);
     let client = ControllerClient::new(all.clone());
     three_brokers_in_sync(&client).await;
-    let before = nodes[0].as_ref().unwrap().state();
 
     // Stop the leader and one follower; keep the survivor.
     let leader = wait_for_leader(&nodes).await;
@@ -428,6 +439,7 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
             slot.take().unwrap().shutdown().await;
         }
     }
+    let before = nodes[survivor].as_ref().unwrap().state();
     // Longer than the heartbeat timeout: a leader would have elected by now.
     tokio::time::sleep(HEARTBEAT_TIMEOUT + FAILOVER_MARGIN).await;
     let survivor_node = nodes[survivor].as_ref().unwrap();
@@ -463,7 +475,7 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_every_node_recovers_groups_epochs_and_sets_from_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = start_group(dir.path(), None).await;
+    let nodes = start_group_with(dir.path(), None, QUIET_TIMEOUT).await;
     wait_for_leader(&nodes).await;
     let all = addrs(&nodes);
     let client = ControllerClient::new(all.clone());
@@ -472,7 +484,7 @@ async fn restarting_every_node_recovers_groups_epochs_and_sets_from_disk() {
     shutdown_all(nodes).await;
     drop(client);
 
-    let nodes = start_group(dir.path(), Some(&all)).await;
+    let nodes = start_group_with(dir.path(), Some(&all), QUIET_TIMEOUT).await;
     wait_for_leader(&nodes).await;
     let client = ControllerClient::new(all.clone());
     let recovered = replica_info(&client).await;
@@ -723,7 +735,6 @@ async fn an_isolated_leader_grants_no_lease_and_applies_no_election() {
     let all = addrs(&nodes);
     let client = ControllerClient::new(all.clone());
     three_brokers_in_sync(&client).await;
-    let before = nodes[leader].as_ref().unwrap().state();
 
     // Both followers stop: the leader may still believe it leads, but it cannot confirm it
     // with a quorum, so it must not answer a heartbeat (that would grant a lease).
@@ -732,6 +743,7 @@ async fn an_isolated_leader_grants_no_lease_and_applies_no_election() {
             slot.take().unwrap().shutdown().await;
         }
     }
+    let before = nodes[leader].as_ref().unwrap().state();
     let raw = RemotingClient::connect(all[leader], CALL_TIMEOUT)
         .await
         .unwrap();
