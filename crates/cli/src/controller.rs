@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use ferromq_controller::{format_peers, parse_node_id, parse_peers, Controller, ControllerConfig};
+use ferromq_controller::{
+    format_peers, parse_node_id, parse_peers, Controller, ControllerConfig, Peer,
+};
 use serde::Deserialize;
 
 /// The controller keys, as flags (each overrides the file's key of the same name).
@@ -154,10 +156,25 @@ pub async fn start(config: ControllerConfig) -> Result<Controller> {
         "ferromq controller: listening on {} self n{} peers {}",
         controller.local_addr(),
         controller.self_id(),
-        format_peers(&config.peers)
+        format_peers(&bound_peers(&controller, &config))
     )
     .and_then(|()| stdout.flush());
     Ok(controller)
+}
+
+/// The peers with this node's bound address (its configured port may be 0).
+fn bound_peers(controller: &Controller, config: &ControllerConfig) -> Vec<Peer> {
+    config
+        .peers
+        .iter()
+        .map(|peer| match peer.id == controller.self_id() {
+            true => Peer {
+                id: peer.id,
+                addr: controller.local_addr(),
+            },
+            false => *peer,
+        })
+        .collect()
 }
 
 /// Runs `ferromq controller`.

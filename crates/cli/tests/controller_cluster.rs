@@ -33,6 +33,10 @@ fn free_addrs() -> Vec<SocketAddr> {
 }
 
 fn start_node(dir: &std::path::Path, id: usize, peers: &str) -> Running {
+    start_node_with(dir, id, peers, &[])
+}
+
+fn start_node_with(dir: &std::path::Path, id: usize, peers: &str, extra: &[&str]) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args([
             "controller",
@@ -43,6 +47,7 @@ fn start_node(dir: &std::path::Path, id: usize, peers: &str) -> Running {
             "--controllerStorePath",
         ])
         .arg(dir.join(format!("n{id}")))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -269,7 +274,13 @@ fn register_two_brokers(addr: SocketAddr) {
 fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() {
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addrs()[0];
-    let _node = start_node(dir.path(), 0, &format!("n0-{addr}"));
+    // Brokers registered here never heartbeat: a long timeout keeps them alive throughout.
+    let _node = start_node_with(
+        dir.path(),
+        0,
+        &format!("n0-{addr}"),
+        &["--controllerHeartBeatTimeoutMills", "60000"],
+    );
     wait_for_leader(&[addr], &[true]);
     register_two_brokers(addr);
     let a = addr.to_string();
@@ -344,4 +355,51 @@ fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() 
         1,
         "{data}"
     );
+}
+
+#[test]
+fn a_controller_reads_its_toml_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addrs()[0];
+    let file = dir.path().join("controller.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "controllerDLegerGroup = \"G1\"\ncontrollerDLegerPeers = \"n0-{addr}\"\n\
+             controllerDLegerSelfId = \"n0\"\ncontrollerStorePath = \"{}\"\n\
+             controllerHeartBeatTimeoutMills = 2000\nbrokerLeaseMillis = 1500\n",
+            dir.path().join("store").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Running(
+        Command::new(env!("CARGO_BIN_EXE_ferromq"))
+            .args(["controller", "-c"])
+            .arg(&file)
+            .args(["--controllerDLegerGroup", "G2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let line = common::first_line(&mut child.0).expect("controller line");
+    assert_eq!(
+        line.trim_end(),
+        format!("ferromq controller: listening on {addr} self n0 peers n0-{addr}")
+    );
+    wait_for_leader(&[addr], &[true]);
+    assert_eq!(metadata(addr).unwrap()["group"], "G2");
+    signal(&child.0, "TERM");
+    assert!(wait_exit(&mut child.0).success());
+
+    // An unknown key is named.
+    std::fs::write(&file, "controllerDLegerPeerz = \"x\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["controller", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("controllerDLegerPeerz"), "{stderr}");
 }

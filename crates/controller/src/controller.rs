@@ -181,27 +181,32 @@ async fn bootstrap(
 
 /// Watches for leadership changes (granting the liveness grace period) and scans groups
 /// every `scanNotActiveBrokerInterval` while leader.
+///
+/// Invariant: a scan runs only after this loop has seen the current leadership and granted
+/// its grace period, so a new leader never judges members by an older term's heartbeats.
 async fn failure_detector(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
     let mut metrics = core.raft.metrics();
     let mut scan = tokio::time::interval(core.config.scan_interval);
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leader_term: Option<u64> = None;
     loop {
-        tokio::select! {
+        let scan_due = tokio::select! {
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     return;
                 }
+                false
             }
             changed = metrics.changed() => {
                 if changed.is_err() {
                     return;
                 }
+                false
             }
-            _ = scan.tick() => core.scan_groups().await,
-        }
+            _ = scan.tick() => true,
+        };
         let (state, term) = {
-            let now = metrics.borrow();
+            let now = metrics.borrow_and_update();
             (now.state, now.current_term)
         };
         let leading = (state == ServerState::Leader).then_some(term);
@@ -214,6 +219,9 @@ async fn failure_detector(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) 
             core.metrics.lock().expect("metrics lock").became_leader();
         }
         leader_term = leading;
+        if scan_due && leader_term.is_some() {
+            core.scan_groups().await;
+        }
     }
 }
 

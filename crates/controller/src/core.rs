@@ -19,7 +19,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
 
 use crate::config::ControllerConfig;
-use crate::election::{self, Choice};
+use crate::election::{self, Choice, Decision};
 use crate::liveness::Liveness;
 use crate::metrics::ElectionMetrics;
 use crate::notify::Notifier;
@@ -190,56 +190,24 @@ impl Core {
             .lock()
             .expect("liveness lock")
             .candidates(&group, now);
-        let unclean_enabled = self.config.enable_elect_unclean_master;
-        let master_alive = !election::needs_election(&group, &candidates);
-        let (new_master, unclean) = match designated {
-            Some(id) => {
-                if master_alive && group.master_id == Some(id) {
-                    return Err(Refusal::new(
-                        response::CONTROLLER_MASTER_STILL_EXIST,
-                        format!(
-                            "broker {id} is already the live master at epoch {}",
-                            group.master_epoch
-                        ),
-                    ));
-                }
-                election::check_designated(&group, &candidates, id, unclean_enabled)
-                    .map_err(|why| Refusal::new(response::CONTROLLER_ELECT_MASTER_FAILED, why))?;
-                (
-                    Some(id),
-                    !group.sync_state_set.is_empty() && !group.sync_state_set.contains(&id),
-                )
+        let decision = election::decide(
+            &group,
+            &candidates,
+            designated,
+            self.config.enable_elect_unclean_master,
+        );
+        let (new_master, unclean) = match decision {
+            Decision::Elect { broker_id, unclean } => (Some(broker_id), unclean),
+            Decision::ClearMaster => {
+                self.count_no_candidate();
+                (None, false)
             }
-            None if master_alive => {
-                return Err(Refusal::new(
-                    response::CONTROLLER_MASTER_STILL_EXIST,
-                    format!(
-                        "broker {:?} is the live master at epoch {}",
-                        group.master_id, group.master_epoch
-                    ),
-                ))
-            }
-            None => match election::choose_master(&group, &candidates, unclean_enabled) {
-                Choice::Elect { broker_id, unclean } => (Some(broker_id), unclean),
-                Choice::NoCandidate => {
-                    self.metrics
-                        .lock()
-                        .expect("metrics lock")
-                        .counters
-                        .elections_no_candidate += 1;
-                    if group.master_id.is_none() {
-                        return Err(Refusal::new(
-                            response::CONTROLLER_ELECT_MASTER_FAILED,
-                            format!(
-                                "no alive member of {broker_name} may become master (in-sync set {:?}, \
-                                 enableElectUncleanMaster={unclean_enabled})",
-                                group.sync_state_set
-                            ),
-                        ));
-                    }
-                    (None, false)
+            Decision::Refuse { code, remark } => {
+                if code == response::CONTROLLER_ELECT_MASTER_FAILED && designated.is_none() {
+                    self.count_no_candidate();
                 }
-            },
+                return Err(Refusal::new(code, remark));
+            }
         };
         let command = Command::Elect {
             cluster_name: group.cluster_name.clone(),
@@ -249,6 +217,11 @@ impl Core {
         };
         let outcome = self.propose(command).await;
         self.record_election(broker_name, &group, new_master, unclean, origin, outcome)
+    }
+
+    fn count_no_candidate(&self) {
+        let mut metrics = self.metrics.lock().expect("metrics lock");
+        metrics.counters.elections_no_candidate += 1;
     }
 
     /// Counts, logs and notifies the outcome of a proposed election.

@@ -9,6 +9,8 @@
 
 use std::cmp::Reverse;
 
+use ferromq_protocol::remoting::response;
+
 use crate::state::GroupRecord;
 
 /// What the leader knows of one member for an election.
@@ -100,6 +102,14 @@ pub fn check_designated(
             group.broker_name
         ));
     }
+    // Static facts first, liveness last: the same request gets the same answer whenever
+    // it is sent, unless liveness is the only reason.
+    if !is_clean(group, broker_id) && !unclean_enabled {
+        return Err(format!(
+            "broker {broker_id} is not in the in-sync set {:?} and enableElectUncleanMaster is false",
+            group.sync_state_set
+        ));
+    }
     let alive = candidates
         .iter()
         .any(|c| c.broker_id == broker_id && c.alive);
@@ -108,13 +118,76 @@ pub fn check_designated(
             "broker {broker_id} is not alive (no heartbeat within the timeout)"
         ));
     }
-    if !is_clean(group, broker_id) && !unclean_enabled {
-        return Err(format!(
-            "broker {broker_id} is not in the in-sync set {:?} and enableElectUncleanMaster is false",
-            group.sync_state_set
-        ));
-    }
     Ok(())
+}
+
+/// What the leader does for one election request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Propose this master.
+    Elect {
+        /// The new master.
+        broker_id: u64,
+        /// It is outside the in-sync set.
+        unclean: bool,
+    },
+    /// The master is dead and nobody may replace it: propose "no master".
+    ClearMaster,
+    /// Nothing to propose; answer this code and remark.
+    Refuse {
+        /// A controller response code.
+        code: i32,
+        /// Why.
+        remark: String,
+    },
+}
+
+/// Decides an election for `group` (`designated`: an admin's `electMaster -b`), from the
+/// leader's view of its members. Exhaustive over (designated or not) × (master alive or not)
+/// × (candidate found or not).
+pub fn decide(
+    group: &GroupRecord,
+    candidates: &[Candidate],
+    designated: Option<u64>,
+    unclean_enabled: bool,
+) -> Decision {
+    let master_alive = !needs_election(group, candidates);
+    let refuse = |code: i32, remark: String| Decision::Refuse { code, remark };
+    match designated {
+        Some(id) if master_alive && group.master_id == Some(id) => refuse(
+            response::CONTROLLER_MASTER_STILL_EXIST,
+            format!(
+                "broker {id} is already the live master at epoch {}",
+                group.master_epoch
+            ),
+        ),
+        Some(id) => match check_designated(group, candidates, id, unclean_enabled) {
+            Ok(()) => Decision::Elect {
+                broker_id: id,
+                unclean: !is_clean(group, id),
+            },
+            Err(why) => refuse(response::CONTROLLER_ELECT_MASTER_FAILED, why),
+        },
+        None if master_alive => refuse(
+            response::CONTROLLER_MASTER_STILL_EXIST,
+            format!(
+                "broker {:?} is the live master at epoch {}",
+                group.master_id, group.master_epoch
+            ),
+        ),
+        None => match choose_master(group, candidates, unclean_enabled) {
+            Choice::Elect { broker_id, unclean } => Decision::Elect { broker_id, unclean },
+            Choice::NoCandidate if group.master_id.is_some() => Decision::ClearMaster,
+            Choice::NoCandidate => refuse(
+                response::CONTROLLER_ELECT_MASTER_FAILED,
+                format!(
+                    "no alive member of {} may become master (in-sync set {:?}, \
+                     enableElectUncleanMaster={unclean_enabled})",
+                    group.broker_name, group.sync_state_set
+                ),
+            ),
+        },
+    }
 }
 
 /// Whether the group's master is missing or dead: the failure detector's trigger.
@@ -242,6 +315,77 @@ mod tests {
         g.master_id = Some(1);
         assert!(!needs_election(&g, &c));
         assert!(needs_election(&g, &[candidate(1, false, 0, 0, 0)]));
+    }
+
+    #[test]
+    fn decisions_cover_designated_alive_and_candidate_cases() {
+        let mut g = group(&[1, 2, 3], &[1, 2]);
+        g.master_id = Some(1);
+        let all_alive = [
+            candidate(1, true, 0, 0, 0),
+            candidate(2, true, 0, 0, 0),
+            candidate(3, true, 0, 0, 0),
+        ];
+        let master_dead = [
+            candidate(1, false, 0, 0, 0),
+            candidate(2, true, 0, 0, 0),
+            candidate(3, true, 0, 0, 0),
+        ];
+        let only_outsider = [candidate(1, false, 0, 0, 0), candidate(3, true, 0, 0, 0)];
+        let code = |d: Decision| match d {
+            Decision::Refuse { code, .. } => Some(code),
+            _ => None,
+        };
+        use ferromq_protocol::remoting::response as r;
+        assert_eq!(
+            code(decide(&g, &all_alive, Some(1), false)),
+            Some(r::CONTROLLER_MASTER_STILL_EXIST)
+        );
+        assert_eq!(
+            decide(&g, &all_alive, Some(2), false),
+            Decision::Elect {
+                broker_id: 2,
+                unclean: false
+            }
+        );
+        assert_eq!(
+            code(decide(&g, &all_alive, Some(3), false)),
+            Some(r::CONTROLLER_ELECT_MASTER_FAILED)
+        );
+        assert_eq!(
+            decide(&g, &all_alive, Some(3), true),
+            Decision::Elect {
+                broker_id: 3,
+                unclean: true
+            }
+        );
+        assert_eq!(
+            code(decide(&g, &all_alive, None, false)),
+            Some(r::CONTROLLER_MASTER_STILL_EXIST)
+        );
+        assert_eq!(
+            decide(&g, &master_dead, None, false),
+            Decision::Elect {
+                broker_id: 2,
+                unclean: false
+            }
+        );
+        assert_eq!(
+            decide(&g, &only_outsider, None, false),
+            Decision::ClearMaster
+        );
+        assert_eq!(
+            decide(&g, &only_outsider, None, true),
+            Decision::Elect {
+                broker_id: 3,
+                unclean: true
+            }
+        );
+        g.master_id = None;
+        assert_eq!(
+            code(decide(&g, &only_outsider, None, false)),
+            Some(r::CONTROLLER_ELECT_MASTER_FAILED)
+        );
     }
 
     proptest! {

@@ -187,3 +187,65 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)).into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+    use crate::state::Command;
+
+    fn entry(index: u64, command: Command) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 0), index),
+            payload: EntryPayload::Normal(command),
+        }
+    }
+
+    fn register(name: &str) -> Command {
+        Command::RegisterBroker {
+            cluster_name: "c".into(),
+            broker_name: name.into(),
+            broker_id: None,
+            broker_address: "a:1".into(),
+            ha_address: "a:2".into(),
+            election_priority: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_on_disk_is_the_starting_state_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateMachineStore::open(dir.path()).unwrap();
+        let outcomes = store
+            .apply(vec![entry(1, register("a")), entry(2, register("b"))])
+            .await
+            .unwrap();
+        assert!(matches!(
+            outcomes[1],
+            ApplyOutcome::Registered { broker_id: 1, .. }
+        ));
+        let snapshot = store
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(2));
+        let expected = store.read().state.clone();
+        drop(store);
+        let mut reopened = StateMachineStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.read().state, expected);
+        let (applied, _) = reopened.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(2));
+        assert!(reopened.get_current_snapshot().await.unwrap().is_some());
+    }
+
+    #[test]
+    fn a_corrupt_snapshot_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("snapshot.json"), b"{\"meta\":").unwrap();
+        let error = StateMachineStore::open(dir.path()).unwrap_err();
+        assert!(error.to_string().contains("snapshot.json"), "{error}");
+    }
+}

@@ -21,6 +21,8 @@ const LEADER_WAIT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Heartbeat timeout used by these tests (the default).
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// A heartbeat timeout no test outlives: brokers never die on their own.
+const QUIET_TIMEOUT: Duration = Duration::from_secs(60);
 /// Slack on top of the heartbeat timeout for a failover (scan interval, Raft commit, CI).
 const FAILOVER_MARGIN: Duration = Duration::from_millis(2500);
 
@@ -40,15 +42,25 @@ async fn start_group(
     dir: &std::path::Path,
     addrs: Option<&[SocketAddr]>,
 ) -> Vec<Option<Controller>> {
+    start_group_with(dir, addrs, HEARTBEAT_TIMEOUT).await
+}
+
+/// [`start_group`] with another broker heartbeat timeout (a long one keeps the failure
+/// detector from changing state a test compares).
+async fn start_group_with(
+    dir: &std::path::Path,
+    addrs: Option<&[SocketAddr]>,
+    heartbeat_timeout: Duration,
+) -> Vec<Option<Controller>> {
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut bound = Vec::new();
     for id in 0..3u64 {
         let listen = addrs.map_or(any, |a| a[id as usize]);
-        bound.push(
-            Controller::bind(config(dir, id, listen))
-                .await
-                .expect("bind"),
-        );
+        let config = ControllerConfig {
+            heartbeat_timeout,
+            ..config(dir, id, listen)
+        };
+        bound.push(Controller::bind(config).await.expect("bind"));
     }
     let peers: Vec<Peer> = bound
         .iter()
@@ -418,7 +430,6 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
     let all = addrs(&nodes);
     let client = ControllerClient::new(all.clone());
     three_brokers_in_sync(&client).await;
-    let before = nodes[0].as_ref().unwrap().state();
 
     // Stop the leader and one follower; keep the survivor.
     let leader = wait_for_leader(&nodes).await;
@@ -428,6 +439,7 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
             slot.take().unwrap().shutdown().await;
         }
     }
+    let before = nodes[survivor].as_ref().unwrap().state();
     // Longer than the heartbeat timeout: a leader would have elected by now.
     tokio::time::sleep(HEARTBEAT_TIMEOUT + FAILOVER_MARGIN).await;
     let survivor_node = nodes[survivor].as_ref().unwrap();
@@ -463,7 +475,7 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_every_node_recovers_groups_epochs_and_sets_from_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = start_group(dir.path(), None).await;
+    let nodes = start_group_with(dir.path(), None, QUIET_TIMEOUT).await;
     wait_for_leader(&nodes).await;
     let all = addrs(&nodes);
     let client = ControllerClient::new(all.clone());
@@ -472,7 +484,7 @@ async fn restarting_every_node_recovers_groups_epochs_and_sets_from_disk() {
     shutdown_all(nodes).await;
     drop(client);
 
-    let nodes = start_group(dir.path(), Some(&all)).await;
+    let nodes = start_group_with(dir.path(), Some(&all), QUIET_TIMEOUT).await;
     wait_for_leader(&nodes).await;
     let client = ControllerClient::new(all.clone());
     let recovered = replica_info(&client).await;
@@ -498,6 +510,55 @@ async fn a_single_node_group_elects_itself_and_serves() {
     let metadata = nodes[0].as_ref().unwrap().metadata();
     assert!(metadata.is_leader);
     assert_eq!(metadata.peers.len(), 1);
+
+    // Malformed bodies for every served code are refused with a code, on a connection that
+    // stays usable; the two-step id codes and unknown codes are refused as unsupported.
+    let raw = RemotingClient::connect(addrs(&nodes)[0], CALL_TIMEOUT)
+        .await
+        .unwrap();
+    let served = [
+        request::BROKER_HEARTBEAT,
+        request::CONTROLLER_ALTER_SYNC_STATE_SET,
+        request::CONTROLLER_ELECT_MASTER,
+        request::CONTROLLER_REGISTER_BROKER,
+        request::CONTROLLER_GET_REPLICA_INFO,
+        request::CONTROLLER_GET_SYNC_STATE_DATA,
+        request::CLEAN_BROKER_DATA,
+        ferromq_protocol::controller::RAFT_APPEND_ENTRIES,
+        ferromq_protocol::controller::RAFT_VOTE,
+        ferromq_protocol::controller::RAFT_INSTALL_SNAPSHOT,
+    ];
+    for body in [&b"{not json"[..], b"", b"[1,2,3]", b"\xff\xfe"] {
+        for code in served {
+            let command =
+                RemotingCommand::new_request(code, ExtFields::new()).with_body(body.to_vec());
+            let answer = raw.invoke(command, CALL_TIMEOUT).await.unwrap();
+            assert_eq!(
+                answer.code,
+                response::CONTROLLER_INVALID_REQUEST,
+                "code {code} body {body:?}"
+            );
+        }
+    }
+    for code in [
+        request::CONTROLLER_GET_NEXT_BROKER_ID,
+        request::CONTROLLER_APPLY_BROKER_ID,
+        12345,
+    ] {
+        let answer = raw
+            .invoke(
+                RemotingCommand::new_request(code, ExtFields::new()),
+                CALL_TIMEOUT,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.code,
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            "code {code}"
+        );
+        assert!(answer.remark.is_some_and(|r| !r.is_empty()));
+    }
     shutdown_all(nodes).await;
 }
 
@@ -529,10 +590,17 @@ async fn every_node_bootstrapping_at_once_agrees_on_one_leader_and_one_history()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_missed_purged_logs_catches_up_and_restarts_come_back_from_snapshots() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().unwrap();
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    // No broker heartbeats here: a long heartbeat timeout keeps the failure detector from
+    // changing the state while the test compares copies of it.
     let small_snapshots = |id: u64, listen: SocketAddr| ControllerConfig {
         snapshot_logs_max: 5,
+        heartbeat_timeout: Duration::from_secs(60),
         ..config(dir.path(), id, listen)
     };
     let start = |listen: Vec<SocketAddr>| {
@@ -656,5 +724,117 @@ async fn an_applied_election_notifies_the_members_role_change() {
     assert!(notice.is_oneway());
     let info: ReplicaInfo = serde_json::from_slice(notice.body.as_deref().unwrap()).unwrap();
     assert_eq!(info, reply.replica_info);
+    shutdown_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_grants_no_lease_and_applies_no_election() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_group(dir.path(), None).await;
+    let leader = wait_for_leader(&nodes).await;
+    let all = addrs(&nodes);
+    let client = ControllerClient::new(all.clone());
+    three_brokers_in_sync(&client).await;
+
+    // Both followers stop: the leader may still believe it leads, but it cannot confirm it
+    // with a quorum, so it must not answer a heartbeat (that would grant a lease).
+    for (i, slot) in nodes.iter_mut().enumerate() {
+        if i != leader {
+            slot.take().unwrap().shutdown().await;
+        }
+    }
+    let before = nodes[leader].as_ref().unwrap().state();
+    let raw = RemotingClient::connect(all[leader], CALL_TIMEOUT)
+        .await
+        .unwrap();
+    let hb = RemotingCommand::new_request(request::BROKER_HEARTBEAT, ExtFields::new())
+        .with_body(serde_json::to_vec(&heartbeat_request(1, 1, 0)).unwrap());
+    let answer = raw.invoke(hb, CALL_TIMEOUT).await.unwrap();
+    assert_eq!(
+        answer.code,
+        response::CONTROLLER_NOT_LEADER,
+        "{:?}",
+        answer.remark
+    );
+    // Its failure detector finds master 1 silent, but nothing it proposes can apply.
+    tokio::time::sleep(HEARTBEAT_TIMEOUT + FAILOVER_MARGIN).await;
+    let after = nodes[leader].as_ref().unwrap().state();
+    assert_eq!(after, before);
+    shutdown_all(nodes).await;
+}
+
+/// A one-node group with broker 1 master and in-sync alone, broker 2 registered but out of
+/// the set; only broker 2 heartbeats.
+async fn lone_master_goes_silent(unclean: bool) -> LoneMaster {
+    let dir = tempfile::tempdir().unwrap();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let config = ControllerConfig {
+        enable_elect_unclean_master: unclean,
+        ..config(dir.path(), 0, any)
+    };
+    let nodes = vec![Some(Controller::start(config).await.expect("start"))];
+    wait_for_leader(&nodes).await;
+    let client = ControllerClient::new(addrs(&nodes));
+    assert_eq!(
+        register(&client, 1).await.replica_info.master_broker_id,
+        Some(1)
+    );
+    register(&client, 2).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    keep_heartbeating(addrs(&nodes), 2, 500, stop.clone());
+    (dir, nodes, client, stop)
+}
+
+/// What [`lone_master_goes_silent`] set up (the directory is removed when dropped).
+type LoneMaster = (
+    tempfile::TempDir,
+    Vec<Option<Controller>>,
+    ControllerClient,
+    Arc<AtomicBool>,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_unclean_election_a_dead_lone_master_leaves_no_master_until_it_returns() {
+    let (_dir, nodes, client, stop) = lone_master_goes_silent(false).await;
+    let info = wait_for_master(&client, HEARTBEAT_TIMEOUT + FAILOVER_MARGIN, |i| {
+        i.master_broker_id.is_none()
+    })
+    .await;
+    assert_eq!(
+        info.master_epoch, 2,
+        "clearing the master is an epoch of its own"
+    );
+    assert_eq!(
+        info.sync_state_set,
+        vec![1],
+        "the set is kept for the members' return"
+    );
+    let metrics = nodes[0].as_ref().unwrap().metadata().metrics.unwrap();
+    assert_eq!(metrics.elections_no_master, 1, "{metrics:?}");
+    assert!(metrics.elections_no_candidate >= 1, "{metrics:?}");
+
+    // Broker 1 (in the set) returns: it is elected again, cleanly.
+    let back = Arc::new(AtomicBool::new(false));
+    keep_heartbeating(addrs(&nodes), 1, 100, back.clone());
+    let info = wait_for_master(&client, FAILOVER_MARGIN, |i| i.master_broker_id == Some(1)).await;
+    assert_eq!(info.master_epoch, 3);
+    stop.store(true, Ordering::Relaxed);
+    back.store(true, Ordering::Relaxed);
+    shutdown_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_unclean_election_an_alive_member_outside_the_set_takes_over() {
+    let (_dir, nodes, client, stop) = lone_master_goes_silent(true).await;
+    let info = wait_for_master(&client, HEARTBEAT_TIMEOUT + FAILOVER_MARGIN, |i| {
+        i.master_broker_id != Some(1)
+    })
+    .await;
+    assert_eq!(info.master_broker_id, Some(2));
+    assert_eq!(info.master_epoch, 2);
+    assert_eq!(info.sync_state_set, vec![2]);
+    let metrics = nodes[0].as_ref().unwrap().metadata().metrics.unwrap();
+    assert_eq!(metrics.elections_unclean, 1, "{metrics:?}");
+    stop.store(true, Ordering::Relaxed);
     shutdown_all(nodes).await;
 }
