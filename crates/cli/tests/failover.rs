@@ -30,6 +30,11 @@ const CLUSTER: &str = "FC";
 const TOPIC: &str = "FailoverTopic";
 const GROUP: &str = "FailoverGroup";
 const QUEUES: i32 = 4;
+/// Sends the master appends while its slaves are stopped (R2): together far more than the
+/// HA stream's unacknowledged window (8 MiB) and the socket buffers hold.
+const UNREPLICATED_SENDS: usize = 40;
+/// Body bytes of each.
+const UNREPLICATED_BODY: usize = 640 * 1024;
 
 // ---------------------------------------------------------------------------------------------
 // Processes
@@ -858,11 +863,12 @@ async fn r8_offsets_the_async_master_served_survive_the_failover() {
     }
 }
 
-/// R2, R5 and R9: the master appends writes its stalled slaves never get, is killed, and a
-/// slave is promoted and writes new messages at the same queue offsets. The old master
-/// returns: it truncates its unreplicated suffix (killed right after the cut and restarted, the
-/// cut tail does not come back), then holds the new master's messages at those offsets and
-/// never serves an offset older than the group's newest acknowledged commit.
+/// R2, R5 and R9: the master appends far more than its stalled slaves can receive, is
+/// killed, and a slave is promoted and writes new messages (at queue offsets the old
+/// master's unreplicated records had) and commits. The old master returns: it truncates its
+/// divergent suffix (killed right after the cut and restarted, the cut tail does not come
+/// back), then holds exactly the new master's messages at every (queue, offset), and serves
+/// exactly the commits the new master acknowledged — never an older offset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_offsets() {
     let mut cluster = Cluster::start(1, 3, "SYNC_MASTER", false).await;
@@ -880,33 +886,32 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
         .filter(|b| b.name != old_name)
         .map(|b| b.name.clone())
         .collect();
-    // Stall both slaves: the master appends, but nothing replicates.
+    let client = connect(master_addr).await;
+    let start = ha_status(&client).await.master_commit_log_max_offset;
+    // Stall both slaves, then append far more than the HA window and socket buffers hold:
+    // the master's tail beyond what reaches the slaves exists on the master only.
     for name in &slaves {
         stop_signal(cluster.broker(name), "STOP");
     }
-    let client = connect(master_addr).await;
     let mut pending = Vec::new();
-    for queue in 0..QUEUES {
-        let command = send_command(TOPIC, queue, format!("cut-q{queue}").as_bytes());
+    for i in 0..UNREPLICATED_SENDS {
+        let mut body = format!("cut-{i}-").into_bytes();
+        body.resize(UNREPLICATED_BODY, b'c');
+        let command = send_command(TOPIC, i as i32 % QUEUES, &body);
         let c = connect(master_addr).await;
         pending.push(tokio::spawn(async move {
-            c.invoke(command, Duration::from_secs(10)).await
+            c.invoke(command, Duration::from_secs(20)).await
         }));
     }
-    let commit_cut = commit_command(GROUP, TOPIC, 0, 6);
     let c = connect(master_addr).await;
+    let commit_cut = commit_command(GROUP, TOPIC, 0, 6);
     pending.push(tokio::spawn(async move {
-        c.invoke(commit_cut, Duration::from_secs(10)).await
+        c.invoke(commit_cut, Duration::from_secs(20)).await
     }));
-    let appended_end = {
-        let mut end: i64;
-        eventually!(5, "the unreplicated writes appended on the master", {
-            end = ha_status(&client).await.master_commit_log_max_offset;
-            end > 0 && max_offset(&client, TOPIC, 0).await.is_some()
-        });
-        end
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let wanted = start + (UNREPLICATED_SENDS * UNREPLICATED_BODY) as i64 * 9 / 10;
+    eventually!(20, "the unreplicated writes appended on the master", {
+        ha_status(&client).await.master_commit_log_max_offset >= wanted
+    });
     cluster.broker(&old_name).kill();
     for name in &slaves {
         stop_signal(cluster.broker(name), "CONT");
@@ -922,18 +927,17 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
     }
     let new = wait_master(&controller, 2, 1, 30).await;
     let new_addr: SocketAddr = new.master_address.as_ref().unwrap().parse().unwrap();
-    println!("r2: old master {old_name} log end {appended_end}; new master {new_addr}");
-    // The new master writes at the queue offsets the cut records had (R5).
+    // The new master writes at queue offsets some cut records had (R5) and commits.
     let new_client = connect(new_addr).await;
-    let mut written = BTreeMap::new();
+    let mut acked_commits = BTreeMap::new();
     for queue in 0..QUEUES {
         let body = format!("after-q{queue}").into_bytes();
         let reply = send(&new_client, TOPIC, queue, &body).await;
         assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
-        written.insert(queue, body);
-    }
-    for queue in 0..QUEUES {
-        assert_eq!(commit_on(new_addr, queue, 4).await, response::SUCCESS);
+        let max = max_offset(&new_client, TOPIC, queue).await.unwrap();
+        let reply = commit(&new_client, GROUP, TOPIC, queue, max).await;
+        assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+        acked_commits.insert(queue, Some(max));
     }
     // The old master returns, truncates, and is killed right after the cut (R9).
     cluster.broker(&old_name).restart();
@@ -944,50 +948,34 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
     old.kill();
     old.restart();
     let old_addr = old.addr;
-    // Rejoined as a slave of the new epoch: same log, same offsets.
+    // Rejoined as a slave of the new epoch: the same log, messages and offsets.
     wait_master(&controller, 2, 3, 60).await;
-    let new_broker_name = cluster
-        .brokers
-        .iter()
-        .find(|b| b.addr == new_addr)
-        .unwrap()
-        .name
-        .clone();
-    let (a, b) = (
-        cluster
-            .brokers
-            .iter()
-            .find(|b| b.name == new_broker_name)
-            .unwrap(),
-        cluster.brokers.iter().find(|b| b.name == old_name).unwrap(),
-    );
-    let compared = assert_same_log(a, b).await;
+    let new_broker = cluster.brokers.iter().find(|b| b.addr == new_addr).unwrap();
+    let old_broker = cluster.brokers.iter().find(|b| b.name == old_name).unwrap();
+    let compared = assert_same_log(new_broker, old_broker).await;
+    let on_new = messages_on(new_addr).await;
     let on_old = messages_on(old_addr).await;
-    for (queue, body) in &written {
-        let at = on_old
-            .iter()
-            .find(|(_, v)| *v == body)
-            .map(|(k, _)| *k)
-            .unwrap_or_else(|| panic!("queue {queue}: the new master's message is missing"));
-        assert_eq!(at.0, *queue);
-        assert_eq!(
-            at.1, 5,
-            "the new message took the cut record's queue offset"
-        );
-    }
-    assert!(
-        !on_old.values().any(|v| v.starts_with(b"cut-")),
-        "a cut record came back"
+    assert_eq!(
+        on_old.len(),
+        on_new.len(),
+        "the returning master holds another set of (queue, offset)s"
     );
-    let old_offsets = offsets_on(old_addr).await;
-    for queue in 0..QUEUES {
+    for (at, body) in &on_new {
         assert_eq!(
-            old_offsets[&queue],
-            Some(4),
-            "queue {queue}: the returning master serves an older offset"
+            on_old.get(at),
+            Some(body),
+            "{at:?} holds another message on the returning master (R5)"
         );
     }
-    println!("r2: {compared} log bytes equal after the rejoin");
+    let mut old_offsets: BTreeMap<i32, Option<i64>>;
+    eventually!(10, "the returning master's offsets", {
+        old_offsets = offsets_on(old_addr).await;
+        old_offsets == acked_commits
+    });
+    println!(
+        "r2: old master cut from >= {wanted}; {compared} log bytes equal after the rejoin; {} messages",
+        on_new.len()
+    );
 }
 
 /// R3: a commit sent to a slave is refused with NOT_MASTER, before and after a failover
@@ -1340,11 +1328,12 @@ async fn the_controller_group_elects_through_a_leader_kill_and_not_without_a_quo
     let leader = cluster.controllers.leader(10).await;
     cluster.controllers.kill(leader);
     let (first_killed, at) = kill_master(&mut cluster, &info);
-    let new = wait_master(&controller, 2, 1, 30).await;
+    let first = wait_master(&controller, 2, 1, 30).await;
     println!(
         "controllers: elected through a leader kill after {:?}",
         at.elapsed()
     );
+    assert_ne!(first.master_broker_id, info.master_broker_id);
     // Two of three controllers left: once the third broker is back in the in-sync set, a
     // second kill is still elected over.
     let new = wait_master(&controller, 2, 2, 30).await;
@@ -1380,4 +1369,235 @@ async fn the_controller_group_elects_through_a_leader_kill_and_not_without_a_quo
     let back = wait_master(&controller, 3, 1, 30).await;
     assert!(back.master_epoch >= 3);
     drop(second_killed);
+}
+
+/// `ferromq cluster` starts a name server, controllers and a broker group as child
+/// processes, prints every node and a ready line; a kill -9 of the master it names is failed
+/// over; SIGTERM stops every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ferromq_cluster_starts_every_node_fails_over_and_stops_them_all() {
+    let dir = TestDir::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args([
+            "cluster",
+            "--controllers",
+            "1",
+            "--replicas",
+            "2",
+            "--namesrv-port",
+            "0",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut nodes = Vec::new();
+    let ready = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a ready line within 60 s");
+        if let Some(json) = line.strip_prefix("ferromq cluster: ready ") {
+            break serde_json::from_str::<serde_json::Value>(json).unwrap();
+        }
+        nodes.push(line);
+    };
+    assert_eq!(
+        nodes.len(),
+        4,
+        "namesrv, a controller and two brokers: {nodes:?}"
+    );
+    let pids: Vec<(String, u32)> = ready["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["addr"].as_str().unwrap().to_string(),
+                n["pid"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    let controllers: Vec<SocketAddr> = ready["controllers"]
+        .as_str()
+        .unwrap()
+        .split(';')
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let controller = ControllerClient::new(controllers);
+    let info = wait_master_of(&controller, "broker-0", 1, 2).await;
+    let master = info.master_address.clone().unwrap();
+    let pid = pids.iter().find(|(a, _)| *a == master).unwrap().1;
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let new = wait_master_of(&controller, "broker-0", 2, 1).await;
+    assert_ne!(new.master_address.unwrap(), master);
+    common::signal(&child, "TERM");
+    let status = common::wait_exit(&mut child);
+    assert!(status.success(), "ferromq cluster exited with {status}");
+    for (addr, pid) in pids {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(
+            !alive,
+            "node {addr} (pid {pid}) still runs after the cluster stopped"
+        );
+    }
+}
+
+/// `wait_master` for a group of another name.
+async fn wait_master_of(
+    controller: &ControllerClient,
+    broker_name: &str,
+    min_epoch: u64,
+    members: usize,
+) -> ReplicaInfo {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info: Option<ReplicaInfo> = controller
+            .call(
+                request::CONTROLLER_GET_REPLICA_INFO,
+                &GetReplicaInfoRequest {
+                    broker_name: broker_name.into(),
+                },
+                Duration::from_secs(2),
+            )
+            .await
+            .ok();
+        if let Some(info) = info {
+            if info.master_epoch >= min_epoch
+                && info.sync_state_set.len() >= members
+                && acts_as_master(&info).await
+            {
+                return info;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no master of {broker_name} at epoch {min_epoch}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Item 5 end to end: a Rust producer and a lite-pull consumer that commits keep working
+/// across a controller failover: the producer's sends land on the new master within its
+/// retry budget, the consumer resumes from the committed offsets the new master holds, and
+/// every acknowledged message is delivered (duplicates only from the in-flight window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_rust_client_follows_a_controller_failover() {
+    use ferromq_client::{
+        LitePullConsumer, LitePullConsumerConfig, Message, Producer, ProducerConfig, StartPosition,
+    };
+    let mut cluster = Cluster::start(1, 3, "SYNC_MASTER", false).await;
+    let controller = cluster.controllers.client();
+    let info = wait_master(&controller, 1, 3, 30).await;
+    let master: SocketAddr = info.master_address.as_ref().unwrap().parse().unwrap();
+    seed(master, 1, "seed").await;
+    let namesrv: SocketAddr = cluster._namesrv.addr.parse().unwrap();
+    let producer = Producer::start(ProducerConfig {
+        namesrv_addrs: vec![namesrv],
+        group: "rust-failover".into(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let consumer = LitePullConsumer::start(LitePullConsumerConfig {
+        namesrv_addrs: vec![namesrv],
+        group: "rust-failover-consumer".into(),
+        start_position: StartPosition::First,
+        ..LitePullConsumerConfig::default()
+    })
+    .unwrap();
+    consumer.subscribe(TOPIC, "*").await.unwrap();
+    let mut acked = BTreeSet::new();
+    let mut failed = 0;
+    let mut delivered: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+    let mut last_offsets: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut killed = None;
+    let started = Instant::now();
+    for n in 0..400u32 {
+        if n == 150 {
+            killed = Some(kill_master(&mut cluster, &info));
+        }
+        let body = format!("rust-{n}").into_bytes();
+        match producer.send(Message::new(TOPIC, body.clone())).await {
+            Ok(_) => {
+                acked.insert(body);
+            }
+            Err(_) => failed += 1,
+        }
+        if n % 10 == 0 {
+            for message in consumer.poll(Duration::from_millis(50)).await.unwrap() {
+                let queue = message.queue_id as i32;
+                if let Some(last) = last_offsets.get(&queue) {
+                    assert!(
+                        message.queue_offset <= last + 1,
+                        "queue {queue}: polled {} after {last} (a skip)",
+                        message.queue_offset
+                    );
+                }
+                last_offsets.insert(queue, message.queue_offset);
+                *delivered.entry(message.body.to_vec()).or_default() += 1;
+            }
+            let _ = consumer.commit().await;
+        }
+    }
+    let (victim, at) = killed.unwrap();
+    let new = wait_master(&controller, 2, 1, 30).await;
+    println!(
+        "rust client: {} acked, {failed} failed sends across the kill of {victim} ({:?} ago, run {:?})",
+        acked.len(),
+        at.elapsed(),
+        started.elapsed()
+    );
+    assert!(
+        failed <= 2,
+        "{failed} sends failed: the producer did not follow the new master within its budget"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !acked.iter().all(|b| delivered.contains_key(b)) {
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged messages never delivered after the failover: {}",
+            acked.iter().filter(|b| !delivered.contains_key(*b)).count()
+        );
+        for message in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            *delivered.entry(message.body.to_vec()).or_default() += 1;
+        }
+    }
+    consumer.commit().await.expect("a commit on the new master");
+    let duplicates: usize = delivered.values().map(|n| n - 1).sum();
+    println!("rust client: {duplicates} duplicates");
+    let new_addr: SocketAddr = new.master_address.unwrap().parse().unwrap();
+    let stored = offsets_on_group(new_addr, "rust-failover-consumer").await;
+    assert!(stored.values().any(|o| o.unwrap_or(0) > 0), "{stored:?}");
+    producer.shutdown();
+    let _ = consumer.shutdown().await;
+}
+
+/// Every queue's stored offset of `group` on `addr`.
+async fn offsets_on_group(addr: SocketAddr, group: &str) -> BTreeMap<i32, Option<i64>> {
+    let client = connect(addr).await;
+    let mut out = BTreeMap::new();
+    for queue in 0..QUEUES {
+        out.insert(queue, query_offset(&client, group, TOPIC, queue).await);
+    }
+    out
 }
