@@ -1545,7 +1545,7 @@ async fn the_rust_client_follows_a_controller_failover() {
         }
         if n % 10 == 0 {
             for message in consumer.poll(Duration::from_millis(50)).await.unwrap() {
-                let queue = message.queue_id as i32;
+                let queue = message.queue_id;
                 if let Some(last) = last_offsets.get(&queue) {
                     assert!(
                         message.queue_offset <= last + 1,
@@ -1582,7 +1582,8 @@ async fn the_rust_client_follows_a_controller_failover() {
             *delivered.entry(message.body.to_vec()).or_default() += 1;
         }
     }
-    consumer.commit().await.expect("a commit on the new master");
+    let report = consumer.commit().await.expect("a commit on the new master");
+    assert!(report.failed.is_empty(), "commits failed: {:?}", report.failed);
     let duplicates: usize = delivered.values().map(|n| n - 1).sum();
     println!("rust client: {duplicates} duplicates");
     let new_addr: SocketAddr = new.master_address.unwrap().parse().unwrap();
