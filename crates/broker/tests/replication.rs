@@ -69,6 +69,12 @@ async fn slaves_hold_the_masters_log_queues_and_offsets_and_refuse_writes() {
     }
     let reply = commit(&producer, "T", 0, 10).await;
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    // The commit created its group, whose catalog record the master appends on its own
+    // schedule: wait until that record is acknowledged too, so the log end read below holds
+    // only acknowledged records.
+    ferromq_broker::core::catalog::published(master.context())
+        .await
+        .expect("catalog acknowledged");
     // SYNC_MASTER acknowledged: every slave holds everything, byte for byte.
     let master_store = master.context().store.clone();
     let end = master_store.committed_end();

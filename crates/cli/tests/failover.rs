@@ -1583,7 +1583,11 @@ async fn the_rust_client_follows_a_controller_failover() {
         }
     }
     let report = consumer.commit().await.expect("a commit on the new master");
-    assert!(report.failed.is_empty(), "commits failed: {:?}", report.failed);
+    assert!(
+        report.failed.is_empty(),
+        "commits failed: {:?}",
+        report.failed
+    );
     let duplicates: usize = delivered.values().map(|n| n - 1).sum();
     println!("rust client: {duplicates} duplicates");
     let new_addr: SocketAddr = new.master_address.unwrap().parse().unwrap();

@@ -266,17 +266,19 @@ async fn elect_master(core: &Arc<Core>, request: ElectMasterRequest) -> Answer {
     json_with(&info, ext)
 }
 
-async fn replica_info(core: &Arc<Core>, request: GetReplicaInfoRequest) -> Answer {
-    core.ensure_leader().await?;
-    let group = core.group(&request.broker_name).ok_or_else(|| {
+/// The group named `broker_name`, or CONTROLLER_BROKER_METADATA_NOT_EXIST.
+fn known_group(core: &Core, broker_name: &str) -> Result<GroupRecord, Refusal> {
+    core.group(broker_name).ok_or_else(|| {
         Refusal::new(
             response::CONTROLLER_BROKER_METADATA_NOT_EXIST,
-            format!(
-                "broker group {} is not known to the controller",
-                request.broker_name
-            ),
+            format!("broker group {broker_name} is not known to the controller"),
         )
-    })?;
+    })
+}
+
+async fn replica_info(core: &Arc<Core>, request: GetReplicaInfoRequest) -> Answer {
+    core.ensure_leader().await?;
+    let group = known_group(core, &request.broker_name)?;
     let info = group.replica_info();
     let ext = info.ext_fields();
     json_with(&info, ext)
@@ -328,15 +330,7 @@ async fn sync_state_data(core: &Arc<Core>, request: GetSyncStateDataRequest) -> 
 
 async fn clean_broker_data(core: &Arc<Core>, request: CleanBrokerDataRequest) -> Answer {
     core.ensure_leader().await?;
-    let group = core.group(&request.broker_name).ok_or_else(|| {
-        Refusal::new(
-            response::CONTROLLER_BROKER_METADATA_NOT_EXIST,
-            format!(
-                "broker group {} is not known to the controller",
-                request.broker_name
-            ),
-        )
-    })?;
+    let group = known_group(core, &request.broker_name)?;
     let targets: Vec<u64> = if request.broker_ids.is_empty() {
         group.members.keys().copied().collect()
     } else {

@@ -539,6 +539,10 @@ struct ScrapeValues {
     quarantined_ranges: u64,
     replication: crate::replication::status::HaRuntime,
     replication_counters: Vec<(&'static str, &'static str, u64)>,
+    /// Controller mode: how long the master's lease still holds (0 without one).
+    lease_remaining_ms: Option<u64>,
+    /// The newest epoch of the broker's epoch file.
+    master_epoch: u64,
 }
 
 /// One consumer-lag gauge: group, topic, queue, messages behind.
@@ -619,6 +623,11 @@ impl ScrapeValues {
             quarantined_ranges: ctx.store.quarantined().total,
             replication: ctx.replication.runtime(),
             replication_counters: replication_counters(ctx),
+            lease_remaining_ms: ctx
+                .replication
+                .lease_remaining()
+                .map(|lease| lease.as_millis() as u64),
+            master_epoch: ctx.replication.epoch(),
         }
     }
 }
@@ -716,9 +725,23 @@ impl ScrapeValues {
                 "The high watermark: consumers see the log only below it",
                 r.watermark,
             ),
+            (
+                "ferromq_replication_master_epoch",
+                "The newest master epoch in this broker's epoch file",
+                self.master_epoch,
+            ),
         ] {
             let gauge = ConstGauge::new(value as i64);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        if let Some(remaining) = self.lease_remaining_ms {
+            let gauge = ConstGauge::new(remaining as i64);
+            gauge.encode(encoder.encode_descriptor(
+                "ferromq_controller_lease_remaining_millis",
+                "Controller mode: how long the master's lease still holds (0: no lease, writes refused)",
+                None,
+                gauge.metric_type(),
+            )?)?;
         }
         for (name, help, pick) in [
             (

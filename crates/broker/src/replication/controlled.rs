@@ -262,6 +262,8 @@ pub struct ControllerLink {
     ha_addr: SocketAddr,
     wake: Notify,
     state: Mutex<LinkState>,
+    /// This link, for the tasks it spawns.
+    this: std::sync::Weak<ControllerLink>,
     /// Counters.
     pub counters: ControlledCounters,
 }
@@ -286,7 +288,8 @@ impl ControllerLink {
     ) -> Arc<ControllerLink> {
         let identity = replication.identity().clone();
         replication.enter_controller_mode();
-        Arc::new(ControllerLink {
+        Arc::new_cyclic(|this| ControllerLink {
+            this: this.clone(),
             client: ControllerClient::new(settings.controllers.clone()),
             settings,
             replication,
@@ -530,13 +533,16 @@ impl ControllerLink {
         self.state().known = Some(info.clone());
         if self.replication.role().is_master() {
             self.replication.set_controlled_set(&info.sync_state_set);
-            self.reconcile_sync_state_set(info).await;
+            self.reconcile_sync_state_set(info);
         }
     }
 
     /// Asks the controller to make its in-sync set this master's local one, if they differ
     /// and no change is in flight; on success the master takes the confirmed set.
-    async fn reconcile_sync_state_set(&self, info: &ReplicaInfo) {
+    ///
+    /// The request runs in a task of its own: a slow controller never holds back the
+    /// heartbeats that keep the lease.
+    fn reconcile_sync_state_set(&self, info: &ReplicaInfo) {
         let me = self.replication.broker_id();
         let (local, _) = self.replication.in_sync_sets();
         let Some(wanted) = wanted_sync_state_set(me, &local, &info.sync_state_set) else {
@@ -549,6 +555,16 @@ impl ControllerLink {
             }
             state.altering = true;
         }
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        let info = info.clone();
+        tokio::spawn(async move { this.alter_sync_state_set(&info, wanted).await });
+    }
+
+    /// One CONTROLLER_ALTER_SYNC_STATE_SET; on success the master takes the confirmed set.
+    async fn alter_sync_state_set(&self, info: &ReplicaInfo, wanted: Vec<u64>) {
+        let me = self.replication.broker_id();
         self.counters.alter_requests.fetch_add(1, Ordering::Relaxed);
         let request = AlterSyncStateSetRequest {
             cluster_name: self.cluster.clone(),

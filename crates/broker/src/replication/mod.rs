@@ -281,12 +281,7 @@ impl Replication {
     /// stops at what is visible now until the new master's watermark arrives.
     pub fn demote(&self, master_ha_addr: SocketAddr, epoch: u64) {
         self.min_master_epoch.fetch_max(epoch, Ordering::AcqRel);
-        let visible = self.store.stats().dispatched_end;
-        let bound = self
-            .store
-            .replication_bound()
-            .map_or(visible, |bound| bound.min(visible));
-        self.store.set_replication_bound(Some(bound));
+        self.freeze_bound();
         self.role.send_replace(BrokerRole::Slave);
         self.master_addr.send_replace(Some(master_ha_addr));
         tracing::warn!(master = %master_ha_addr, epoch, "demoted to slave");

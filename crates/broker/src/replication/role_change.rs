@@ -32,15 +32,21 @@ impl Replication {
     /// dispatch cap stays where it is (nothing new becomes visible) until a master's
     /// watermark arrives.
     pub fn step_down(&self) {
+        self.freeze_bound();
+        self.role.send_replace(BrokerRole::Slave);
+        self.master_addr.send_replace(None);
+        tracing::warn!("stepped down: the controller names no master");
+    }
+
+    /// Caps dispatch at what consumers can see now (a broker leaving the master role exposes
+    /// nothing new until a master's watermark arrives).
+    pub(super) fn freeze_bound(&self) {
         let visible = self.store.stats().dispatched_end;
         let bound = self
             .store
             .replication_bound()
             .map_or(visible, |bound| bound.min(visible));
         self.store.set_replication_bound(Some(bound));
-        self.role.send_replace(BrokerRole::Slave);
-        self.master_addr.send_replace(None);
-        tracing::warn!("stepped down: the controller names no master");
     }
 
     /// Before a promotion: lets the dispatcher expose this replica's whole log and waits

@@ -82,6 +82,24 @@ impl Admin {
 
     /// Sends a request to `addr`; a reply other than SUCCESS is an error naming its code and
     /// remark.
+    /// Sends a header-less request `code` to the broker at `addr` and decodes its JSON body;
+    /// the error text names the broker and what went wrong (`what`: the body's name).
+    pub async fn ask_json<T: serde::de::DeserializeOwned>(
+        &self,
+        addr: &str,
+        code: i32,
+        what: &str,
+    ) -> std::result::Result<T, String> {
+        let command = RemotingCommand::new_request(code, Default::default());
+        let reply = self
+            .call(addr, command)
+            .await
+            .map_err(|e| format!("broker {addr} cannot be asked: {e:#}"))?;
+        check(&reply, &format!("broker {addr}")).map_err(|e| e.to_string())?;
+        ferromq_protocol::remoting::body::decode_json(reply.body.as_deref().unwrap_or_default())
+            .map_err(|e| format!("broker {addr} sent an unreadable {what}: {e}"))
+    }
+
     pub async fn call_ok(&self, addr: &str, command: RemotingCommand) -> Result<RemotingCommand> {
         let reply = self.call(addr, command).await?;
         check(&reply, &format!("broker {addr}"))?;

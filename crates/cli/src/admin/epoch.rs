@@ -12,12 +12,10 @@
 
 use anyhow::{bail, Result};
 use ferromq_protocol::controller::BrokerEpochCache;
-use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::codes::request;
-use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
 
-use super::client::{check, Admin};
+use super::client::Admin;
 use super::{print_json, print_table, Common};
 
 /// Flags of `getBrokerEpoch`.
@@ -38,14 +36,9 @@ type Member = (String, String, i64, String);
 
 /// Asks one broker; the error text names the broker and what went wrong.
 async fn ask(admin: &Admin, addr: &str) -> Result<BrokerEpochCache, String> {
-    let command = RemotingCommand::new_request(request::GET_BROKER_EPOCH_CACHE, Default::default());
-    let reply = admin
-        .call(addr, command)
+    admin
+        .ask_json(addr, request::GET_BROKER_EPOCH_CACHE, "epoch cache")
         .await
-        .map_err(|e| format!("broker {addr} cannot be asked: {e:#}"))?;
-    check(&reply, &format!("broker {addr}")).map_err(|e| e.to_string())?;
-    decode_json(reply.body.as_deref().unwrap_or_default())
-        .map_err(|e| format!("broker {addr} sent an unreadable epoch cache: {e}"))
 }
 
 /// The rows of one broker's answer: its entries, or epoch 0 over its log when it has none.

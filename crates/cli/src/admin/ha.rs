@@ -10,14 +10,12 @@
 //! broker was asked: none is silently skipped.
 
 use anyhow::{bail, Result};
-use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::ha_runtime::HaRuntimeInfo;
 use ferromq_protocol::remoting::body::route::MASTER_ID;
 use ferromq_protocol::remoting::codes::request;
-use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
 
-use super::client::{check, Admin};
+use super::client::Admin;
 use super::{print_json, print_table, Common};
 
 /// Flags of `haStatus`.
@@ -95,14 +93,9 @@ async fn members(admin: &Admin, args: &HaStatusArgs) -> Result<Vec<Member>> {
 
 /// Asks one broker; the error text names the broker and what went wrong.
 async fn ask(admin: &Admin, addr: &str) -> Result<HaRuntimeInfo, String> {
-    let command = RemotingCommand::new_request(request::GET_BROKER_HA_STATUS, Default::default());
-    let reply = admin
-        .call(addr, command)
+    admin
+        .ask_json(addr, request::GET_BROKER_HA_STATUS, "HA status")
         .await
-        .map_err(|e| format!("broker {addr} cannot be asked: {e:#}"))?;
-    check(&reply, &format!("broker {addr}")).map_err(|e| e.to_string())?;
-    decode_json(reply.body.as_deref().unwrap_or_default())
-        .map_err(|e| format!("broker {addr} sent an unreadable HA status: {e}"))
 }
 
 pub async fn status(args: HaStatusArgs) -> Result<()> {
