@@ -289,6 +289,46 @@ fn sync_state_set_elect_master_and_clean_broker_metadata_drive_one_controller() 
     let group = &data["groups"][0];
     assert_eq!(group["replicaInfo"]["masterBrokerId"], 1, "{data}");
     assert_eq!(group["members"].as_array().unwrap().len(), 2, "{data}");
+    // -i intervalSec prints again every interval until interrupted.
+    let mut watching = Running(
+        Command::new(env!("CARGO_BIN_EXE_ferromq"))
+            .args([
+                "admin",
+                "getSyncStateSet",
+                "-a",
+                &a,
+                "-b",
+                "broker-a",
+                "-i",
+                "1",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watching.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let started = std::time::Instant::now();
+    for round in 0..2 {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("getSyncStateSet -i 1 printed no round {round}"));
+        let printed: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(printed["groups"][0]["replicaInfo"]["masterBrokerId"], 1);
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+    drop(watching);
     let table = common::ok(&["getSyncStateSet", "-a", &a, "-c", "DefaultCluster"]);
     assert!(table.starts_with("#Cluster"), "{table}");
     assert!(

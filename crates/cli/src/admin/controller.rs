@@ -58,6 +58,9 @@ pub struct GetSyncStateSetArgs {
     /// Only this broker group.
     #[arg(short = 'b', long = "brokerName")]
     broker_name: Option<String>,
+    /// Print again every this many seconds, until interrupted.
+    #[arg(short = 'i', long = "interval", value_name = "SECONDS")]
+    interval: Option<u64>,
 }
 
 /// Flags of `electMaster`.
@@ -143,6 +146,10 @@ pub async fn metadata(args: GetControllerMetaDataArgs) -> Result<()> {
 }
 
 pub async fn sync_state_set(args: GetSyncStateSetArgs) -> Result<()> {
+    super::every(args.interval, || sync_state_set_once(&args)).await
+}
+
+async fn sync_state_set_once(args: &GetSyncStateSetArgs) -> Result<()> {
     let client = args.common.client()?;
     let request_body = GetSyncStateDataRequest {
         broker_names: args.broker_name.clone().into_iter().collect(),

@@ -29,6 +29,9 @@ pub struct GetBrokerEpochArgs {
     /// Every broker (master and slaves) of this broker group.
     #[arg(short = 'b', long = "brokerName")]
     broker_name: Option<String>,
+    /// Print again every this many seconds, until interrupted.
+    #[arg(short = 'i', long = "interval", value_name = "SECONDS")]
+    interval: Option<u64>,
 }
 
 /// One broker asked: (cluster, broker name, broker id, address).
@@ -66,6 +69,10 @@ fn rows(member: &Member, cache: &BrokerEpochCache) -> Vec<Vec<String>> {
 }
 
 pub async fn get(args: GetBrokerEpochArgs) -> Result<()> {
+    super::every(args.interval, || get_once(&args)).await
+}
+
+async fn get_once(args: &GetBrokerEpochArgs) -> Result<()> {
     let admin = Admin::new(&args.common);
     let info = admin.cluster_info().await?;
     let mut members: Vec<Member> = super::cluster::members(&info, args.cluster.as_deref())

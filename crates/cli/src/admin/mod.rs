@@ -180,3 +180,22 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
 pub fn print_json(value: &serde_json::Value) {
     println!("{value}");
 }
+
+/// mqadmin's `-i intervalSec`: runs `once` now and then again every `interval` seconds until
+/// the process is interrupted (Ctrl-C); without it, once. An error ends the loop.
+pub async fn every<F, Fut>(interval: Option<u64>, mut once: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let Some(seconds) = interval else {
+        return once().await;
+    };
+    if seconds == 0 {
+        anyhow::bail!("-i intervalSec must be at least 1");
+    }
+    loop {
+        once().await?;
+        tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    }
+}
