@@ -90,26 +90,101 @@ pub enum ConsumerKind {
     Push,
 }
 
+/// What a server node was when a fault hit it: a fault's effect on acknowledged data depends
+/// on it (a name-server kill never excuses a loss; a master kill may, under ASYNC_MASTER or
+/// ASYNC_FLUSH).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeRole {
+    /// `ferromq standalone`: name server and the only broker (the master of its data).
+    #[default]
+    Standalone,
+    /// The master of a broker group at the time of the fault.
+    Master,
+    /// A slave (replica) of a broker group.
+    Slave,
+    /// A controller (Raft group member), leader or follower.
+    Controller,
+    /// A name server.
+    Namesrv,
+}
+
+impl NodeRole {
+    /// True for a node whose death can take acknowledged-but-unprotected data with it (the
+    /// writer of its group's log).
+    pub fn holds_master_log(self) -> bool {
+        matches!(self, NodeRole::Standalone | NodeRole::Master)
+    }
+
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeRole::Standalone => "standalone",
+            NodeRole::Master => "master",
+            NodeRole::Slave => "slave",
+            NodeRole::Controller => "controller",
+            NodeRole::Namesrv => "namesrv",
+        }
+    }
+}
+
 /// An injected fault, or its healing.
+///
+/// `role` is what the node was when the fault was injected (absent in histories saved before
+/// roles were recorded: `standalone`). `link` names the proxied connection a partition cuts
+/// (`client-broker`, `ha`, `broker-controller`, `controller-controller`, `broker-namesrv`;
+/// absent: `client-broker`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum Fault {
-    /// kill -9 of a server process (`node` names it, e.g. `standalone`).
-    Kill { node: String },
+    /// kill -9 of a server process (`node` names it, e.g. `standalone`, `broker-0-r1`).
+    Kill {
+        node: String,
+        #[serde(default)]
+        role: NodeRole,
+    },
     /// The killed process was started again.
-    Restart { node: String },
+    Restart {
+        node: String,
+        #[serde(default)]
+        role: NodeRole,
+    },
     /// SIGSTOP of a server process.
-    Pause { node: String },
+    Pause {
+        node: String,
+        #[serde(default)]
+        role: NodeRole,
+    },
     /// SIGCONT after a pause.
-    Resume { node: String },
-    /// The proxy between clients and `node` starts to `mode` ("drop", "stall", "slow").
-    Partition { node: String, mode: String },
+    Resume {
+        node: String,
+        #[serde(default)]
+        role: NodeRole,
+    },
+    /// The proxy on `link` in front of `node` starts to `mode` ("drop", "stall", "slow",
+    /// "drop-replies", "drop-requests").
+    Partition {
+        node: String,
+        mode: String,
+        #[serde(default = "client_link")]
+        link: String,
+    },
     /// The proxy forwards normally again.
-    Heal { node: String },
+    Heal {
+        node: String,
+        #[serde(default = "client_link")]
+        link: String,
+    },
     /// A consumer was stopped (not gracefully: no final commit) and started again.
     RestartConsumer { consumer: u32 },
     /// `resetOffsetByTime` was run for the group (see [`Op::Reset`] for its result).
     Reset,
+}
+
+fn client_link() -> String {
+    "client-broker".to_string()
 }
 
 impl Fault {
@@ -160,10 +235,14 @@ pub enum Op {
         value: Value,
     },
     /// The broker acknowledged a commit of `offset` (the next offset to consume) for `queue`.
+    /// `sent_ms` is when the commit request was sent (run clock), when the recorder knows it:
+    /// the event's own `at_ms` is when its acknowledgement arrived.
     CommitOk {
         consumer: ConsumerId,
         queue: Queue,
         offset: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent_ms: Option<u64>,
     },
     /// A commit was rejected (stale generation, regression) or could not be sent.
     CommitFail {
@@ -188,6 +267,13 @@ pub enum Op {
     },
     /// A fault was injected or healed.
     Fault(Fault),
+    /// The harness saw broker group `group` get a new master: `master` (a node name) at
+    /// master epoch `epoch` (higher than any seen before for the group).
+    Failover {
+        group: String,
+        master: String,
+        epoch: u64,
+    },
     /// Faults are over; consumers drain from here on.
     DrainStart,
     /// The drain ended: `complete` is true when every acknowledged value was delivered
@@ -315,7 +401,16 @@ mod tests {
             6,
             Op::Fault(Fault::Kill {
                 node: "standalone".into(),
+                role: NodeRole::Standalone,
             }),
+        );
+        history.push(
+            6,
+            Op::Failover {
+                group: "broker-a".into(),
+                master: "broker-a-r1".into(),
+                epoch: 2,
+            },
         );
         history.push(
             7,
@@ -326,7 +421,18 @@ mod tests {
         );
         history.push(9, Op::DrainEnd { complete: true });
         let text = history.to_json_lines();
-        assert_eq!(text.lines().count(), 6);
+        assert_eq!(text.lines().count(), 7);
+        let old = History::from_json_lines(
+            "{\"at_ms\":1,\"op\":\"fault\",\"fault\":\"kill\",\"node\":\"standalone\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            old.events[0].op,
+            Op::Fault(Fault::Kill {
+                node: "standalone".into(),
+                role: NodeRole::Standalone
+            })
+        );
         assert_eq!(History::from_json_lines(&text).unwrap(), history);
         let err = History::from_json_lines("{\"at_ms\":1}\n").unwrap_err();
         assert_eq!(err.line, 1);

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::admin::{history_regressions, offline_resets, Admin, AdminError};
 use crate::faults::{schedule, FaultAction, FaultKind, PartitionMode, PlannedFault};
-use crate::history::{Fault, History, Op, Queue};
+use crate::history::{Fault, History, NodeRole, Op, Queue};
 use crate::nodes::{Flush, NodeError, Standalone};
 use crate::observer::Observer;
 use crate::proxy::{FaultProxy, ProxyMode};
@@ -385,18 +385,30 @@ impl Cluster<'_> {
         let record = |fault| self.recorder.record(Op::Fault(fault));
         match action {
             FaultAction::Kill { down } => {
-                record(Fault::Kill { node: node.clone() });
+                record(Fault::Kill {
+                    node: node.clone(),
+                    role: NodeRole::Standalone,
+                });
                 self.server.node().kill().await?;
                 tokio::time::sleep(*down).await;
                 self.server.restart().await?;
-                self.recorder.record(Op::Fault(Fault::Restart { node }));
+                self.recorder.record(Op::Fault(Fault::Restart {
+                    node,
+                    role: NodeRole::Standalone,
+                }));
             }
             FaultAction::Pause { hold } => {
-                record(Fault::Pause { node: node.clone() });
+                record(Fault::Pause {
+                    node: node.clone(),
+                    role: NodeRole::Standalone,
+                });
                 self.server.node().pause().await?;
                 tokio::time::sleep(*hold).await;
                 self.server.node().resume().await?;
-                self.recorder.record(Op::Fault(Fault::Resume { node }));
+                self.recorder.record(Op::Fault(Fault::Resume {
+                    node,
+                    role: NodeRole::Standalone,
+                }));
             }
             FaultAction::Partition { mode, hold } => {
                 let mode = match mode {
@@ -408,11 +420,15 @@ impl Cluster<'_> {
                 record(Fault::Partition {
                     node: node.clone(),
                     mode: mode.name().to_string(),
+                    link: "client-broker".into(),
                 });
                 self.proxy.set_mode(mode);
                 tokio::time::sleep(*hold).await;
                 self.proxy.set_mode(ProxyMode::Pass);
-                self.recorder.record(Op::Fault(Fault::Heal { node }));
+                self.recorder.record(Op::Fault(Fault::Heal {
+                    node,
+                    link: "client-broker".into(),
+                }));
             }
             FaultAction::RestartConsumer { consumer } => {
                 // Records the fault itself, once the old session is gone.
@@ -446,10 +462,16 @@ impl Cluster<'_> {
         let node = self.node_name();
         if self.server.node().is_paused() {
             self.server.node().resume().await?;
-            self.recorder.record(Op::Fault(Fault::Resume { node }));
+            self.recorder.record(Op::Fault(Fault::Resume {
+                node,
+                role: NodeRole::Standalone,
+            }));
         } else if !self.server.node().is_running() {
             self.server.restart().await?;
-            self.recorder.record(Op::Fault(Fault::Restart { node }));
+            self.recorder.record(Op::Fault(Fault::Restart {
+                node,
+                role: NodeRole::Standalone,
+            }));
         }
         Ok(())
     }

@@ -3,7 +3,9 @@
 //! allowed cases that must pass, and a clean run.
 
 use ferromq_chaos::checker::{check, CheckOptions, Durability, LossClass, Report};
-use ferromq_chaos::history::{ConsumerId, ConsumerKind, Fault, History, Op, Queue, Value};
+use ferromq_chaos::history::{
+    ConsumerId, ConsumerKind, Fault, History, NodeRole, Op, Queue, Value,
+};
 
 /// Writes histories tersely; every event gets the next millisecond.
 #[derive(Default)]
@@ -92,6 +94,7 @@ impl Builder {
             consumer: c,
             queue: queue(q),
             offset,
+            sent_ms: None,
         })
     }
 
@@ -124,9 +127,11 @@ impl Builder {
     fn kill_and_restart(&mut self) -> &mut Builder {
         self.fault(Fault::Kill {
             node: "standalone".into(),
+            role: NodeRole::Standalone,
         })
         .fault(Fault::Restart {
             node: "standalone".into(),
+            role: NodeRole::Standalone,
         })
     }
 
@@ -1059,6 +1064,7 @@ fn async_ack_recorded_after_the_kill_still_belongs_to_it() {
         .op(Op::SendInvoke { value: v(0, 1) })
         .fault(Fault::Kill {
             node: "standalone".into(),
+            role: NodeRole::Standalone,
         })
         // The reply left the broker before it died.
         .op(Op::SendOk {
@@ -1068,6 +1074,7 @@ fn async_ack_recorded_after_the_kill_still_belongs_to_it() {
         })
         .fault(Fault::Restart {
             node: "standalone".into(),
+            role: NodeRole::Standalone,
         })
         .send(v(0, 2), 0, 1)
         .deliver(reader, 0, 1, v(0, 2))
@@ -1161,5 +1168,6 @@ fn commit_op(c: ConsumerId, q: u32, offset: u64) -> Op {
         consumer: c,
         queue: queue(q),
         offset,
+        sent_ms: None,
     }
 }

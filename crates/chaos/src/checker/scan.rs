@@ -244,11 +244,14 @@ impl Scan {
                 consumer,
                 queue,
                 offset,
+                ..
             } => self.commit_ok(index, at_ms, *consumer, queue, *offset),
             Op::CommitFail { consumer, .. } => {
                 self.note_session(index, at_ms, *consumer);
                 self.last_commit_event.insert(*consumer, index);
             }
+            // Not judged yet: failovers are attributed by the cluster checks.
+            Op::Failover { .. } => {}
             Op::Observe {
                 queue,
                 committed,
@@ -603,7 +606,7 @@ impl Scan {
         // it is acknowledged; the next fault closes the window even when the reset failed.
         self.reset_pending = matches!(fault, Fault::Reset);
         match fault {
-            Fault::Kill { node } => {
+            Fault::Kill { node, .. } => {
                 self.last_broker_fault = Some(index);
                 self.kills.push(Kill {
                     index,

@@ -49,10 +49,12 @@ pub fn queue_of(queue: &MessageQueue) -> Queue {
 
 /// The history operation for the outcome of `consumer`'s commit of `offset` on `queue`:
 /// `CommitOk` when the broker acknowledged it, `CommitFail` with the error otherwise.
+/// `sent_ms` is the run time at which the commit was sent (see [`Op::CommitOk`]).
 pub fn commit_op(
     consumer: ConsumerId,
     queue: &MessageQueue,
     offset: u64,
+    sent_ms: Option<u64>,
     result: &Result<(), OffsetError>,
 ) -> Op {
     match result {
@@ -60,6 +62,7 @@ pub fn commit_op(
             consumer,
             queue: queue_of(queue),
             offset,
+            sent_ms,
         },
         Err(error) => Op::CommitFail {
             consumer,

@@ -121,10 +121,22 @@ impl RecordingStore {
     }
 
     /// Records the outcome of a commit of `offset` (plain or correction).
-    fn record_commit(&self, queue: &MessageQueue, offset: u64, result: &Result<(), OffsetError>) {
+    /// `sent_ms`: when the commit was sent (run clock).
+    fn record_commit(
+        &self,
+        queue: &MessageQueue,
+        offset: u64,
+        sent_ms: u64,
+        result: &Result<(), OffsetError>,
+    ) {
         if self.recorded(queue) {
-            self.recorder
-                .record(commit_op(self.consumer, queue, offset, result));
+            self.recorder.record(commit_op(
+                self.consumer,
+                queue,
+                offset,
+                Some(sent_ms),
+                result,
+            ));
         }
         if result.is_ok() {
             self.table().committed.insert(queue.clone(), offset);
@@ -146,8 +158,9 @@ impl RecordingStore {
             offset
         };
         self.inner.update(queue, offset);
+        let sent_ms = self.recorder.elapsed_ms();
         let result = self.inner.persist(queue).await;
-        self.record_commit(queue, offset, &result);
+        self.record_commit(queue, offset, sent_ms, &result);
         result.map(|()| Some(offset))
     }
 }
@@ -182,8 +195,9 @@ impl OffsetStore for RecordingStore {
                 self.stop(queue);
                 self.start(queue, offset);
             }
+            let sent_ms = self.recorder.elapsed_ms();
             let result = self.inner.correct(queue, offset).await;
-            self.record_commit(queue, offset, &result);
+            self.record_commit(queue, offset, sent_ms, &result);
             result
         })
     }

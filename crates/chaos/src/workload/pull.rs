@@ -240,17 +240,29 @@ impl PullSession {
     /// Corrects the stored offset of `queue` to the broker's suggestion (a correction, which
     /// the broker accepts only when justified) and records the outcome.
     async fn correct(&mut self, queue: &MessageQueue, offset: u64) {
+        let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.offset_store().correct(queue, offset).await;
-        self.recorder
-            .record(commit_op(self.consumer, queue, offset, &result));
+        self.recorder.record(commit_op(
+            self.consumer,
+            queue,
+            offset,
+            Some(sent_ms),
+            &result,
+        ));
     }
 
     /// Commits `offset` for `queue` and records the outcome; after a regression refusal the
     /// queue restarts from the committed offset read back.
     async fn commit(&mut self, queue: &MessageQueue, offset: u64) {
+        let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.commit(queue, offset).await;
-        self.recorder
-            .record(commit_op(self.consumer, queue, offset, &result));
+        self.recorder.record(commit_op(
+            self.consumer,
+            queue,
+            offset,
+            Some(sent_ms),
+            &result,
+        ));
         if matches!(
             result,
             Err(OffsetError::Rejected {
