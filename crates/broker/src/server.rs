@@ -160,8 +160,7 @@ impl Broker {
                     addr: ha_bind,
                     source,
                 })?;
-        let ha_addr = SocketAddr::new(
-            config.broker_ip1,
+        let ha_addr = config.advertised_ha_addr(
             ha_listener
                 .local_addr()
                 .map_err(|source| BrokerError::HaListen {

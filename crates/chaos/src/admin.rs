@@ -73,20 +73,41 @@ pub struct OffsetEvent {
     pub client_id: String,
 }
 
-/// Runs `program admin ...` against one name server.
+/// Runs `program admin ...` against the run's name servers.
 #[derive(Debug, Clone)]
 pub struct Admin {
     program: PathBuf,
-    namesrv: SocketAddr,
+    /// `-n`: the name servers, `;`-separated.
+    namesrvs: String,
 }
 
 impl Admin {
-    /// Admin commands of `program` against `namesrv`.
-    pub fn new(program: &Path, namesrv: SocketAddr) -> Admin {
+    /// Admin commands of `program` against `namesrvs`.
+    pub fn new(program: &Path, namesrvs: &[SocketAddr]) -> Admin {
+        let namesrvs: Vec<String> = namesrvs.iter().map(SocketAddr::to_string).collect();
         Admin {
             program: program.to_path_buf(),
-            namesrv,
+            namesrvs: namesrvs.join(";"),
         }
+    }
+
+    /// Creates `topic` with `queues` read and write queues on every master of `cluster`.
+    ///
+    /// # Errors
+    /// [`AdminError`].
+    pub async fn update_topic_on_cluster(
+        &self,
+        topic: &str,
+        queues: u32,
+        cluster: &str,
+    ) -> Result<(), AdminError> {
+        let queues = queues.to_string();
+        self.run(
+            "updateTopic",
+            &["-c", cluster, "-t", topic, "-r", &queues, "-w", &queues],
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Creates `topic` with `queues` read and write queues on the broker at `broker`.
@@ -164,7 +185,7 @@ impl Admin {
             .arg("admin")
             .arg(command)
             .args(args)
-            .args(["-n", &self.namesrv.to_string(), "--json"])
+            .args(["-n", &self.namesrvs, "--json"])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -10,12 +10,17 @@
 
 pub mod admin;
 pub mod checker;
+pub mod cluster;
+pub mod failovers;
 pub mod faults;
 pub mod history;
+pub mod inject;
 pub mod nodes;
 pub mod observer;
 pub mod proxy;
 pub mod recorder;
 pub mod resets;
 pub mod run;
+pub mod servers;
+pub mod topology;
 pub mod workload;

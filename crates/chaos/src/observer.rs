@@ -59,7 +59,7 @@ impl Observer {
             ..ClientOptions::default()
         }));
         let routes = Arc::new(RouteCache::new(
-            vec![target.namesrv],
+            target.namesrvs.clone(),
             pool.clone(),
             REQUEST_TIMEOUT,
             ROUTE_MAX_AGE,

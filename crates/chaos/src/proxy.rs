@@ -12,10 +12,13 @@
 //! | `Stall` | held | held | kept open; held bytes flow when the mode changes |
 //! | `Slow(d)` | each chunk delayed by `d` | each chunk delayed by `d` | kept |
 //! | `DropReplies` | forwarded | discarded | closed [`DROP_REPLIES_CLOSE_AFTER`] after the first discarded reply |
+//! | `DropRequests` | discarded | forwarded | closed [`DROP_REPLIES_CLOSE_AFTER`] after the first discarded request |
 //!
 //! `DropReplies` models the worst case for a client's bookkeeping: the request reached the
 //! server (it may have committed the write), the reply never came back. A correct client reports
-//! such an operation as failed or indeterminate, never as a success.
+//! such an operation as failed or indeterminate, never as a success. `DropRequests` is the
+//! other asymmetric partition: what the server says still arrives (heartbeats, pushed data),
+//! what the client says does not.
 //!
 //! Invariants:
 //! 1. Stalled bytes are held, never lost: in `Stall` the proxy stops reading (TCP back-pressure
@@ -68,6 +71,9 @@ pub enum ProxyMode {
     /// Forward client→server, discard server→client, and close a connection
     /// [`DROP_REPLIES_CLOSE_AFTER`] after its first discarded reply.
     DropReplies,
+    /// Discard client→server, forward server→client, and close a connection
+    /// [`DROP_REPLIES_CLOSE_AFTER`] after its first discarded request.
+    DropRequests,
 }
 
 impl ProxyMode {
@@ -79,6 +85,7 @@ impl ProxyMode {
             ProxyMode::Stall => "stall",
             ProxyMode::Slow(_) => "slow",
             ProxyMode::DropReplies => "drop-replies",
+            ProxyMode::DropRequests => "drop-requests",
         }
     }
 }
@@ -410,6 +417,10 @@ fn verdict(mode: ProxyMode, direction: Direction) -> Verdict {
         ProxyMode::DropReplies => match direction {
             Direction::ToServer => Verdict::Forward,
             Direction::ToClient => Verdict::Discard,
+        },
+        ProxyMode::DropRequests => match direction {
+            Direction::ToServer => Verdict::Discard,
+            Direction::ToClient => Verdict::Forward,
         },
     }
 }

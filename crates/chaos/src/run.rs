@@ -2,12 +2,14 @@
 //! and hand back the recorded history.
 //!
 //! Phases, in order (each recorded or visible in the progress line):
-//! 1. **setup** — a temporary directory the run owns; a [`FaultProxy`]; `ferromq standalone`
-//!    registering the proxy's address as the broker's, so that clients reach the broker only
-//!    through the proxy (name-server traffic goes direct); the topic; consumers, observer,
-//!    producers.
-//! 2. **faults** — the schedule of [`crate::faults::schedule`], one fault at a time, for
-//!    `seconds`; every injection and healing is an `Op::Fault`.
+//! 1. **setup** — a temporary directory the run owns; for `single`, a [`FaultProxy`] and
+//!    `ferromq standalone` registering the proxy's address as the broker's, so that clients
+//!    reach the broker only through the proxy (name-server traffic goes direct); for
+//!    `replicated` and `ha`, a [`ChaosCluster`] with a proxy on every link and a
+//!    [`FailoverWatch`]; the topic; consumers, observer, producers.
+//! 2. **faults** — the schedule of [`crate::faults::schedule`] (faults one after another, or
+//!    two at once with `overlap`), carried out by an [`Injector`] for `seconds`; every
+//!    injection and healing is an `Op::Fault`, every failover an `Op::Failover`.
 //! 3. **drain** — everything healed, producers stopped, then `DrainStart`; consumers keep
 //!    going until every acknowledged value was delivered (`DrainEnd { complete: true }`), or
 //!    the deadline passes, or nothing new arrives for [`DRAIN_STALL`] while the group's
@@ -22,19 +24,24 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::admin::{history_regressions, offline_resets, Admin, AdminError};
-use crate::faults::{schedule, FaultAction, FaultKind, PartitionMode, PlannedFault};
-use crate::history::{Fault, History, NodeRole, Op, Queue};
+use crate::cluster::{ChaosCluster, ClusterError, ClusterSpec, CLUSTER_NAME};
+use crate::failovers::FailoverWatch;
+use crate::faults::{schedule, FaultKind, PlannedFault, ScheduleSpec};
+use crate::history::{History, Op, Queue};
+use crate::inject::{FaultError, Injector};
 use crate::nodes::{Flush, NodeError, Standalone};
 use crate::observer::Observer;
-use crate::proxy::{FaultProxy, ProxyMode};
+use crate::proxy::FaultProxy;
 use crate::recorder::{Recorder, Totals};
+use crate::servers::Servers;
+use crate::topology::{MasterMode, Topology};
 use crate::workload::consumers::Consumers;
 use crate::workload::producer::ProducerTask;
 use crate::workload::{Shared, Target};
@@ -59,7 +66,13 @@ pub struct RunConfig {
     pub seconds: u64,
     /// Fault kinds to inject.
     pub faults: Vec<FaultKind>,
-    /// The broker's flush policy.
+    /// What runs: `single`, `replicated` or `ha`.
+    pub topology: Topology,
+    /// How masters acknowledge (cluster topologies).
+    pub master: MasterMode,
+    /// Plan two faults at once (see [`crate::faults::schedule`]).
+    pub overlap: bool,
+    /// Every broker's flush policy.
     pub flush: Flush,
     /// Producers.
     pub producers: u32,
@@ -86,6 +99,9 @@ impl RunConfig {
             seed,
             seconds,
             faults: FaultKind::ALL.to_vec(),
+            topology: Topology::Single,
+            master: MasterMode::Sync,
+            overlap: false,
             flush: Flush::Sync,
             producers: 2,
             consumers: 2,
@@ -99,7 +115,14 @@ impl RunConfig {
 
     /// The fault schedule this configuration runs.
     pub fn schedule(&self) -> Vec<PlannedFault> {
-        schedule(self.seed, self.seconds, &self.faults, self.consumers)
+        schedule(&ScheduleSpec {
+            seed: self.seed,
+            seconds: self.seconds,
+            kinds: self.faults.clone(),
+            consumers: self.consumers,
+            topology: self.topology,
+            overlap: self.overlap,
+        })
     }
 
     /// Checks the settings.
@@ -142,6 +165,9 @@ pub enum RunError {
     /// A server process could not be started, signalled or restarted.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// The cluster could not be started.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     /// An admin command needed for setup failed.
     #[error(transparent)]
     Admin(#[from] AdminError),
@@ -180,8 +206,10 @@ pub struct RunOutcome {
     pub drain: Duration,
     /// Messages whose body was not a chaos value.
     pub foreign_messages: u64,
-    /// Faults that could not be carried out (e.g. a reset the broker refused), as text.
-    pub fault_errors: Vec<String>,
+    /// Faults that could not be carried out (e.g. a reset the broker refused).
+    pub fault_errors: Vec<FaultError>,
+    /// Failovers the watch recorded (cluster topologies).
+    pub failovers: u64,
     /// The broker's offset history, checked.
     pub offset_history: OffsetHistoryCheck,
     /// Wall time of the whole run.
@@ -212,33 +240,27 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
             what: "creating the run directory",
             source,
         })?;
-    // The proxy needs a target to start; the real one is known once the broker runs.
-    let placeholder = SocketAddr::from(([127, 0, 0, 1], 9));
-    let proxy = FaultProxy::start(placeholder)
-        .await
-        .map_err(|source| RunError::Io {
-            what: "starting the fault proxy",
-            source,
-        })?;
-    let mut server = Standalone::start(
-        &config.program,
-        &dir.path().join("data"),
-        config.flush,
-        proxy.local_addr(),
-        dir.path().join("standalone.log"),
-    )
-    .await?;
-    proxy.set_target(server.broker);
-    let admin = Admin::new(&config.program, server.namesrv);
-    admin
-        .update_topic(TOPIC, config.queues, server.broker)
-        .await?;
+    let mut servers = start_servers(config, dir.path()).await?;
+    let admin = Admin::new(&config.program, &servers.namesrvs());
+    create_topic(&servers, &admin, config.queues).await?;
     let target = Target {
-        namesrv: server.namesrv,
+        namesrvs: servers.namesrvs(),
         topic: TOPIC.to_string(),
         group: GROUP.to_string(),
     };
     let recorder = Arc::new(Recorder::new());
+    let watch = match &servers {
+        Servers::Cluster(cluster) => {
+            let (groups, names) = cluster.broker_addresses();
+            Some(FailoverWatch::spawn(
+                cluster.controller_client(),
+                groups,
+                names,
+                recorder.clone(),
+            ))
+        }
+        Servers::Single { .. } => None,
+    };
     let shared = Arc::new(Shared::default());
     let phase: Phase = Arc::new(Mutex::new("setup"));
     let _progress = config
@@ -259,22 +281,18 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
 
     set_phase(&phase, "faults");
     let plan = config.schedule();
-    let mut cluster = Cluster {
-        server: &mut server,
-        proxy: &proxy,
-        consumers: &mut consumers,
-        admin: &admin,
-        recorder: &recorder,
-        fault_errors: Vec::new(),
-    };
-    let faults_start = started;
-    for planned in &plan {
-        tokio::time::sleep_until(faults_start + planned.at).await;
-        cluster.inject(&planned.action).await?;
-    }
-    tokio::time::sleep_until(faults_start + Duration::from_secs(config.seconds)).await;
-    cluster.heal().await?;
-    let fault_errors = std::mem::take(&mut cluster.fault_errors);
+    let mut injector = Injector::new(
+        &mut servers,
+        &mut consumers,
+        &admin,
+        &recorder,
+        (GROUP, TOPIC),
+    );
+    injector.run(&plan, started).await?;
+    tokio::time::sleep_until(started + Duration::from_secs(config.seconds)).await;
+    injector.heal_all().await?;
+    let fault_errors = injector.take_errors();
+    drop(injector);
 
     set_phase(&phase, "drain");
     for producer in &mut producers {
@@ -293,10 +311,17 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
     // One more look at the offsets the consumers' final commits left.
     tokio::time::sleep(OBSERVE_PERIOD * 2).await;
     observer.stop().await;
+    drop(watch);
     let offset_history = check_offset_history(&admin).await;
-    server.node().stop().await?;
-    let outcome = RunOutcome {
-        history: recorder.history(),
+    servers.stop().await?;
+    let history = recorder.history();
+    let failovers = history
+        .events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Failover { .. }))
+        .count() as u64;
+    let mut outcome = RunOutcome {
+        history,
         totals: recorder.totals(),
         faults: recorder.fault_kinds(),
         schedule: plan,
@@ -306,12 +331,12 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
             .foreign_messages
             .load(std::sync::atomic::Ordering::Relaxed),
         fault_errors,
+        failovers,
         offset_history,
         elapsed: started.elapsed(),
         kept_dir: None,
     };
-    drop(proxy);
-    let mut outcome = outcome;
+    drop(servers);
     if config.keep_dir {
         outcome.kept_dir = Some(dir.keep());
     } else {
@@ -321,6 +346,50 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
         })?;
     }
     Ok(outcome)
+}
+
+/// Starts what `config.topology` names under `dir`.
+async fn start_servers(config: &RunConfig, dir: &Path) -> Result<Servers, RunError> {
+    if config.topology == Topology::Single {
+        // The proxy needs a target to start; the real one is known once the broker runs.
+        let placeholder = SocketAddr::from(([127, 0, 0, 1], 9));
+        let proxy = FaultProxy::start(placeholder)
+            .await
+            .map_err(|source| RunError::Io {
+                what: "starting the fault proxy",
+                source,
+            })?;
+        let server = Standalone::start(
+            &config.program,
+            &dir.join("data"),
+            config.flush,
+            proxy.local_addr(),
+            dir.join("standalone.log"),
+        )
+        .await?;
+        proxy.set_target(server.broker);
+        return Ok(Servers::Single { server, proxy });
+    }
+    let spec = ClusterSpec {
+        topology: config.topology,
+        master: config.master,
+        flush: config.flush,
+    };
+    Ok(Servers::Cluster(
+        ChaosCluster::start(&config.program, dir, spec).await?,
+    ))
+}
+
+async fn create_topic(servers: &Servers, admin: &Admin, queues: u32) -> Result<(), RunError> {
+    match servers {
+        Servers::Single { server, .. } => admin.update_topic(TOPIC, queues, server.broker).await?,
+        Servers::Cluster(_) => {
+            admin
+                .update_topic_on_cluster(TOPIC, queues, CLUSTER_NAME)
+                .await?
+        }
+    }
+    Ok(())
 }
 
 /// Waits for the drain to end; true when every acknowledged value was delivered.
@@ -361,119 +430,6 @@ async fn check_offset_history(admin: &Admin) -> OffsetHistoryCheck {
             error: Some(error.to_string()),
             ..OffsetHistoryCheck::default()
         },
-    }
-}
-
-/// What faults act on.
-struct Cluster<'a> {
-    server: &'a mut Standalone,
-    proxy: &'a FaultProxy,
-    consumers: &'a mut Consumers,
-    admin: &'a Admin,
-    recorder: &'a Recorder,
-    fault_errors: Vec<String>,
-}
-
-impl Cluster<'_> {
-    fn node_name(&mut self) -> String {
-        self.server.node().name().to_string()
-    }
-
-    /// Injects `action` and heals it after its hold.
-    async fn inject(&mut self, action: &FaultAction) -> Result<(), RunError> {
-        let node = self.node_name();
-        let record = |fault| self.recorder.record(Op::Fault(fault));
-        match action {
-            FaultAction::Kill { down } => {
-                record(Fault::Kill {
-                    node: node.clone(),
-                    role: NodeRole::Standalone,
-                });
-                self.server.node().kill().await?;
-                tokio::time::sleep(*down).await;
-                self.server.restart().await?;
-                self.recorder.record(Op::Fault(Fault::Restart {
-                    node,
-                    role: NodeRole::Standalone,
-                }));
-            }
-            FaultAction::Pause { hold } => {
-                record(Fault::Pause {
-                    node: node.clone(),
-                    role: NodeRole::Standalone,
-                });
-                self.server.node().pause().await?;
-                tokio::time::sleep(*hold).await;
-                self.server.node().resume().await?;
-                self.recorder.record(Op::Fault(Fault::Resume {
-                    node,
-                    role: NodeRole::Standalone,
-                }));
-            }
-            FaultAction::Partition { mode, hold } => {
-                let mode = match mode {
-                    PartitionMode::Drop => ProxyMode::Drop,
-                    PartitionMode::Stall => ProxyMode::Stall,
-                    PartitionMode::Slow(delay) => ProxyMode::Slow(*delay),
-                    PartitionMode::DropReplies => ProxyMode::DropReplies,
-                };
-                record(Fault::Partition {
-                    node: node.clone(),
-                    mode: mode.name().to_string(),
-                    link: "client-broker".into(),
-                });
-                self.proxy.set_mode(mode);
-                tokio::time::sleep(*hold).await;
-                self.proxy.set_mode(ProxyMode::Pass);
-                self.recorder.record(Op::Fault(Fault::Heal {
-                    node,
-                    link: "client-broker".into(),
-                }));
-            }
-            FaultAction::RestartConsumer { consumer } => {
-                // Records the fault itself, once the old session is gone.
-                self.consumers.restart(*consumer).await?;
-            }
-            FaultAction::Reset { back } => {
-                record(Fault::Reset);
-                let now_ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0);
-                let timestamp = now_ms.saturating_sub(back.as_millis() as u64);
-                match self.admin.reset_by_time(GROUP, TOPIC, timestamp).await {
-                    Ok(result) => self.recorder.record(Op::Reset {
-                        offsets: result.offsets,
-                        generation: result.generation,
-                    }),
-                    Err(error) => {
-                        tracing::warn!(%error, "reset failed");
-                        self.fault_errors.push(format!("reset: {error}"));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Heals whatever is still broken (nothing, when every fault healed itself).
-    async fn heal(&mut self) -> Result<(), RunError> {
-        self.proxy.set_mode(ProxyMode::Pass);
-        let node = self.node_name();
-        if self.server.node().is_paused() {
-            self.server.node().resume().await?;
-            self.recorder.record(Op::Fault(Fault::Resume {
-                node,
-                role: NodeRole::Standalone,
-            }));
-        } else if !self.server.node().is_running() {
-            self.server.restart().await?;
-            self.recorder.record(Op::Fault(Fault::Restart {
-                node,
-                role: NodeRole::Standalone,
-            }));
-        }
-        Ok(())
     }
 }
 

@@ -252,6 +252,25 @@ async fn drop_replies_forwards_requests_discards_replies_then_closes() {
 }
 
 #[tokio::test]
+async fn drop_requests_discards_requests_then_closes() {
+    let server = EchoServer::start().await;
+    let proxy = FaultProxy::start(server.addr).await.unwrap();
+    let mut stream = connect(&proxy).await;
+    assert_eq!(round_trip(&mut stream, b"ok").await, b"ok");
+
+    proxy.set_mode(ProxyMode::DropRequests);
+    let started = Instant::now();
+    stream.write_all(b"commit").await.unwrap();
+    let (seen, _) = read_until_closed(&mut stream).await;
+    assert!(seen.is_empty(), "nothing was echoed: {seen:?}");
+    assert!(started.elapsed() >= DROP_REPLIES_CLOSE_AFTER);
+    assert_eq!(server.received(), 2, "the request never reached the server");
+    let stats = proxy.stats();
+    assert_eq!(stats.bytes_discarded, 6);
+    assert_eq!(stats.bytes_to_server, 2);
+}
+
+#[tokio::test]
 async fn set_target_sends_new_connections_to_the_restarted_server() {
     let first = EchoServer::start().await;
     let proxy = FaultProxy::start(first.addr).await.unwrap();

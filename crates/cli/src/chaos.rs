@@ -20,6 +20,7 @@ use ferromq_chaos::faults::{parse_kinds, FaultKind};
 use ferromq_chaos::nodes::Flush as NodeFlush;
 use ferromq_chaos::resets::undone_resets;
 use ferromq_chaos::run::{run, RunConfig, RunOutcome};
+use ferromq_chaos::topology::{MasterMode, Topology, UnknownTopology};
 use serde_json::{json, Value};
 
 use crate::Flush;
@@ -37,7 +38,19 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "LIST", default_value = "kill,pause,partition,restart-consumer,reset",
           value_parser = parse_fault_list)]
     faults: FaultList,
-    /// The broker's flush policy.
+    /// What runs: single (`ferromq standalone`), replicated (1 controller, 1 name server, a
+    /// master and 2 slaves) or ha (3 controllers, 2 name servers, 2 groups × 3 replicas).
+    #[arg(long, default_value = "single", value_parser = parse_topology)]
+    topology: Topology,
+    /// How an elected master acknowledges (replicated and ha): sync (SYNC_MASTER) or async
+    /// (ASYNC_MASTER).
+    #[arg(long, value_enum, default_value_t = crate::cluster::MasterRole::Sync)]
+    role: crate::cluster::MasterRole,
+    /// Plan two faults at once (a second fault strikes while one is active); default: on
+    /// for replicated and ha, off for single.
+    #[arg(long)]
+    overlap: Option<bool>,
+    /// Every broker's flush policy.
     #[arg(long, value_enum, default_value_t = Flush::Sync)]
     flush: Flush,
     /// Producers.
@@ -74,6 +87,10 @@ pub struct ChaosArgs {
 #[derive(Debug, Clone)]
 pub struct FaultList(Vec<FaultKind>);
 
+fn parse_topology(text: &str) -> Result<Topology, String> {
+    text.parse().map_err(|error: UnknownTopology| error.to_string())
+}
+
 fn parse_fault_list(text: &str) -> Result<FaultList, String> {
     parse_kinds(text)
         .map(FaultList)
@@ -91,6 +108,12 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
     });
     let mut config = RunConfig::new(program, seed, args.seconds);
     config.faults = args.faults.0.clone();
+    config.topology = args.topology;
+    config.master = match args.role {
+        crate::cluster::MasterRole::Sync => MasterMode::Sync,
+        crate::cluster::MasterRole::Async => MasterMode::Async,
+    };
+    config.overlap = args.overlap.unwrap_or(args.topology != Topology::Single);
     config.flush = match args.flush {
         Flush::Sync => NodeFlush::Sync,
         Flush::Async => NodeFlush::Async,
@@ -103,10 +126,13 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
     config.keep_dir = args.keep_dir;
     config.validate()?;
     eprintln!(
-        "ferromq chaos: seed {seed}, {} s, faults {}, flush {}",
+        "ferromq chaos: seed {seed}, {} s, topology {}, role {}, faults {}, flush {}, overlap {}",
         args.seconds,
+        config.topology,
+        config.master.name(),
         kinds_text(&config.faults),
-        args.flush.name()
+        args.flush.name(),
+        config.overlap
     );
     for planned in config.schedule() {
         eprintln!("  {planned}");
@@ -128,10 +154,7 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
         std::fs::write(path, outcome.history.to_json_lines())
             .with_context(|| format!("writing the history to {}", path.display()))?;
     }
-    let durability = match args.flush {
-        Flush::Sync => Durability::Sync,
-        Flush::Async => Durability::Async,
-    };
+    let durability = durability(&config);
     let report = check(
         &outcome.history,
         &CheckOptions {
@@ -153,6 +176,17 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a kill may lose: a single broker with ASYNC_FLUSH its unflushed tail, an ASYNC_MASTER
+/// its unreplicated tail when it fails over. A SYNC_MASTER group loses nothing acknowledged
+/// whatever its flush (every in-sync replica holds the write; faults never kill two brokers at
+/// once).
+fn durability(config: &RunConfig) -> Durability {
+    match (config.topology, config.flush, config.master) {
+        (Topology::Single, NodeFlush::Async, _) | (_, _, MasterMode::Async) => Durability::Async,
+        _ => Durability::Sync,
+    }
+}
+
 fn kinds_text(kinds: &[FaultKind]) -> String {
     kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
 }
@@ -160,7 +194,11 @@ fn kinds_text(kinds: &[FaultKind]) -> String {
 fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<Value> {
     let report_json = serde_json::to_value(report).context("serialising the checker report")?;
     let history = &outcome.offset_history;
-    let history_ok = history.regressions.is_empty() && history.offline_resets.is_empty();
+    // An offset history that cannot be read proves nothing: the check fails.
+    let history_ok = history.regressions.is_empty()
+        && history.offline_resets.is_empty()
+        && history.error.is_none();
+    let unexpected_fault_errors = outcome.fault_errors.iter().filter(|e| !e.expected).count();
     let undone = undone_resets(&outcome.history);
     let faults: BTreeMap<&str, u64> = FaultKind::ALL
         .iter()
@@ -190,8 +228,8 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
             .collect::<Vec<_>>(),
         "error": history.error,
     });
-    Ok(json!({
-        "valid": report.valid && history_ok && undone.is_empty(),
+    let mut summary = json!({
+        "valid": report.valid && history_ok && undone.is_empty() && unexpected_fault_errors == 0,
         "seed": config.seed,
         "flush": config.flush.name(),
         "seconds": config.seconds,
@@ -228,7 +266,14 @@ fn summary(config: &RunConfig, outcome: &RunOutcome, report: &Report) -> Result<
         "kept_dir": outcome.kept_dir.as_ref().map(|d| d.display().to_string()),
         "offset_history": offset_history,
         "report": report_json,
-    }))
+    });
+    // Added apart: one json! literal this long exceeds the macro's recursion limit.
+    summary["topology"] = json!(config.topology.name());
+    summary["role"] = json!(config.master.name());
+    summary["overlap"] = json!(config.overlap);
+    summary["unexpected_fault_errors"] = json!(unexpected_fault_errors);
+    summary["failovers"] = json!(outcome.failovers);
+    Ok(summary)
 }
 
 fn failure_text(summary: &Value, failures: &[String]) -> String {
@@ -260,6 +305,13 @@ fn failure_text(summary: &Value, failures: &[String]) -> String {
             parts.push(format!("{n} {what}"));
         }
     }
+    if let Some(error) = history["error"].as_str() {
+        parts.push(format!("the broker's offset history could not be read: {error}"));
+    }
+    let unexpected = summary["unexpected_fault_errors"].as_u64().unwrap_or(0);
+    if unexpected > 0 {
+        parts.push(format!("{unexpected} faults not carried out unexpectedly"));
+    }
     if parts.is_empty() {
         "see the report".into()
     } else {
@@ -270,8 +322,10 @@ fn failure_text(summary: &Value, failures: &[String]) -> String {
 fn print_human(summary: &Value, failures: &[String]) {
     let s = |key: &str| summary[key].to_string();
     println!(
-        "seed {} flush {} seconds {}: {}",
+        "seed {} topology {} role {} flush {} seconds {}: {}",
         s("seed"),
+        summary["topology"].as_str().unwrap_or("?"),
+        summary["role"].as_str().unwrap_or("?"),
         summary["flush"].as_str().unwrap_or("?"),
         s("seconds"),
         if summary["valid"] == json!(true) {
@@ -328,8 +382,16 @@ fn print_human(summary: &Value, failures: &[String]) {
     if let Some(dir) = summary["kept_dir"].as_str() {
         println!("run directory kept: {dir}");
     }
+    println!("failovers: {}", s("failovers"));
     for error in summary["fault_errors"].as_array().into_iter().flatten() {
-        println!("fault not carried out: {}", error.as_str().unwrap_or(""));
+        let expected = error["expected"] == json!(true);
+        println!(
+            "{}fault not carried out{}: {}: {}",
+            if expected { "" } else { "FAIL " },
+            if expected { " (expected)" } else { "" },
+            error["fault"].as_str().unwrap_or(""),
+            error["error"].as_str().unwrap_or("")
+        );
     }
     for undone in summary["resets_undone"].as_array().into_iter().flatten() {
         println!("FAIL reset undone: {undone}");

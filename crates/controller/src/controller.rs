@@ -80,6 +80,7 @@ impl BoundController {
         let raft_config = raft_config(&self.config)?;
         let network = NetworkFactory {
             rpc_timeout: self.config.raft_rpc_timeout,
+            dial: peer_addrs.clone(),
         };
         let raft = ControllerRaft::new(
             self.config.self_id,

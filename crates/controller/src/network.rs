@@ -7,6 +7,7 @@
 //! error code) are `Unreachable` for openraft, which backs off and retries; nothing here
 //! panics on a peer's input.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,10 +73,18 @@ pub enum TransportError {
 }
 
 /// Makes one [`PeerConnection`] per peer.
+///
+/// A peer is dialled at the address this node's own `controllerDLegerPeers` names for it, not
+/// the one in the Raft membership: the membership is fixed and equal to the configured peers,
+/// but the address one node reaches another at may differ per node (a proxy or NAT in front
+/// of a peer; `ferromq chaos` puts a fault proxy on every controller-to-controller link this
+/// way). A peer missing from the map is dialled at its membership address.
 #[derive(Debug, Clone)]
 pub struct NetworkFactory {
     /// Bound on one RPC (connecting included).
     pub rpc_timeout: Duration,
+    /// Where to dial each peer, by node id (this node's configured peers).
+    pub dial: BTreeMap<u64, SocketAddr>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -84,7 +93,10 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerConnection {
         PeerConnection {
             target,
-            addr: node.addr.clone(),
+            addr: self
+                .dial
+                .get(&target)
+                .map_or_else(|| node.addr.clone(), SocketAddr::to_string),
             client: None,
             rpc_timeout: self.rpc_timeout,
         }

@@ -73,6 +73,12 @@ pub struct BrokerConfig {
     /// own key (RocketMQ always registers `brokerIP1:listenPort`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broker_advertised_port: Option<u16>,
+    /// Port the broker registers for its HA listener (with the controller and the name
+    /// servers, which is where slaves learn it) instead of the one it listens on, for a proxy
+    /// or port mapping in front of it; absent: the HA listening port. ferromq's own key, like
+    /// `brokerAdvertisedPort`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha_advertised_port: Option<u16>,
     /// Name servers, `host:port;host:port`; empty runs without registration.
     pub namesrv_addr: String,
     /// Data directory.
@@ -186,6 +192,7 @@ impl Default for BrokerConfig {
             listen_port: 10911,
             bind_address: None,
             broker_advertised_port: None,
+            ha_advertised_port: None,
             namesrv_addr: String::new(),
             store_path_root_dir: PathBuf::from("./data"),
             flush_disk_type: "ASYNC_FLUSH".into(),
@@ -328,6 +335,12 @@ impl BrokerConfig {
                 "must be between 1 and 65535 (leave it out to register listenPort)",
             );
         }
+        if self.ha_advertised_port == Some(0) {
+            return invalid(
+                "haAdvertisedPort",
+                "must be between 1 and 65535 (leave it out to register the HA listening port)",
+            );
+        }
         self.flush_type()?;
         self.replication_settings()?;
         if self.max_message_size == 0 || self.max_message_size > ferromq_protocol::BODY_SIZE_LIMIT {
@@ -401,6 +414,12 @@ impl BrokerConfig {
     /// or the one the OS chose for `listenPort = 0`).
     pub fn advertised_addr(&self, listening_port: u16) -> SocketAddr {
         let port = self.broker_advertised_port.unwrap_or(listening_port);
+        SocketAddr::new(self.broker_ip1, port)
+    }
+
+    /// The HA address the broker registers, given the port its HA listener really has.
+    pub fn advertised_ha_addr(&self, listening_port: u16) -> SocketAddr {
+        let port = self.ha_advertised_port.unwrap_or(listening_port);
         SocketAddr::new(self.broker_ip1, port)
     }
 
@@ -560,6 +579,20 @@ mod tests {
             config.advertised_addr(10999),
             "127.0.0.3:10999".parse().unwrap()
         );
+        assert_eq!(
+            config.advertised_ha_addr(11000),
+            "127.0.0.3:11000".parse().unwrap()
+        );
+        let config: BrokerConfig =
+            toml::from_str("brokerIP1 = \"127.0.0.3\"\nhaAdvertisedPort = 21000\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.advertised_ha_addr(11000),
+            "127.0.0.3:21000".parse().unwrap()
+        );
+        let config: BrokerConfig = toml::from_str("haAdvertisedPort = 0\n").unwrap();
+        let message = config.validate().unwrap_err().to_string();
+        assert!(message.contains("haAdvertisedPort"), "{message}");
 
         for (text, key) in [
             ("brokerIP1 = \"not-an-ip\"\n", "brokerIP1"),

@@ -60,6 +60,10 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ("listenPort", "the listening socket is bound at startup"),
     ("haListenPort", "the HA socket is bound at startup"),
     (
+        "haAdvertisedPort",
+        "the HA address registered with the controller and name servers is fixed at startup",
+    ),
+    (
         "haMasterAddress",
         "a slave's master changes by failover or registration, not by configuration",
     ),

@@ -26,8 +26,8 @@ use crate::recorder::Recorder;
 /// Where the workload runs and what it touches.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Name server address (clients find the broker, through the proxy, from it).
-    pub namesrv: SocketAddr,
+    /// Name server addresses (clients find the brokers, through their proxies, from them).
+    pub namesrvs: Vec<SocketAddr>,
     /// The topic every producer sends to.
     pub topic: String,
     /// The consumer group of every consumer.

@@ -70,7 +70,7 @@ impl ProducerTask {
         pace: Duration,
     ) -> Result<ProducerTask, ClientError> {
         let producer = Producer::start(ProducerConfig {
-            namesrv_addrs: vec![target.namesrv],
+            namesrv_addrs: target.namesrvs.clone(),
             group: format!("chaos-producer-{id}"),
             send_timeout: REQUEST_TIMEOUT,
             retries_max: 0,

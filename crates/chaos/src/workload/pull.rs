@@ -66,7 +66,7 @@ impl PullSession {
         active: Active,
     ) -> Result<PullSession, ClientError> {
         let client = PullConsumer::start(PullConsumerConfig {
-            namesrv_addrs: vec![target.namesrv],
+            namesrv_addrs: target.namesrvs.clone(),
             group: target.group.clone(),
             pull_timeout: REQUEST_TIMEOUT,
             connect_timeout: REQUEST_TIMEOUT,

@@ -38,7 +38,7 @@ pub async fn start(
     alive: Alive,
 ) -> Result<PushConsumer, ClientError> {
     let config = PushConsumerConfig {
-        namesrv_addrs: vec![target.namesrv],
+        namesrv_addrs: target.namesrvs.clone(),
         group: target.group.clone(),
         consume_from_where: ConsumeFromWhere::FirstOffset,
         max_cached_messages_per_queue: CACHED_MESSAGES_MAX,

@@ -2,8 +2,9 @@
 //!
 //! It knows every controller address (`controllerAddr`, `;`-separated) and sends each call
 //! to the one it believes is the Raft leader. A `CONTROLLER_NOT_LEADER` reply that names the
-//! leader moves the call there at once; a reply that names none, or a connection failure,
-//! moves it to the next address. Every call is bounded by its timeout overall, connecting and
+//! leader moves the call there at once (when the client was given more than one address, only a
+//! hint naming one of them: see `follows_hint`); a reply that names none, or a connection
+//! failure, moves it to the next address. Every call is bounded by its timeout overall, connecting and
 //! redirects included, and by [`REDIRECTS_MAX`] hops.
 
 use std::net::SocketAddr;
@@ -167,7 +168,7 @@ impl ControllerClient {
                         .ext_fields
                         .get(LEADER_ADDRESS_EXT)
                         .and_then(|a| a.parse::<SocketAddr>().ok())
-                        .filter(|a| *a != next);
+                        .filter(|a| *a != next && self.follows_hint(*a));
                     next = hint.unwrap_or_else(|| self.after(next));
                     // Without a hint the group may be electing: give it a moment.
                     if hint.is_none() && tried >= self.addrs.len() {
@@ -192,6 +193,15 @@ impl ControllerClient {
             }
         }
         Err(ControllerCallError::NoLeader { tried, last })
+    }
+
+    /// Whether a leader hint naming `addr` is followed: always by a client given one address
+    /// (an admin tool pointed at any controller), otherwise only when `addr` is one of the
+    /// configured addresses. A broker configured with every controller thus reaches them only
+    /// where it was told to (they may sit behind proxies or NAT, and the hint carries the
+    /// address from the Raft membership); an unknown hint moves it to the next configured one.
+    fn follows_hint(&self, addr: SocketAddr) -> bool {
+        self.addrs.len() == 1 || self.addrs.contains(&addr)
     }
 
     /// The configured address after `addr` (the first if `addr` is not configured).
