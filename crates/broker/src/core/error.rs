@@ -337,6 +337,10 @@ pub enum QueryError {
     /// The offset view could not be read.
     #[error(transparent)]
     View(#[from] ViewError),
+    /// This broker may not answer for the group's progress now: it is not the master, or a
+    /// master whose controller lease lapsed (a newer master may hold newer commits).
+    #[error(transparent)]
+    NotMaster(#[from] WriteError),
 }
 
 /// Why a pull could not read its queue.

@@ -1,7 +1,11 @@
 //! Consumer offsets: every rule of invariant 3 ("progress never moves backwards by accident")
 //! that the broker adds to the store's, in one place.
 //!
-//! 1. **Reads never lie.** An offset is read from the store's view only once it covers every
+//! 1. **Reads never lie.** Only the broker that may accept commits now answers (the master,
+//!    holding its controller lease in controller mode): a slave's view trails its master's, and
+//!    a deposed master's misses what its successor acknowledged (offset pitfalls R1, R2), so
+//!    both refuse with NOT_MASTER and the client asks the master. An offset is read from the
+//!    store's view only once it covers every
 //!    acknowledged write ([`super::view`]); otherwise the read fails (never "no offset"). "No
 //!    offset" is [`QueryError::NotFound`], except that a queue still holding its first message
 //!    answers 0 when the client allows it (RocketMQ's `setZeroIfNotFound`), decided from the
@@ -98,6 +102,7 @@ pub async fn query(
     queue_id: u32,
     zero_if_not_found: bool,
 ) -> Result<u64, QueryError> {
+    ctx.replication.check_writable("offset query")?;
     let offsets = view::offsets(&ctx.store).await?;
     if let Some(offset) = offsets.stored(group, topic, queue_id) {
         return Ok(offset);
