@@ -1,11 +1,14 @@
 //! Consumer offsets: every rule of invariant 3 ("progress never moves backwards by accident")
 //! that the broker adds to the store's, in one place.
 //!
-//! 1. **Reads never lie.** Only the broker that may accept commits now answers (the master,
-//!    holding its controller lease in controller mode): a slave's view trails its master's, and
-//!    a deposed master's misses what its successor acknowledged (offset pitfalls R1, R2), so
-//!    both refuse with NOT_MASTER and the client asks the master. An offset is read from the
-//!    store's view only once it covers every
+//! 1. **Reads never lie.** In controller mode only the broker that may accept commits now
+//!    answers (the master holding its lease): a deposed master, back as a slave, misses what
+//!    its successor acknowledged until it catches up, and a route may still name it for a
+//!    moment (offset pitfall R2; `ferromq chaos` caught one serving a commit older than its
+//!    successor's), so every slave and lease-less master refuses with NOT_MASTER and the
+//!    client asks the master. (A slave with a fixed master, outside controller mode, answers
+//!    from its replicated view: its master is the only broker that takes commits.) An offset
+//!    is read from the store's view only once it covers every
 //!    acknowledged write ([`super::view`]); otherwise the read fails (never "no offset"). "No
 //!    offset" is [`QueryError::NotFound`], except that a queue still holding its first message
 //!    answers 0 when the client allows it (RocketMQ's `setZeroIfNotFound`), decided from the
@@ -102,7 +105,9 @@ pub async fn query(
     queue_id: u32,
     zero_if_not_found: bool,
 ) -> Result<u64, QueryError> {
-    ctx.replication.check_writable("offset query")?;
+    if ctx.controller.is_some() {
+        ctx.replication.check_writable("offset query")?;
+    }
     let offsets = view::offsets(&ctx.store).await?;
     if let Some(offset) = offsets.stored(group, topic, queue_id) {
         return Ok(offset);

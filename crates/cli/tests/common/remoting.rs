@@ -116,6 +116,27 @@ pub fn commit_command(group: &str, topic: &str, queue: i32, offset: i64) -> Remo
     RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header)
 }
 
+/// The reply code of a QUERY_CONSUMER_OFFSET.
+pub async fn query_offset_code(
+    client: &RemotingClient,
+    group: &str,
+    topic: &str,
+    queue: i32,
+) -> i32 {
+    let header = QueryConsumerOffsetRequestHeader {
+        consumer_group: group.into(),
+        topic: topic.into(),
+        queue_id: queue,
+        set_zero_if_not_found: Some(false),
+    };
+    invoke(
+        client,
+        RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header),
+    )
+    .await
+    .code
+}
+
 /// The stored consumer offset, `None` when the broker has none.
 pub async fn query_offset(
     client: &RemotingClient,

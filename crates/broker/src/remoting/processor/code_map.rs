@@ -21,7 +21,7 @@
 //! | `Rejected(PastMax)`, a correction past max | COMMIT_PAST_MAX (2103) |
 //! | any other commit or correction rejection, `ResetError::Rejected` | COMMIT_REJECTED (2104) |
 //! | `QueryError::NotFound` | QUERY_NOT_FOUND (22) |
-//! | `QueryError::NotMaster` (an offset query to a slave or a lease-less master) | NOT_MASTER (2111) |
+//! | `QueryError::NotMaster` (controller mode: an offset query to a slave or a lease-less master) | NOT_MASTER (2111) |
 //! | `PullError::Damaged` | MESSAGE_DAMAGED (2105) |
 //! | `PullError::DispatchStalled`, `PullError::Busy`, `PullError::CallerGone` | SYSTEM_BUSY (2) |
 //! | `RefusalKind::BadSubscription` | SUBSCRIPTION_PARSE_FAILED (23) |
