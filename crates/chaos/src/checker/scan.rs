@@ -271,14 +271,7 @@ impl Scan {
                 offset,
                 ..
             } => self.queue_start(index, at_ms, *consumer, queue, *offset),
-            Op::QueueStop { consumer, queue } => {
-                self.note_session(index, at_ms, *consumer);
-                let queue = self.intern(queue);
-                self.readings.remove(&(*consumer, queue));
-                let state = &mut self.queue_states[queue as usize];
-                state.last_stopped_by = Some(consumer.consumer);
-                state.holders.retain(|holder| *holder != *consumer);
-            }
+            Op::QueueStop { consumer, queue } => self.queue_stop(index, at_ms, *consumer, queue),
             Op::Deliver {
                 consumer,
                 queue,
@@ -306,22 +299,8 @@ impl Scan {
                 max_offset,
                 generation,
             } => {
-                let queue = self.intern(queue);
-                self.check_watermark(at_ms, queue, *max_offset);
-                let state = &mut self.queue_states[queue as usize];
-                state.known_max = state.known_max.max(*max_offset);
-                let reference = self.last_observe.replace(index);
-                if let Some(committed) = committed {
-                    let seen = CommitSeen {
-                        offset: *committed,
-                        generation: *generation,
-                        at_ms,
-                        sent_ms: None,
-                        by: None,
-                        reference,
-                    };
-                    self.check_commit(index, queue, &seen);
-                }
+                let seen = (*committed, *generation);
+                self.observation(index, at_ms, queue, *max_offset, seen);
             }
             Op::Reset {
                 offsets,
@@ -330,6 +309,34 @@ impl Scan {
             Op::Fault(fault) => self.fault(index, at_ms, fault),
             Op::DrainStart => {}
             Op::DrainEnd { complete } => self.drain_complete = Some(*complete),
+        }
+    }
+
+    /// An `Observe` of `queue`: K5 (watermark, then the known max), and K4 and K5 for its
+    /// committed offset (with its `generation`) when it read one.
+    fn observation(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        queue: &Queue,
+        max_offset: u64,
+        (committed, generation): (Option<u64>, Option<u64>),
+    ) {
+        let queue = self.intern(queue);
+        self.check_watermark(at_ms, queue, max_offset);
+        let state = &mut self.queue_states[queue as usize];
+        state.known_max = state.known_max.max(max_offset);
+        let reference = self.last_observe.replace(index);
+        if let Some(committed) = committed {
+            let seen = CommitSeen {
+                offset: committed,
+                generation,
+                at_ms,
+                sent_ms: None,
+                by: None,
+                reference,
+            };
+            self.check_commit(index, queue, &seen);
         }
     }
 
@@ -573,6 +580,15 @@ impl Scan {
             kills_between,
             failover_between,
         }
+    }
+
+    fn queue_stop(&mut self, index: usize, at_ms: u64, consumer: ConsumerId, queue: &Queue) {
+        self.note_session(index, at_ms, consumer);
+        let queue = self.intern(queue);
+        self.readings.remove(&(consumer, queue));
+        let state = &mut self.queue_states[queue as usize];
+        state.last_stopped_by = Some(consumer.consumer);
+        state.holders.retain(|holder| *holder != consumer);
     }
 
     fn queue_start(

@@ -221,8 +221,13 @@ fn judge_lost(scan: &Scan, sets: &Sets) -> (LostReport, Vec<Value>, Option<Async
     }
     let room = LISTED_MAX.saturating_sub(report.values.len());
     report.values.extend(allowed.into_iter().take(room));
-    async_loss.kills = scan
-        .kills
+    async_loss.kills = kill_report(scan, kill_losses);
+    (report, skipped, asynchronous.then_some(async_loss))
+}
+
+/// One entry per master-log kill with the acknowledged values lost in it.
+fn kill_report(scan: &Scan, kill_losses: Vec<u64>) -> Vec<KillLoss> {
+    scan.kills
         .iter()
         .zip(kill_losses)
         .map(|(kill, lost)| KillLoss {
@@ -231,8 +236,7 @@ fn judge_lost(scan: &Scan, sets: &Sets) -> (LostReport, Vec<Value>, Option<Async
             role: kill.role,
             lost,
         })
-        .collect();
-    (report, skipped, asynchronous.then_some(async_loss))
+        .collect()
 }
 
 fn count_lost(report: &mut LostReport, lost: &LostValue) {
