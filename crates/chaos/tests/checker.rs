@@ -1851,3 +1851,85 @@ fn offset_reuse_is_excused_only_by_an_async_master_log_kill() {
     assert_eq!(listed["kills_between"][0], "slave");
     assert_eq!(listed["failover_between"], true);
 }
+
+/// A run-sized replicated history: 8 queues, 500k events with commits carrying send times,
+/// an observation after every 16 deliveries and a master kill and failover every 5,000
+/// deliveries: still one linear pass.
+#[test]
+fn large_cluster_history_is_checked_in_linear_time() {
+    const QUEUES: u32 = 8;
+    const PER_QUEUE: u64 = 20_000;
+    let mut history = History::new();
+    let mut now = 0u64;
+    let mut push = |history: &mut History, op: Op| {
+        now += 1;
+        history.push(now, op);
+        now
+    };
+    for q in 0..QUEUES {
+        for offset in 0..PER_QUEUE {
+            let value = v(q, offset);
+            push(&mut history, Op::SendInvoke { value });
+            let op = Op::SendOk {
+                value,
+                queue: queue(q),
+                offset,
+            };
+            push(&mut history, op);
+        }
+    }
+    let mut epoch = 1;
+    let mut failovers = 0;
+    for q in 0..QUEUES {
+        let owner = consumer(q % 2, 0);
+        push(&mut history, start_op(owner, q, 0));
+        for offset in 0..PER_QUEUE {
+            let at = push(&mut history, deliver_op(owner, q, offset, v(q, offset)));
+            if offset % 16 == 15 {
+                let commit = Op::CommitOk {
+                    consumer: owner,
+                    queue: queue(q),
+                    offset: offset + 1,
+                    sent_ms: Some(at),
+                };
+                push(&mut history, commit);
+                let observe = Op::Observe {
+                    queue: queue(q),
+                    committed: Some(offset + 1),
+                    max_offset: PER_QUEUE,
+                    generation: None,
+                };
+                push(&mut history, observe);
+            }
+            if offset % 5_000 == 4_999 {
+                failovers += 1;
+                let kill = Op::Fault(Fault::Kill {
+                    node: "broker-a-r0".into(),
+                    role: NodeRole::Master,
+                });
+                push(&mut history, kill);
+                epoch += 1;
+                let failover = Op::Failover {
+                    group: "broker-a".into(),
+                    master: format!("broker-a-r{epoch}"),
+                    epoch,
+                };
+                push(&mut history, failover);
+            }
+        }
+    }
+    history.push(now + 1, Op::DrainEnd { complete: true });
+    let events = history.events.len();
+    assert!(events > 400_000, "{events}");
+    let started = std::time::Instant::now();
+    let report = check(&history, &options(Durability::Sync, Some(16)));
+    let elapsed = started.elapsed();
+    eprintln!("checked {events} events in {elapsed:?}");
+    assert!(report.valid, "{report}");
+    assert_eq!(report.delivered, u64::from(QUEUES) * PER_QUEUE);
+    assert_eq!(failovers, 4 * u64::from(QUEUES));
+    assert_eq!(report.failovers.count, failovers);
+    assert_eq!(report.kills_by_role.master, failovers);
+    assert_eq!(report.past_watermark.count, 0);
+    assert!(elapsed < std::time::Duration::from_secs(60), "{elapsed:?}");
+}

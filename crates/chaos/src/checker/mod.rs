@@ -12,8 +12,9 @@
 //! data with them, so only they excuse anything below (async losses and offset reuses, K4
 //! rollbacks, K5 watermark rollbacks) and only they (and `Restart`s of those roles) are the
 //! K6 cause `broker_restart`. A kill of a slave, controller or name server excuses nothing
-//! and is no duplicate cause (none of them moves consumers). `kills_by_role` and
-//! `pauses_by_role` count `Kill` and `Pause` faults per role.
+//! and is no duplicate cause (none of them moves consumers); neither does any pause or
+//! partition. `kills_by_role` and `pauses_by_role` count `Kill` and `Pause` faults per role.
+//! A master-log kill counts for every queue (a kill names a node, not its broker group).
 //!
 //! # Sets (Jepsen total-queue)
 //! - *attempted*: values of any send operation; *acked*: values with a `SendOk`; *delivered*:
@@ -61,10 +62,11 @@
 //! - a reset recorded after the reference point (`Fault::Reset` or the `Reset` op naming the
 //!   queue), or pending (its `Fault::Reset` recorded, its op not yet: the harness records
 //!   the fault before asking); the `Reset` op's offset starts a new baseline;
-//! - an `Observe` whose `generation` is higher than any seen for that queue: a new baseline;
-//! - in [`Durability::Async`], a `Kill` after the reference point: commits are log records
-//!   and the unflushed tail may be lost with them; the offset is a new baseline, counted in
-//!   `async_loss.commit_rollbacks`.
+//! - an `Observe` (with a committed offset) whose `generation` is higher than any seen for
+//!   that queue: a new baseline;
+//! - in [`Durability::Async`], a master-log kill after the reference point: commits are log
+//!   records and the unflushed tail may be lost with them; the offset is a new baseline,
+//!   counted in `async_loss.commit_rollbacks`.
 //!
 //! A commit or observation with no reference point is not compared (it still raises the
 //! running maximum). After a regression the maximum stays, so later commits below it are
