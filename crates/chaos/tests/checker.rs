@@ -2,7 +2,9 @@
 //! property (the test asserts the checker names it, and only it, with the right values), the
 //! allowed cases that must pass, and a clean run.
 
-use ferromq_chaos::checker::{check, CheckOptions, Durability, LossClass, Report};
+use ferromq_chaos::checker::{
+    check, CheckOptions, Durability, FloorSource, LossClass, RegressionRule, Report,
+};
 use ferromq_chaos::history::{
     ConsumerId, ConsumerKind, Fault, History, NodeRole, Op, Queue, Value,
 };
@@ -19,6 +21,10 @@ fn queue(queue_id: u32) -> Queue {
         broker: "broker-a".into(),
         queue_id,
     }
+}
+
+fn node_of(role: NodeRole) -> String {
+    format!("{}-0", role.name())
 }
 
 fn consumer(consumer: u32, session: u32) -> ConsumerId {
@@ -132,6 +138,44 @@ impl Builder {
         .fault(Fault::Restart {
             node: "standalone".into(),
             role: NodeRole::Standalone,
+        })
+    }
+
+    /// kill -9 of the node with `role`, then its restart.
+    fn kill_role(&mut self, role: NodeRole) -> &mut Builder {
+        let node = node_of(role);
+        self.fault(Fault::Kill {
+            node: node.clone(),
+            role,
+        })
+        .fault(Fault::Restart { node, role })
+    }
+
+    /// SIGSTOP of the node with `role`, then SIGCONT.
+    fn pause_role(&mut self, role: NodeRole) -> &mut Builder {
+        let node = node_of(role);
+        self.fault(Fault::Pause {
+            node: node.clone(),
+            role,
+        })
+        .fault(Fault::Resume { node, role })
+    }
+
+    fn failover(&mut self, group: &str, epoch: u64) -> &mut Builder {
+        self.op(Op::Failover {
+            group: group.into(),
+            master: format!("{group}-r{epoch}"),
+            epoch,
+        })
+    }
+
+    /// A `CommitOk` whose request was sent at `sent_ms`.
+    fn commit_sent(&mut self, c: ConsumerId, q: u32, offset: u64, sent_ms: u64) -> &mut Builder {
+        self.op(Op::CommitOk {
+            consumer: c,
+            queue: queue(q),
+            offset,
+            sent_ms: Some(sent_ms),
         })
     }
 
@@ -1170,4 +1214,722 @@ fn commit_op(c: ConsumerId, q: u32, offset: u64) -> Op {
         offset,
         sent_ms: None,
     }
+}
+
+// ---- Replicated clusters: node roles, failovers, acknowledgement order, watermark. ----
+
+const ROLES: [NodeRole; 5] = [
+    NodeRole::Standalone,
+    NodeRole::Master,
+    NodeRole::Slave,
+    NodeRole::Controller,
+    NodeRole::Namesrv,
+];
+
+fn options(durability: Durability, duplicate_bound: Option<u64>) -> CheckOptions {
+    CheckOptions {
+        durability,
+        duplicate_bound,
+    }
+}
+
+/// `async_suffix_loss` with the kill hitting the node with `role`: values 1 and 2 are lost
+/// and their offsets reused by values 3 and 4.
+fn async_loss_with_kill(role: NodeRole) -> Builder {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..3, 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .commit(reader, 0, 1)
+        .kill_role(role)
+        .send(v(0, 3), 0, 1)
+        .send(v(0, 4), 0, 2)
+        .deliver(reader, 0, 1, v(0, 3))
+        .deliver(reader, 0, 2, v(0, 4))
+        .commit(reader, 0, 3)
+        .drain(false);
+    builder
+}
+
+#[test]
+fn async_master_kill_excuses_a_lost_suffix() {
+    let report = async_loss_with_kill(NodeRole::Master).check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!((report.lost.count, report.lost.failing), (2, 0));
+    let loss = report.async_loss.as_ref().unwrap();
+    assert_eq!(loss.kills.len(), 1);
+    assert_eq!(loss.kills[0].role, NodeRole::Master);
+    assert_eq!(loss.kills[0].node, "master-0");
+    assert_eq!(loss.kills[0].lost, 2);
+    assert_eq!(loss.lost_in_kills, 2);
+    let reuses = &report.offset_violations.offset_reuses;
+    assert_eq!(reuses.count, 2);
+    assert_eq!(reuses.items[0].kills_between, [NodeRole::Master]);
+    assert_eq!(report.kills_by_role.master, 1);
+    assert_eq!(report.kills_by_role.total(), 1);
+}
+
+#[test]
+fn slave_controller_and_namesrv_kills_never_excuse_an_async_loss() {
+    for role in [NodeRole::Slave, NodeRole::Controller, NodeRole::Namesrv] {
+        let report = async_loss_with_kill(role).check(Durability::Async);
+        assert_eq!(
+            failed(&report),
+            ["K1 lost", "K3 two values at one offset"],
+            "{role:?}: {report}"
+        );
+        assert_eq!((report.lost.count, report.lost.failing), (2, 2));
+        let loss = report.async_loss.as_ref().unwrap();
+        assert!(loss.kills.is_empty(), "{role:?}");
+        assert_eq!(loss.lost_in_kills, 0);
+        let conflicts = &report.offset_violations.two_values_at_one_offset;
+        assert_eq!(conflicts.count, 2);
+        assert_eq!(conflicts.items[0].kills_between, [role]);
+        assert!(!conflicts.items[0].failover_between);
+        assert_eq!(report.offset_violations.offset_reuses.count, 0);
+        assert_eq!(report.kills_by_role.total(), 1);
+        assert_eq!(
+            report.kills_by_role.master + report.kills_by_role.standalone,
+            0
+        );
+    }
+    let report = async_loss_with_kill(NodeRole::Namesrv).check(Durability::Async);
+    assert_eq!(report.kills_by_role.namesrv, 1);
+    assert!(
+        report.failures()[1].contains("broker-a#0@1: 0:1 then 0:3 (killed between: namesrv)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn only_master_log_kills_excuse_async_commit_rollbacks() {
+    let reader = consumer(0, 0);
+    for role in ROLES {
+        let mut builder = clean();
+        builder
+            .kill_role(role)
+            .commit(reader, 0, 3)
+            .observe(0, 3, 5, None)
+            .drain(true);
+        let report = builder.check(Durability::Async);
+        let rollbacks = report.async_loss.as_ref().unwrap().commit_rollbacks;
+        if role.holds_master_log() {
+            assert!(report.valid, "{role:?}: {report}");
+            assert_eq!(rollbacks, 2);
+        } else {
+            assert_eq!(failed(&report), ["K4 commit regressions"], "{role:?}");
+            assert_eq!(report.commit_regressions.count, 2);
+            assert_eq!(rollbacks, 0);
+        }
+    }
+}
+
+#[test]
+fn only_master_log_kills_and_restarts_cause_broker_restart_duplicates() {
+    let reader = consumer(0, 0);
+    for role in ROLES {
+        let mut builder = Builder::new();
+        builder
+            .sends(0, 0..2, 0, 0)
+            .start(reader, 0, 0)
+            .delivers(reader, 0, 0, 0..2)
+            .kill_role(role)
+            .pause_role(role)
+            .stop(reader, 0)
+            .start(reader, 0, 0)
+            .delivers(reader, 0, 0, 0..2)
+            .drain(true);
+        let report = builder.check(Durability::Sync);
+        assert!(report.valid, "{report}");
+        let causes = report.duplicates.by_cause;
+        let expected = if role.holds_master_log() {
+            (2, 0)
+        } else {
+            (0, 2)
+        };
+        assert_eq!((causes.broker_restart, causes.other), expected, "{role:?}");
+        assert_eq!(report.kills_by_role.total(), 1);
+        assert_eq!(report.pauses_by_role.total(), 1);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["kills_by_role"][role.name()], 1, "{role:?}");
+        assert_eq!(json["pauses_by_role"][role.name()], 1, "{role:?}");
+    }
+
+    // A master's restart alone is a broker restart too; a slave's is not.
+    for (role, broker_restart) in [(NodeRole::Master, 1), (NodeRole::Slave, 0)] {
+        let mut builder = Builder::new();
+        builder
+            .send(v(0, 0), 0, 0)
+            .start(reader, 0, 0)
+            .deliver(reader, 0, 0, v(0, 0))
+            .fault(Fault::Restart {
+                node: node_of(role),
+                role,
+            })
+            .stop(reader, 0)
+            .start(reader, 0, 0)
+            .deliver(reader, 0, 0, v(0, 0))
+            .drain(true);
+        let report = builder.check(Durability::Sync);
+        assert_eq!(report.duplicates.by_cause.broker_restart, broker_restart);
+        assert_eq!(report.duplicates.by_cause.other, 1 - broker_restart);
+        assert!(report.to_string().contains(
+            "faults: kills by role (standalone 0, master 0, slave 0, controller 0, namesrv 0)"
+        ));
+    }
+}
+
+/// Consumer 0 reads 0..5 of queue 0 (group `broker-a`) and commits `committed`; the master
+/// is killed and group `group` fails over; the consumer takes the queue again at `resume`
+/// and reads to the end.
+fn failover_history(group: &str, committed: u64, resume: u64) -> Builder {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..5)
+        .commit(reader, 0, committed)
+        .kill_role(NodeRole::Master)
+        .failover(group, 2)
+        .stop(reader, 0)
+        .start(reader, 0, resume)
+        .delivers(reader, 0, 0, resume..5)
+        .drain(true);
+    builder
+}
+
+#[test]
+fn failover_duplicates_within_their_bound_pass() {
+    let bounded = options(Durability::Sync, Some(100));
+    // Committed 3 of 5 delivered: at most 2 may come again; 2 came again.
+    let report = failover_history("broker-a", 3, 3).check_with(bounded);
+    assert!(report.valid, "{report}");
+    let causes = report.duplicates.by_cause;
+    assert_eq!(
+        (causes.failover, causes.broker_restart, causes.other),
+        (2, 0, 0)
+    );
+    assert_eq!(report.failovers.count, 1);
+    let failover = &report.failovers.items[0];
+    assert_eq!(
+        (failover.group.as_str(), failover.master.as_str()),
+        ("broker-a", "broker-a-r2")
+    );
+    assert_eq!((failover.epoch, failover.duplicates), (2, 2));
+    assert_eq!(report.duplicates.max_per_failover, 2);
+    assert_eq!(report.duplicates.failover_bound_exceeded.count, 0);
+    assert_eq!(report.duplicates.restarts, 0);
+
+    // Another group's failover is no cause on this queue: the master kill before it is.
+    let report = failover_history("broker-b", 3, 3).check_with(bounded);
+    assert!(report.valid, "{report}");
+    let causes = report.duplicates.by_cause;
+    assert_eq!((causes.failover, causes.broker_restart), (0, 2));
+    assert_eq!(report.failovers.count, 1);
+    assert_eq!(report.failovers.items[0].duplicates, 0);
+    assert_eq!(report.duplicates.max_per_failover, 0);
+}
+
+#[test]
+fn failover_duplicates_over_their_bound_are_caught() {
+    let bounded = options(Durability::Sync, Some(100));
+    // Committed 3 of 5 delivered: at most 2 may come again; 4 came again.
+    let builder = failover_history("broker-a", 3, 1);
+    let report = builder.check_with(bounded);
+    assert_eq!(failed(&report), ["K6 failover duplicates over bound"]);
+    let exceeded = &report.duplicates.failover_bound_exceeded;
+    assert_eq!(exceeded.count, 1);
+    let item = &exceeded.items[0];
+    assert_eq!(item.queue, Some(queue(0)));
+    assert_eq!((item.duplicates, item.bound), (4, 2));
+    assert_eq!((item.group.as_str(), item.epoch), ("broker-a", 2));
+    assert_eq!(report.duplicates.max_per_failover, 4);
+    assert_eq!(report.duplicates.by_cause.failover, 4);
+    assert!(
+        report.failures()[0]
+            .contains("broker-a to broker-a-r2 (epoch 2) at 20 ms on broker-a#0: 4 > 2"),
+        "{report}"
+    );
+
+    // Without a bound the same run is valid, the excess still listed.
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.failover_bound_exceeded.count, 1);
+
+    // Within the computed bound but over the absolute cap.
+    let capped = options(Durability::Sync, Some(1));
+    let report = failover_history("broker-a", 3, 3).check_with(capped);
+    assert_eq!(failed(&report), ["K6 failover duplicates over bound"]);
+    let item = &report.duplicates.failover_bound_exceeded.items[0];
+    assert_eq!(item.queue, None);
+    assert_eq!((item.duplicates, item.bound), (2, 1));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["failovers"]["count"], 1);
+    assert_eq!(json["failovers"]["items"][0]["duplicates"], 2);
+    assert_eq!(json["duplicates"]["max_per_failover"], 2);
+    assert_eq!(json["duplicates"]["failover_bound_exceeded"]["count"], 1);
+    assert_eq!(json["duplicates"]["by_cause"]["failover"], 2);
+}
+
+/// Consumers a and b both hold queue 0; a reads 0..5 and commits 5 (acknowledged at 18 ms);
+/// `between` happens; b's commit of 3, sent at `sent(18)` (`None`: not recorded), is
+/// acknowledged. b's only reference point (its `QueueStart`) precedes a's commit: only the
+/// acknowledgement order can catch it.
+fn ack_order_history(
+    sent: impl FnOnce(u64) -> Option<u64>,
+    between: impl FnOnce(&mut Builder),
+) -> Builder {
+    let a = consumer(0, 0);
+    let b = consumer(1, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(a, 0, 0)
+        .start(b, 0, 0)
+        .delivers(a, 0, 0, 0..5)
+        .commit(a, 0, 5);
+    let acked_ms = builder.now_ms;
+    assert_eq!(acked_ms, 18);
+    between(&mut builder);
+    match sent(acked_ms) {
+        Some(sent_ms) => builder.commit_sent(b, 0, 3, sent_ms),
+        None => builder.commit(b, 0, 3),
+    };
+    builder.drain(true);
+    builder
+}
+
+fn after_the_ack(acked_ms: u64) -> Option<u64> {
+    Some(acked_ms + 1)
+}
+
+#[test]
+fn commit_below_an_earlier_acknowledged_commit_is_a_regression() {
+    let report = ack_order_history(after_the_ack, |_| {}).check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.commit_regressions.count, 1);
+    assert_eq!(report.ack_order_regressions, 1);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!(regression.rule, RegressionRule::AckOrder);
+    assert_eq!((regression.from, regression.to), (5, 3));
+    assert_eq!(regression.by, Some(consumer(1, 0)));
+    assert_eq!(regression.sent_ms, Some(19));
+    assert!(report.failures()[0].contains("(1 by acknowledgement order)"));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["ack_order_regressions"], 1);
+    assert_eq!(json["commit_regressions"]["items"][0]["rule"], "ack_order");
+
+    // Sent in the millisecond of a's acknowledgement or before it: not ordered after it.
+    for sent in [Some(18), Some(17)] {
+        let report = ack_order_history(|_| sent, |_| {}).check(Durability::Sync);
+        assert!(report.valid, "{sent:?}: {report}");
+    }
+    // Without `sent_ms` only the reference point judges it, and it says nothing.
+    let report = ack_order_history(|_| None, |_| {}).check(Durability::Sync);
+    assert!(report.valid, "{report}");
+}
+
+#[test]
+fn a_commit_below_both_rules_is_listed_once_as_a_reference_regression() {
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    let sent_ms = builder.now_ms + 1;
+    builder.commit_sent(reader, 0, 3, sent_ms).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.commit_regressions.count, 1);
+    assert_eq!(report.ack_order_regressions, 0);
+    let regression = &report.commit_regressions.items[0];
+    assert_eq!(regression.rule, RegressionRule::Reference);
+    assert_eq!((regression.from, regression.to), (5, 3));
+    assert_eq!(regression.sent_ms, Some(sent_ms));
+}
+
+#[test]
+fn resets_and_new_generations_excuse_a_commit_below_an_earlier_acknowledgement() {
+    // A reset between a's acknowledgement and b's commit (fault and op).
+    let report = ack_order_history(after_the_ack, |builder| {
+        builder.reset(0, 2, 1);
+    })
+    .check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    // The reset fault alone: the reset is pending.
+    let report = ack_order_history(after_the_ack, |builder| {
+        builder.fault(Fault::Reset);
+    })
+    .check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    // A reset op naming the queue.
+    let reset_of = |q: u32| {
+        move |builder: &mut Builder| {
+            builder.op(Op::Reset {
+                offsets: vec![(queue(q), 2)],
+                generation: Some(1),
+            });
+        }
+    };
+    let report = ack_order_history(after_the_ack, reset_of(0)).check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    // A reset op of another queue only excuses nothing here.
+    let report = ack_order_history(after_the_ack, reset_of(1)).check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.ack_order_regressions, 1);
+    // An observation of a new generation.
+    let report = ack_order_history(after_the_ack, |builder| {
+        builder.observe(0, 5, 5, Some(1));
+    })
+    .check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    // An observation without a new generation excuses nothing.
+    let report = ack_order_history(after_the_ack, |builder| {
+        builder.observe(0, 5, 5, None);
+    })
+    .check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.ack_order_regressions, 1);
+}
+
+#[test]
+fn only_an_async_master_log_kill_excuses_a_commit_below_an_earlier_acknowledgement() {
+    let kill = |role| {
+        move |builder: &mut Builder| {
+            builder.kill_role(role);
+        }
+    };
+    for role in ROLES {
+        let async_report = ack_order_history(after_the_ack, kill(role)).check(Durability::Async);
+        let sync_report = ack_order_history(after_the_ack, kill(role)).check(Durability::Sync);
+        assert_eq!(sync_report.ack_order_regressions, 1, "{role:?}");
+        if role.holds_master_log() {
+            assert!(async_report.valid, "{role:?}: {async_report}");
+        } else {
+            assert_eq!(failed(&async_report), ["K4 commit regressions"], "{role:?}");
+            assert_eq!(async_report.ack_order_regressions, 1);
+        }
+    }
+    // A failover excuses nothing, in either mode.
+    for durability in [Durability::Sync, Durability::Async] {
+        let report = ack_order_history(after_the_ack, |builder| {
+            builder.failover("broker-a", 2);
+        })
+        .check(durability);
+        assert_eq!(failed(&report), ["K4 commit regressions"]);
+        assert_eq!(report.ack_order_regressions, 1);
+    }
+    // A kill before the earlier acknowledgement excuses nothing either.
+    let mut builder = Builder::new();
+    let (a, b) = (consumer(0, 0), consumer(1, 0));
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(a, 0, 0)
+        .start(b, 0, 0)
+        .delivers(a, 0, 0, 0..5)
+        .kill_role(NodeRole::Master)
+        .commit(a, 0, 5);
+    let sent_ms = builder.now_ms + 1;
+    builder.commit_sent(b, 0, 3, sent_ms).drain(true);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+    assert_eq!(report.ack_order_regressions, 1);
+}
+
+#[test]
+fn max_offset_below_what_consumers_saw_is_past_the_watermark() {
+    // clean's observation (max 5) is the reference; the next one sees the log end at 3
+    // although offsets 3 and 4 were delivered.
+    let mut builder = clean();
+    builder.observe(0, 5, 3, None).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    let past = &report.past_watermark;
+    assert_eq!(past.count, 1);
+    let item = &past.items[0];
+    assert_eq!(item.queue, queue(0));
+    assert_eq!((item.max_offset, item.floor), (3, 5));
+    assert_eq!(item.source, FloorSource::Delivered);
+    assert!(report.failures()[0].contains("broker-a#0 max 3 < delivered 5"));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["past_watermark"]["count"], 1);
+    assert_eq!(json["past_watermark"]["items"][0]["source"], "delivered");
+
+    // A master kill and a failover change nothing in sync mode; every low observation counts.
+    let mut builder = clean();
+    builder
+        .kill_role(NodeRole::Master)
+        .failover("broker-a", 2)
+        .observe(0, 5, 3, None)
+        .observe(0, 5, 4, None)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    assert_eq!(report.past_watermark.count, 2);
+
+    // An acknowledged commit above every delivered offset sets the floor too.
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..5, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..2)
+        .commit(reader, 0, 4)
+        .observe(0, 4, 5, None)
+        .observe(0, 4, 3, None)
+        .delivers(reader, 0, 0, 2..5)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    let item = &report.past_watermark.items[0];
+    assert_eq!((item.max_offset, item.floor), (3, 4));
+    assert_eq!(item.source, FloorSource::Committed);
+}
+
+#[test]
+fn watermark_counts_only_what_was_recorded_before_the_previous_observation() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .observe(0, 0, 0, None)
+        .sends(0, 0..5, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..5)
+        .commit(reader, 0, 5)
+        // The observer read max 0 before those sends and pulls; its record came after them.
+        .observe(0, 0, 0, None)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.past_watermark.count, 0);
+
+    // Its next observation must see them.
+    builder.observe(0, 5, 4, None).drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    let item = &report.past_watermark.items[0];
+    assert_eq!((item.max_offset, item.floor), (4, 5));
+}
+
+#[test]
+fn async_master_kill_excuses_a_lower_watermark_and_sets_a_new_baseline() {
+    let mut builder = clean();
+    builder
+        .kill_role(NodeRole::Master)
+        .observe(0, 5, 3, None)
+        .drain(true);
+    let report = builder.check(Durability::Async);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.past_watermark.count, 0);
+    assert_eq!(report.async_loss.as_ref().unwrap().watermark_rollbacks, 1);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["async_loss"]["watermark_rollbacks"], 1);
+    // The same history in sync mode is past the watermark.
+    assert_eq!(
+        failed(&builder.check(Durability::Sync)),
+        ["K5 past watermark"]
+    );
+
+    // The observed max is the new baseline: going below it needs another master-log kill.
+    builder.observe(0, 5, 2, None).drain(true);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    let item = &report.past_watermark.items[0];
+    assert_eq!((item.max_offset, item.floor), (2, 3));
+    assert_eq!(item.source, FloorSource::Baseline);
+    assert_eq!(report.async_loss.as_ref().unwrap().watermark_rollbacks, 1);
+}
+
+#[test]
+fn async_watermark_is_not_excused_by_other_kills_nor_for_what_followed_the_kill() {
+    for role in [NodeRole::Slave, NodeRole::Controller, NodeRole::Namesrv] {
+        let mut builder = clean();
+        builder.kill_role(role).observe(0, 5, 3, None).drain(true);
+        let report = builder.check(Durability::Async);
+        assert_eq!(failed(&report), ["K5 past watermark"], "{role:?}");
+        let item = &report.past_watermark.items[0];
+        assert_eq!((item.max_offset, item.floor), (3, 5));
+        assert_eq!(report.async_loss.as_ref().unwrap().watermark_rollbacks, 0);
+    }
+
+    // Delivered after the master kill: a later lower max offset is not excused by it.
+    let reader = consumer(0, 0);
+    let mut builder = clean();
+    builder
+        .kill_role(NodeRole::Master)
+        .send(v(0, 5), 0, 5)
+        .deliver(reader, 0, 5, v(0, 5))
+        .observe(0, 5, 6, None)
+        .observe(0, 5, 5, None)
+        .drain(true);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K5 past watermark"]);
+    let item = &report.past_watermark.items[0];
+    assert_eq!((item.max_offset, item.floor), (5, 6));
+    assert_eq!(item.source, FloorSource::Delivered);
+    assert_eq!(report.async_loss.as_ref().unwrap().watermark_rollbacks, 0);
+}
+
+/// Value 0:0 is acked at offset 0 of queue 0; `faults` happen; value 0:1 is acked at the same
+/// offset and read there.
+fn offset_reused_after(faults: impl FnOnce(&mut Builder)) -> Builder {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder.send(v(0, 0), 0, 0);
+    faults(&mut builder);
+    builder
+        .send(v(0, 1), 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 1))
+        .drain(true);
+    builder
+}
+
+#[test]
+fn offset_reuse_is_excused_only_by_an_async_master_log_kill() {
+    // Async, a master kill (and the failover it caused): the old value was lost with it.
+    let master_failover = |builder: &mut Builder| {
+        builder.kill_role(NodeRole::Master).failover("broker-a", 2);
+    };
+    let report = offset_reused_after(master_failover).check(Durability::Async);
+    assert!(report.valid, "{report}");
+    let reuses = &report.offset_violations.offset_reuses;
+    assert_eq!(reuses.count, 1);
+    assert_eq!(reuses.items[0].kills_between, [NodeRole::Master]);
+    assert!(reuses.items[0].failover_between);
+    assert_eq!(report.async_loss.as_ref().unwrap().kills[0].lost, 1);
+
+    // Sync: the same kill and failover excuse nothing.
+    let report = offset_reused_after(master_failover).check(Durability::Sync);
+    assert_eq!(failed(&report), ["K1 lost", "K3 two values at one offset"]);
+    let conflict = &report.offset_violations.two_values_at_one_offset.items[0];
+    assert_eq!((conflict.first, conflict.second), (v(0, 0), v(0, 1)));
+    assert_eq!(conflict.kills_between, [NodeRole::Master]);
+    assert!(conflict.failover_between);
+    assert!(
+        report.failures()[1].contains("0:0 then 0:1 (killed between: master) (failover between)"),
+        "{report}"
+    );
+
+    // Async, a failover by itself (no kill in the window: the slave kill came before).
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .kill_role(NodeRole::Slave)
+        .send(v(0, 0), 0, 0)
+        .failover("broker-a", 2)
+        .send(v(0, 1), 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 1))
+        .drain(true);
+    let report = builder.check(Durability::Async);
+    assert_eq!(failed(&report), ["K1 lost", "K3 two values at one offset"]);
+    let conflict = &report.offset_violations.two_values_at_one_offset.items[0];
+    assert!(conflict.kills_between.is_empty(), "{conflict:?}");
+    assert!(conflict.failover_between);
+
+    // Async, kills of a slave, a controller and a name server plus a failover.
+    let report = offset_reused_after(|builder| {
+        builder
+            .kill_role(NodeRole::Namesrv)
+            .kill_role(NodeRole::Slave)
+            .kill_role(NodeRole::Controller)
+            .failover("broker-a", 2);
+    })
+    .check(Durability::Async);
+    assert_eq!(failed(&report), ["K1 lost", "K3 two values at one offset"]);
+    let conflicts = &report.offset_violations.two_values_at_one_offset;
+    assert_eq!(conflicts.count, 1);
+    assert_eq!(
+        conflicts.items[0].kills_between,
+        [NodeRole::Slave, NodeRole::Controller, NodeRole::Namesrv]
+    );
+    assert_eq!(report.offset_violations.offset_reuses.count, 0);
+    assert_eq!(report.kills_by_role.total(), 3);
+    let json = serde_json::to_value(&report).unwrap();
+    let listed = &json["offset_violations"]["two_values_at_one_offset"]["items"][0];
+    assert_eq!(listed["kills_between"][0], "slave");
+    assert_eq!(listed["failover_between"], true);
+}
+
+/// A run-sized replicated history: 8 queues, 500k events with commits carrying send times,
+/// an observation after every 16 deliveries and a master kill and failover every 5,000
+/// deliveries: still one linear pass.
+#[test]
+fn large_cluster_history_is_checked_in_linear_time() {
+    const QUEUES: u32 = 8;
+    const PER_QUEUE: u64 = 20_000;
+    let mut history = History::new();
+    let mut now = 0u64;
+    let mut push = |history: &mut History, op: Op| {
+        now += 1;
+        history.push(now, op);
+        now
+    };
+    for q in 0..QUEUES {
+        for offset in 0..PER_QUEUE {
+            let value = v(q, offset);
+            push(&mut history, Op::SendInvoke { value });
+            let op = Op::SendOk {
+                value,
+                queue: queue(q),
+                offset,
+            };
+            push(&mut history, op);
+        }
+    }
+    let mut epoch = 1;
+    let mut failovers = 0;
+    for q in 0..QUEUES {
+        let owner = consumer(q % 2, 0);
+        push(&mut history, start_op(owner, q, 0));
+        for offset in 0..PER_QUEUE {
+            let at = push(&mut history, deliver_op(owner, q, offset, v(q, offset)));
+            if offset % 16 == 15 {
+                let commit = Op::CommitOk {
+                    consumer: owner,
+                    queue: queue(q),
+                    offset: offset + 1,
+                    sent_ms: Some(at),
+                };
+                push(&mut history, commit);
+                let observe = Op::Observe {
+                    queue: queue(q),
+                    committed: Some(offset + 1),
+                    max_offset: PER_QUEUE,
+                    generation: None,
+                };
+                push(&mut history, observe);
+            }
+            if offset % 5_000 == 4_999 {
+                failovers += 1;
+                let kill = Op::Fault(Fault::Kill {
+                    node: "broker-a-r0".into(),
+                    role: NodeRole::Master,
+                });
+                push(&mut history, kill);
+                epoch += 1;
+                let failover = Op::Failover {
+                    group: "broker-a".into(),
+                    master: format!("broker-a-r{epoch}"),
+                    epoch,
+                };
+                push(&mut history, failover);
+            }
+        }
+    }
+    history.push(now + 1, Op::DrainEnd { complete: true });
+    let events = history.events.len();
+    assert!(events > 400_000, "{events}");
+    let started = std::time::Instant::now();
+    let report = check(&history, &options(Durability::Sync, Some(16)));
+    let elapsed = started.elapsed();
+    eprintln!("checked {events} events in {elapsed:?}");
+    assert!(report.valid, "{report}");
+    assert_eq!(report.delivered, u64::from(QUEUES) * PER_QUEUE);
+    assert_eq!(failovers, 4 * u64::from(QUEUES));
+    assert_eq!(report.failovers.count, failovers);
+    assert_eq!(report.kills_by_role.master, failovers);
+    assert_eq!(report.past_watermark.count, 0);
+    assert!(elapsed < std::time::Duration::from_secs(60), "{elapsed:?}");
 }

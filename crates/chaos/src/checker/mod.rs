@@ -5,6 +5,17 @@
 //! total-queue sets and of properties K1–K7 of `offset-pitfalls.md`. Every rule below is the
 //! exact rule implemented; `Report::failures` names each failed property.
 //!
+//! # Node roles
+//! Every `Kill`, `Restart`, `Pause` and `Resume` fault carries the role the node had when it
+//! was hit ([`NodeRole`](crate::history::NodeRole)). A *master-log kill* is a `Kill` whose
+//! role holds its group's log (`standalone` or `master`): only those can take acknowledged
+//! data with them, so only they excuse anything below (async losses and offset reuses, K4
+//! rollbacks, K5 watermark rollbacks) and only they (and `Restart`s of those roles) are the
+//! K6 cause `broker_restart`. A kill of a slave, controller or name server excuses nothing
+//! and is no duplicate cause (none of them moves consumers); neither does any pause or
+//! partition. `kills_by_role` and `pauses_by_role` count `Kill` and `Pause` faults per role.
+//! A master-log kill counts for every queue (a kill names a node, not its broker group).
+//!
 //! # Sets (Jepsen total-queue)
 //! - *attempted*: values of any send operation; *acked*: values with a `SendOk`; *delivered*:
 //!   distinct values of `Deliver`.
@@ -24,13 +35,17 @@
 //! Every `SendOk` and `Deliver` observes a value at a (queue, offset) *slot*.
 //! - An acked value observed at two different slots fails (`acked_at_two_positions`). An
 //!   unacked value at two slots (a retried indeterminate send stored twice) is only counted.
-//! - A slot observed with two different values fails (`two_values_at_one_offset`), except in
-//!   [`Durability::Async`] when a broker `Kill` was recorded after the old value may have been
-//!   stored (its `SendInvoke`, else its first observation at the slot) and before the new
-//!   value's observation: the old value was lost with the unflushed tail and the broker reused
-//!   its offset (`offset_reuses`, reported). The old value coming back to that slot later
-//!   needs another kill to be allowed. Each slot is reported once, with the first two values
-//!   seen there.
+//! - A slot observed with two different values fails (`two_values_at_one_offset`; R5, also
+//!   across failover truncations), except in [`Durability::Async`] when a master-log kill was
+//!   recorded after the old value may have been stored (its `SendInvoke`, else its first
+//!   observation at the slot) and before the new value's observation: the old value was lost
+//!   with the unflushed or unreplicated tail and the broker reused its offset
+//!   (`offset_reuses`, reported). That is the only excuse: a kill of a slave, controller or
+//!   name server never excuses it, nor does a `Failover` by itself (in either durability).
+//!   The old value coming back to that slot later needs another master-log kill to be
+//!   allowed. Each slot is reported once, with the first two values seen there; every
+//!   conflict and reuse lists `kills_between` (the roles of all nodes killed in that window,
+//!   each once) and `failover_between` (a `Failover` of the queue's group in that window).
 //! - Gaps: per queue, every offset in `0..=highest observed offset` must be observed by some
 //!   `SendOk` or `Deliver`. Offsets inside a forward reset's skipped range (see K1) are not
 //!   gaps: an indeterminate send that landed there is never read.
@@ -47,14 +62,26 @@
 //! - a reset recorded after the reference point (`Fault::Reset` or the `Reset` op naming the
 //!   queue), or pending (its `Fault::Reset` recorded, its op not yet: the harness records
 //!   the fault before asking); the `Reset` op's offset starts a new baseline;
-//! - an `Observe` whose `generation` is higher than any seen for that queue: a new baseline;
-//! - in [`Durability::Async`], a `Kill` after the reference point: commits are log records
-//!   and the unflushed tail may be lost with them; the offset is a new baseline, counted in
-//!   `async_loss.commit_rollbacks`.
+//! - an `Observe` (with a committed offset) whose `generation` is higher than any seen for
+//!   that queue: a new baseline;
+//! - in [`Durability::Async`], a master-log kill after the reference point: commits are log
+//!   records and the unflushed tail may be lost with them; the offset is a new baseline,
+//!   counted in `async_loss.commit_rollbacks`.
 //!
 //! A commit or observation with no reference point is not compared (it still raises the
 //! running maximum). After a regression the maximum stays, so later commits below it are
 //! listed too.
+//!
+//! *Acknowledgement order* (a second rule, for a `CommitOk` with `sent_ms = Some(s)`): its
+//! offset must not be below the offset of any `CommitOk` of the same queue (any consumer or
+//! session) whose acknowledgement was recorded strictly before `s` (`at_ms < s`), unless
+//! after that earlier acknowledgement and up to this commit the queue had a `Reset` fault, a
+//! `Reset` op naming the queue, a pending reset (as above), an `Observe` with a new
+//! generation, or in async mode a master-log kill. Acknowledgement times are taken as
+//! non-decreasing in history order (one recorded below an earlier one counts from that
+//! earlier time). A commit below both rules is listed once, with `rule: reference`; one only
+//! this rule catches has `rule: ack_order` and is counted in `ack_order_regressions`.
+//! Commits without `sent_ms` are judged by the reference-point rule only.
 //!
 //! # K5: no commit past the log end
 //! Per queue, the known max offset at a point of the history is the maximum of every
@@ -62,14 +89,26 @@
 //! offset, or an `Observe.committed` (checked after taking that observation's `max_offset`
 //! into account), above it fails.
 //!
+//! *Replicated watermark* (`past_watermark`): consumers read only below the replicated
+//! watermark, so nothing a consumer saw can vanish, not even in a failover. Per queue, an
+//! `Observe.max_offset` must be ≥ every delivered offset + 1 and every `CommitOk` offset of
+//! the queue recorded before the previous `Observe` (the observer's reference point: its
+//! reads of this observation were sent after that record, so a delivery recorded in between
+//! may come from a pull served after the read). In async mode only those recorded after the
+//! last master-log kill count; an observation below what was seen before that kill (but not
+//! below anything since) is allowed, counted in `async_loss.watermark_rollbacks`, and its
+//! max offset becomes the queue's new floor (baseline) from the next observation on.
+//!
 //! # K6: bounded duplicates
 //! A delivery of a value already delivered is a duplicate. It is attributed to the most recent
 //! (by history position) of: the latest restart of the delivering consumer (a
 //! `RestartConsumer` fault or the first event of a new session of it: one restart when both
-//! occur) → `consumer_restart`; a `Kill` or `Restart` fault → `broker_restart`; a `QueueStart`
-//! of the queue by a consumer other than the one of the queue's last `QueueStop`, or while
-//! another consumer still holds it (a restarted consumer's old session counts as stopped) →
-//! `rebalance`; a `Reset` op naming the queue or a `Reset` fault → `reset`; none → `other`.
+//! occur) → `consumer_restart`; a `Kill` or `Restart` fault of a standalone or master node →
+//! `broker_restart`; a `QueueStart` of the queue by a consumer other than the one of the
+//! queue's last `QueueStop`, or while another consumer still holds it (a restarted consumer's
+//! old session counts as stopped) → `rebalance`; a `Reset` op naming the queue or a `Reset`
+//! fault → `reset`; a `Failover` whose `group` is the queue's `broker` → `failover`; none →
+//! `other`.
 //! One exception: when the value's previous delivery was by an older session of the same
 //! consumer, before that consumer's restart, a rebalance does not beat the restart (the
 //! restart moved the queue; the duplicate is the old session's uncommitted in-flight message).
@@ -84,6 +123,14 @@
 //! that cap. Restarts over either bound are always listed; they fail K6 only when
 //! `duplicate_bound` is set (duplicates are legal at-least-once otherwise).
 //!
+//! Failover bound, the same per failover: at each `Failover` the checker snapshots, per queue
+//! of the group known so far, `H` and `C` as above; the duplicates attributed to that
+//! failover on queue q must be ≤ `max(H + 1 − C, 0)` (0 when nothing was delivered on q), and
+//! with `duplicate_bound` set the failover's total must be ≤ that cap. Over-bound failovers
+//! are always listed (`duplicates.failover_bound_exceeded`) and fail K6 only when
+//! `duplicate_bound` is set. `failovers` lists every failover with its duplicates;
+//! `duplicates.max_per_failover` is the largest such total.
+//!
 //! # K7: no poll-skip
 //! Per consumer session and queue: the first `Deliver` after a `QueueStart` must be at the
 //! start offset when any value is ever observed at that slot; every later `Deliver` must be at
@@ -92,14 +139,15 @@
 //! since the reading's last such jump), which a fenced consumer follows.
 //!
 //! # Async durability
-//! In [`Durability::Async`] a lost value is attributed to the first `Kill` recorded after its
-//! `SendInvoke` (its ack may be recorded just after the kill record: the reply was on its
-//! way); every `Kill` counts as a broker kill. Losses attributed to a kill are allowed when
-//! they are a suffix: for each (kill, queue), every lost offset must be above every
-//! *delivered* value of that queue whose ack was recorded between the previous kill and this
-//! one (certainly stored before it); a lost offset below such a survivor is a hole
-//! (`async_loss.holes`) and always fails. A loss invoked after the last kill fails K1 as in
-//! sync mode.
+//! In [`Durability::Async`] a lost value is attributed to the first master-log kill recorded
+//! after its `SendInvoke` (its ack may be recorded just after the kill record: the reply was
+//! on its way); kills of slaves, controllers and name servers are ignored here. Losses
+//! attributed to a kill are allowed when they are a suffix: for each (kill, queue), every
+//! lost offset must be above every *delivered* value of that queue whose ack was recorded
+//! between the previous master-log kill and this one (certainly stored before it); a lost
+//! offset below such a survivor is a hole (`async_loss.holes`) and always fails. A loss
+//! invoked after the last master-log kill fails K1 as in sync mode. `async_loss.kills` has
+//! one entry per master-log kill.
 //!
 //! # Drain
 //! A history without `DrainEnd` fails (the run was cut short). `DrainEnd { complete: false }`
@@ -109,14 +157,17 @@
 //! Lists of offending items in the report are capped at [`LISTED_MAX`] entries; every count is
 //! exact.
 
+mod cluster;
 mod report;
 mod scan;
 mod verdict;
 
 pub use report::{
-    AsyncLoss, CommitPastMax, CommitRegression, DuplicateCauses, Duplicates, Gap, KillLoss, Listed,
-    LossClass, LostCounts, LostReport, LostValue, OffsetConflict, OffsetViolations, PollSkip,
-    Position, PositionConflict, Report, RestartDuplicates, SuffixHole, ValueList, ValueText,
+    AsyncLoss, CommitPastMax, CommitRegression, DuplicateCauses, Duplicates, FailoverDuplicates,
+    FailoverRecord, FloorSource, Gap, KillLoss, Listed, LossClass, LostCounts, LostReport,
+    LostValue, OffsetConflict, OffsetViolations, PastWatermark, PollSkip, Position,
+    PositionConflict, RegressionRule, Report, RestartDuplicates, RoleCounts, SuffixHole, ValueList,
+    ValueText,
 };
 
 use serde::{Deserialize, Serialize};
@@ -142,8 +193,8 @@ pub enum Durability {
 pub struct CheckOptions {
     /// The broker's flush policy during the run.
     pub durability: Durability,
-    /// When set, K6 fails on a consumer restart whose duplicates exceed the bound computed
-    /// from the history, or exceed this absolute cap.
+    /// When set, K6 fails on a consumer restart or a failover whose duplicates exceed the
+    /// bound computed from the history, or exceed this absolute cap.
     pub duplicate_bound: Option<u64>,
 }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::{Durability, LISTED_MAX};
-use crate::history::{ConsumerId, Queue, Value};
+use crate::history::{ConsumerId, NodeRole, Queue, Value};
 
 /// How many offending items `failures` quotes per property.
 const QUOTED_MAX: usize = 5;
@@ -153,6 +153,8 @@ pub struct DuplicateCauses {
     pub rebalance: u64,
     /// After an offset reset.
     pub reset: u64,
+    /// After a failover of the queue's broker group.
+    pub failover: u64,
     /// None of the above happened before it.
     pub other: u64,
 }
@@ -197,6 +199,100 @@ pub struct Duplicates {
     pub max_per_restart: u64,
     /// Restarts over their bound (per queue, or in total over `duplicate_bound`).
     pub bound_exceeded: Listed<RestartDuplicates>,
+    /// The most duplicates attributed to one failover.
+    pub max_per_failover: u64,
+    /// Failovers over their bound (per queue, or in total over `duplicate_bound`).
+    pub failover_bound_exceeded: Listed<FailoverDuplicates>,
+}
+
+/// The duplicates of one failover, on one queue or in total, over the bound they were held to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailoverDuplicates {
+    /// The broker group that failed over.
+    pub group: String,
+    /// Its new master.
+    pub master: String,
+    /// The new master epoch.
+    pub epoch: u64,
+    /// When the failover was recorded.
+    pub at_ms: u64,
+    /// The queue, or `None` for the failover's total against `duplicate_bound`.
+    pub queue: Option<Queue>,
+    /// Duplicates attributed to this failover (on `queue`, or in total).
+    pub duplicates: u64,
+    /// The bound they were held to.
+    pub bound: u64,
+}
+
+impl fmt::Display for FailoverDuplicates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} to {} (epoch {}) at {} ms",
+            self.group, self.master, self.epoch, self.at_ms
+        )?;
+        if let Some(queue) = &self.queue {
+            write!(f, " on {queue}")?;
+        }
+        write!(f, ": {} > {}", self.duplicates, self.bound)
+    }
+}
+
+/// One `Failover` of the history and the duplicates attributed to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailoverRecord {
+    /// The broker group (the queues' `broker` name).
+    pub group: String,
+    /// Its new master.
+    pub master: String,
+    /// The new master epoch.
+    pub epoch: u64,
+    /// When the failover was recorded.
+    pub at_ms: u64,
+    /// Duplicates attributed to it, over all queues of the group.
+    pub duplicates: u64,
+}
+
+/// A count per node role (kills or pauses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoleCounts {
+    /// `ferromq standalone` nodes.
+    pub standalone: u64,
+    /// Masters of a broker group.
+    pub master: u64,
+    /// Slaves of a broker group.
+    pub slave: u64,
+    /// Controllers.
+    pub controller: u64,
+    /// Name servers.
+    pub namesrv: u64,
+}
+
+impl RoleCounts {
+    pub(super) fn add(&mut self, role: NodeRole) {
+        match role {
+            NodeRole::Standalone => self.standalone += 1,
+            NodeRole::Master => self.master += 1,
+            NodeRole::Slave => self.slave += 1,
+            NodeRole::Controller => self.controller += 1,
+            NodeRole::Namesrv => self.namesrv += 1,
+        }
+    }
+
+    /// The sum over all roles.
+    pub fn total(&self) -> u64 {
+        self.standalone + self.master + self.slave + self.controller + self.namesrv
+    }
+}
+
+impl fmt::Display for RoleCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "standalone {}, master {}, slave {}, controller {}, namesrv {}",
+            self.standalone, self.master, self.slave, self.controller, self.namesrv
+        )
+    }
 }
 
 /// Where a value was seen.
@@ -244,6 +340,12 @@ pub struct OffsetConflict {
     pub second: Value,
     /// When the other value was seen.
     pub at_ms: u64,
+    /// The roles of the nodes killed between the first value's possible storing (its
+    /// `SendInvoke`, else its first observation at the slot) and the second value's
+    /// observation, each role once, in [`NodeRole`] order; empty when none was killed.
+    pub kills_between: Vec<NodeRole>,
+    /// A `Failover` of the queue's broker group was recorded in the same window.
+    pub failover_between: bool,
 }
 
 impl fmt::Display for OffsetConflict {
@@ -252,7 +354,15 @@ impl fmt::Display for OffsetConflict {
             f,
             "{}@{}: {} then {}",
             self.queue, self.offset, self.first, self.second
-        )
+        )?;
+        if !self.kills_between.is_empty() {
+            let roles: Vec<_> = self.kills_between.iter().map(|role| role.name()).collect();
+            write!(f, " (killed between: {})", roles.join(", "))?;
+        }
+        if self.failover_between {
+            write!(f, " (failover between)")?;
+        }
+        Ok(())
     }
 }
 
@@ -292,6 +402,16 @@ pub struct OffsetViolations {
     pub unacked_at_two_positions: u64,
 }
 
+/// Which K4 rule a regression broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegressionRule {
+    /// Below the highest committed offset known at the recorder's reference point.
+    Reference,
+    /// A `CommitOk` below a `CommitOk` of the queue acknowledged before it was sent.
+    AckOrder,
+}
+
 /// K4: a committed offset lower than the one before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CommitRegression {
@@ -305,6 +425,10 @@ pub struct CommitRegression {
     pub at_ms: u64,
     /// The consumer whose `CommitOk` it was, `None` for an observer.
     pub by: Option<ConsumerId>,
+    /// The rule it broke (`reference` when both did).
+    pub rule: RegressionRule,
+    /// When the lower commit was sent, when recorded.
+    pub sent_ms: Option<u64>,
 }
 
 impl fmt::Display for CommitRegression {
@@ -313,7 +437,12 @@ impl fmt::Display for CommitRegression {
             f,
             "{} {} -> {} at {} ms",
             self.queue, self.from, self.to, self.at_ms
-        )
+        )?;
+        if self.rule == RegressionRule::AckOrder {
+            let sent = self.sent_ms.unwrap_or_default();
+            write!(f, " (sent at {sent} ms, after the ack of {})", self.from)?;
+        }
+        Ok(())
     }
 }
 
@@ -338,6 +467,52 @@ impl fmt::Display for CommitPastMax {
             f,
             "{} committed {} > max {} at {} ms",
             self.queue, self.committed, self.known_max, self.at_ms
+        )
+    }
+}
+
+/// What a queue's max offset must reach (K5 watermark).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FloorSource {
+    /// Nothing raised it yet.
+    #[default]
+    None,
+    /// A delivered offset + 1.
+    Delivered,
+    /// An acknowledged committed offset.
+    Committed,
+    /// Async mode: an observed max offset after a master-log kill excused a lower one.
+    Baseline,
+}
+
+/// K5 watermark: an observed max offset below what consumers had already seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PastWatermark {
+    /// The queue.
+    pub queue: Queue,
+    /// The observed max offset.
+    pub max_offset: u64,
+    /// The offset it had to reach.
+    pub floor: u64,
+    /// What set `floor`.
+    pub source: FloorSource,
+    /// When the observation was recorded.
+    pub at_ms: u64,
+}
+
+impl fmt::Display for PastWatermark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match self.source {
+            FloorSource::None => "nothing",
+            FloorSource::Delivered => "delivered",
+            FloorSource::Committed => "committed",
+            FloorSource::Baseline => "baseline",
+        };
+        write!(
+            f,
+            "{} max {} < {source} {} at {} ms",
+            self.queue, self.max_offset, self.floor, self.at_ms
         )
     }
 }
@@ -375,13 +550,15 @@ impl fmt::Display for PollSkip {
     }
 }
 
-/// Async mode: what one broker kill lost.
+/// Async mode: what one kill of a master-log node lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KillLoss {
     /// When the kill was recorded.
     pub at_ms: u64,
     /// The killed node.
     pub node: String,
+    /// What it was (`standalone` or `master`).
+    pub role: NodeRole,
     /// Acknowledged values lost in it.
     pub lost: u64,
 }
@@ -421,7 +598,8 @@ impl fmt::Display for SuffixHole {
 /// Async mode: the loss window of each kill.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct AsyncLoss {
-    /// One entry per `Kill` fault, in order.
+    /// One entry per `Kill` of a master-log node (standalone or master), in order; kills of
+    /// other roles lose nothing acknowledged and are only counted in `kills_by_role`.
     pub kills: Vec<KillLoss>,
     /// Acknowledged values lost in kills (allowed when suffixes).
     pub lost_in_kills: u64,
@@ -429,6 +607,9 @@ pub struct AsyncLoss {
     pub holes: Listed<SuffixHole>,
     /// Committed offsets that went back across a kill (allowed in async mode).
     pub commit_rollbacks: u64,
+    /// Observed max offsets below what consumers saw before a master-log kill (allowed in
+    /// async mode; each becomes the queue's new watermark baseline).
+    pub watermark_rollbacks: u64,
 }
 
 /// A list of values, for the report's sets.
@@ -485,10 +666,14 @@ pub struct Report {
     pub duplicates: Duplicates,
     /// K3.
     pub offset_violations: OffsetViolations,
-    /// K4.
+    /// K4 (both rules).
     pub commit_regressions: Listed<CommitRegression>,
+    /// How many of `commit_regressions` only the acknowledgement-order rule found.
+    pub ack_order_regressions: u64,
     /// K5.
     pub commits_past_max: Listed<CommitPastMax>,
+    /// K5 against the replicated watermark: observed max offsets below what consumers saw.
+    pub past_watermark: Listed<PastWatermark>,
     /// K7.
     pub poll_skips: Listed<PollSkip>,
     /// A `DrainEnd` was recorded.
@@ -497,6 +682,12 @@ pub struct Report {
     pub drain_complete: bool,
     /// Async mode only.
     pub async_loss: Option<AsyncLoss>,
+    /// `Kill` faults by the role of the killed node.
+    pub kills_by_role: RoleCounts,
+    /// `Pause` faults by the role of the paused node.
+    pub pauses_by_role: RoleCounts,
+    /// `Failover` events, each with the duplicates attributed to it.
+    pub failovers: Listed<FailoverRecord>,
     /// No property failed.
     pub valid: bool,
 }
@@ -586,8 +777,9 @@ impl Report {
     fn progress_failures(&self, failures: &mut Vec<String>) {
         if !self.commit_regressions.is_empty() {
             failures.push(format!(
-                "K4 commit regressions: {}: {}",
+                "K4 commit regressions: {} ({} by acknowledgement order): {}",
                 self.commit_regressions.count,
+                self.ack_order_regressions,
                 self.commit_regressions.quote()
             ));
         }
@@ -598,11 +790,26 @@ impl Report {
                 self.commits_past_max.quote()
             ));
         }
-        if self.duplicate_bound.is_some() && !self.duplicates.bound_exceeded.is_empty() {
+        if !self.past_watermark.is_empty() {
+            failures.push(format!(
+                "K5 past watermark: {} max offsets below what consumers saw: {}",
+                self.past_watermark.count,
+                self.past_watermark.quote()
+            ));
+        }
+        let bounded = self.duplicate_bound.is_some();
+        if bounded && !self.duplicates.bound_exceeded.is_empty() {
             failures.push(format!(
                 "K6 duplicates over bound: {} restarts: {}",
                 self.duplicates.bound_exceeded.count,
                 self.duplicates.bound_exceeded.quote()
+            ));
+        }
+        if bounded && !self.duplicates.failover_bound_exceeded.is_empty() {
+            failures.push(format!(
+                "K6 failover duplicates over bound: {} failovers: {}",
+                self.duplicates.failover_bound_exceeded.count,
+                self.duplicates.failover_bound_exceeded.quote()
             ));
         }
         if !self.poll_skips.is_empty() {
@@ -631,25 +838,34 @@ impl Report {
         )?;
         writeln!(
             f,
-            "K4 commit regressions: {}",
-            self.commit_regressions.count
+            "K4 commit regressions: {} ({} by acknowledgement order)",
+            self.commit_regressions.count, self.ack_order_regressions
         )?;
-        writeln!(f, "K5 commits past max: {}", self.commits_past_max.count)?;
+        writeln!(
+            f,
+            "K5 commits past max: {}; max offsets past the watermark: {}",
+            self.commits_past_max.count, self.past_watermark.count
+        )?;
         let duplicates = &self.duplicates;
         let causes = &duplicates.by_cause;
         writeln!(
             f,
             "K6 duplicates: {} (consumer restart {}, broker restart {}, rebalance {}, reset {}, \
-             other {}); {} restarts, max per restart {}, over bound {}",
+             failover {}, other {}); {} restarts, max per restart {}, over bound {}; \
+             {} failovers, max per failover {}, over bound {}",
             duplicates.total,
             causes.consumer_restart,
             causes.broker_restart,
             causes.rebalance,
             causes.reset,
+            causes.failover,
             causes.other,
             duplicates.restarts,
             duplicates.max_per_restart,
-            duplicates.bound_exceeded.count
+            duplicates.bound_exceeded.count,
+            self.failovers.count,
+            duplicates.max_per_failover,
+            duplicates.failover_bound_exceeded.count
         )?;
         Ok(())
     }
@@ -685,6 +901,11 @@ impl fmt::Display for Report {
             "K2 unexpected: {}; failed but delivered: {}; recovered: {}",
             self.unexpected.count, self.failed_but_delivered.count, self.recovered.count
         )?;
+        writeln!(
+            f,
+            "faults: kills by role ({}); pauses by role ({})",
+            self.kills_by_role, self.pauses_by_role
+        )?;
         self.fmt_properties(f)?;
         writeln!(f, "K7 poll skips: {}", self.poll_skips.count)?;
         let drain = match (self.drain_recorded, self.drain_complete) {
@@ -696,11 +917,13 @@ impl fmt::Display for Report {
         if let Some(loss) = &self.async_loss {
             writeln!(
                 f,
-                "async: {} kills, {} acked values lost in kills, {} holes, {} commit rollbacks",
+                "async: {} master-log kills, {} acked values lost in kills, {} holes, \
+                 {} commit rollbacks, {} watermark rollbacks",
                 loss.kills.len(),
                 loss.lost_in_kills,
                 loss.holes.count,
-                loss.commit_rollbacks
+                loss.commit_rollbacks,
+                loss.watermark_rollbacks
             )?;
         }
         write!(f, "valid: {}", self.valid)?;

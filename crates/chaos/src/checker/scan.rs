@@ -4,11 +4,22 @@
 
 use std::collections::HashMap;
 
+use super::cluster::{AckOrder, FailoverState, Watermark};
 use super::report::{
-    CommitPastMax, CommitRegression, DuplicateCauses, Listed, OffsetConflict, PollSkip,
+    CommitPastMax, CommitRegression, DuplicateCauses, FloorSource, Listed, OffsetConflict,
+    PastWatermark, PollSkip, RegressionRule, RoleCounts,
 };
 use super::Durability;
-use crate::history::{ConsumerId, Event, Fault, Op, Queue, Value};
+use crate::history::{ConsumerId, Event, Fault, NodeRole, Op, Queue, Value};
+
+/// Every role, in report order.
+const ROLES: [NodeRole; 5] = [
+    NodeRole::Standalone,
+    NodeRole::Master,
+    NodeRole::Slave,
+    NodeRole::Controller,
+    NodeRole::Namesrv,
+];
 
 /// Index of a queue in `Scan::queues` (queues are interned: keys stay small).
 pub(super) type QueueIndex = u32;
@@ -73,6 +84,14 @@ pub(super) struct QueueState {
     pub reset_targets: Vec<u64>,
     /// `[from, to)` ranges a forward reset skipped.
     pub skipped: Vec<(u64, u64)>,
+    /// Index of the last event whose `Observe` showed a new reset generation.
+    pub generation_changed: Option<usize>,
+    /// The last `Failover` of the queue's group: (event index, index into `Scan::failovers`).
+    pub failover: Option<(usize, usize)>,
+    /// K5 against the replicated watermark.
+    pub watermark: Watermark,
+    /// K4 by acknowledgement order.
+    pub acks: AckOrder,
 }
 
 /// Per (consumer session, queue) reading position (K7).
@@ -119,12 +138,13 @@ struct ConsumerState {
     awaiting_session: bool,
 }
 
-/// A `Kill` fault.
+/// A `Kill` fault of a master-log node (standalone or master).
 #[derive(Debug)]
 pub(super) struct Kill {
     pub index: usize,
     pub at_ms: u64,
     pub node: String,
+    pub role: NodeRole,
 }
 
 /// State of the pass; `verdict::finish` turns it into a report.
@@ -140,9 +160,21 @@ pub(super) struct Scan {
     readings: HashMap<(ConsumerId, QueueIndex), Reading>,
     consumers: HashMap<u32, ConsumerState>,
     pub restarts: Vec<Restart>,
+    /// Kills of master-log nodes: the only kills that may lose acknowledged data.
     pub kills: Vec<Kill>,
-    /// Index of the last broker `Kill` or `Restart`.
+    pub kills_by_role: RoleCounts,
+    pub pauses_by_role: RoleCounts,
+    /// Index of the last `Kill` per role of the killed node.
+    last_kill_by_role: HashMap<NodeRole, usize>,
+    /// Index of the last `Kill` or `Restart` of a master-log node.
     last_broker_fault: Option<usize>,
+    pub failovers: Vec<FailoverState>,
+    /// Queues per broker group (the queue's `broker`), in interning order.
+    group_queues: HashMap<String, Vec<QueueIndex>>,
+    /// Index of the last `Failover` per broker group.
+    group_failover: HashMap<String, usize>,
+    /// `Observe` events so far (the watermark floors' epochs).
+    observes: u64,
     /// Index of the last `Reset` fault (the op is per queue).
     last_reset_fault: Option<usize>,
     /// A `Reset` fault was recorded and its `Reset` op not yet.
@@ -156,8 +188,11 @@ pub(super) struct Scan {
     pub conflicts: Listed<OffsetConflict>,
     pub reuses: Listed<OffsetConflict>,
     pub regressions: Listed<CommitRegression>,
+    pub ack_order_regressions: u64,
     pub commit_rollbacks: u64,
     pub past_max: Listed<CommitPastMax>,
+    pub past_watermark: Listed<PastWatermark>,
+    pub watermark_rollbacks: u64,
     pub poll_skips: Listed<PollSkip>,
     pub start_mismatches: Vec<StartMismatch>,
     pub drain_complete: Option<bool>,
@@ -177,7 +212,14 @@ impl Scan {
             consumers: HashMap::new(),
             restarts: Vec::new(),
             kills: Vec::new(),
+            kills_by_role: RoleCounts::default(),
+            pauses_by_role: RoleCounts::default(),
+            last_kill_by_role: HashMap::new(),
             last_broker_fault: None,
+            failovers: Vec::new(),
+            group_queues: HashMap::new(),
+            group_failover: HashMap::new(),
+            observes: 0,
             last_reset_fault: None,
             reset_pending: false,
             last_commit_event: HashMap::new(),
@@ -187,8 +229,11 @@ impl Scan {
             conflicts: Listed::default(),
             reuses: Listed::default(),
             regressions: Listed::default(),
+            ack_order_regressions: 0,
             commit_rollbacks: 0,
             past_max: Listed::default(),
+            past_watermark: Listed::default(),
+            watermark_rollbacks: 0,
             poll_skips: Listed::default(),
             start_mismatches: Vec::new(),
             drain_complete: None,
@@ -226,14 +271,7 @@ impl Scan {
                 offset,
                 ..
             } => self.queue_start(index, at_ms, *consumer, queue, *offset),
-            Op::QueueStop { consumer, queue } => {
-                self.note_session(index, at_ms, *consumer);
-                let queue = self.intern(queue);
-                self.readings.remove(&(*consumer, queue));
-                let state = &mut self.queue_states[queue as usize];
-                state.last_stopped_by = Some(consumer.consumer);
-                state.holders.retain(|holder| *holder != *consumer);
-            }
+            Op::QueueStop { consumer, queue } => self.queue_stop(index, at_ms, *consumer, queue),
             Op::Deliver {
                 consumer,
                 queue,
@@ -244,34 +282,25 @@ impl Scan {
                 consumer,
                 queue,
                 offset,
-                ..
-            } => self.commit_ok(index, at_ms, *consumer, queue, *offset),
+                sent_ms,
+            } => self.commit_ok(index, at_ms, *consumer, queue, (*offset, *sent_ms)),
             Op::CommitFail { consumer, .. } => {
                 self.note_session(index, at_ms, *consumer);
                 self.last_commit_event.insert(*consumer, index);
             }
-            // Not judged yet: failovers are attributed by the cluster checks.
-            Op::Failover { .. } => {}
+            Op::Failover {
+                group,
+                master,
+                epoch,
+            } => self.failover(index, at_ms, group, master, *epoch),
             Op::Observe {
                 queue,
                 committed,
                 max_offset,
                 generation,
             } => {
-                let queue = self.intern(queue);
-                let state = &mut self.queue_states[queue as usize];
-                state.known_max = state.known_max.max(*max_offset);
-                let reference = self.last_observe.replace(index);
-                if let Some(committed) = committed {
-                    let seen = CommitSeen {
-                        offset: *committed,
-                        generation: *generation,
-                        at_ms,
-                        by: None,
-                        reference,
-                    };
-                    self.check_commit(index, queue, seen);
-                }
+                let seen = (*committed, *generation);
+                self.observation(index, at_ms, queue, *max_offset, seen);
             }
             Op::Reset {
                 offsets,
@@ -283,27 +312,166 @@ impl Scan {
         }
     }
 
+    /// An `Observe` of `queue`: K5 (watermark, then the known max), and K4 and K5 for its
+    /// committed offset (with its `generation`) when it read one.
+    fn observation(
+        &mut self,
+        index: usize,
+        at_ms: u64,
+        queue: &Queue,
+        max_offset: u64,
+        (committed, generation): (Option<u64>, Option<u64>),
+    ) {
+        let queue = self.intern(queue);
+        self.check_watermark(at_ms, queue, max_offset);
+        let state = &mut self.queue_states[queue as usize];
+        state.known_max = state.known_max.max(max_offset);
+        let reference = self.last_observe.replace(index);
+        if let Some(committed) = committed {
+            let seen = CommitSeen {
+                offset: committed,
+                generation,
+                at_ms,
+                sent_ms: None,
+                by: None,
+                reference,
+            };
+            self.check_commit(index, queue, &seen);
+        }
+    }
+
+    /// A `CommitOk` of `offset`, sent at `sent_ms` when known: K4 (both rules), K5, and the
+    /// watermark floor and restart/failover bounds' `C`.
     fn commit_ok(
         &mut self,
         index: usize,
         at_ms: u64,
         consumer: ConsumerId,
         queue: &Queue,
-        offset: u64,
+        (offset, sent_ms): (u64, Option<u64>),
     ) {
         self.note_session(index, at_ms, consumer);
         let queue = self.intern(queue);
         self.queue_states[queue as usize].last_commit = Some(offset);
+        self.raise_watermark(queue, offset, FloorSource::Committed);
         let reference = self.commit_reference(consumer, queue);
         self.last_commit_event.insert(consumer, index);
         let seen = CommitSeen {
             offset,
             generation: None,
             at_ms,
+            sent_ms,
             by: Some(consumer),
             reference,
         };
-        self.check_commit(index, queue, seen);
+        let earlier = self.check_ack_order(index, queue, &seen);
+        let regressed = self.check_commit(index, queue, &seen);
+        if let (Some(from), false) = (earlier, regressed) {
+            self.ack_order_regressions += 1;
+            self.regressions.push(CommitRegression {
+                queue: self.queues[queue as usize].clone(),
+                from,
+                to: offset,
+                at_ms,
+                by: Some(consumer),
+                rule: RegressionRule::AckOrder,
+                sent_ms,
+            });
+        }
+    }
+
+    /// K4 by acknowledgement order: the highest offset of a `CommitOk` of the queue
+    /// acknowledged strictly before this commit was sent, when this commit is below it and
+    /// nothing since that acknowledgement excuses it (a `Reset` fault, a `Reset` op naming the
+    /// queue, a pending reset, a new generation seen by an `Observe`, or in async mode a kill
+    /// of a master-log node). The commit then joins the queue's window.
+    fn check_ack_order(
+        &mut self,
+        index: usize,
+        queue: QueueIndex,
+        seen: &CommitSeen,
+    ) -> Option<u64> {
+        let global = self.last_reset_fault.max(self.async_kill());
+        let pending = self.reset_pending;
+        let state = &mut self.queue_states[queue as usize];
+        let excuse = global.max(state.last_reset).max(state.generation_changed);
+        state.acks.settle(excuse, index);
+        let earlier = seen
+            .sent_ms
+            .filter(|_| !pending)
+            .and_then(|sent_ms| state.acks.highest_before(sent_ms))
+            .filter(|earlier| seen.offset < *earlier);
+        state.acks.push(seen.at_ms, seen.offset);
+        earlier
+    }
+
+    /// The index of the last kill of a master-log node in async mode (the kills that may lose
+    /// acknowledged data and excuse what follows from that); `None` in sync mode.
+    fn async_kill(&self) -> Option<usize> {
+        if self.durability == Durability::Async {
+            self.kills.last().map(|kill| kill.index)
+        } else {
+            None
+        }
+    }
+
+    /// Raises the queue's K5 watermark floor (what its max offset must reach from the next
+    /// observation on).
+    fn raise_watermark(&mut self, queue: QueueIndex, value: u64, source: FloorSource) {
+        let kill = self.async_kill();
+        let watermark = &mut self.queue_states[queue as usize].watermark;
+        watermark.settle_kill(kill);
+        watermark.floor.raise(self.observes, value, source);
+    }
+
+    /// K5 against the replicated watermark: an observed `max_offset` must reach every
+    /// delivered offset + 1 and acknowledged commit of the queue recorded before the previous
+    /// `Observe` (since the last master-log kill in async mode, where a lower max offset than
+    /// what came before that kill becomes the new baseline).
+    fn check_watermark(&mut self, at_ms: u64, queue: QueueIndex, max_offset: u64) {
+        let kill = self.async_kill();
+        let epoch = self.observes;
+        self.observes += 1;
+        let watermark = &mut self.queue_states[queue as usize].watermark;
+        watermark.settle_kill(kill);
+        let (floor, source) = watermark.floor.at(epoch);
+        if max_offset < floor {
+            self.past_watermark.push(PastWatermark {
+                queue: self.queues[queue as usize].clone(),
+                max_offset,
+                floor,
+                source,
+                at_ms,
+            });
+        } else if max_offset < watermark.before_kill {
+            // Only in async mode: `before_kill` stays 0 in sync mode.
+            self.watermark_rollbacks += 1;
+            watermark.before_kill = max_offset;
+            watermark
+                .floor
+                .raise(epoch, max_offset, FloorSource::Baseline);
+        }
+    }
+
+    /// A `Failover` of broker group `group`: snapshots the group's queues for the failover's
+    /// duplicate bound and makes it their latest duplicate cause candidate.
+    fn failover(&mut self, index: usize, at_ms: u64, group: &str, master: &str, epoch: u64) {
+        let id = self.failovers.len();
+        let mut snapshot = HashMap::new();
+        for queue in self.group_queues.get(group).into_iter().flatten() {
+            let state = &mut self.queue_states[*queue as usize];
+            snapshot.insert(*queue, (state.max_delivered, state.last_commit));
+            state.failover = Some((index, id));
+        }
+        self.group_failover.insert(group.to_owned(), index);
+        self.failovers.push(FailoverState {
+            group: group.to_owned(),
+            master: master.to_owned(),
+            epoch,
+            at_ms,
+            snapshot,
+            duplicates: HashMap::new(),
+        });
     }
 
     fn intern(&mut self, queue: &Queue) -> QueueIndex {
@@ -311,6 +479,10 @@ impl Scan {
             return *index;
         }
         let index = self.queues.len() as QueueIndex;
+        self.group_queues
+            .entry(queue.broker.clone())
+            .or_default()
+            .push(index);
         self.queues.push(queue.clone());
         self.queue_states.push(QueueState::default());
         self.queue_index.insert(queue.clone(), index);
@@ -345,7 +517,7 @@ impl Scan {
         }
         let queue_state = &mut self.queue_states[slot.0 as usize];
         queue_state.known_max = queue_state.known_max.max(slot.1 + 1);
-        let Some(existing) = self.slots.get_mut(&slot) else {
+        let Some(existing) = self.slots.get(&slot) else {
             self.slots.insert(
                 slot,
                 SlotState {
@@ -356,38 +528,67 @@ impl Scan {
             );
             return;
         };
-        if existing.value != value {
-            let conflict = OffsetConflict {
-                queue: self.queues[slot.0 as usize].clone(),
-                offset: slot.1,
-                first: existing.value,
-                second: value,
-                at_ms,
-            };
-            // The old value may have been stored from its invocation on (its ack can be
-            // recorded after a kill that it preceded: the reply was already on its way).
-            let stored_from = self
-                .values
-                .get(&existing.value)
-                .and_then(|old| old.invoked_at)
-                .map_or(existing.first_seen, |invoked| {
-                    invoked.min(existing.first_seen)
-                });
-            let killed_since = self
-                .kills
-                .last()
-                .is_some_and(|kill| kill.index > stored_from);
-            if self.durability == Durability::Async && killed_since {
-                self.reuses.push(conflict);
-                existing.value = value;
-                existing.first_seen = index;
-            } else {
-                if !existing.conflicted {
-                    existing.conflicted = true;
-                    self.conflicts.push(conflict);
-                }
-            }
+        if existing.value == value {
+            return;
         }
+        let (old, first_seen) = (existing.value, existing.first_seen);
+        // The old value may have been stored from its invocation on (its ack can be
+        // recorded after a kill that it preceded: the reply was already on its way).
+        let stored_from = self
+            .values
+            .get(&old)
+            .and_then(|old| old.invoked_at)
+            .map_or(first_seen, |invoked| invoked.min(first_seen));
+        let conflict = self.conflict(slot, (old, value), at_ms, stored_from);
+        // Only a kill of a master-log node in async mode loses the old value.
+        let lost = self.async_kill().is_some_and(|kill| kill > stored_from);
+        let Some(existing) = self.slots.get_mut(&slot) else {
+            return;
+        };
+        if lost {
+            self.reuses.push(conflict);
+            existing.value = value;
+            existing.first_seen = index;
+        } else if !existing.conflicted {
+            existing.conflicted = true;
+            self.conflicts.push(conflict);
+        }
+    }
+
+    /// The K3 conflict of `first` then `second` at `slot`, with the kills (by role) and the
+    /// failover of the queue's group recorded since event `since`.
+    fn conflict(
+        &self,
+        slot: Slot,
+        (first, second): (Value, Value),
+        at_ms: u64,
+        since: usize,
+    ) -> OffsetConflict {
+        let queue = self.queues[slot.0 as usize].clone();
+        let after = |at: Option<&usize>| at.is_some_and(|at| *at > since);
+        let kills_between = ROLES
+            .into_iter()
+            .filter(|role| after(self.last_kill_by_role.get(role)))
+            .collect();
+        let failover_between = after(self.group_failover.get(&queue.broker));
+        OffsetConflict {
+            queue,
+            offset: slot.1,
+            first,
+            second,
+            at_ms,
+            kills_between,
+            failover_between,
+        }
+    }
+
+    fn queue_stop(&mut self, index: usize, at_ms: u64, consumer: ConsumerId, queue: &Queue) {
+        self.note_session(index, at_ms, consumer);
+        let queue = self.intern(queue);
+        self.readings.remove(&(consumer, queue));
+        let state = &mut self.queue_states[queue as usize];
+        state.last_stopped_by = Some(consumer.consumer);
+        state.holders.retain(|holder| *holder != consumer);
     }
 
     fn queue_start(
@@ -443,6 +644,7 @@ impl Scan {
         }
         let queue_state = &mut self.queue_states[queue as usize];
         queue_state.max_delivered = queue_state.max_delivered.max(Some(offset));
+        self.raise_watermark(queue, offset + 1, FloorSource::Delivered);
         self.observe_slot(index, (queue, offset), value, at_ms);
         self.check_contiguous(at_ms, consumer, queue, offset);
     }
@@ -512,11 +714,13 @@ impl Scan {
         let own_restart = previous_by.consumer == consumer.consumer
             && previous_by.session < consumer.session
             && restart_at.is_some_and(|at| at > previous_at);
+        let failover = queue_state.failover;
         let candidates = [
             (restart_at, 0),
             (self.last_broker_fault, 1),
             (queue_state.last_rebalance, 2),
             (last_reset, 3),
+            (failover.map(|(at, _)| at), 4),
         ];
         let cause = candidates
             .iter()
@@ -535,6 +739,12 @@ impl Scan {
             Some(1) => self.causes.broker_restart += 1,
             Some(2) => self.causes.rebalance += 1,
             Some(3) => self.causes.reset += 1,
+            Some(4) => {
+                self.causes.failover += 1;
+                if let Some((_, id)) = failover {
+                    *self.failovers[id].duplicates.entry(queue).or_default() += 1;
+                }
+            }
             _ => self.causes.other += 1,
         }
     }
@@ -606,15 +816,25 @@ impl Scan {
         // it is acknowledged; the next fault closes the window even when the reset failed.
         self.reset_pending = matches!(fault, Fault::Reset);
         match fault {
-            Fault::Kill { node, .. } => {
-                self.last_broker_fault = Some(index);
-                self.kills.push(Kill {
-                    index,
-                    at_ms,
-                    node: node.clone(),
-                });
+            Fault::Kill { node, role } => {
+                self.kills_by_role.add(*role);
+                self.last_kill_by_role.insert(*role, index);
+                if role.holds_master_log() {
+                    self.last_broker_fault = Some(index);
+                    self.kills.push(Kill {
+                        index,
+                        at_ms,
+                        node: node.clone(),
+                        role: *role,
+                    });
+                }
             }
-            Fault::Restart { .. } => self.last_broker_fault = Some(index),
+            Fault::Restart { role, .. } => {
+                if role.holds_master_log() {
+                    self.last_broker_fault = Some(index);
+                }
+            }
+            Fault::Pause { role, .. } => self.pauses_by_role.add(*role),
             Fault::RestartConsumer { consumer } => {
                 self.release(*consumer, u32::MAX);
                 let restart = self.new_restart(*consumer, None, at_ms);
@@ -624,10 +844,7 @@ impl Scan {
                 state.awaiting_session = true;
             }
             Fault::Reset => self.last_reset_fault = Some(index),
-            Fault::Pause { .. }
-            | Fault::Resume { .. }
-            | Fault::Partition { .. }
-            | Fault::Heal { .. } => {}
+            Fault::Resume { .. } | Fault::Partition { .. } | Fault::Heal { .. } => {}
         }
     }
 
@@ -667,33 +884,39 @@ impl Scan {
     /// before others recorded earlier). A reset recorded after the reference point (its
     /// `Fault` or its `Op`), or pending, excuses a lower offset; a new generation, or in async
     /// mode a kill after the reference point, makes the offset the new baseline.
-    fn check_commit(&mut self, index: usize, queue: QueueIndex, seen: CommitSeen) {
+    ///
+    /// Returns true when it recorded a regression.
+    fn check_commit(&mut self, index: usize, queue: QueueIndex, seen: &CommitSeen) -> bool {
         let after = |at: Option<usize>| move |reference: usize| at.is_some_and(|at| at > reference);
-        let killed = self.durability == Durability::Async
-            && seen
-                .reference
-                .is_some_and(after(self.kills.last().map(|kill| kill.index)));
+        let killed = seen.reference.is_some_and(after(self.async_kill()));
         let state = &mut self.queue_states[queue as usize];
         let new_generation = seen.generation.is_some() && seen.generation > state.generation;
         state.generation = state.generation.max(seen.generation);
+        if new_generation {
+            state.generation_changed = Some(index);
+        }
         let reset_since = self.reset_pending
             || seen.reference.is_some_and(after(self.last_reset_fault))
             || seen.reference.is_some_and(after(state.last_reset));
         let baseline = seen
             .reference
             .and_then(|reference| maximum_at(&state.commit_maxima, reference));
+        let mut regressed = false;
         if let Some(before) = baseline.filter(|before| seen.offset < *before) {
             if new_generation || reset_since {
                 // An acknowledged reset moved it: allowed.
             } else if killed {
                 self.commit_rollbacks += 1;
             } else {
+                regressed = true;
                 self.regressions.push(CommitRegression {
                     queue: self.queues[queue as usize].clone(),
                     from: before,
                     to: seen.offset,
                     at_ms: seen.at_ms,
                     by: seen.by,
+                    rule: RegressionRule::Reference,
+                    sent_ms: seen.sent_ms,
                 });
             }
         }
@@ -717,6 +940,7 @@ impl Scan {
                 by: seen.by,
             });
         }
+        regressed
     }
 }
 
@@ -725,6 +949,8 @@ struct CommitSeen {
     offset: u64,
     generation: Option<u64>,
     at_ms: u64,
+    /// When a `CommitOk`'s request was sent, when recorded.
+    sent_ms: Option<u64>,
     /// `None` for an observer.
     by: Option<ConsumerId>,
     /// An event recorded before the commit was sent or the read was made.

@@ -1,12 +1,14 @@
 //! End-of-run verdicts: the Jepsen sets, lost classification, async suffix losses, gaps,
-//! start-of-session skips and restart duplicate bounds, from the state of the pass.
+//! start-of-session skips and restart and failover duplicate bounds, from the state of the
+//! pass.
 
 use std::collections::HashMap;
 
+use super::cluster::FailoverState;
 use super::report::{
-    AsyncLoss, Duplicates, Gap, KillLoss, Listed, LossClass, LostReport, LostValue,
-    OffsetViolations, Position, PositionConflict, Report, RestartDuplicates, SuffixHole, ValueList,
-    ValueText,
+    AsyncLoss, Duplicates, FailoverDuplicates, FailoverRecord, Gap, KillLoss, Listed, LossClass,
+    LostReport, LostValue, OffsetViolations, Position, PositionConflict, Report, RestartDuplicates,
+    SuffixHole, ValueList, ValueText,
 };
 use super::scan::{QueueIndex, Scan, Slot};
 use super::{CheckOptions, Durability, LISTED_MAX};
@@ -37,7 +39,8 @@ pub(super) fn finish(scan: Scan, options: &CheckOptions) -> Report {
     let sets = sort_values(&scan);
     let (lost, skipped_by_reset, async_loss) = judge_lost(&scan, &sets);
     let offset_violations = offsets(&scan, &sets);
-    let duplicates = duplicates(&scan, &sets, options);
+    let mut duplicates = duplicates(&scan, &sets, options);
+    let failovers = failover_duplicates(&scan, options, &mut duplicates);
     let mut poll_skips = scan.poll_skips.clone();
     for mismatch in &scan.start_mismatches {
         if scan.slots.contains_key(&mismatch.slot) {
@@ -62,11 +65,16 @@ pub(super) fn finish(scan: Scan, options: &CheckOptions) -> Report {
         duplicates,
         offset_violations,
         commit_regressions: scan.regressions.clone(),
+        ack_order_regressions: scan.ack_order_regressions,
         commits_past_max: scan.past_max.clone(),
+        past_watermark: scan.past_watermark.clone(),
         poll_skips,
         drain_recorded: scan.drain_complete.is_some(),
         drain_complete: scan.drain_complete.unwrap_or(false),
         async_loss,
+        kills_by_role: scan.kills_by_role,
+        pauses_by_role: scan.pauses_by_role,
+        failovers,
         valid: false,
     };
     report.valid = report.failures().is_empty();
@@ -165,6 +173,7 @@ fn judge_lost(scan: &Scan, sets: &Sets) -> (LostReport, Vec<Value>, Option<Async
     let mut skipped = Vec::new();
     let mut async_loss = AsyncLoss {
         commit_rollbacks: scan.commit_rollbacks,
+        watermark_rollbacks: scan.watermark_rollbacks,
         ..AsyncLoss::default()
     };
     let mut kill_losses = vec![0u64; scan.kills.len()];
@@ -212,17 +221,22 @@ fn judge_lost(scan: &Scan, sets: &Sets) -> (LostReport, Vec<Value>, Option<Async
     }
     let room = LISTED_MAX.saturating_sub(report.values.len());
     report.values.extend(allowed.into_iter().take(room));
-    async_loss.kills = scan
-        .kills
+    async_loss.kills = kill_report(scan, kill_losses);
+    (report, skipped, asynchronous.then_some(async_loss))
+}
+
+/// One entry per master-log kill with the acknowledged values lost in it.
+fn kill_report(scan: &Scan, kill_losses: Vec<u64>) -> Vec<KillLoss> {
+    scan.kills
         .iter()
         .zip(kill_losses)
         .map(|(kill, lost)| KillLoss {
             at_ms: kill.at_ms,
             node: kill.node.clone(),
+            role: kill.role,
             lost,
         })
-        .collect();
-    (report, skipped, asynchronous.then_some(async_loss))
+        .collect()
 }
 
 fn count_lost(report: &mut LostReport, lost: &LostValue) {
@@ -240,7 +254,8 @@ fn count_lost(report: &mut LostReport, lost: &LostValue) {
         .add(lost.class);
 }
 
-/// The first kill recorded after the event at `index`, as an index into `scan.kills`.
+/// The first kill of a master-log node recorded after the event at `index`, as an index into
+/// `scan.kills`.
 fn kill_after(scan: &Scan, index: usize) -> Option<usize> {
     let kill = scan.kills.partition_point(|kill| kill.index < index);
     (kill < scan.kills.len()).then_some(kill)
@@ -390,4 +405,59 @@ fn duplicates(scan: &Scan, sets: &Sets, options: &CheckOptions) -> Duplicates {
         }
     }
     duplicates
+}
+
+/// K6 per failover: the failovers with their duplicates, and (into `duplicates`) the maximum
+/// per failover and the failovers over their bounds.
+fn failover_duplicates(
+    scan: &Scan,
+    options: &CheckOptions,
+    duplicates: &mut Duplicates,
+) -> Listed<FailoverRecord> {
+    let mut records = Listed::default();
+    for failover in &scan.failovers {
+        let total: u64 = failover.duplicates.values().sum();
+        duplicates.max_per_failover = duplicates.max_per_failover.max(total);
+        records.push(FailoverRecord {
+            group: failover.group.clone(),
+            master: failover.master.clone(),
+            epoch: failover.epoch,
+            at_ms: failover.at_ms,
+            duplicates: total,
+        });
+        let exceeded = |queue, duplicates, bound| FailoverDuplicates {
+            group: failover.group.clone(),
+            master: failover.master.clone(),
+            epoch: failover.epoch,
+            at_ms: failover.at_ms,
+            queue,
+            duplicates,
+            bound,
+        };
+        let mut queues: Vec<_> = failover.duplicates.iter().collect();
+        queues.sort_unstable();
+        for (queue, count) in queues {
+            let bound = failover_bound(failover, *queue);
+            if *count > bound {
+                let queue = Some(scan.queues[*queue as usize].clone());
+                let item = exceeded(queue, *count, bound);
+                duplicates.failover_bound_exceeded.push(item);
+            }
+        }
+        if let Some(cap) = options.duplicate_bound.filter(|cap| total > *cap) {
+            let item = exceeded(None, total, cap);
+            duplicates.failover_bound_exceeded.push(item);
+        }
+    }
+    records
+}
+
+/// `max(H + 1 − C, 0)` for `queue` at `failover` (0 when nothing was delivered on it).
+fn failover_bound(failover: &FailoverState, queue: QueueIndex) -> u64 {
+    let (max_delivered, committed) = failover
+        .snapshot
+        .get(&queue)
+        .copied()
+        .unwrap_or((None, None));
+    max_delivered.map_or(0, |max| (max + 1).saturating_sub(committed.unwrap_or(0)))
 }
