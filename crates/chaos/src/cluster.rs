@@ -446,9 +446,7 @@ impl ChaosCluster {
                     .collect();
                 pick_one(&followers, pick)
             }
-            Victim::Namesrv { index } => {
-                Some(NodeRef::Namesrv(index % self.namesrvs.len().max(1)))
-            }
+            Victim::Namesrv { index } => Some(NodeRef::Namesrv(index % self.namesrvs.len().max(1))),
         };
         chosen.filter(|n| self.healthy(*n))
     }
@@ -526,10 +524,19 @@ impl ChaosCluster {
                 self.brokers[i].to_namesrvs.iter().collect()
             }
             (NodeRef::Controller(c), Link::ControllerController) => {
-                let mut proxies: Vec<&FaultProxy> =
-                    self.controllers[c].to_peers.iter().map(|(_, p)| p).collect();
+                let mut proxies: Vec<&FaultProxy> = self.controllers[c]
+                    .to_peers
+                    .iter()
+                    .map(|(_, p)| p)
+                    .collect();
                 for other in &self.controllers {
-                    proxies.extend(other.to_peers.iter().filter(|(j, _)| *j == c).map(|(_, p)| p));
+                    proxies.extend(
+                        other
+                            .to_peers
+                            .iter()
+                            .filter(|(j, _)| *j == c)
+                            .map(|(_, p)| p),
+                    );
                 }
                 proxies
             }

@@ -170,10 +170,17 @@ impl FaultAction {
 impl fmt::Display for PlannedFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = self.at.as_secs_f64();
-        let with = if self.overlaps { " (during the previous)" } else { "" };
+        let with = if self.overlaps {
+            " (during the previous)"
+        } else {
+            ""
+        };
         match &self.action {
             FaultAction::Kill { victim, down } => {
-                write!(f, "{at:7.2}s kill -9 {victim}, restart after {down:?}{with}")
+                write!(
+                    f,
+                    "{at:7.2}s kill -9 {victim}, restart after {down:?}{with}"
+                )
             }
             FaultAction::Pause { victim, hold } => {
                 write!(f, "{at:7.2}s SIGSTOP {victim} for {hold:?}{with}")
@@ -267,7 +274,10 @@ pub fn schedule(spec: &ScheduleSpec) -> Vec<PlannedFault> {
             break;
         }
         window = (action.hold() >= Duration::from_millis(400)
-            && matches!(kind, FaultKind::Kill | FaultKind::Partition | FaultKind::Pause))
+            && matches!(
+                kind,
+                FaultKind::Kill | FaultKind::Partition | FaultKind::Pause
+            ))
         .then_some((at, at + action.hold()));
         faults.push(PlannedFault {
             at,
@@ -313,6 +323,12 @@ fn draw(rng: &mut StdRng, kind: FaultKind, spec: &ScheduleSpec) -> FaultAction {
     let ms =
         |rng: &mut StdRng, low: u64, high: u64| Duration::from_millis(rng.gen_range(low..high));
     match kind {
+        // A cluster node stays down long enough, most of the time, for the controllers to
+        // notice (their heartbeat timeout is 1 s) and fail its group over.
+        FaultKind::Kill if spec.topology != Topology::Single => FaultAction::Kill {
+            victim: draw_victim(rng, spec.topology, false),
+            down: ms(rng, 300, 3_000),
+        },
         FaultKind::Kill => FaultAction::Kill {
             victim: draw_victim(rng, spec.topology, false),
             down: ms(rng, 200, 1_500),

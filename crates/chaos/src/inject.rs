@@ -213,7 +213,11 @@ impl<'a> Injector<'a> {
         let mode = proxy_mode(mode);
         let name = self.servers.name(struck);
         if !self.servers.set_link(struck, link, mode) {
-            self.refuse(planned, format!("{name} has no {} link", link.name()), false);
+            self.refuse(
+                planned,
+                format!("{name} has no {} link", link.name()),
+                false,
+            );
             return;
         }
         self.recorder.record(Op::Fault(Fault::Partition {
@@ -221,7 +225,8 @@ impl<'a> Injector<'a> {
             mode: mode.name().to_string(),
             link: link.name().to_string(),
         }));
-        self.active.insert(i, Active::Partitioned(struck, link, name));
+        self.active
+            .insert(i, Active::Partitioned(struck, link, name));
     }
 
     async fn reset(&mut self, planned: &PlannedFault, back: Duration) {
@@ -264,7 +269,8 @@ impl<'a> Injector<'a> {
                 if let Some(process) = self.servers.node(struck) {
                     process.resume().await?;
                 }
-                self.recorder.record(Op::Fault(Fault::Resume { node, role }));
+                self.recorder
+                    .record(Op::Fault(Fault::Resume { node, role }));
             }
             Active::Partitioned(struck, link, node) => {
                 self.servers.set_link(struck, link, ProxyMode::Pass);

@@ -368,7 +368,10 @@ async fn start_servers(config: &RunConfig, dir: &Path) -> Result<Servers, RunErr
         )
         .await?;
         proxy.set_target(server.broker);
-        return Ok(Servers::Single { server, proxy });
+        return Ok(Servers::Single {
+            server: Box::new(server),
+            proxy,
+        });
     }
     let spec = ClusterSpec {
         topology: config.topology,

@@ -17,8 +17,8 @@ use crate::topology::{Link, Victim};
 pub enum Servers {
     /// `ferromq standalone`, clients reaching its broker through `proxy`.
     Single {
-        /// The process.
-        server: Standalone,
+        /// The process (boxed: far larger than a cluster's handle).
+        server: Box<Standalone>,
         /// The client → broker proxy.
         proxy: FaultProxy,
     },

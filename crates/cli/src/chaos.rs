@@ -88,7 +88,8 @@ pub struct ChaosArgs {
 pub struct FaultList(Vec<FaultKind>);
 
 fn parse_topology(text: &str) -> Result<Topology, String> {
-    text.parse().map_err(|error: UnknownTopology| error.to_string())
+    text.parse()
+        .map_err(|error: UnknownTopology| error.to_string())
 }
 
 fn parse_fault_list(text: &str) -> Result<FaultList, String> {
@@ -306,7 +307,9 @@ fn failure_text(summary: &Value, failures: &[String]) -> String {
         }
     }
     if let Some(error) = history["error"].as_str() {
-        parts.push(format!("the broker's offset history could not be read: {error}"));
+        parts.push(format!(
+            "the broker's offset history could not be read: {error}"
+        ));
     }
     let unexpected = summary["unexpected_fault_errors"].as_u64().unwrap_or(0);
     if unexpected > 0 {

@@ -973,7 +973,10 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
     let client = connect(old_addr).await;
     for queue in 0..QUEUES {
         let code = query_offset_code(&client, GROUP, TOPIC, queue).await;
-        assert_eq!(code, NOT_MASTER, "queue {queue}: the returning master answered");
+        assert_eq!(
+            code, NOT_MASTER,
+            "queue {queue}: the returning master answered"
+        );
     }
     assert_eq!(offsets_on(new_addr).await, acked_commits);
     println!(

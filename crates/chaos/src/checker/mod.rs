@@ -15,6 +15,10 @@
 //! and is no duplicate cause (none of them moves consumers); neither does any pause or
 //! partition. `kills_by_role` and `pauses_by_role` count `Kill` and `Pause` faults per role.
 //! A master-log kill counts for every queue (a kill names a node, not its broker group).
+//! In [`Durability::Async`] (ASYNC_MASTER) a `Failover` also counts as a master-log kill (listed
+//! as `failover of <group> to <master>`): however the old master was deposed — killed, paused
+//! or cut off — the tail it had not replicated is cut from the group's log. Under
+//! [`Durability::Sync`] a failover excuses nothing.
 //!
 //! # Sets (Jepsen total-queue)
 //! - *attempted*: values of any send operation; *acked*: values with a `SendOk`; *delivered*:

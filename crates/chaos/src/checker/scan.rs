@@ -464,6 +464,17 @@ impl Scan {
             state.failover = Some((index, id));
         }
         self.group_failover.insert(group.to_owned(), index);
+        if self.durability == Durability::Async {
+            // ASYNC_MASTER: however the old master was deposed (killed, paused, cut off), the
+            // tail it had not replicated is cut from the group's log at the failover, exactly
+            // as a kill of it may lose it.
+            self.kills.push(Kill {
+                index,
+                at_ms,
+                node: format!("failover of {group} to {master}"),
+                role: NodeRole::Master,
+            });
+        }
         self.failovers.push(FailoverState {
             group: group.to_owned(),
             master: master.to_owned(),
