@@ -125,8 +125,16 @@ pub struct ChaosCluster {
 struct Plan {
     namesrvs: Vec<SocketAddr>,
     controllers: Vec<SocketAddr>,
-    /// Per broker: (group, listen, HA).
-    brokers: Vec<(usize, SocketAddr, SocketAddr)>,
+    brokers: Vec<BrokerPlan>,
+}
+
+/// One broker's place and ports.
+#[derive(Debug, Clone, Copy)]
+struct BrokerPlan {
+    group: usize,
+    replica: usize,
+    listen: SocketAddr,
+    ha: SocketAddr,
 }
 
 fn free_port() -> Result<SocketAddr, ClusterError> {
@@ -165,8 +173,13 @@ impl Plan {
         let ports = |n: usize| (0..n).map(|_| free_port()).collect::<Result<Vec<_>, _>>();
         let mut brokers = Vec::new();
         for group in 0..topology.groups() {
-            for _ in 0..topology.replicas() {
-                brokers.push((group, free_port()?, free_port()?));
+            for replica in 0..topology.replicas() {
+                brokers.push(BrokerPlan {
+                    group,
+                    replica,
+                    listen: free_port()?,
+                    ha: free_port()?,
+                });
             }
         }
         Ok(Plan {
@@ -209,10 +222,8 @@ impl ChaosCluster {
             cluster.namesrvs.push((node, *addr));
         }
         cluster.start_controllers(program, dir, &plan).await?;
-        for (index, (group, listen, ha)) in plan.brokers.iter().enumerate() {
-            let broker = cluster
-                .start_broker(program, dir, &plan, index, *group, *listen, *ha)
-                .await?;
+        for broker in &plan.brokers {
+            let broker = cluster.start_broker(program, dir, &plan, broker).await?;
             cluster.brokers.push(broker);
         }
         cluster.settle(SETTLE_WAIT).await?;
@@ -264,17 +275,19 @@ impl ChaosCluster {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn start_broker(
         &self,
         program: &Path,
         dir: &Path,
         plan: &Plan,
-        index: usize,
-        group: usize,
-        listen: SocketAddr,
-        ha: SocketAddr,
+        broker: &BrokerPlan,
     ) -> Result<BrokerNode, ClusterError> {
+        let BrokerPlan {
+            group,
+            replica,
+            listen,
+            ha,
+        } = *broker;
         let client = proxy_to(listen).await?;
         let ha_proxy = proxy_to(ha).await?;
         let mut to_controllers = Vec::new();
@@ -285,7 +298,7 @@ impl ChaosCluster {
         for addr in &plan.namesrvs {
             to_namesrvs.push(proxy_to(*addr).await?);
         }
-        let name = broker_node_name(group, index % self.spec.topology.replicas());
+        let name = broker_node_name(group, replica);
         let config = dir.join(format!("{name}.toml"));
         let flush = match self.spec.flush {
             Flush::Sync => "SYNC_FLUSH",

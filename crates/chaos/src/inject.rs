@@ -296,21 +296,18 @@ impl<'a> Injector<'a> {
         self.servers.heal_links();
         for struck in self.servers.all() {
             let name = self.servers.name(struck);
+            let role = self.servers.role(struck).await;
             let Some(node) = self.servers.node(struck) else {
                 continue;
             };
             if node.is_paused() {
                 node.resume().await?;
-                self.recorder.record(Op::Fault(Fault::Resume {
-                    node: name,
-                    role: NodeRole::default(),
-                }));
+                self.recorder
+                    .record(Op::Fault(Fault::Resume { node: name, role }));
             } else if !node.is_running() {
                 self.servers.restart(struck).await?;
-                self.recorder.record(Op::Fault(Fault::Restart {
-                    node: name,
-                    role: NodeRole::default(),
-                }));
+                self.recorder
+                    .record(Op::Fault(Fault::Restart { node: name, role }));
             }
         }
         Ok(())
