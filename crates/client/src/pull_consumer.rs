@@ -61,7 +61,7 @@ use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
 use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
-use crate::error::{ClientError, OffsetError};
+use crate::error::{ClientError, OffsetError, RejectReason};
 use crate::message::{decode_pull_body, MessageExt};
 use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMode};
 use crate::read_failover::{MasterState, ReadFailover};
@@ -788,12 +788,34 @@ impl PullConsumer {
     /// Records `offset` (the next offset to consume) for `queue` and persists it, waiting for
     /// the store's acknowledgement.
     ///
+    /// A commit refused as of a stale generation is sent once more after a heartbeat: on a
+    /// queue fenced by a reset, ferromq refuses commits from a connection whose client it does
+    /// not know yet (a new connection after a failover or a reconnect, before the next
+    /// periodic heartbeat), with that code. A commit that really is stale is refused again.
+    ///
     /// # Errors
     /// The store's [`OffsetError`]; the value stays in memory for a later `persist`.
     pub async fn commit(&self, queue: &MessageQueue, offset: u64) -> Result<(), OffsetError> {
         // An explicit commit is always sent, even when it repeats the last acknowledged
         // value: the broker's offset may have moved since (a reset), and `Ok` must mean the
         // broker holds `offset` now.
+        self.inner.offsets.remove(queue);
+        self.inner.offsets.update(queue, offset);
+        let result = self.inner.offsets.persist(queue).await;
+        let unidentified = matches!(
+            &result,
+            Err(OffsetError::Rejected {
+                reason: RejectReason::StaleGeneration,
+                ..
+            })
+        );
+        if !unidentified {
+            return result;
+        }
+        if let Err(error) = self.heartbeat().await {
+            tracing::debug!(%error, "heartbeat before a commit retry failed");
+            return result;
+        }
         self.inner.offsets.remove(queue);
         self.inner.offsets.update(queue, offset);
         self.inner.offsets.persist(queue).await

@@ -265,3 +265,42 @@ async fn pull_consumer_follows_a_broker_reset_on_its_next_pull() {
     assert_eq!(stored(&c, group), queue_ends(&c));
     consumer.shutdown().await.unwrap().into_result().unwrap();
 }
+
+/// Found by `ferromq chaos` on a replicated cluster: after a failover a pull consumer reached
+/// the new master on a new connection, before its next periodic heartbeat; the queue was
+/// fenced by an earlier reset, so the broker refused its commits from that unidentified
+/// connection (stale generation, "send a heartbeat first"), the consumer restarted the queue
+/// from its last commit and delivered ~60 messages again. `PullConsumer::commit` now
+/// identifies itself with a heartbeat and sends such a refused commit once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pull_consumer_commits_on_a_fenced_queue_from_a_connection_not_yet_identified() {
+    let c = cluster().await;
+    let group = "ResetUnidentified";
+    let config = PullConsumerConfig {
+        namesrv_addrs: vec![c.ns.addr],
+        group: group.into(),
+        pull_timeout: T,
+        // No periodic heartbeat during the test: only the ones the consumer sends itself.
+        heartbeat_interval: Duration::from_secs(600),
+        ..PullConsumerConfig::default()
+    };
+    let first = PullConsumer::start(config.clone()).unwrap();
+    let queues = first.fetch_queues(TOPIC).await.unwrap();
+    for q in &queues {
+        first.commit(q, 1).await.expect("commit");
+    }
+    // The reset fences the group's online client (`first`).
+    reset_to_beginning(&c, group).await;
+
+    // A second consumer of the group that never fetched queues has sent no heartbeat: its
+    // connection is unidentified, and the queues are fenced.
+    let second = PullConsumer::start(config).unwrap();
+    let queue = queues[0].clone();
+    second
+        .commit(&queue, 3)
+        .await
+        .expect("the commit lands after the consumer identifies itself");
+    assert_eq!(stored(&c, group)[queue.queue_id as usize], Some(3));
+    second.shutdown().await.unwrap().into_result().unwrap();
+    first.shutdown().await.unwrap();
+}
