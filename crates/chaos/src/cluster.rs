@@ -51,6 +51,10 @@ pub const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest wait for every group to have a master with a full in-sync set after the start.
 pub const SETTLE_WAIT: Duration = Duration::from_secs(60);
 
+/// `resetWaitAfterPromotionMillis` of the brokers: the workload's consumers heartbeat every
+/// second, so a new master knows them all well within this.
+pub const RESET_WAIT_AFTER_PROMOTION: Duration = Duration::from_secs(3);
+
 /// The cluster name every broker registers.
 pub const CLUSTER_NAME: &str = "ChaosCluster";
 
@@ -319,7 +323,8 @@ impl ChaosCluster {
                  brokerRole = \"{}\"\n\
                  flushDiskType = \"{flush}\"\n\
                  enableControllerMode = true\n\
-                 controllerAddr = \"{}\"\n",
+                 controllerAddr = \"{}\"\n\
+                 resetWaitAfterPromotionMillis = {}\n",
                 group_name(group),
                 listen.port(),
                 client.local_addr().port(),
@@ -329,6 +334,7 @@ impl ChaosCluster {
                 toml_string(&dir.join("data").join(&name)),
                 self.spec.master.broker_role(),
                 joined(&to_controllers),
+                RESET_WAIT_AFTER_PROMOTION.as_millis(),
             ),
         )?;
         let args: Vec<OsString> = vec!["broker".into(), "-c".into(), config.into_os_string()];

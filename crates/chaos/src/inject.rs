@@ -5,7 +5,8 @@
 //!
 //! A fault that cannot be carried out is a [`FaultError`]. It is *expected* when the system
 //! was meant to refuse or when nothing fits: a reset refused while another fault is active
-//! (the master may be down or cut off), or a fault whose victim does not exist at that moment
+//! (the master may be down or cut off) or by a master elected moments ago (it refuses resets
+//! for `resetWaitAfterPromotionMillis`), or a fault whose victim does not exist at that moment
 //! (no master mid-failover, every slave already down). Any other fault error fails the run.
 //!
 //! Invariants:
@@ -243,9 +244,11 @@ impl<'a> Injector<'a> {
                 generation: result.generation,
             }),
             Err(error) => {
-                // During another fault the master may be down or cut off: a refusal is the
-                // right answer then. With nothing active it is a defect.
-                let expected = !self.active.is_empty();
+                // During another fault the master may be down or cut off, and a master that
+                // has just been elected refuses resets until its consumers have heartbeated to
+                // it: a refusal is the right answer then. With nothing active it is a defect.
+                let expected = !self.active.is_empty()
+                    || error.to_string().contains("resetWaitAfterPromotionMillis");
                 self.refuse(planned, format!("reset: {error}"), expected);
             }
         }

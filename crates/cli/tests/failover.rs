@@ -430,6 +430,17 @@ impl Cluster {
         role: &'static str,
         unclean: bool,
     ) -> Cluster {
+        Cluster::start_with(controllers, replicas, role, unclean, Vec::new()).await
+    }
+
+    /// [`Cluster::start`] with extra `key = value` lines in every broker config.
+    async fn start_with(
+        controllers: usize,
+        replicas: usize,
+        role: &'static str,
+        unclean: bool,
+        extra: Vec<String>,
+    ) -> Cluster {
         let dir = TestDir::new();
         let namesrv = namesrv();
         let ctl = Controllers::start(dir.path(), controllers, unclean);
@@ -437,7 +448,7 @@ impl Cluster {
             role,
             namesrv: namesrv.addr.clone(),
             controllers: ctl.addr_list(),
-            extra: Vec::new(),
+            extra,
         };
         let mut cluster = Cluster {
             dir,
@@ -983,6 +994,63 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
         "r2: old master cut from >= {wanted}; {compared} log bytes equal after the rejoin; {} messages",
         on_new.len()
     );
+}
+
+/// Found by `ferromq chaos`: a reset taken by a master elected moments earlier fenced nobody
+/// (no consumer had heartbeated to it yet), and a consumer went on committing from its old
+/// position, undoing the reset. A new master refuses resets for
+/// `resetWaitAfterPromotionMillis` (SYSTEM_BUSY, a remark naming the key), then takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_master_refuses_resets_until_it_can_know_the_online_consumers() {
+    let extra = vec!["resetWaitAfterPromotionMillis = 8000".to_string()];
+    let mut cluster = Cluster::start_with(1, 2, "SYNC_MASTER", false, extra).await;
+    let controller = cluster.controllers.client();
+    let info = wait_master(&controller, 1, 2, 30).await;
+    let master = info.master_address.as_ref().unwrap().parse().unwrap();
+    seed(master, 3, "reset").await;
+    assert_eq!(commit_on(master, 0, 3).await, response::SUCCESS);
+    let namesrv = cluster._namesrv.addr.clone();
+    let reset = move || {
+        common::admin(&[
+            "resetOffsetByTime",
+            "-n",
+            &namesrv,
+            "-g",
+            GROUP,
+            "-t",
+            TOPIC,
+            "-s",
+            "0",
+        ])
+    };
+    kill_master(&mut cluster, &info);
+    let new = wait_master(&controller, 2, 1, 30).await;
+    let promoted = Instant::now();
+    let new_addr: SocketAddr = new.master_address.unwrap().parse().unwrap();
+    // Wait for the route to name the new master, so the reset reaches it.
+    eventually!(10, "the route naming the new master", {
+        let route = common::admin(&["topicRoute", "-n", &cluster._namesrv.addr, "-t", TOPIC]);
+        String::from_utf8_lossy(&route.stdout).contains(&new_addr.to_string())
+    });
+    let refused = reset.clone()();
+    assert!(
+        promoted.elapsed() < Duration::from_secs(7),
+        "the first reset came too late to test the refusal"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a reset right after promotion was taken"
+    );
+    assert!(
+        stderr.contains("resetWaitAfterPromotionMillis"),
+        "the refusal names the key: {stderr}"
+    );
+    eventually!(20, "the reset taken once the wait is over", {
+        reset.clone()().status.success()
+    });
+    assert!(promoted.elapsed() >= Duration::from_secs(8));
+    assert_eq!(offsets_on(new_addr).await[&0], Some(0));
 }
 
 /// R3: a commit sent to a slave is refused with NOT_MASTER, before and after a failover

@@ -302,5 +302,5 @@ async fn a_pull_consumer_commits_on_a_fenced_queue_from_a_connection_not_yet_ide
         .expect("the commit lands after the consumer identifies itself");
     assert_eq!(stored(&c, group)[queue.queue_id as usize], Some(3));
     second.shutdown().await.unwrap().into_result().unwrap();
-    first.shutdown().await.unwrap();
+    let _ = first.shutdown().await.unwrap();
 }

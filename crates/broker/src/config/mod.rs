@@ -180,6 +180,11 @@ pub struct BrokerConfig {
     pub broker_election_priority: u32,
     /// How long start-up waits for a first registration with the controllers, ms.
     pub controller_register_timeout_mills: u64,
+    /// How long a master refuses offset resets after the controller made it master (a
+    /// promotion, or taking its own epoch back after a restart), ms: a reset fences the group's
+    /// online consumers, and until they have heartbeated to this broker it does not know them
+    /// (RocketMQ clients heartbeat every 30 s). ferromq's own key.
+    pub reset_wait_after_promotion_millis: u64,
 }
 
 impl Default for BrokerConfig {
@@ -233,6 +238,7 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval: 200,
             broker_election_priority: i32::MAX as u32,
             controller_register_timeout_mills: 30_000,
+            reset_wait_after_promotion_millis: 30_000,
         }
     }
 }
@@ -306,6 +312,9 @@ impl BrokerConfig {
                 election_priority: self.broker_election_priority,
                 master_role,
                 register_timeout: Duration::from_millis(self.controller_register_timeout_mills),
+                reset_wait_after_promotion: Duration::from_millis(
+                    self.reset_wait_after_promotion_millis,
+                ),
             },
         ))
     }

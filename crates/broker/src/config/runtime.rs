@@ -91,6 +91,10 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ),
     ("controllerRegisterTimeoutMills", "used once, at startup"),
     (
+        "resetWaitAfterPromotionMillis",
+        "part of the controller-mode settings fixed at startup",
+    ),
+    (
         "slaveReadEnable",
         "replication settings are read at startup",
     ),

@@ -193,12 +193,37 @@ fn target_offset(
     }
 }
 
+/// Refuses a reset on a master the controller made master less than
+/// `resetWaitAfterPromotionMillis` ago: the reset must fence the group's online consumers, and
+/// this broker knows only those that have heartbeated to it since. A consumer it does not know
+/// would go on committing from its old position and undo the reset (`ferromq chaos` found one
+/// doing so after a failover).
+fn refuse_while_consumers_unknown(ctx: &BrokerContext) -> Result<(), Refusal> {
+    let Some(link) = &ctx.controller else {
+        return Ok(());
+    };
+    let wait = link.settings().reset_wait_after_promotion;
+    match ctx.replication.master_for() {
+        Some(master_for) if master_for < wait => Err(Refusal::new(
+            RefusalKind::Busy,
+            format!(
+                "this broker became master {} ms ago and may not know every online consumer \
+                 a reset must fence yet; retry in {} ms (resetWaitAfterPromotionMillis)",
+                master_for.as_millis(),
+                (wait - master_for).as_millis()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `plan` as one reset record (a new generation) and waits for its acknowledgement,
 /// fencing the consumers online now (see the module header).
 ///
 /// # Errors
 /// Not durable, or refused by the offset rules; nothing was acknowledged.
 pub async fn apply(ctx: &BrokerContext, plan: ResetPlan) -> Result<ResetDone, ResetError> {
+    refuse_while_consumers_unknown(ctx)?;
     let (group, topic) = (plan.group.as_str(), plan.topic.as_str());
     let old: BTreeMap<u32, Option<u64>> = {
         let offsets = view::offsets(&ctx.store).await?;

@@ -60,6 +60,9 @@ pub struct ControllerModeSettings {
     pub master_role: BrokerRole,
     /// How long start-up waits for a first registration (`controllerRegisterTimeoutMills`).
     pub register_timeout: Duration,
+    /// How long a master refuses offset resets after the controller made it master
+    /// (`resetWaitAfterPromotionMillis`).
+    pub reset_wait_after_promotion: Duration,
 }
 
 /// The broker id a controller assigned, kept across restarts.

@@ -144,6 +144,9 @@ pub struct Replication {
     lease: Mutex<lease::Lease>,
     /// When the last heartbeat the controller confirmed was sent.
     last_heartbeat_ok: Mutex<Option<Instant>>,
+    /// When the controller last made this broker master (a promotion, or its own epoch
+    /// taken back after a restart); `None` when it never did in this process.
+    master_since: Mutex<Option<Instant>>,
     /// Counters.
     pub counters: ReplicationCounters,
 }
@@ -179,6 +182,7 @@ impl Replication {
             controller_mode: Default::default(),
             lease: Mutex::default(),
             last_heartbeat_ok: Mutex::default(),
+            master_since: Mutex::default(),
             counters: ReplicationCounters::default(),
             settings,
         });
@@ -269,6 +273,7 @@ impl Replication {
         self.master_addr.send_replace(None);
         let start = self.store.begin_epoch(epoch)?;
         self.role.send_replace(flavor);
+        self.note_master_since();
         self.apply_bound();
         tracing::warn!(epoch, start, role = flavor.as_str(), "promoted to master");
         Ok(start)
@@ -285,6 +290,23 @@ impl Replication {
         self.role.send_replace(BrokerRole::Slave);
         self.master_addr.send_replace(Some(master_ha_addr));
         tracing::warn!(master = %master_ha_addr, epoch, "demoted to slave");
+    }
+
+    /// Records that the controller made this broker master now.
+    fn note_master_since(&self) {
+        *self.master_since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// How long ago the controller made this broker master (`None`: it never did in this
+    /// process, or the broker is not master now).
+    pub fn master_for(&self) -> Option<std::time::Duration> {
+        if !self.role().is_master() {
+            return None;
+        }
+        self.master_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|since| since.elapsed())
     }
 
     /// The store this replication state belongs to.

@@ -18,6 +18,7 @@ impl Replication {
         }
         self.master_addr.send_replace(None);
         self.role.send_replace(flavor);
+        self.note_master_since();
         self.apply_bound();
         let epoch = self.epoch();
         tracing::warn!(
