@@ -216,7 +216,6 @@ impl Builder {
         self.check_with(CheckOptions {
             durability,
             duplicate_bound: None,
-            lagging_reads: false,
         })
     }
 
@@ -884,7 +883,6 @@ fn duplicate_bound_exceeded_is_caught() {
     let bounded = CheckOptions {
         durability: Durability::Sync,
         duplicate_bound: Some(100),
-        lagging_reads: false,
     };
     // Committed 3 of 5 delivered: at most 2 may come again; 4 came again.
     let builder = restart_history(3, 1);
@@ -1232,7 +1230,6 @@ fn options(durability: Durability, duplicate_bound: Option<u64>) -> CheckOptions
     CheckOptions {
         durability,
         duplicate_bound,
-        lagging_reads: false,
     }
 }
 
@@ -1956,79 +1953,4 @@ fn large_cluster_history_is_checked_in_linear_time() {
     assert_eq!(report.kills_by_role.master, failovers);
     assert_eq!(report.past_watermark.count, 0);
     assert!(elapsed < std::time::Duration::from_secs(60), "{elapsed:?}");
-}
-
-fn lagging(durability: Durability, lagging_reads: bool) -> CheckOptions {
-    CheckOptions {
-        durability,
-        duplicate_bound: Some(100),
-        lagging_reads,
-    }
-}
-
-/// ASYNC_MASTER: a commit is acknowledged when the master holds it and visible to offset
-/// queries once the in-sync slaves hold it. An observation may trail an acknowledged commit,
-/// never an earlier observation.
-#[test]
-fn lagging_reads_may_trail_acknowledged_commits_but_never_earlier_reads() {
-    let reader = consumer(0, 0);
-    let mut builder = Builder::new();
-    builder
-        .sends(0, 0..6, 0, 0)
-        .start(reader, 0, 0)
-        .delivers(reader, 0, 0, 0..6)
-        .commit(reader, 0, 6)
-        // Both reads are made after the commit of 6 was acknowledged, and see 5.
-        .observe(0, 5, 6, None)
-        .observe(0, 5, 6, None)
-        .drain(true);
-    let report = builder.check_with(lagging(Durability::Async, true));
-    assert!(report.valid, "{report}");
-    let report = builder.check_with(lagging(Durability::Async, false));
-    assert_eq!(failed(&report), ["K4 commit regressions"]);
-    assert_eq!(report.commit_regressions.count, 1);
-
-    // An observation below an earlier observation is a regression, lagging or not.
-    let mut builder = Builder::new();
-    builder
-        .sends(0, 0..6, 0, 0)
-        .start(reader, 0, 0)
-        .delivers(reader, 0, 0, 0..6)
-        .commit(reader, 0, 6)
-        .observe(0, 5, 6, None)
-        .observe(0, 3, 6, None)
-        .drain(true);
-    let report = builder.check_with(lagging(Durability::Async, true));
-    assert_eq!(failed(&report), ["K4 commit regressions"]);
-    let regression = &report.commit_regressions.items[0];
-    assert_eq!((regression.from, regression.to), (5, 3));
-}
-
-/// With lagging reads a restarted reader may resume from the last visible commit, so the
-/// restart bound's `C` is the lower of the acknowledged and the observed commit.
-#[test]
-fn lagging_reads_bound_restart_duplicates_by_the_visible_commit() {
-    let old = consumer(0, 0);
-    let new = consumer(0, 1);
-    let mut builder = Builder::new();
-    builder
-        .sends(0, 0..6, 0, 0)
-        .start(old, 0, 0)
-        .delivers(old, 0, 0, 0..6)
-        .commit(old, 0, 5)
-        .observe(0, 2, 6, None)
-        .fault(Fault::RestartConsumer { consumer: 0 })
-        .start(new, 0, 2)
-        .delivers(new, 0, 0, 2..6)
-        .drain(true);
-    let report = builder.check_with(lagging(Durability::Async, true));
-    assert!(report.valid, "{report}");
-    assert_eq!(report.duplicates.max_per_restart, 4);
-    let report = builder.check_with(lagging(Durability::Async, false));
-    assert!(
-        failed(&report)
-            .iter()
-            .any(|f| f == "K6 duplicates over bound"),
-        "{report}"
-    );
 }

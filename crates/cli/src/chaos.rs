@@ -161,9 +161,6 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
         &CheckOptions {
             durability,
             duplicate_bound: Some(args.duplicate_bound),
-            // ASYNC_MASTER: commits become visible to offset queries once replicated.
-            lagging_reads: config.topology != Topology::Single
-                && config.master == MasterMode::Async,
         },
     );
     let summary = summary(&config, &outcome, &report)?;

@@ -87,12 +87,6 @@
 //! this rule catches has `rule: ack_order` and is counted in `ack_order_regressions`.
 //! Commits without `sent_ms` are judged by the reference-point rule only.
 //!
-//! With [`CheckOptions::lagging_reads`] (ASYNC_MASTER: a commit is visible to offset queries
-//! only once the in-sync slaves hold it) an `Observe` is compared with earlier observations
-//! only (it may trail acknowledged commits, never what was already read), and the restart and
-//! failover bounds below take as `C` the lower of the last acknowledged and the last observed
-//! commit.
-//!
 //! # K5: no commit past the log end
 //! Per queue, the known max offset at a point of the history is the maximum of every
 //! `Observe.max_offset` and every acked or delivered offset + 1 seen so far. A `CommitOk`
@@ -206,12 +200,6 @@ pub struct CheckOptions {
     /// When set, K6 fails on a consumer restart or a failover whose duplicates exceed the
     /// bound computed from the history, or exceed this absolute cap.
     pub duplicate_bound: Option<u64>,
-    /// Offset reads may trail acknowledged commits: under ASYNC_MASTER a commit is
-    /// acknowledged once the master holds it but becomes visible to offset queries only once
-    /// the in-sync slaves hold it (`docs/replication.md`). Then an `Observe` is judged (K4)
-    /// against earlier observations only, and the restart and failover bounds' `C` is the
-    /// lower of the last acknowledged and the last observed commit.
-    pub lagging_reads: bool,
 }
 
 /// Checks `history` against K1–K7; see the module docs for the exact rules.
@@ -233,7 +221,7 @@ pub struct CheckOptions {
 /// assert!(report.failures()[0].starts_with("K1 lost"));
 /// ```
 pub fn check(history: &History, options: &CheckOptions) -> Report {
-    let mut scan = scan::Scan::new(options.durability, options.lagging_reads);
+    let mut scan = scan::Scan::new(options.durability);
     for (index, event) in history.events.iter().enumerate() {
         scan.observe(index, event);
     }

@@ -72,12 +72,6 @@ pub(super) struct QueueState {
     pub generation: Option<u64>,
     /// The last `CommitOk` or `Reset` offset (the restart bound's `C`).
     pub last_commit: Option<u64>,
-    /// With lagging offset reads: after each observation or reset (event index), the highest
-    /// observed committed offset since the last baseline (K4 for observations).
-    pub observed_maxima: Vec<(usize, u64)>,
-    /// With lagging offset reads: the last observed committed offset or reset (the restart
-    /// and failover bounds' `C`, what a new reader certainly sees).
-    pub last_visible_commit: Option<u64>,
     /// Index of the last event that reset this queue.
     pub last_reset: Option<usize>,
     /// Index of the last rebalance of this queue.
@@ -157,8 +151,6 @@ pub(super) struct Kill {
 #[derive(Debug)]
 pub(super) struct Scan {
     pub durability: Durability,
-    /// Offset reads may trail acknowledged commits ([`super::CheckOptions::lagging_reads`]).
-    pub lagging_reads: bool,
     pub events: u64,
     pub queues: Vec<Queue>,
     queue_index: HashMap<Queue, QueueIndex>,
@@ -207,10 +199,9 @@ pub(super) struct Scan {
 }
 
 impl Scan {
-    pub fn new(durability: Durability, lagging_reads: bool) -> Scan {
+    pub fn new(durability: Durability) -> Scan {
         Scan {
             durability,
-            lagging_reads,
             events: 0,
             queues: Vec::new(),
             queue_index: HashMap::new(),
@@ -469,10 +460,7 @@ impl Scan {
         let mut snapshot = HashMap::new();
         for queue in self.group_queues.get(group).into_iter().flatten() {
             let state = &mut self.queue_states[*queue as usize];
-            snapshot.insert(
-                *queue,
-                (state.max_delivered, bound_commit(state, self.lagging_reads)),
-            );
+            snapshot.insert(*queue, (state.max_delivered, state.last_commit));
             state.failover = Some((index, id));
         }
         self.group_failover.insert(group.to_owned(), index);
@@ -822,7 +810,7 @@ impl Scan {
         let snapshot = self
             .queue_states
             .iter()
-            .map(|state| (state.max_delivered, bound_commit(state, self.lagging_reads)))
+            .map(|state| (state.max_delivered, state.last_commit))
             .collect();
         self.restarts.push(Restart {
             consumer,
@@ -882,9 +870,7 @@ impl Scan {
             }
             state.reset_targets.push(*offset);
             state.commit_maxima.push((index, *offset));
-            state.observed_maxima.push((index, *offset));
             state.last_commit = Some(*offset);
-            state.last_visible_commit = Some(*offset);
             state.last_reset = Some(index);
             state.generation = state.generation.max(generation);
         }
@@ -923,17 +909,9 @@ impl Scan {
         let reset_since = self.reset_pending
             || seen.reference.is_some_and(after(self.last_reset_fault))
             || seen.reference.is_some_and(after(state.last_reset));
-        // With lagging reads an observation is judged against earlier observations only: it
-        // may trail acknowledged commits, never what was already seen.
-        let observed = self.lagging_reads && seen.by.is_none();
-        let maxima = if observed {
-            &state.observed_maxima
-        } else {
-            &state.commit_maxima
-        };
         let baseline = seen
             .reference
-            .and_then(|reference| maximum_at(maxima, reference));
+            .and_then(|reference| maximum_at(&state.commit_maxima, reference));
         let mut regressed = false;
         if let Some(before) = baseline.filter(|before| seen.offset < *before) {
             if new_generation || reset_since {
@@ -953,7 +931,7 @@ impl Scan {
                 });
             }
         }
-        let running = maxima.last().map(|(_, maximum)| *maximum);
+        let running = state.commit_maxima.last().map(|(_, maximum)| *maximum);
         // A reset op recorded after the reference point: the broker applied this offset
         // before the reset record (a commit arriving after it is rejected), so the reset's
         // baseline stands and the late reply does not raise it.
@@ -963,17 +941,7 @@ impl Scan {
             Some(running) if !(new_generation || killed) => running.max(seen.offset),
             _ => seen.offset,
         };
-        if observed {
-            state.observed_maxima.push((index, maximum));
-            state.last_visible_commit = Some(seen.offset);
-            let running = state
-                .commit_maxima
-                .last()
-                .map_or(0, |(_, maximum)| *maximum);
-            state.commit_maxima.push((index, running.max(maximum)));
-        } else {
-            state.commit_maxima.push((index, maximum));
-        }
+        state.commit_maxima.push((index, maximum));
         if seen.offset > state.known_max {
             self.past_max.push(CommitPastMax {
                 queue: self.queues[queue as usize].clone(),
@@ -998,20 +966,6 @@ struct CommitSeen {
     by: Option<ConsumerId>,
     /// An event recorded before the commit was sent or the read was made.
     reference: Option<usize>,
-}
-
-/// The committed offset `C` of the restart and failover bounds: the last acknowledged commit,
-/// or with lagging reads the lower of it and the last one an observer saw (a restarted reader
-/// may see no more than the visible one).
-fn bound_commit(state: &QueueState, lagging_reads: bool) -> Option<u64> {
-    if lagging_reads {
-        match (state.last_commit, state.last_visible_commit) {
-            (Some(acked), Some(visible)) => Some(acked.min(visible)),
-            (_, visible) => visible,
-        }
-    } else {
-        state.last_commit
-    }
 }
 
 /// The running maximum in force at event `index`.
