@@ -14,6 +14,10 @@
 //! - *broker → name server*: one proxy per (broker, name server); the broker's `namesrvAddr`
 //!   lists its own proxies.
 //!
+//! Brokers register with the name servers every second (`registerNameServerPeriod`), so a
+//! restarted name server knows the routes again within a second (RocketMQ's 30 s would leave
+//! admin commands without a route that long after every name-server kill).
+//!
 //! Clients reach the name servers directly (a name-server kill is a fault of its own). The
 //! harness asks the controllers directly (never through a proxy) who is master and leader.
 //!
@@ -324,7 +328,8 @@ impl ChaosCluster {
                  flushDiskType = \"{flush}\"\n\
                  enableControllerMode = true\n\
                  controllerAddr = \"{}\"\n\
-                 resetWaitAfterPromotionMillis = {}\n",
+                 resetWaitAfterPromotionMillis = {}\n\
+                 registerNameServerPeriod = 1000\n",
                 group_name(group),
                 listen.port(),
                 client.local_addr().port(),

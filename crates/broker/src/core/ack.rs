@@ -4,7 +4,8 @@
 //! timeout and fail with the same [`WriteError`] kinds (invariant 2). Replication plugs in
 //! here, in this one place: a broker that is not master refuses every write before it is
 //! appended (R3), SYNC_MASTER refuses below `minInSyncReplicas` and waits until every
-//! in-sync replica holds the write.
+//! in-sync replica holds the write. Consumer progress (commits, resets, corrections) waits for
+//! the in-sync replicas under ASYNC_MASTER too: offsets always take the synchronous path.
 
 use ferromq_protocol::DraftRecord;
 use ferromq_store::offsets::OffsetCommand;
@@ -35,6 +36,20 @@ pub async fn acknowledged(
     ctx.replication.replicated(ticket.end, what).await
 }
 
+/// Like [`acknowledged`] for consumer progress (commits, resets, corrections): under
+/// ASYNC_MASTER too it waits for the in-sync replicas (see `Replication::replicated_progress`).
+async fn acknowledged_progress(
+    ctx: &BrokerContext,
+    ticket: AckTicket,
+    what: &'static str,
+) -> Result<(), WriteError> {
+    ctx.store
+        .acknowledged(ticket)
+        .await
+        .map_err(|cause| WriteError::from_durability(what, cause))?;
+    ctx.replication.replicated_progress(ticket.end, what).await
+}
+
 /// Appends message records as one batch and waits for their acknowledgement.
 pub async fn put_messages(
     ctx: &BrokerContext,
@@ -62,7 +77,7 @@ pub async fn put_offsets(
         .append_offsets(command)
         .map_err(|error| WriteError::from_store(what, error))?;
     if let Some(ticket) = ticket {
-        acknowledged(ctx, ticket, what).await?;
+        acknowledged_progress(ctx, ticket, what).await?;
     }
     Ok(outcome)
 }
@@ -80,7 +95,7 @@ pub async fn put_correction(
         .append_correction(command, expected)
         .map_err(|error| WriteError::from_store("correction", error))?;
     if let Some(ticket) = ticket {
-        acknowledged(ctx, ticket, "correction").await?;
+        acknowledged_progress(ctx, ticket, "correction").await?;
     }
     Ok(outcome)
 }

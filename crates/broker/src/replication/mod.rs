@@ -456,14 +456,44 @@ impl Replication {
     /// SYNC_MASTER: resolves once every in-sync replica holds everything below `end`, or
     /// fails — below the minimum, or not within `syncFlushTimeout`. Other roles: at once.
     pub async fn replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
-        let outcome = self.wait_replicated(end, what).await;
+        self.replicated_when(end, what, BrokerRole::SyncMaster == self.role())
+            .await
+    }
+
+    /// Like [`Replication::replicated`] for consumer progress (commits, resets, corrections)
+    /// under either master role: offsets always travel the synchronous path. An ASYNC_MASTER
+    /// exposes offset records, like messages, only below the in-sync watermark, so a commit it
+    /// acknowledged at once would stay invisible to offset reads — and a reset would not yet
+    /// redirect the consumers it fences, which could then undo it (`ferromq chaos` found
+    /// both). Waiting makes an acknowledged offset readable at once and lets a failover to an
+    /// in-sync replica keep it.
+    pub async fn replicated_progress(
+        &self,
+        end: u64,
+        what: &'static str,
+    ) -> Result<(), WriteError> {
+        self.replicated_when(end, what, self.role().is_master())
+            .await
+    }
+
+    async fn replicated_when(
+        &self,
+        end: u64,
+        what: &'static str,
+        wait: bool,
+    ) -> Result<(), WriteError> {
+        let outcome = if wait {
+            self.wait_replicated(end, what).await
+        } else {
+            Ok(())
+        };
         // Appended already: a lease that ran out meanwhile makes it "maybe stored".
         let outcome = outcome.and_then(|()| {
             self.check_lease(what).map_err(|error| {
                 self.not_replicated(what, format!("acknowledgement withheld: {error}"))
             })
         });
-        if outcome.is_ok() {
+        if outcome.is_ok() && wait {
             self.refresh_bound(end);
         }
         outcome
@@ -474,12 +504,10 @@ impl Replication {
     /// cap computed then stopped short. Without this a write just acknowledged could stay
     /// invisible to its writer's next read until the next acknowledgement or tick.
     ///
-    /// SYNC_MASTER only: an ASYNC_MASTER acknowledges before its slaves hold the write, so
-    /// its cap moves with their acknowledgements, not with every write (a hot path).
+    /// Only after a wait for the replicas: an ASYNC_MASTER acknowledges messages before its
+    /// slaves hold them, so its cap moves with their acknowledgements, not with every write
+    /// (a hot path).
     fn refresh_bound(&self, end: u64) {
-        if self.role() != BrokerRole::SyncMaster {
-            return;
-        }
         if self
             .store
             .replication_bound()
@@ -490,9 +518,6 @@ impl Replication {
     }
 
     async fn wait_replicated(&self, end: u64, what: &'static str) -> Result<(), WriteError> {
-        if self.role() != BrokerRole::SyncMaster {
-            return Ok(());
-        }
         let receiver = {
             let set = self.lock();
             match set.replicated(end) {
