@@ -990,6 +990,12 @@ async fn r2_r5_r9_a_returning_master_truncates_for_good_and_never_serves_older_o
         );
     }
     assert_eq!(offsets_on(new_addr).await, acked_commits);
+    // Its own view (a replica read) holds them too.
+    let mut old_offsets: BTreeMap<i32, Option<i64>>;
+    eventually!(10, "the returning master's offsets", {
+        old_offsets = offsets_on(old_addr).await;
+        old_offsets == acked_commits
+    });
     println!(
         "r2: old master cut from >= {wanted}; {compared} log bytes equal after the rejoin; {} messages",
         on_new.len()

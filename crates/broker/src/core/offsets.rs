@@ -97,15 +97,31 @@ pub enum Committed {
     },
 }
 
-/// The group's stored offset of a queue (see rule 1).
+/// The (group, topic, queue) an offset query names.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryTarget<'a> {
+    /// Consumer group.
+    pub group: &'a str,
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue.
+    pub queue_id: u32,
+}
+
+/// The group's stored offset of a queue (see rule 1). `replica_read` is a diagnostic read of
+/// this broker's own view, answered by a slave too.
 pub async fn query(
     ctx: &BrokerContext,
-    group: &str,
-    topic: &str,
-    queue_id: u32,
+    target: QueryTarget<'_>,
     zero_if_not_found: bool,
+    replica_read: bool,
 ) -> Result<u64, QueryError> {
-    if ctx.controller.is_some() {
+    let QueryTarget {
+        group,
+        topic,
+        queue_id,
+    } = target;
+    if ctx.controller.is_some() && !replica_read {
         ctx.replication.check_writable("offset query")?;
     }
     let offsets = view::offsets(&ctx.store).await?;

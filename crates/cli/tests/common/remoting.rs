@@ -11,6 +11,7 @@ use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::ha_runtime::HaRuntimeInfo;
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
+use ferromq_protocol::remoting::extensions::REPLICA_READ_EXT;
 use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
 use ferromq_protocol::remoting::headers::offset::{
     GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, QueryConsumerOffsetRequestHeader,
@@ -137,7 +138,8 @@ pub async fn query_offset_code(
     .code
 }
 
-/// The stored consumer offset, `None` when the broker has none.
+/// The stored consumer offset in `client`'s broker's own view (a replica read: slaves answer
+/// too), `None` when the broker has none.
 pub async fn query_offset(
     client: &RemotingClient,
     group: &str,
@@ -150,11 +152,11 @@ pub async fn query_offset(
         queue_id: queue,
         set_zero_if_not_found: Some(false),
     };
-    let reply = invoke(
-        client,
-        RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header),
-    )
-    .await;
+    let mut command = RemotingCommand::request_with_header(request::QUERY_CONSUMER_OFFSET, &header);
+    command
+        .ext_fields
+        .insert(REPLICA_READ_EXT.to_string(), "true".to_string());
+    let reply = invoke(client, command).await;
     (reply.code == response::SUCCESS).then(|| {
         reply
             .decode_header::<QueryConsumerOffsetResponseHeader>()

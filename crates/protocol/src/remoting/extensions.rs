@@ -60,6 +60,12 @@ pub const SKIP_DAMAGED_MESSAGE: i32 = 60003;
 /// treat it as a plain commit.
 pub const CORRECTION_EXT: &str = "ferromqCorrection";
 
+/// Ext field of QUERY_CONSUMER_OFFSET asking a replica for its own view (value `true`): a
+/// diagnostic read for tools and tests. In controller mode a ferromq broker answers offset
+/// queries only while it is the master holding its lease; with this field a slave answers
+/// from its replicated view, which may trail the master's. Clients never set it.
+pub const REPLICA_READ_EXT: &str = "ferromqReplicaRead";
+
 /// Ext field of a correction's SUCCESS reply: the generation the correction established.
 pub const GENERATION_EXT: &str = "ferromqGeneration";
 

@@ -5,6 +5,8 @@
 //! - RocketMQ's magic values exist only here (invariant 7): a negative commit (ali-ons sends
 //!   -1) is answered SUCCESS, counted and never reaches the core; "no offset" is
 //!   QUERY_NOT_FOUND.
+//! - The ext field `ferromqReplicaRead=true` on a query asks a replica for its own view (a
+//!   diagnostic read; see `core::offsets::query`).
 //! - The ext field [`CORRECTION_EXT`]`=true` marks ferromq's correction after OFFSET_ILLEGAL;
 //!   its SUCCESS reply carries [`GENERATION_EXT`] (also on an offline reset's).
 
@@ -21,6 +23,7 @@ use crate::context::BrokerContext;
 use crate::core::offsets::{self, CommitKind, CommitRequest, Committed};
 use crate::sessions::registry::ClientChannel;
 
+use ferromq_protocol::remoting::extensions::REPLICA_READ_EXT;
 /// Ext fields of a correction (request) and of its SUCCESS reply (the new generation).
 pub use ferromq_protocol::remoting::extensions::{CORRECTION_EXT, GENERATION_EXT};
 
@@ -36,12 +39,19 @@ pub(super) async fn query(ctx: &BrokerContext, command: &RemotingCommand) -> Rem
         );
     };
     let zero_if_not_found = header.set_zero_if_not_found != Some(false);
+    let replica_read = command
+        .ext_fields
+        .get(REPLICA_READ_EXT)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     match offsets::query(
         ctx,
-        &header.consumer_group,
-        &header.topic,
-        queue_id,
+        offsets::QueryTarget {
+            group: &header.consumer_group,
+            topic: &header.topic,
+            queue_id,
+        },
         zero_if_not_found,
+        replica_read,
     )
     .await
     {
