@@ -58,6 +58,19 @@ fn summary(output: &Output) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
 }
 
+/// The summary and the last lines of stderr, for assertion messages.
+fn context(summary: &Value, output: &Output) -> String {
+    format!(
+        "{summary}\nstderr tail: {}",
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )
+}
+
 fn count(summary: &Value, key: &str) -> u64 {
     summary[key]
         .as_u64()
@@ -78,15 +91,7 @@ fn sync_flush_run_with_every_fault_loses_nothing_and_never_moves_commits_back() 
         "--json",
     ]);
     let s = summary(&output);
-    let context = format!(
-        "{s}\nstderr tail: {}",
-        String::from_utf8_lossy(&output.stderr)
-            .lines()
-            .rev()
-            .take(20)
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    let context = context(&s, &output);
     assert!(count(&s, "acked") > 100, "too little traffic: {context}");
     for key in [
         "lost",
@@ -141,15 +146,7 @@ fn replicated_sync_master_run_with_kills_partitions_and_resets_loses_nothing() {
         "--json",
     ]);
     let s = summary(&output);
-    let context = format!(
-        "{s}\nstderr tail: {}",
-        String::from_utf8_lossy(&output.stderr)
-            .lines()
-            .rev()
-            .take(20)
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    let context = context(&s, &output);
     assert!(count(&s, "acked") > 500, "too little traffic: {context}");
     for key in [
         "lost",

@@ -29,10 +29,7 @@ pub async fn acknowledged(
     ticket: AckTicket,
     what: &'static str,
 ) -> Result<(), WriteError> {
-    ctx.store
-        .acknowledged(ticket)
-        .await
-        .map_err(|cause| WriteError::from_durability(what, cause))?;
+    durable(ctx, ticket, what).await?;
     ctx.replication.replicated(ticket.end, what).await
 }
 
@@ -43,11 +40,20 @@ async fn acknowledged_progress(
     ticket: AckTicket,
     what: &'static str,
 ) -> Result<(), WriteError> {
+    durable(ctx, ticket, what).await?;
+    ctx.replication.replicated_progress(ticket.end, what).await
+}
+
+/// Waits for the flush policy to cover `ticket`.
+async fn durable(
+    ctx: &BrokerContext,
+    ticket: AckTicket,
+    what: &'static str,
+) -> Result<(), WriteError> {
     ctx.store
         .acknowledged(ticket)
         .await
-        .map_err(|cause| WriteError::from_durability(what, cause))?;
-    ctx.replication.replicated_progress(ticket.end, what).await
+        .map_err(|cause| WriteError::from_durability(what, cause))
 }
 
 /// Appends message records as one batch and waits for their acknowledgement.

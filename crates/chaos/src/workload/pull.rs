@@ -242,13 +242,19 @@ impl PullSession {
     async fn correct(&mut self, queue: &MessageQueue, offset: u64) {
         let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.offset_store().correct(queue, offset).await;
-        self.recorder.record(commit_op(
-            self.consumer,
-            queue,
-            offset,
-            Some(sent_ms),
-            &result,
-        ));
+        self.record_commit(queue, offset, sent_ms, &result);
+    }
+
+    /// Records the outcome of a commit (or correction) of `offset` sent at `sent_ms`.
+    fn record_commit(
+        &self,
+        queue: &MessageQueue,
+        offset: u64,
+        sent_ms: u64,
+        result: &Result<(), OffsetError>,
+    ) {
+        let op = commit_op(self.consumer, queue, offset, Some(sent_ms), result);
+        self.recorder.record(op);
     }
 
     /// Commits `offset` for `queue` and records the outcome; after a regression refusal the
@@ -256,13 +262,7 @@ impl PullSession {
     async fn commit(&mut self, queue: &MessageQueue, offset: u64) {
         let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.commit(queue, offset).await;
-        self.recorder.record(commit_op(
-            self.consumer,
-            queue,
-            offset,
-            Some(sent_ms),
-            &result,
-        ));
+        self.record_commit(queue, offset, sent_ms, &result);
         if matches!(
             result,
             Err(OffsetError::Rejected {
