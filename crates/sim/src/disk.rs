@@ -86,6 +86,18 @@ impl SimDisk {
         }
     }
 
+    /// A disk with no bytes and no faults: a placeholder while a process slot changes hands.
+    pub fn blank() -> SimDisk {
+        let faults = DiskFaults {
+            fsync_fail_ppm: 0,
+            keep_unsynced_ppm: 0,
+            tear_ppm: 0,
+            epoch_write_fail_ppm: 0,
+            fsync_ms_max: 1,
+        };
+        SimDisk::new(0, 0, faults)
+    }
+
     /// The live CommitLog bytes.
     pub fn log(&self) -> &[u8] {
         &self.log

@@ -1,4 +1,3 @@
-//! placeholder
 pub mod clock;
 pub mod disk;
 pub mod log;
@@ -6,3 +5,25 @@ pub mod net;
 pub mod rng;
 pub mod swarm;
 pub mod trace;
+pub mod controller;
+pub mod msg;
+pub mod node;
+
+/// A deliberately injected bug (test-only switch): the simulation must catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InjectedBug {
+    /// None: the production behaviour.
+    #[default]
+    None,
+    /// The master acknowledges a SYNC_MASTER write once its own flush holds it, without
+    /// waiting for the in-sync set.
+    AckBeforeReplicated,
+    /// The controller treats every alive member as in sync when electing.
+    ElectOutsideInSyncSet,
+}
+pub mod workload;
+pub mod checker;
+pub mod run;
+pub mod world;
+
+pub use run::{run_seed, Failure, RunStats, SimConfig};

@@ -1,7 +1,10 @@
 //! The simulated network between the controller, the replicas and the clients.
 //!
-//! Fault model: each message is independently dropped, delayed (base latency plus a random
-//! jitter, which reorders messages), or delivered twice; a directed link can be cut
+//! Fault model: each datagram-like message (controller and client requests) is independently
+//! dropped, delayed (base latency plus a random jitter, which reorders messages), or
+//! delivered twice. HA frames travel on TCP connections: they arrive in order and once, and a
+//! loss (a drop, or a cut link) resets the connection at both ends instead — TCP retransmits
+//! or gives up, it never skips a segment ([`SimNet::route_stream`]). A directed link can be cut
 //! (a symmetric partition cuts both directions, an asymmetric one only one). A link cut
 //! while a message is in flight loses the message. Nothing is corrupted: frames carry their
 //! own checks in production (TCP and the HA codec), and the log's records carry CRCs that
@@ -61,6 +64,15 @@ impl SimNet {
             delays.push(self.delay());
         }
         delays
+    }
+
+    /// The delay of a frame on a connection `from -> to`, or `None` when it is lost (the
+    /// connection resets). No duplicates; order is kept by the caller.
+    pub fn route_stream(&mut self, from: NodeId, to: NodeId) -> Option<u64> {
+        if self.is_cut(from, to) || self.rng.chance(self.faults.drop_ppm) {
+            return None;
+        }
+        Some(self.delay())
     }
 
     fn delay(&mut self) -> u64 {
@@ -149,5 +161,8 @@ mod tests {
         assert!((600..1200).contains(&doubled), "{doubled}");
         net.calm();
         assert!((0..1000).all(|_| net.route(0, 1).len() == 1));
+        assert!((0..1000).all(|_| net.route_stream(0, 1).is_some()));
+        net.cut_one_way(0, 1);
+        assert_eq!(net.route_stream(0, 1), None);
     }
 }

@@ -24,6 +24,7 @@ pub struct Trace {
     hash: u64,
     count: u64,
     tail: VecDeque<TraceEvent>,
+    tail_max: usize,
 }
 
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
@@ -31,22 +32,29 @@ const FNV_PRIME: u64 = 0x0100_0000_01B3;
 
 impl Default for Trace {
     fn default() -> Self {
-        Trace {
-            hash: FNV_OFFSET,
-            count: 0,
-            tail: VecDeque::with_capacity(TRACE_TAIL_MAX),
-        }
+        Trace::with_tail(TRACE_TAIL_MAX)
     }
 }
 
 impl Trace {
+    /// A trace keeping the last `tail_max` events (a replay may ask for more than the
+    /// default [`TRACE_TAIL_MAX`]).
+    pub fn with_tail(tail_max: usize) -> Trace {
+        Trace {
+            hash: FNV_OFFSET,
+            count: 0,
+            tail: VecDeque::with_capacity(tail_max.min(TRACE_TAIL_MAX)),
+            tail_max: tail_max.max(1),
+        }
+    }
+
     /// Records one event.
     pub fn record(&mut self, at_ms: u64, what: String) {
         for byte in at_ms.to_le_bytes().iter().chain(what.as_bytes()) {
             self.hash = (self.hash ^ u64::from(*byte)).wrapping_mul(FNV_PRIME);
         }
         self.count += 1;
-        if self.tail.len() == TRACE_TAIL_MAX {
+        if self.tail.len() >= self.tail_max {
             self.tail.pop_front();
         }
         self.tail.push_back(TraceEvent { at_ms, what });

@@ -23,6 +23,13 @@
 //!    until the controller confirms the smaller set: the master never shrinks the set on its
 //!    own (it may grow it first, which only adds replicas to wait for). A listed replica this
 //!    master has not heard from yet counts as holding nothing.
+//! 6. Controller mode, growth in flight: once the master asks the controller to add replicas
+//!    to its set, the controller may apply the change at any moment, and an election may then
+//!    pick a replica it added. So from the request on, the master counts the replicas it asked
+//!    for as members too ([`InSyncSet::expect_controlled`]) until the controller's answer (or
+//!    a later heartbeat) says what the set is. Found by the deterministic simulation: a replica
+//!    requested while caught up, disconnected before the controller applied the growth,
+//!    missed writes the master acknowledged alone in between.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -139,6 +146,19 @@ impl InSyncSet {
     /// [`REPLICAS_MAX`] ids are kept.
     pub fn set_controlled(&mut self, replicas: impl IntoIterator<Item = u64>) {
         self.controlled = Some(replicas.into_iter().take(REPLICAS_MAX).collect());
+    }
+
+    /// Controller mode: the master asked the controller's set to become `requested` (rule 6).
+    /// Until the answer, the replicas asked for count as members besides the controller's
+    /// current ones. At most [`REPLICAS_MAX`] ids are kept.
+    pub fn expect_controlled(&mut self, requested: impl IntoIterator<Item = u64>) {
+        let controlled = self.controlled.get_or_insert_with(Default::default);
+        for id in requested {
+            if controlled.len() >= REPLICAS_MAX {
+                break;
+            }
+            controlled.insert(id);
+        }
     }
 
     /// The replicas this master has in its local set (caught up, connected): what it asks the
@@ -472,6 +492,28 @@ mod tests {
         assert_eq!(s.members(), 1);
         assert_eq!(s.replicated(100), Replicated::Yes);
         assert_eq!(s.controlled(), Some(vec![]));
+    }
+
+    #[test]
+    fn a_requested_replica_is_waited_for_before_the_controller_answers() {
+        let t0 = Instant::now();
+        let mut s = set(1);
+        s.set_controlled([]);
+        s.connect(2, "r2", 0, t0).unwrap();
+        s.ack(2, 100, 100, 100, t0).unwrap();
+        assert_eq!(s.local_members(), vec![2]);
+        // The master asks for {2}; then replica 2 disconnects before the controller answers.
+        s.expect_controlled([2]);
+        s.disconnect(2);
+        assert_eq!(
+            s.replicated(150),
+            Replicated::Pending,
+            "a write past what 2 holds waits: the controller may add 2 any moment"
+        );
+        assert_eq!(s.controlled(), Some(vec![2]));
+        // The controller refused (or answered the old set): only then 2 is not waited for.
+        s.set_controlled([]);
+        assert_eq!(s.replicated(150), Replicated::Yes);
     }
 
     #[test]

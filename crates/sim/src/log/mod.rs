@@ -427,3 +427,22 @@ impl LogState {
             });
     }
 }
+
+impl SimLog {
+    /// The first byte below `upto` where this log and `other` differ, comparing only what
+    /// both hold.
+    pub fn first_difference(&self, other: &SimLog, upto: u64) -> Option<u64> {
+        let (a, b) = (self.state(), other.state());
+        let (a, b) = (a.disk.log(), b.disk.log());
+        let len = (upto as usize).min(a.len()).min(b.len());
+        if a[..len] == b[..len] {
+            return None;
+        }
+        a[..len].iter().zip(&b[..len]).position(|(x, y)| x != y).map(|i| i as u64)
+    }
+
+    /// Gives the disk back (a crash: everything else is volatile).
+    pub fn into_disk(self) -> SimDisk {
+        self.state.into_inner().disk
+    }
+}

@@ -3,7 +3,8 @@
 //! Recovery (production `recovery`): records are parsed and CRC-checked from offset 0; the
 //! log is cut durably at the first record that does not parse (a torn or lost tail); epoch
 //! entries that start past the recovered end are dropped (production `load_at_open`). Both
-//! offset views are rebuilt by replay; nothing is dispatched until a role sets the bound.
+//! offset views are rebuilt by replay and the whole recovered log is dispatched (production:
+//! the dispatcher's limit is the durable end until replication sets a bound).
 //!
 //! Truncation (production `truncate_diverged`): `to` must be a record boundary; the epoch
 //! entries at or past `to` go first (durably), then the log is cut, then the views are
@@ -81,7 +82,7 @@ impl SimLog {
                 messages: Vec::new(),
                 offset_records: 0,
                 last_store_ms: 0,
-                bound: Some(0),
+                bound: None,
                 writer_view: Default::default(),
                 dispatched: 0,
                 dispatched_messages: 0,
@@ -90,6 +91,7 @@ impl SimLog {
             }),
         };
         log.reindex();
+        log.dispatch();
         let cut = LogCut {
             bytes_cut: (bytes.len() - end) as u64,
             end: end as u64,
