@@ -334,11 +334,13 @@ impl World {
             }
             Note::Served { records, .. } => {
                 let set = self.controller.group().sync_state_set.clone();
-                let members: Vec<&Broker> = running(&self.brokers)
-                    .into_iter()
-                    .filter(|b| set.contains(&b.id))
-                    .collect();
-                self.checker.served(id, &records, &members)
+                let up = running(&self.brokers);
+                let members: Vec<&Broker> =
+                    up.iter().copied().filter(|b| set.contains(&b.id)).collect();
+                let Some(server) = up.iter().copied().find(|b| b.id == id) else {
+                    return Ok(());
+                };
+                self.checker.served(server, &records, &members)
             }
             Note::Truncated { to, .. } => {
                 // A cut may go below what a restarted replica dispatched at open: that is

@@ -30,6 +30,11 @@
 //!    a later heartbeat) says what the set is. Found by the deterministic simulation: a replica
 //!    requested while caught up, disconnected before the controller applied the growth,
 //!    missed writes the master acknowledged alone in between.
+//! 7. A new master term starts the watermark afresh at the master's log end
+//!    ([`InSyncSet::begin_term`]): the watermark never decreases within a term, but a broker
+//!    that recovered or truncated may carry an older term's watermark above its own log end,
+//!    which no replica could ever reach. Found by the deterministic simulation (seed 754):
+//!    with `minInSyncReplicas` 2 the new master refused every write forever.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -146,6 +151,14 @@ impl InSyncSet {
     /// [`REPLICAS_MAX`] ids are kept.
     pub fn set_controlled(&mut self, replicas: impl IntoIterator<Item = u64>) {
         self.controlled = Some(replicas.into_iter().take(REPLICAS_MAX).collect());
+    }
+
+    /// A new master term begins with the log ending at `end` (rule 7): the replicas of older
+    /// connections are forgotten and the watermark restarts at `end`, which the promotion
+    /// exposed already.
+    pub fn begin_term(&mut self, end: u64) {
+        self.replicas.clear();
+        self.watermark = end;
     }
 
     /// Controller mode: the master asked the controller's set to become `requested` (rule 6).
@@ -492,6 +505,27 @@ mod tests {
         assert_eq!(s.members(), 1);
         assert_eq!(s.replicated(100), Replicated::Yes);
         assert_eq!(s.controlled(), Some(vec![]));
+    }
+
+    #[test]
+    fn a_new_term_restarts_the_watermark_at_the_log_end() {
+        let t0 = Instant::now();
+        // A broker recovered with 2853 dispatched, then truncated to 2663 and was promoted.
+        let mut s = InSyncSet::new(
+            InSyncSettings {
+                max_lag: LAG,
+                min_in_sync_replicas: 2,
+            },
+            2853,
+        );
+        s.begin_term(2663);
+        assert_eq!(s.watermark(), 2663);
+        s.connect(1, "r1", 2663, t0).unwrap();
+        assert!(
+            s.ack(1, 2663, 2663, 2663, t0).unwrap(),
+            "a replica holding the whole log joins"
+        );
+        assert_eq!(s.replicated(2663), Replicated::Yes);
     }
 
     #[test]

@@ -163,6 +163,12 @@ pub struct Broker {
     pub lease: Lease,
     /// The in-sync set (meaningful as master).
     pub in_sync: InSyncSet,
+    /// The log end recovery found when this process started.
+    pub recovered_end: u64,
+    /// Whether it acts as master by resuming, after a restart, the epoch its log ended with
+    /// (production `resume_master`). Its watermark then starts at everything it recovered:
+    /// the documented gap of `docs/replication.md` ("Not yet").
+    pub resumed: bool,
     known: Option<ReplicaInfo>,
     following: Option<u64>,
     min_master_epoch: u64,
@@ -192,6 +198,8 @@ impl Broker {
         Broker {
             id,
             in_sync: InSyncSet::new(settings, visible),
+            recovered_end: log.end(),
+            resumed: false,
             log,
             role: Role::Slave,
             lease: Lease::default(),
@@ -394,12 +402,14 @@ impl Broker {
         self.link = None;
         self.following = None;
         self.log.set_replication_bound(Some(self.log.end()));
-        if epoch != self.log.newest_epoch() {
+        self.resumed = epoch == self.log.newest_epoch();
+        if !self.resumed {
             // Production logs the failure and leaves `known` as it was: the next heartbeat
             // tries again.
-            if self.log.begin_epoch(epoch).is_err() {
+            let Ok(start) = self.log.begin_epoch(epoch) else {
                 return false;
-            }
+            };
+            self.in_sync.begin_term(start);
         }
         self.close_streams(out);
         self.role = Role::Master;
@@ -412,6 +422,7 @@ impl Broker {
     /// streams close, waiting writes fail, and the slave follows `master` (if any).
     fn demote(&mut self, now_ms: u64, master: Option<u64>, epoch: u64, out: &mut Out) {
         self.lease.revoke();
+        self.resumed = false;
         self.min_master_epoch = self.min_master_epoch.max(epoch);
         let visible = self.log.dispatched_end();
         let frozen = self.log.replication_bound().map_or(visible, |b| b.min(visible));
