@@ -251,7 +251,12 @@ impl Checker {
     ///
     /// # Errors
     /// The broken property.
-    pub fn step(&mut self, now_ms: u64, brokers: &[&Broker], group: &GroupRecord) -> Result<(), Violation> {
+    pub fn step(
+        &mut self,
+        now_ms: u64,
+        brokers: &[&Broker],
+        group: &GroupRecord,
+    ) -> Result<(), Violation> {
         let strict = self.strict;
         let held = |b: &&&Broker| b.acknowledging(now_ms) && (strict || !b.resumed);
         for broker in brokers.iter().filter(held) {
@@ -287,7 +292,10 @@ impl Checker {
         let now = (generation, offset);
         if let Some(before) = self.progress {
             if now < before {
-                return Err(Violation::OffsetRegressed { from: before, to: now });
+                return Err(Violation::OffsetRegressed {
+                    from: before,
+                    to: now,
+                });
             }
         }
         self.progress = Some(now);

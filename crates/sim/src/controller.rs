@@ -108,7 +108,12 @@ impl SimController {
     }
 
     /// BROKER_HEARTBEAT: recorded in the liveness table, answered with the group and a lease.
-    pub fn on_heartbeat(&mut self, now_ms: u64, request: &HeartbeatRequest, sent_at_ms: u64) -> Msg {
+    pub fn on_heartbeat(
+        &mut self,
+        now_ms: u64,
+        request: &HeartbeatRequest,
+        sent_at_ms: u64,
+    ) -> Msg {
         self.liveness.record(
             &request.broker_name,
             request.broker_id,

@@ -1,13 +1,13 @@
 pub mod clock;
+pub mod controller;
 pub mod disk;
 pub mod log;
+pub mod msg;
 pub mod net;
+pub mod node;
 pub mod rng;
 pub mod swarm;
 pub mod trace;
-pub mod controller;
-pub mod msg;
-pub mod node;
 
 /// A deliberately injected bug (test-only switch): the simulation must catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,9 +21,9 @@ pub enum InjectedBug {
     /// The controller treats every alive member as in sync when electing.
     ElectOutsideInSyncSet,
 }
-pub mod workload;
 pub mod checker;
 pub mod run;
+pub mod workload;
 pub mod world;
 
 pub use run::{run_seed, Failure, RunStats, SimConfig};

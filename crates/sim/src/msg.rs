@@ -138,10 +138,16 @@ impl Msg {
             Msg::Route => "route".into(),
             Msg::RouteReply { master } => format!("route-reply({master:?})"),
             Msg::Send { req, msg_id, .. } => format!("send#{req}(msg {msg_id})"),
-            Msg::SendReply { req, outcome } => format!("send-reply#{req}({:?})", outcome.as_ref().ok()),
+            Msg::SendReply { req, outcome } => {
+                format!("send-reply#{req}({:?})", outcome.as_ref().ok())
+            }
             Msg::Pull { req, from } => format!("pull#{req}(from {from})"),
             Msg::PullReply { req, outcome } => match outcome {
-                Ok(p) => format!("pull-reply#{req}({} msgs gen {})", p.messages.len(), p.generation),
+                Ok(p) => format!(
+                    "pull-reply#{req}({} msgs gen {})",
+                    p.messages.len(),
+                    p.generation
+                ),
                 Err(_) => format!("pull-reply#{req}(refused)"),
             },
             Msg::Offsets { req, command } => format!(
@@ -149,19 +155,35 @@ impl Msg {
                 command.kind,
                 command.entries.first().map(|e| e.offset)
             ),
-            Msg::OffsetsReply { req, outcome } => format!("offsets-reply#{req}({})", outcome.is_ok()),
+            Msg::OffsetsReply { req, outcome } => {
+                format!("offsets-reply#{req}({})", outcome.is_ok())
+            }
         }
     }
 }
 
 fn describe_frame(frame: &HaFrame) -> String {
     match frame {
-        HaFrame::Hello(h) => format!("hello(id {} end {} epoch {})", h.broker_id, h.log_end, h.epoch),
-        HaFrame::Welcome(w) => format!("welcome(epoch {} start {} end {})", w.epoch, w.start, w.master_end),
+        HaFrame::Hello(h) => format!(
+            "hello(id {} end {} epoch {})",
+            h.broker_id, h.log_end, h.epoch
+        ),
+        HaFrame::Welcome(w) => format!(
+            "welcome(epoch {} start {} end {})",
+            w.epoch, w.start, w.master_end
+        ),
         HaFrame::Refused(r) => format!("refused({})", r.code),
         HaFrame::Truncate(t) => format!("truncate(to {})", t.to),
-        HaFrame::Data(d) => format!("data(at {} len {} wm {})", d.offset, d.bytes.len(), d.watermark),
-        HaFrame::Heartbeat { watermark, master_end } => format!("hb(wm {watermark} end {master_end})"),
+        HaFrame::Data(d) => format!(
+            "data(at {} len {} wm {})",
+            d.offset,
+            d.bytes.len(),
+            d.watermark
+        ),
+        HaFrame::Heartbeat {
+            watermark,
+            master_end,
+        } => format!("hb(wm {watermark} end {master_end})"),
         HaFrame::Ack { log_end } => format!("ack({log_end})"),
     }
 }

@@ -77,8 +77,8 @@ pub struct RunStats {
 pub struct Failure {
     /// The seed.
     pub seed: u64,
-    /// Its parameters.
-    pub swarm: Swarm,
+    /// Its parameters (boxed: a failure travels in a `Result`).
+    pub swarm: Box<Swarm>,
     /// The broken property.
     pub violation: Violation,
     /// Virtual time of the failure, ms.
@@ -91,9 +91,17 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "simulation seed {} failed at {} ms: {}", self.seed, self.at_ms, self.violation)?;
+        writeln!(
+            f,
+            "simulation seed {} failed at {} ms: {}",
+            self.seed, self.at_ms, self.violation
+        )?;
         writeln!(f, "  swarm: {}", self.swarm)?;
-        writeln!(f, "  replay: cargo run -p ferromq-sim --release -- --seed {}", self.seed)?;
+        writeln!(
+            f,
+            "  replay: cargo run -p ferromq-sim --release -- --seed {}",
+            self.seed
+        )?;
         writeln!(f, "  last {} events:", self.trace.len())?;
         for event in &self.trace {
             writeln!(f, "    {:>7} ms  {}", event.at_ms, event.what)?;
@@ -125,7 +133,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<RunStats, Failure> {
     }
     let fail = |world: &World, violation| Failure {
         seed,
-        swarm: swarm.clone(),
+        swarm: Box::new(swarm.clone()),
         violation,
         at_ms: world.now_ms,
         trace: world.trace.tail(),
@@ -156,7 +164,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<RunStats, Failure> {
 fn stranded_by_resumed_master(world: &World) -> bool {
     let group = world.controller.group();
     let up = world.up_brokers();
-    let Some(master) = up.iter().find(|b| Some(b.id) == group.master_id && b.resumed) else {
+    let Some(master) = up
+        .iter()
+        .find(|b| Some(b.id) == group.master_id && b.resumed)
+    else {
         return false;
     };
     let (master_epochs, master_end) = (master.log.epoch_entries(), master.log.end());
@@ -217,7 +228,9 @@ fn step(world: &mut World, event: Event) -> Result<(), Violation> {
     let now = world.now_ms;
     match event {
         Event::Deliver { from, to, msg } => {
-            world.trace.record(now, format!("{from}->{to} {}", msg.describe()));
+            world
+                .trace
+                .record(now, format!("{from}->{to} {}", msg.describe()));
             deliver(world, from, to, msg)?;
         }
         Event::BrokerTick { id, incarnation } => {
@@ -253,7 +266,9 @@ fn step(world: &mut World, event: Event) -> Result<(), Violation> {
         }
         Event::Quiesce => quiesce(world),
         Event::Reset { node, peer, conn } => {
-            world.trace.record(now, format!("reset {node}<-{peer} ha#{conn}"));
+            world
+                .trace
+                .record(now, format!("reset {node}<-{peer} ha#{conn}"));
             if World::is_broker(node) {
                 let msg = Msg::HaClosed { conn };
                 world.with_broker(node as u64, |b: &mut Broker, now, out| {
@@ -294,7 +309,10 @@ fn scan(world: &mut World) {
         if let Some(info) = world.controller.scan(now) {
             world.trace.record(
                 now,
-                format!("elected {:?} epoch {}", info.master_broker_id, info.master_epoch),
+                format!(
+                    "elected {:?} epoch {}",
+                    info.master_broker_id, info.master_epoch
+                ),
             );
             // Production notifies every member (NOTIFY_BROKER_ROLE_CHANGED).
             for id in 1..=REPLICA_COUNT {
@@ -335,7 +353,9 @@ fn inject_fault(world: &mut World) {
             world.schedule(duration, Event::HealLink { a, b });
         }
         1 => {
-            world.trace.record(now, format!("partition {a}->{b} one way"));
+            world
+                .trace
+                .record(now, format!("partition {a}->{b} one way"));
             world.net.cut_one_way(a, b);
             world.counters.links_cut += 1;
             world.schedule(duration, Event::HealLink { a, b });
@@ -369,7 +389,9 @@ fn restart(world: &mut World, node: NodeId) {
     if node == CONTROLLER {
         if !world.controller.up {
             world.controller.restart(world.now_ms);
-            world.trace.record(world.now_ms, "restart controller".into());
+            world
+                .trace
+                .record(world.now_ms, "restart controller".into());
         }
         return;
     }

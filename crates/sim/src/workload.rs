@@ -96,7 +96,14 @@ impl Producer {
             let msg_id = self.next_msg_id;
             self.next_msg_id += 1;
             let padding = self.rng.below(PADDING_MAX + 1) as usize;
-            out.push((master, Msg::Send { req, msg_id, padding }));
+            out.push((
+                master,
+                Msg::Send {
+                    req,
+                    msg_id,
+                    padding,
+                },
+            ));
         }
         1 + self.rng.below(2 * self.interval_ms)
     }
@@ -105,10 +112,8 @@ impl Producer {
     pub fn on_message(&mut self, msg: &Msg) {
         match msg {
             Msg::RouteReply { master } => self.session.master = *master,
-            Msg::SendReply { req, outcome } => {
-                if self.session.answered(*req, outcome.is_ok()) && outcome.is_ok() {
-                    self.acknowledged += 1;
-                }
+            Msg::SendReply { req, outcome } if self.session.answered(*req, outcome.is_ok()) => {
+                self.acknowledged += u64::from(outcome.is_ok());
             }
             _ => {}
         }
@@ -147,7 +152,12 @@ impl Consumer {
         OffsetCommand {
             kind,
             group: GROUP.into(),
-            client_id: if kind == OffsetKind::Commit { "consumer" } else { "admin" }.into(),
+            client_id: if kind == OffsetKind::Commit {
+                "consumer"
+            } else {
+                "admin"
+            }
+            .into(),
             generation,
             entries: vec![OffsetEntry {
                 topic: TOPIC.into(),
@@ -182,11 +192,9 @@ impl Consumer {
             Msg::OffsetsReply { req, outcome } => {
                 self.session.answered(*req, outcome.is_ok());
             }
-            Msg::PullReply { req, outcome } => {
-                if self.session.answered(*req, outcome.is_ok()) {
-                    if let Ok(pulled) = outcome {
-                        self.on_pulled(now_ms, pulled, out);
-                    }
+            Msg::PullReply { req, outcome } if self.session.answered(*req, outcome.is_ok()) => {
+                if let Ok(pulled) = outcome {
+                    self.on_pulled(now_ms, pulled, out);
                 }
             }
             _ => {}
@@ -225,14 +233,33 @@ mod tests {
         producer.on_message(&Msg::RouteReply { master: Some(2) });
         out.clear();
         producer.tick(1, &mut out);
-        assert!(matches!(out.as_slice(), [(2, Msg::Send { req: 1, msg_id: 1, .. })]));
+        assert!(matches!(
+            out.as_slice(),
+            [(
+                2,
+                Msg::Send {
+                    req: 1,
+                    msg_id: 1,
+                    ..
+                }
+            )]
+        ));
         out.clear();
         producer.tick(2, &mut out);
         assert!(out.is_empty(), "one request in flight");
         producer.tick(3 + REQUEST_TIMEOUT_MS, &mut out);
-        assert!(matches!(out.as_slice(), [(CONTROLLER, Msg::Route)]), "gave up, re-routes");
-        producer.on_message(&Msg::SendReply { req: 1, outcome: Ok(0) });
-        assert_eq!(producer.acknowledged, 0, "a reply to an abandoned request is ignored");
+        assert!(
+            matches!(out.as_slice(), [(CONTROLLER, Msg::Route)]),
+            "gave up, re-routes"
+        );
+        producer.on_message(&Msg::SendReply {
+            req: 1,
+            outcome: Ok(0),
+        });
+        assert_eq!(
+            producer.acknowledged, 0,
+            "a reply to an abandoned request is ignored"
+        );
     }
 
     #[test]
@@ -241,16 +268,48 @@ mod tests {
         let mut out = Vec::new();
         consumer.on_message(0, &Msg::RouteReply { master: Some(1) }, &mut out);
         consumer.tick(0, &mut out);
-        let pulled = Pulled { messages: vec![(0, 10), (1, 11)], stored: None, generation: 0 };
-        consumer.on_message(1, &Msg::PullReply { req: 1, outcome: Ok(pulled) }, &mut out);
+        let pulled = Pulled {
+            messages: vec![(0, 10), (1, 11)],
+            stored: None,
+            generation: 0,
+        };
+        consumer.on_message(
+            1,
+            &Msg::PullReply {
+                req: 1,
+                outcome: Ok(pulled),
+            },
+            &mut out,
+        );
         let Some((1, Msg::Offsets { command, .. })) = out.last() else {
             panic!("expected a commit, got {out:?}");
         };
-        assert_eq!((command.entries[0].offset, command.generation), (2, Some(0)));
-        consumer.on_message(2, &Msg::OffsetsReply { req: 2, outcome: Ok(()) }, &mut out);
+        assert_eq!(
+            (command.entries[0].offset, command.generation),
+            (2, Some(0))
+        );
+        consumer.on_message(
+            2,
+            &Msg::OffsetsReply {
+                req: 2,
+                outcome: Ok(()),
+            },
+            &mut out,
+        );
         consumer.tick(3, &mut out);
-        let reset = Pulled { messages: vec![], stored: Some(1), generation: 1 };
-        consumer.on_message(4, &Msg::PullReply { req: 3, outcome: Ok(reset) }, &mut out);
+        let reset = Pulled {
+            messages: vec![],
+            stored: Some(1),
+            generation: 1,
+        };
+        consumer.on_message(
+            4,
+            &Msg::PullReply {
+                req: 3,
+                outcome: Ok(reset),
+            },
+            &mut out,
+        );
         assert_eq!((consumer.next_offset, consumer.generation), (1, 1));
     }
 }

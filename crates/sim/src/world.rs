@@ -197,7 +197,12 @@ impl World {
         let brokers = (1..=REPLICA_COUNT)
             .map(|id| {
                 let (log, _) = SimLog::open(SimDisk::new(seed, id, disk_faults));
-                Slot::Up(Box::new(Broker::new(id, log, swarm.min_in_sync_replicas, bug)))
+                Slot::Up(Box::new(Broker::new(
+                    id,
+                    log,
+                    swarm.min_in_sync_replicas,
+                    bug,
+                )))
             })
             .collect();
         World {
@@ -263,7 +268,11 @@ impl World {
             self.reset_connection(from, to, conn);
             return;
         };
-        let earliest = self.stream_clock.get(&(from, to, conn)).copied().unwrap_or(0);
+        let earliest = self
+            .stream_clock
+            .get(&(from, to, conn))
+            .copied()
+            .unwrap_or(0);
         let at_ms = (self.now_ms + delay).max(earliest);
         self.stream_clock.insert((from, to, conn), at_ms);
         self.schedule(at_ms - self.now_ms, Event::Deliver { from, to, msg });
@@ -271,8 +280,22 @@ impl World {
 
     /// Both ends of `conn` learn it is gone.
     pub fn reset_connection(&mut self, a: NodeId, b: NodeId, conn: u64) {
-        self.schedule(RESET_DETECTION_MS, Event::Reset { node: a, peer: b, conn });
-        self.schedule(RESET_DETECTION_MS, Event::Reset { node: b, peer: a, conn });
+        self.schedule(
+            RESET_DETECTION_MS,
+            Event::Reset {
+                node: a,
+                peer: b,
+                conn,
+            },
+        );
+        self.schedule(
+            RESET_DETECTION_MS,
+            Event::Reset {
+                node: b,
+                peer: a,
+                conn,
+            },
+        );
     }
 
     /// The running brokers.
@@ -326,7 +349,8 @@ impl World {
         let now = self.now_ms;
         match note {
             Note::Acked { record } => {
-                if self.healed_at_ms.is_some_and(|h| now > h) && self.acked_after_heal_ms.is_none() {
+                if self.healed_at_ms.is_some_and(|h| now > h) && self.acked_after_heal_ms.is_none()
+                {
                     self.acked_after_heal_ms = Some(now);
                 }
                 let up = running(&self.brokers);
@@ -387,7 +411,8 @@ impl World {
         self.counters.lost_unsynced_bytes += loss.lost;
         self.brokers[id as usize - 1] = Slot::Down(disk);
         self.incarnations[id as usize - 1] += 1;
-        self.trace.record(self.now_ms, format!("crash b{id} {loss:?}"));
+        self.trace
+            .record(self.now_ms, format!("crash b{id} {loss:?}"));
     }
 
     /// Restarts broker `id` on its disk (recovery cuts torn tails).
@@ -403,7 +428,8 @@ impl World {
         self.counters.recovery_cut_bytes += cut.bytes_cut;
         let broker = Broker::new(id, log, self.swarm.min_in_sync_replicas, self.bug);
         self.brokers[id as usize - 1] = Slot::Up(Box::new(broker));
-        self.trace.record(self.now_ms, format!("restart b{id} {cut:?}"));
+        self.trace
+            .record(self.now_ms, format!("restart b{id} {cut:?}"));
         let incarnation = self.incarnation(id);
         self.schedule(1, Event::BrokerTick { id, incarnation });
     }
@@ -420,9 +446,10 @@ impl World {
         match to {
             CONTROLLER if self.controller.up => {
                 let reply = match msg {
-                    Msg::Heartbeat { request, sent_at_ms } => {
-                        Some(self.controller.on_heartbeat(now, request, *sent_at_ms))
-                    }
+                    Msg::Heartbeat {
+                        request,
+                        sent_at_ms,
+                    } => Some(self.controller.on_heartbeat(now, request, *sent_at_ms)),
                     Msg::Alter(request) => Some(self.controller.on_alter(request.clone())),
                     Msg::Route => Some(self.controller.route()),
                     _ => None,

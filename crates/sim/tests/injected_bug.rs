@@ -29,7 +29,10 @@ fn assert_safety(failure: &Failure) {
     );
     let text = failure.to_string();
     assert!(text.contains(&format!("seed {}", failure.seed)), "{text}");
-    assert!(text.contains("swarm:") && text.contains("replay:"), "{text}");
+    assert!(
+        text.contains("swarm:") && text.contains("replay:"),
+        "{text}"
+    );
     assert!(!failure.trace.is_empty());
 }
 

@@ -42,10 +42,16 @@ fn assert_exercised(stats: &[RunStats]) {
     let consumed = sum(|s| s.consumed);
     let lost = sum(|s| s.counters.lost_unsynced_bytes);
     let n = stats.len() as u64;
-    assert!(acknowledged > 20 * n, "acknowledged {acknowledged} over {n} seeds");
+    assert!(
+        acknowledged > 20 * n,
+        "acknowledged {acknowledged} over {n} seeds"
+    );
     assert!(promotions > 2 * n, "promotions {promotions} over {n} seeds");
     assert!(crashes > n, "crashes {crashes} over {n} seeds");
-    assert!(truncations >= n / 50, "truncations {truncations} over {n} seeds");
+    assert!(
+        truncations >= n / 50,
+        "truncations {truncations} over {n} seeds"
+    );
     assert!(consumed > 10 * n, "consumed {consumed} over {n} seeds");
     assert!(lost > 0, "no crash ever lost an unsynced tail");
 }

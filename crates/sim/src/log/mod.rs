@@ -234,7 +234,7 @@ impl SimLog {
                 .writer_view
                 .check(command, &|t, q| queue_max_of(t, q, messages))
         };
-        if !verdicts.iter().any(|v| *v == Verdict::Applied) {
+        if !verdicts.contains(&Verdict::Applied) {
             return Ok((verdicts, None));
         }
         let body = command.encode()?;
@@ -438,7 +438,11 @@ impl SimLog {
         if a[..len] == b[..len] {
             return None;
         }
-        a[..len].iter().zip(&b[..len]).position(|(x, y)| x != y).map(|i| i as u64)
+        a[..len]
+            .iter()
+            .zip(&b[..len])
+            .position(|(x, y)| x != y)
+            .map(|i| i as u64)
     }
 
     /// Gives the disk back (a crash: everything else is volatile).

@@ -9,7 +9,7 @@ use ferromq_protocol::ha::{Data, HaFrame, Hello, Welcome};
 use ferromq_store::offsets::{OffsetCommand, OffsetKind, Verdict as OffsetVerdict};
 
 use super::{
-    Broker, MasterStream, ALTER_TIMEOUT_MS, Note, Out, PendingWrite, Role, HEARTBEAT_INTERVAL_MS,
+    Broker, MasterStream, Note, Out, PendingWrite, Role, ALTER_TIMEOUT_MS, HEARTBEAT_INTERVAL_MS,
     PENDING_WRITES_MAX, PULL_MESSAGES_MAX, SYNC_TIMEOUT_MS,
 };
 use crate::clock::instant;
@@ -43,7 +43,13 @@ impl Broker {
                 watermark,
                 master_end: end,
             };
-            out.sends.push((*id as NodeId, Msg::Ha { conn: stream.conn, frame }));
+            out.sends.push((
+                *id as NodeId,
+                Msg::Ha {
+                    conn: stream.conn,
+                    frame,
+                },
+            ));
         }
     }
 
@@ -84,7 +90,13 @@ impl Broker {
             };
             stream.state.sent(next);
             let frame = HaFrame::Data(data);
-            out.sends.push((id as NodeId, Msg::Ha { conn: stream.conn, frame }));
+            out.sends.push((
+                id as NodeId,
+                Msg::Ha {
+                    conn: stream.conn,
+                    frame,
+                },
+            ));
         }
     }
 
@@ -105,9 +117,9 @@ impl Broker {
             Ok(Verdict::Stream) => {}
         }
         let addr = format!("replica-{}", hello.broker_id);
-        if let Err(error) = self
-            .in_sync
-            .connect(hello.broker_id, &addr, hello.log_end, instant(now_ms))
+        if let Err(error) =
+            self.in_sync
+                .connect(hello.broker_id, &addr, hello.log_end, instant(now_ms))
         {
             let refused = ferromq_protocol::ha::Refused {
                 code: ferromq_protocol::ha::RefusalCode::DuplicateId,
@@ -136,7 +148,14 @@ impl Broker {
     }
 
     /// Production `on_slave_frame` for an Ack: the stream's window, then the in-sync set.
-    pub(super) fn on_ack(&mut self, now_ms: u64, from: u64, conn: u64, log_end: u64, out: &mut Out) {
+    pub(super) fn on_ack(
+        &mut self,
+        now_ms: u64,
+        from: u64,
+        conn: u64,
+        log_end: u64,
+        out: &mut Out,
+    ) {
         let Some(stream) = self.streams.get_mut(&from).filter(|s| s.conn == conn) else {
             return;
         };
@@ -168,7 +187,8 @@ impl Broker {
     fn close_stream(&mut self, id: u64, out: &mut Out) {
         if let Some(stream) = self.streams.remove(&id) {
             self.in_sync.disconnect(id);
-            out.sends.push((id as NodeId, Msg::HaClosed { conn: stream.conn }));
+            out.sends
+                .push((id as NodeId, Msg::HaClosed { conn: stream.conn }));
         }
     }
 
@@ -183,7 +203,8 @@ impl Broker {
     /// Fails every waiting write (not acknowledged: the client does not know).
     pub(super) fn fail_pending(&mut self, why: &str, out: &mut Out) {
         for write in std::mem::take(&mut self.pending) {
-            out.sends.push((write.client, write.reply(Err(why.to_string()))));
+            out.sends
+                .push((write.client, write.reply(Err(why.to_string()))));
         }
     }
 
@@ -209,7 +230,8 @@ impl Broker {
                     out.notes.push(Note::Acked {
                         record: write.record,
                     });
-                    out.sends.push((write.client, write.reply(Ok(write.record.offset))));
+                    out.sends
+                        .push((write.client, write.reply(Ok(write.record.offset))));
                 }
                 Some(Err(why)) => out.sends.push((write.client, write.reply(Err(why)))),
                 None => waiting.push(write),
@@ -237,12 +259,29 @@ impl Broker {
     }
 
     /// A producer's send: append, then wait for the flush and the in-sync set.
-    pub(super) fn on_send(&mut self, now_ms: u64, client: NodeId, req: u64, msg_id: u64, padding: usize, out: &mut Out) {
+    pub(super) fn on_send(
+        &mut self,
+        now_ms: u64,
+        client: NodeId,
+        req: u64,
+        msg_id: u64,
+        padding: usize,
+        out: &mut Out,
+    ) {
         if let Some(why) = self.refuse_write(now_ms) {
-            out.sends.push((client, Msg::SendReply { req, outcome: Err(why) }));
+            out.sends.push((
+                client,
+                Msg::SendReply {
+                    req,
+                    outcome: Err(why),
+                },
+            ));
             return;
         }
-        let record = match self.log.append_message(&message_body(msg_id, padding), now_ms) {
+        let record = match self
+            .log
+            .append_message(&message_body(msg_id, padding), now_ms)
+        {
             Ok(record) => record,
             Err(error) => {
                 let outcome = Err(error.to_string());
@@ -253,7 +292,15 @@ impl Broker {
         self.wait_for(now_ms, client, req, record, true, out);
     }
 
-    fn wait_for(&mut self, now_ms: u64, client: NodeId, req: u64, record: crate::log::RecordMeta, is_message: bool, out: &mut Out) {
+    fn wait_for(
+        &mut self,
+        now_ms: u64,
+        client: NodeId,
+        req: u64,
+        record: crate::log::RecordMeta,
+        is_message: bool,
+        out: &mut Out,
+    ) {
         self.pending.push(PendingWrite {
             client,
             req,
@@ -267,7 +314,14 @@ impl Broker {
 
     /// A consumer's commit or an admin's reset (production: the offset path of the core,
     /// judged by the writer's view, appended as a record, acknowledged like a message).
-    pub(super) fn on_offsets(&mut self, now_ms: u64, client: NodeId, req: u64, command: &OffsetCommand, out: &mut Out) {
+    pub(super) fn on_offsets(
+        &mut self,
+        now_ms: u64,
+        client: NodeId,
+        req: u64,
+        command: &OffsetCommand,
+        out: &mut Out,
+    ) {
         let reply = |outcome| (client, Msg::OffsetsReply { req, outcome });
         if let Some(why) = self.refuse_write(now_ms) {
             out.sends.push(reply(Err(why)));
@@ -281,7 +335,11 @@ impl Broker {
             Ok((_, Some(record))) => self.wait_for(now_ms, client, req, record, false, out),
             Ok((verdicts, None)) => {
                 let unchanged = verdicts.iter().all(|v| *v == OffsetVerdict::Unchanged);
-                let outcome = if unchanged { Ok(()) } else { Err(format!("{verdicts:?}")) };
+                let outcome = if unchanged {
+                    Ok(())
+                } else {
+                    Err(format!("{verdicts:?}"))
+                };
                 out.sends.push(reply(outcome));
             }
             Err(error) => out.sends.push(reply(Err(error.to_string()))),
@@ -296,11 +354,18 @@ impl Broker {
             return;
         }
         let records = self.log.read_messages(from, PULL_MESSAGES_MAX);
-        let limit = self.log.replication_bound().unwrap_or(u64::MAX).min(self.log.durable_end());
+        let limit = self
+            .log
+            .replication_bound()
+            .unwrap_or(u64::MAX)
+            .min(self.log.durable_end());
         let messages = records
             .iter()
             .filter_map(|r| match r.kind {
-                crate::log::RecordKind::Message { queue_offset, msg_id } => Some((queue_offset, msg_id)),
+                crate::log::RecordKind::Message {
+                    queue_offset,
+                    msg_id,
+                } => Some((queue_offset, msg_id)),
                 crate::log::RecordKind::Offsets => None,
             })
             .collect();
@@ -313,7 +378,13 @@ impl Broker {
             stored,
             generation,
         };
-        out.sends.push((client, Msg::PullReply { req, outcome: Ok(pulled) }));
+        out.sends.push((
+            client,
+            Msg::PullReply {
+                req,
+                outcome: Ok(pulled),
+            },
+        ));
     }
 }
 

@@ -136,8 +136,13 @@ struct MasterStream {
 /// Where a slave's connection stands.
 #[derive(Debug, Clone)]
 enum LinkPhase {
-    AwaitingWelcome { sent_ms: u64 },
-    Streaming { term: MasterTerm, follower: Follower },
+    AwaitingWelcome {
+        sent_ms: u64,
+    },
+    Streaming {
+        term: MasterTerm,
+        follower: Follower,
+    },
 }
 
 /// A slave's connection to its master.
@@ -282,7 +287,10 @@ impl Broker {
                 msg_id,
                 padding,
             } => self.on_send(now_ms, from, *req, *msg_id, *padding, out),
-            Msg::Pull { req, from: queue_offset } => self.on_pull(from, *req, *queue_offset, out),
+            Msg::Pull {
+                req,
+                from: queue_offset,
+            } => self.on_pull(from, *req, *queue_offset, out),
             Msg::Offsets { req, command } => self.on_offsets(now_ms, from, *req, command, out),
             _ => {}
         }
@@ -425,7 +433,10 @@ impl Broker {
         self.resumed = false;
         self.min_master_epoch = self.min_master_epoch.max(epoch);
         let visible = self.log.dispatched_end();
-        let frozen = self.log.replication_bound().map_or(visible, |b| b.min(visible));
+        let frozen = self
+            .log
+            .replication_bound()
+            .map_or(visible, |b| b.min(visible));
         self.log.set_replication_bound(Some(frozen));
         self.close_streams(out);
         self.fail_pending("no longer master", out);
@@ -433,7 +444,8 @@ impl Broker {
         self.following = master;
         // A new master (or epoch) means a new connection and a new handshake.
         if let Some(link) = self.link.take() {
-            out.sends.push((link.master as NodeId, Msg::HaClosed { conn: link.conn }));
+            out.sends
+                .push((link.master as NodeId, Msg::HaClosed { conn: link.conn }));
         }
         self.reconnect_at_ms = now_ms;
     }

@@ -19,9 +19,7 @@ impl Broker {
     pub(super) fn slave_tick(&mut self, now_ms: u64, out: &mut Out) {
         let broken = self.link.as_ref().is_some_and(|link| match link.phase {
             LinkPhase::AwaitingWelcome { sent_ms } => now_ms - sent_ms > WELCOME_TIMEOUT_MS,
-            LinkPhase::Streaming { .. } => {
-                now_ms - link.last_read_ms > 3 * HEARTBEAT_INTERVAL_MS
-            }
+            LinkPhase::Streaming { .. } => now_ms - link.last_read_ms > 3 * HEARTBEAT_INTERVAL_MS,
         });
         if broken {
             self.break_link(now_ms + BACKOFF_MS, out);
@@ -79,7 +77,8 @@ impl Broker {
     /// `retry_at_ms`.
     fn break_link(&mut self, retry_at_ms: u64, out: &mut Out) {
         if let Some(link) = self.link.take() {
-            out.sends.push((link.master as NodeId, Msg::HaClosed { conn: link.conn }));
+            out.sends
+                .push((link.master as NodeId, Msg::HaClosed { conn: link.conn }));
         }
         self.reconnect_at_ms = retry_at_ms;
     }
@@ -96,7 +95,13 @@ impl Broker {
         let frame = HaFrame::Ack {
             log_end: self.log.durable_end(),
         };
-        out.sends.push((link.master as NodeId, Msg::Ha { conn: link.conn, frame }));
+        out.sends.push((
+            link.master as NodeId,
+            Msg::Ha {
+                conn: link.conn,
+                frame,
+            },
+        ));
     }
 
     /// The peer closed HA connection `conn` (either side).
@@ -122,7 +127,14 @@ impl Broker {
     }
 
     /// A frame of the master this slave is connected to (stale connections are ignored).
-    fn on_master_frame(&mut self, now_ms: u64, from: NodeId, conn: u64, frame: &HaFrame, out: &mut Out) {
+    fn on_master_frame(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        conn: u64,
+        frame: &HaFrame,
+        out: &mut Out,
+    ) {
         let current = self
             .link
             .as_ref()
@@ -142,7 +154,9 @@ impl Broker {
                 watermark,
                 master_end,
             } => {
-                if let Some(LinkPhase::Streaming { follower, .. }) = self.link.as_mut().map(|l| &mut l.phase) {
+                if let Some(LinkPhase::Streaming { follower, .. }) =
+                    self.link.as_mut().map(|l| &mut l.phase)
+                {
                     follower.on_heartbeat(&self.log, *watermark, *master_end);
                 }
             }
