@@ -51,7 +51,10 @@ fn recovery_cuts_a_torn_tail_at_the_last_whole_record() {
         assert_eq!(at, recovered.end());
         if loss.torn {
             torn_seen += 1;
-            assert!(cut.bytes_cut > 0, "a torn record is cut (seed {seed}: {loss:?})");
+            assert!(
+                cut.bytes_cut > 0,
+                "a torn record is cut (seed {seed}: {loss:?})"
+            );
         }
     }
     assert!(torn_seen > 10, "tears were injected: {torn_seen}");
@@ -86,7 +89,9 @@ fn the_follower_appends_verbatim_and_refuses_gaps_and_damage() {
     damaged[middle] ^= 1;
     assert!(follower.on_data(&slave, &data(0, damaged), &term).is_err());
     assert_eq!(slave.end(), 0, "nothing of a damaged batch lands");
-    assert!(follower.on_data(&slave, &data(5, bytes.clone()), &term).is_err());
+    assert!(follower
+        .on_data(&slave, &data(5, bytes.clone()), &term)
+        .is_err());
     let ticket = follower.on_data(&slave, &data(0, bytes), &term).unwrap();
     assert_eq!((ticket.end, slave.end()), (next, master.end()));
     assert_eq!(slave.bytes(), master.bytes());
@@ -139,5 +144,9 @@ fn a_replica_on_a_deposed_branch_is_told_to_cut_it() {
     }
     old.truncate_diverged(common).unwrap();
     assert_eq!(old.end(), common);
-    assert_eq!(old.epoch_entries().len(), 1, "epoch 1 starts at 0, below the cut");
+    assert_eq!(
+        old.epoch_entries().len(),
+        1,
+        "epoch 1 starts at 0, below the cut"
+    );
 }

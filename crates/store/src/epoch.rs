@@ -374,6 +374,30 @@ mod tests {
     }
 
     #[test]
+    fn begin_record_and_cut_follow_the_rules() {
+        let entries = vec![e(1, 0), e(3, 100)];
+        assert_eq!(
+            begin(&entries, 4, 150),
+            Ok(vec![e(1, 0), e(3, 100), e(4, 150)])
+        );
+        assert!(begin(&entries, 3, 150).unwrap_err().contains("not above"));
+        assert_eq!(record(&entries, e(3, 100)), Ok(None), "already recorded");
+        assert_eq!(
+            record(&entries, e(5, 120)),
+            Ok(Some(vec![e(1, 0), e(3, 100), e(5, 120)]))
+        );
+        assert!(record(&entries, e(2, 120)).is_err(), "older epoch");
+        assert!(
+            record(&entries, e(5, 90)).is_err(),
+            "starts before the last"
+        );
+        assert!(record(&[], e(0, 0)).is_err(), "epoch 0 is implicit");
+        assert_eq!(kept_below(&entries, 100, true), vec![e(1, 0)]);
+        assert_eq!(kept_below(&entries, 100, false), entries);
+        assert_eq!(kept_below(&entries, 0, true), vec![]);
+    }
+
+    #[test]
     fn encode_decode_round_trip_and_format() {
         let entries = vec![e(1, 0), e(2, 100), e(5, 100), e(7, 4096)];
         let bytes = encode(&entries);
