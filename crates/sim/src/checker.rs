@@ -200,10 +200,20 @@ impl Checker {
         &mut self,
         server: &Broker,
         records: &[RecordMeta],
+        limit: u64,
         members: &[&Broker],
     ) -> Result<(), Violation> {
         for record in records {
             self.served += 1;
+            // The pair of the dispatcher's own bound: nothing past the serving master's limit.
+            if record.end() > limit {
+                return Err(Violation::ReadPastWatermark {
+                    broker: server.id,
+                    offset: record.offset,
+                    end: record.end(),
+                    member: server.id,
+                });
+            }
             let lacking = members.iter().find(|member| {
                 member.log.durable_end() < record.end()
                     || member.log.record_at(record.offset).map(|r| r.crc) != Some(record.crc)

@@ -22,7 +22,7 @@
 //! 2. After a crash the live bytes are the durable bytes plus at most a prefix of what was
 //!    unsynced (possibly with its last byte damaged), and all of it counts as durable.
 
-use crate::rng::{Rng, Stream, PPM};
+use crate::rng::{Rng, Stream};
 
 /// The disk's fault rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,16 +184,12 @@ impl SimDisk {
         self.faults.fsync_fail_ppm = 0;
         self.faults.epoch_write_fail_ppm = 0;
     }
-
-    /// Whether any fault is possible at all (for tests).
-    pub fn faulty(&self) -> bool {
-        self.faults.fsync_fail_ppm > 0 || self.faults.keep_unsynced_ppm < PPM
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::PPM;
 
     fn faults(fsync_fail_ppm: u32, keep_unsynced_ppm: u32, tear_ppm: u32) -> DiskFaults {
         DiskFaults {
@@ -257,7 +253,6 @@ mod tests {
         disk.fsync_log(3).unwrap();
         disk.truncate_log(1);
         assert_eq!((disk.log(), disk.durable_len()), (&b"a"[..], 1));
-        assert!(disk.faulty(), "keep_unsynced 0 still loses tails");
     }
 
     #[test]

@@ -1,3 +1,32 @@
+//! ferromq's deterministic simulation: one broker group (a controller, three replicas, a
+//! producer and a consumer) under failover, in one thread, on a simulated clock
+//! ([`clock`]), network ([`net`]) and disk ([`disk`]), driving the production state machines
+//! of replication, election, lease, truncation and the offset view (see [`node`],
+//! [`controller`] and `docs/simulation.md` for what is production code and what is
+//! modelled).
+//!
+//! Invariants:
+//! 1. One `u64` seed reproduces a run exactly: every random choice comes from [`rng`]
+//!    streams of the seed, events run in (virtual time, sequence) order ([`world`]), and
+//!    nothing reads the wall clock but [`clock::base`] once.
+//! 2. Every property of [`checker`] is checked during the run (each step where cheap) and
+//!    after the final quiesce; the first broken one ends the run as a [`Failure`] carrying the
+//!    seed, the swarm parameters ([`swarm`]) and the last events ([`trace`]).
+//! 3. Every loop is bounded ([`run::EVENTS_MAX`], [`run::LIVENESS_BOUND_MS`],
+//!    [`node::PENDING_WRITES_MAX`]).
+//!
+//! # Example
+//!
+//! ```
+//! use ferromq_sim::{run_seed, SimConfig};
+//!
+//! let stats = run_seed(7, &SimConfig::default()).expect("seed 7 keeps every property");
+//! assert!(stats.acknowledged > 0);
+//! // The same seed is the same run.
+//! assert_eq!(run_seed(7, &SimConfig::default()).unwrap().trace_hash, stats.trace_hash);
+//! ```
+
+pub mod checker;
 pub mod clock;
 pub mod controller;
 pub mod disk;
@@ -6,10 +35,16 @@ pub mod msg;
 pub mod net;
 pub mod node;
 pub mod rng;
+pub mod run;
 pub mod swarm;
 pub mod trace;
+pub mod workload;
+pub mod world;
 
-/// A deliberately injected bug (test-only switch): the simulation must catch it.
+pub use run::{run_seed, Failure, RunStats, SimConfig};
+
+/// A deliberately injected bug: a test-only switch of the simulation's own glue (never a
+/// production code path), which the CI seeds must catch (`tests/injected_bug.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InjectedBug {
     /// None: the production behaviour.
@@ -21,9 +56,3 @@ pub enum InjectedBug {
     /// The controller treats every alive member as in sync when electing.
     ElectOutsideInSyncSet,
 }
-pub mod checker;
-pub mod run;
-pub mod workload;
-pub mod world;
-
-pub use run::{run_seed, Failure, RunStats, SimConfig};

@@ -15,7 +15,6 @@ use crate::checker::Violation;
 use crate::msg::Msg;
 use crate::net::NodeId;
 use crate::node::{Broker, CONTROLLER, HEARTBEAT_INTERVAL_MS};
-use crate::rng::PPM;
 use crate::swarm::{Swarm, REPLICA_COUNT};
 use crate::trace::{Trace, TraceEvent, TRACE_TAIL_MAX};
 use crate::workload::{CONSUMER, PRODUCER};
@@ -416,9 +415,4 @@ fn quiesce(world: &mut World) {
             crate::world::Slot::Down(d) => d.calm(),
         }
     }
-}
-
-/// Whether the seed's swarm injects any fault at all (for reports).
-pub fn faulty(swarm: &Swarm) -> bool {
-    swarm.drop_ppm > 0 || swarm.crash_ppm > 0 || swarm.fsync_fail_ppm > 0 || swarm.crash_ppm < PPM
 }

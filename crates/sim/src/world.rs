@@ -356,7 +356,7 @@ impl World {
                 let up = running(&self.brokers);
                 self.checker.acked(now, id, &record, &up)
             }
-            Note::Served { records, .. } => {
+            Note::Served { records, limit } => {
                 let set = self.controller.group().sync_state_set.clone();
                 let up = running(&self.brokers);
                 let members: Vec<&Broker> =
@@ -364,14 +364,18 @@ impl World {
                 let Some(server) = up.iter().copied().find(|b| b.id == id) else {
                     return Ok(());
                 };
-                self.checker.served(server, &records, &members)
+                self.checker.served(server, &records, limit, &members)
             }
-            Note::Truncated { to, .. } => {
+            Note::Truncated {
+                to,
+                dispatched_before,
+            } => {
                 // A cut may go below what a restarted replica dispatched at open: that is
                 // not visible to consumers (only masters serve), and what was committed is
                 // checked at every promotion instead.
                 self.counters.truncations += 1;
-                self.trace.record(now, format!("b{id} truncated to {to}"));
+                let what = format!("b{id} truncated to {to} (dispatched {dispatched_before})");
+                self.trace.record(now, what);
                 Ok(())
             }
             Note::Promoted { epoch } => {
