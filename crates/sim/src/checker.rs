@@ -9,7 +9,9 @@
 //! 2. **R5**: no log position and no queue offset ever holds two different committed values,
 //!    across truncations and failovers.
 //! 3. **In-sync prefix**: the logs of the master and of every other member of the controller's
-//!    in-sync set are byte-identical below the master's watermark (each step).
+//!    in-sync set are byte-identical below the master's watermark (each step). Not above it:
+//!    a master streams before its own fsync, so after a crash a slave may hold a tail the
+//!    master lost, which nothing acknowledged or showed.
 //! 4. **Reads below the watermark**: every record served to a consumer is durable, with the
 //!    same CRC, on every running member of the controller's in-sync set.
 //! 5. **Monotone progress**: the committed offset a master exposes never goes back within a
