@@ -26,8 +26,9 @@
 //! 6. Controller mode, growth in flight: once the master asks the controller to add replicas
 //!    to its set, the controller may apply the change at any moment, and an election may then
 //!    pick a replica it added. So from the request on, the master counts the replicas it asked
-//!    for as members too ([`InSyncSet::expect_controlled`]) until the controller's answer (or
-//!    a later heartbeat) says what the set is. Found by the deterministic simulation: a replica
+//!    for as members too (the caller passes the union to [`InSyncSet::set_controlled`], see
+//!    `controlled::members_to_wait_for`) until the controller's answer (or a later heartbeat)
+//!    says what the set is. Found by the deterministic simulation: a replica
 //!    requested while caught up, disconnected before the controller applied the growth,
 //!    missed writes the master acknowledged alone in between.
 //! 7. A new master term starts the watermark afresh at the master's log end
@@ -159,19 +160,6 @@ impl InSyncSet {
     pub fn begin_term(&mut self, end: u64) {
         self.replicas.clear();
         self.watermark = end;
-    }
-
-    /// Controller mode: the master asked the controller's set to become `requested` (rule 6).
-    /// Until the answer, the replicas asked for count as members besides the controller's
-    /// current ones. At most [`REPLICAS_MAX`] ids are kept.
-    pub fn expect_controlled(&mut self, requested: impl IntoIterator<Item = u64>) {
-        let controlled = self.controlled.get_or_insert_with(Default::default);
-        for id in requested {
-            if controlled.len() >= REPLICAS_MAX {
-                break;
-            }
-            controlled.insert(id);
-        }
     }
 
     /// The replicas this master has in its local set (caught up, connected): what it asks the
@@ -536,8 +524,9 @@ mod tests {
         s.connect(2, "r2", 0, t0).unwrap();
         s.ack(2, 100, 100, 100, t0).unwrap();
         assert_eq!(s.local_members(), vec![2]);
-        // The master asks for {2}; then replica 2 disconnects before the controller answers.
-        s.expect_controlled([2]);
+        // The master asks for {2} and waits for the union of the controller's set ({}) and
+        // {2}; then replica 2 disconnects before the controller answers.
+        s.set_controlled([2]);
         s.disconnect(2);
         assert_eq!(
             s.replicated(150),
