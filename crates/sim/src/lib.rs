@@ -55,4 +55,10 @@ pub enum InjectedBug {
     AckBeforeReplicated,
     /// The controller treats every alive member as in sync when electing.
     ElectOutsideInSyncSet,
+    /// Production before `in_sync` rule 6: while a growth of the in-sync set is in flight, the
+    /// master waits only for the controller's current set.
+    GrowthNotWaitedFor,
+    /// Production before `in_sync` rule 7: a new master term keeps the watermark of an older
+    /// term (possibly above the log end after a truncation).
+    StaleWatermarkAcrossTerms,
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! ferromq-sim --seed S                 one seed, verbose (replay a failure)
 //! ferromq-sim --seeds N [--start S]    N seeds from S (default 0); exit 1 on any failure
-//!             [--bug ack-before-replicated|elect-outside-in-sync-set]
+//!             [--bug ack-before-replicated|elect-outside-in-sync-set|growth-not-waited-for|
+//!                    stale-watermark-across-terms]
 //!             [--trace EVENTS]              how many events a failure shows
 //!             [--strict]                    fail on the documented unpersisted-watermark gap too
 //! ```
@@ -48,6 +49,8 @@ fn parse() -> Result<Args, String> {
                 args.bug = match value()?.as_str() {
                     "ack-before-replicated" => InjectedBug::AckBeforeReplicated,
                     "elect-outside-in-sync-set" => InjectedBug::ElectOutsideInSyncSet,
+                    "growth-not-waited-for" => InjectedBug::GrowthNotWaitedFor,
+                    "stale-watermark-across-terms" => InjectedBug::StaleWatermarkAcrossTerms,
                     other => return Err(format!("unknown bug {other}")),
                 }
             }

@@ -3,7 +3,13 @@
 //!
 //! First catching seeds when written: `AckBeforeReplicated` 15, `ElectOutsideInSyncSet` 14
 //! (both as an acknowledged record missing from a later master). The tests pin the first
-//! seed so a change that weakens the simulation shows.
+//! seed so a change that weakens the simulation shows (a change to the simulation or to the
+//! production code it drives moves every run: re-pin, and say why in the commit).
+//!
+//! Two more switches restore production behaviour this branch fixed, to show the simulation
+//! catches the bugs it found: `GrowthNotWaitedFor` (before `in_sync` rule 6; first seed 254,
+//! a read of a record an in-sync member lacks) and `StaleWatermarkAcrossTerms` (before rule
+//! 7; first seed 83, a read past the master's own dispatch bound).
 
 use ferromq_sim::checker::Violation;
 use ferromq_sim::{run_seed, Failure, InjectedBug, SimConfig};
@@ -60,9 +66,27 @@ fn electing_outside_the_in_sync_set_is_caught() {
 
 #[test]
 fn the_same_seeds_pass_without_the_bug() {
-    for seed in [14, 15] {
+    for seed in [14, 15, 83, 254] {
         if let Err(failure) = run_seed(seed, &SimConfig::default()) {
             panic!("{failure}");
         }
     }
+}
+
+#[test]
+fn the_growth_race_fixed_by_in_sync_rule_6_is_caught() {
+    let failure = first_failure(InjectedBug::GrowthNotWaitedFor);
+    assert_safety(&failure);
+    assert_eq!(failure.seed, 254, "first catching seed moved:\n{failure}");
+    assert!(
+        matches!(failure.violation, Violation::ReadPastWatermark { .. }),
+        "{failure}"
+    );
+}
+
+#[test]
+fn the_stale_watermark_fixed_by_in_sync_rule_7_is_caught() {
+    let failure = first_failure(InjectedBug::StaleWatermarkAcrossTerms);
+    assert_safety(&failure);
+    assert_eq!(failure.seed, 83, "first catching seed moved:\n{failure}");
 }

@@ -336,8 +336,11 @@ impl Broker {
         }
         self.known = Some(info.clone());
         if self.role == Role::Master {
-            let members =
-                controlled::members_to_wait_for(&info.sync_state_set, self.requested.as_deref());
+            let requested = match self.bug {
+                InjectedBug::GrowthNotWaitedFor => None,
+                _ => self.requested.as_deref(),
+            };
+            let members = controlled::members_to_wait_for(&info.sync_state_set, requested);
             self.set_controlled(&members);
             self.reconcile_set(now_ms, info, out);
             self.refresh(now_ms, out);
@@ -364,8 +367,10 @@ impl Broker {
         }
         self.requested = Some(wanted.clone());
         self.requested_at_ms = now_ms;
-        let members = controlled::members_to_wait_for(&info.sync_state_set, Some(&wanted));
-        self.set_controlled(&members);
+        if self.bug != InjectedBug::GrowthNotWaitedFor {
+            let members = controlled::members_to_wait_for(&info.sync_state_set, Some(&wanted));
+            self.set_controlled(&members);
+        }
         out.sends.push((
             CONTROLLER,
             Msg::Alter(AlterSyncStateSetRequest {
@@ -417,7 +422,9 @@ impl Broker {
             let Ok(start) = self.log.begin_epoch(epoch) else {
                 return false;
             };
-            self.in_sync.begin_term(start);
+            if self.bug != InjectedBug::StaleWatermarkAcrossTerms {
+                self.in_sync.begin_term(start);
+            }
         }
         self.close_streams(out);
         self.role = Role::Master;
