@@ -208,6 +208,60 @@ pub fn last_epoch(entries: &[EpochEntry]) -> u64 {
     entries.last().map_or(0, |e| e.epoch)
 }
 
+/// The entries after a master begins a term of `epoch` at `start` (its log end): pure rule of
+/// [`crate::MessageStore::begin_epoch`], so the simulation applies the same rule.
+///
+/// # Errors
+/// The reason `epoch` is refused: it is not above the last epoch.
+pub fn begin(entries: &[EpochEntry], epoch: u64, start: u64) -> Result<Vec<EpochEntry>, String> {
+    let last = last_epoch(entries);
+    if epoch <= last {
+        return Err(format!("not above the last epoch {last}"));
+    }
+    let mut new = entries.to_vec();
+    new.push(EpochEntry { epoch, start });
+    Ok(new)
+}
+
+/// The entries after a replica records its master's `entry`; `None` when it is recorded
+/// already (a no-op). Pure rule of [`crate::MessageStore::record_epoch`].
+///
+/// # Errors
+/// The reason the entry is refused: not newer than the last entry, starting before it, or
+/// epoch 0.
+pub fn record(
+    entries: &[EpochEntry],
+    entry: EpochEntry,
+) -> Result<Option<Vec<EpochEntry>>, String> {
+    if entries.contains(&entry) {
+        return Ok(None);
+    }
+    if let Some(last) = entries.last() {
+        if entry.epoch <= last.epoch || entry.start < last.start {
+            return Err(format!(
+                "the last entry is (epoch {}, start {})",
+                last.epoch, last.start
+            ));
+        }
+    }
+    if entry.epoch == 0 {
+        return Err("epoch 0 is implicit".into());
+    }
+    let mut new = entries.to_vec();
+    new.push(entry);
+    Ok(Some(new))
+}
+
+/// The entries that survive a cut of the log at `offset`: those starting before it (and at it
+/// unless `inclusive`). Pure rule of truncation and of the open-time clean-up.
+pub fn kept_below(entries: &[EpochEntry], offset: u64, inclusive: bool) -> Vec<EpochEntry> {
+    entries
+        .iter()
+        .copied()
+        .filter(|e| e.start < offset || (!inclusive && e.start == offset))
+        .collect()
+}
+
 /// The entries with the implicit epoch 0 `[0, first start)` made explicit.
 fn with_epoch_zero(entries: &[EpochEntry]) -> Vec<EpochEntry> {
     let mut all = Vec::with_capacity(entries.len() + 1);
@@ -317,6 +371,30 @@ mod tests {
 
     fn e(epoch: u64, start: u64) -> EpochEntry {
         EpochEntry { epoch, start }
+    }
+
+    #[test]
+    fn begin_record_and_cut_follow_the_rules() {
+        let entries = vec![e(1, 0), e(3, 100)];
+        assert_eq!(
+            begin(&entries, 4, 150),
+            Ok(vec![e(1, 0), e(3, 100), e(4, 150)])
+        );
+        assert!(begin(&entries, 3, 150).unwrap_err().contains("not above"));
+        assert_eq!(record(&entries, e(3, 100)), Ok(None), "already recorded");
+        assert_eq!(
+            record(&entries, e(5, 120)),
+            Ok(Some(vec![e(1, 0), e(3, 100), e(5, 120)]))
+        );
+        assert!(record(&entries, e(2, 120)).is_err(), "older epoch");
+        assert!(
+            record(&entries, e(5, 90)).is_err(),
+            "starts before the last"
+        );
+        assert!(record(&[], e(0, 0)).is_err(), "epoch 0 is implicit");
+        assert_eq!(kept_below(&entries, 100, true), vec![e(1, 0)]);
+        assert_eq!(kept_below(&entries, 100, false), entries);
+        assert_eq!(kept_below(&entries, 0, true), vec![]);
     }
 
     #[test]

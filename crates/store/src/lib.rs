@@ -53,8 +53,8 @@ pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateErro
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
-    AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore, OffsetEvent,
-    OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError, ReplicationChunk,
-    RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter, TimeBoundary,
-    TruncateReport, LOG_SAMPLES_MAX,
+    judge_prefix, AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore,
+    OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError,
+    ReplicationChunk, RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter,
+    TimeBoundary, TruncateReport, LOG_SAMPLES_MAX,
 };

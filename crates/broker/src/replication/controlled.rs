@@ -234,6 +234,19 @@ pub fn wanted_sync_state_set(me: u64, local: &[u64], controller_set: &[u64]) -> 
     (wanted != current).then_some(wanted)
 }
 
+/// The replicas the master must wait for (`in_sync` rules 5 and 6): the controller's set and,
+/// while a change it asked for is unanswered, the replicas it asked for. Pure.
+pub fn members_to_wait_for(controller_set: &[u64], requested: Option<&[u64]>) -> Vec<u64> {
+    let mut members: Vec<u64> = controller_set
+        .iter()
+        .chain(requested.unwrap_or_default())
+        .copied()
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    members
+}
+
 /// Counters of controller mode (metrics, `brokerStatus`).
 #[derive(Debug, Default)]
 pub struct ControlledCounters {
@@ -277,8 +290,8 @@ struct LinkState {
     known: Option<ReplicaInfo>,
     /// The master this broker follows, when a slave.
     following: Option<u64>,
-    /// Whether an in-sync set change is in flight.
-    altering: bool,
+    /// The in-sync set change in flight, if any (`in_sync` rule 6).
+    requested: Option<Vec<u64>>,
 }
 
 impl ControllerLink {
@@ -533,9 +546,14 @@ impl ControllerLink {
                 self.state().following = None;
             }
         }
-        self.state().known = Some(info.clone());
+        let requested = {
+            let mut state = self.state();
+            state.known = Some(info.clone());
+            state.requested.clone()
+        };
         if self.replication.role().is_master() {
-            self.replication.set_controlled_set(&info.sync_state_set);
+            let members = members_to_wait_for(&info.sync_state_set, requested.as_deref());
+            self.replication.set_controlled_set(&members);
             self.reconcile_sync_state_set(info);
         }
     }
@@ -553,11 +571,14 @@ impl ControllerLink {
         };
         {
             let mut state = self.state();
-            if state.altering {
+            if state.requested.is_some() {
                 return;
             }
-            state.altering = true;
+            state.requested = Some(wanted.clone());
         }
+        // From now on the controller may apply the change: wait for the replicas asked for.
+        let members = members_to_wait_for(&info.sync_state_set, Some(&wanted));
+        self.replication.set_controlled_set(&members);
         let Some(this) = self.this.upgrade() else {
             return;
         };
@@ -603,7 +624,7 @@ impl ControllerLink {
                 tracing::warn!(%error, wanted = ?wanted, "the controller did not change the in-sync set");
             }
         }
-        self.state().altering = false;
+        self.state().requested = None;
     }
 }
 
@@ -697,6 +718,17 @@ mod tests {
         assert_eq!(wanted_sync_state_set(1, &[3], &[1, 2, 3]), Some(vec![1, 3]));
         assert_eq!(wanted_sync_state_set(1, &[2, 3], &[1]), Some(vec![1, 2, 3]));
         assert_eq!(wanted_sync_state_set(1, &[], &[3, 1]), Some(vec![1]));
+    }
+
+    #[test]
+    fn a_requested_change_is_waited_for_until_answered() {
+        assert_eq!(members_to_wait_for(&[1, 3], None), vec![1, 3]);
+        assert_eq!(members_to_wait_for(&[1], Some(&[1, 2])), vec![1, 2]);
+        assert_eq!(
+            members_to_wait_for(&[1, 2, 3], Some(&[1, 3])),
+            vec![1, 2, 3],
+            "a shrink takes effect only once the controller confirms it"
+        );
     }
 
     #[test]

@@ -23,6 +23,19 @@
 //!    until the controller confirms the smaller set: the master never shrinks the set on its
 //!    own (it may grow it first, which only adds replicas to wait for). A listed replica this
 //!    master has not heard from yet counts as holding nothing.
+//! 6. Controller mode, growth in flight: once the master asks the controller to add replicas
+//!    to its set, the controller may apply the change at any moment, and an election may then
+//!    pick a replica it added. So from the request on, the master counts the replicas it asked
+//!    for as members too (the caller passes the union to [`InSyncSet::set_controlled`], see
+//!    `controlled::members_to_wait_for`) until the controller's answer (or a later heartbeat)
+//!    says what the set is. Found by the deterministic simulation: a replica
+//!    requested while caught up, disconnected before the controller applied the growth,
+//!    missed writes the master acknowledged alone in between.
+//! 7. A new master term starts the watermark afresh at the master's log end
+//!    ([`InSyncSet::begin_term`]): the watermark never decreases within a term, but a broker
+//!    that recovered or truncated may carry an older term's watermark above its own log end,
+//!    which no replica could ever reach. Found by the deterministic simulation (seed 754):
+//!    with `minInSyncReplicas` 2 the new master refused every write forever.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -139,6 +152,14 @@ impl InSyncSet {
     /// [`REPLICAS_MAX`] ids are kept.
     pub fn set_controlled(&mut self, replicas: impl IntoIterator<Item = u64>) {
         self.controlled = Some(replicas.into_iter().take(REPLICAS_MAX).collect());
+    }
+
+    /// A new master term begins with the log ending at `end` (rule 7): the replicas of older
+    /// connections are forgotten and the watermark restarts at `end`, which the promotion
+    /// exposed already.
+    pub fn begin_term(&mut self, end: u64) {
+        self.replicas.clear();
+        self.watermark = end;
     }
 
     /// The replicas this master has in its local set (caught up, connected): what it asks the
@@ -472,6 +493,50 @@ mod tests {
         assert_eq!(s.members(), 1);
         assert_eq!(s.replicated(100), Replicated::Yes);
         assert_eq!(s.controlled(), Some(vec![]));
+    }
+
+    #[test]
+    fn a_new_term_restarts_the_watermark_at_the_log_end() {
+        let t0 = Instant::now();
+        // A broker recovered with 2853 dispatched, then truncated to 2663 and was promoted.
+        let mut s = InSyncSet::new(
+            InSyncSettings {
+                max_lag: LAG,
+                min_in_sync_replicas: 2,
+            },
+            2853,
+        );
+        s.begin_term(2663);
+        assert_eq!(s.watermark(), 2663);
+        s.connect(1, "r1", 2663, t0).unwrap();
+        assert!(
+            s.ack(1, 2663, 2663, 2663, t0).unwrap(),
+            "a replica holding the whole log joins"
+        );
+        assert_eq!(s.replicated(2663), Replicated::Yes);
+    }
+
+    #[test]
+    fn a_requested_replica_is_waited_for_before_the_controller_answers() {
+        let t0 = Instant::now();
+        let mut s = set(1);
+        s.set_controlled([]);
+        s.connect(2, "r2", 0, t0).unwrap();
+        s.ack(2, 100, 100, 100, t0).unwrap();
+        assert_eq!(s.local_members(), vec![2]);
+        // The master asks for {2} and waits for the union of the controller's set ({}) and
+        // {2}; then replica 2 disconnects before the controller answers.
+        s.set_controlled([2]);
+        s.disconnect(2);
+        assert_eq!(
+            s.replicated(150),
+            Replicated::Pending,
+            "a write past what 2 holds waits: the controller may add 2 any moment"
+        );
+        assert_eq!(s.controlled(), Some(vec![2]));
+        // The controller refused (or answered the old set): only then 2 is not waited for.
+        s.set_controlled([]);
+        assert_eq!(s.replicated(150), Replicated::Yes);
     }
 
     #[test]

@@ -272,6 +272,8 @@ impl Replication {
         // No reconnect to the old master from here on.
         self.master_addr.send_replace(None);
         let start = self.store.begin_epoch(epoch)?;
+        // A new term: the watermark restarts at the log end (`in_sync` rule 7).
+        self.lock().begin_term(start);
         self.role.send_replace(flavor);
         self.note_master_since();
         self.apply_bound();

@@ -52,10 +52,9 @@ impl Inner {
 
     /// Drops, durably, the entries starting past `offset` (and at it when `inclusive`).
     pub(crate) fn drop_epochs_from(&self, offset: u64, inclusive: bool) -> Result<(), EpochError> {
-        let doomed = |e: &EpochEntry| e.start > offset || (inclusive && e.start == offset);
         let mut entries = self.epochs_lock();
-        if entries.iter().any(doomed) {
-            let kept: Vec<EpochEntry> = entries.iter().copied().filter(|e| !doomed(e)).collect();
+        let kept = epoch::kept_below(&entries, offset, inclusive);
+        if kept.len() != entries.len() {
             self.set_epochs(&mut entries, kept)?;
         }
         Ok(())
@@ -92,16 +91,11 @@ impl MessageStore {
         let writer = inner.writer.lock().expect("writer lock");
         let start = writer.write_pos();
         let mut entries = inner.epochs_lock();
-        let last = epoch::last_epoch(&entries);
-        if epoch <= last {
-            return Err(EpochError::Refused {
-                epoch,
-                start,
-                reason: format!("not above the last epoch {last}"),
-            });
-        }
-        let mut new = entries.clone();
-        new.push(EpochEntry { epoch, start });
+        let new = epoch::begin(&entries, epoch, start).map_err(|reason| EpochError::Refused {
+            epoch,
+            start,
+            reason,
+        })?;
         inner.set_epochs(&mut entries, new)?;
         drop(entries);
         drop(writer);
@@ -120,27 +114,14 @@ impl MessageStore {
     pub fn record_epoch(&self, entry: EpochEntry) -> Result<bool, EpochError> {
         let inner = &self.inner;
         let mut entries = inner.epochs_lock();
-        if entries.contains(&entry) {
-            return Ok(false);
-        }
-        let refuse = |reason: String| EpochError::Refused {
+        let new = epoch::record(&entries, entry).map_err(|reason| EpochError::Refused {
             epoch: entry.epoch,
             start: entry.start,
             reason,
+        })?;
+        let Some(new) = new else {
+            return Ok(false);
         };
-        if let Some(last) = entries.last() {
-            if entry.epoch <= last.epoch || entry.start < last.start {
-                return Err(refuse(format!(
-                    "the last entry is (epoch {}, start {})",
-                    last.epoch, last.start
-                )));
-            }
-        }
-        if entry.epoch == 0 {
-            return Err(refuse("epoch 0 is implicit".into()));
-        }
-        let mut new = entries.clone();
-        new.push(entry);
         inner.set_epochs(&mut entries, new)?;
         tracing::info!(
             epoch = entry.epoch,

@@ -46,7 +46,8 @@ pub use maintenance::{RetentionReport, TruncateReport};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
 pub use replica::{
-    LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, ReplicationChunk, LOG_SAMPLES_MAX,
+    judge_prefix, LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, ReplicationChunk,
+    LOG_SAMPLES_MAX,
 };
 
 use crate::checkpoint::CheckpointDir;

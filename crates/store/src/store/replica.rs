@@ -70,6 +70,40 @@ pub enum PrefixCheck {
     },
 }
 
+/// The rule of [`MessageStore::check_prefix`], pure over a reader of this log's bytes
+/// (`read(offset, size)`: the bytes there, `None` when out of range), so the simulation
+/// judges prefixes with the same rule. `end` is this log's committed end, `min` its oldest
+/// kept offset.
+///
+/// # Errors
+/// The reader's.
+pub fn judge_prefix<B: AsRef<[u8]>, E>(
+    end: u64,
+    min: u64,
+    log_end: u64,
+    samples: &[LogSample],
+    mut read: impl FnMut(u64, usize) -> Result<Option<B>, E>,
+) -> Result<PrefixCheck, E> {
+    if log_end > end {
+        return Ok(PrefixCheck::Ahead { end });
+    }
+    if log_end < min {
+        return Ok(PrefixCheck::Purged { min });
+    }
+    for sample in samples.iter().filter(|s| s.offset >= min) {
+        let size = sample.size as usize;
+        let differs = sample.offset + u64::from(sample.size) > end
+            || read(sample.offset, size)?.is_none_or(|bytes| {
+                let bytes = bytes.as_ref();
+                peek_total_size(bytes).ok() != Some(size) || sealed_crc(bytes) != Some(sample.crc)
+            });
+        if differs {
+            return Ok(PrefixCheck::DiffersAt(sample.offset));
+        }
+    }
+    Ok(PrefixCheck::Prefix)
+}
+
 /// Whole records of a master's log for a replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicationChunk {
@@ -319,30 +353,14 @@ impl MessageStore {
     ) -> Result<PrefixCheck, ReadError> {
         let log = &self.inner.log;
         let (end, min) = (log.committed_end(), log.min_offset());
-        if log_end > end {
-            return Ok(PrefixCheck::Ahead { end });
-        }
-        if log_end < min {
-            return Ok(PrefixCheck::Purged { min });
-        }
-        for sample in samples.iter().filter(|s| s.offset >= min) {
-            let size = sample.size as usize;
-            let differs = sample.offset + u64::from(sample.size) > end
-                || log
-                    .read(sample.offset, size)
-                    .map(|bytes| {
-                        peek_total_size(&bytes).ok() != Some(size)
-                            || sealed_crc(&bytes) != Some(sample.crc)
-                    })
-                    .or_else(|error| match error {
-                        ReadError::OutOfRange { .. } => Ok(true),
-                        other => Err(other),
-                    })?;
-            if differs {
-                return Ok(PrefixCheck::DiffersAt(sample.offset));
-            }
-        }
-        Ok(PrefixCheck::Prefix)
+        judge_prefix(end, min, log_end, samples, |offset, size| {
+            log.read(offset, size)
+                .map(Some)
+                .or_else(|error| match error {
+                    ReadError::OutOfRange { .. } => Ok(None),
+                    other => Err(other),
+                })
+        })
     }
 
     /// Where this log ends and its last records (at most [`LOG_SAMPLES_MAX`], oldest first):
