@@ -43,6 +43,8 @@
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
 //!
+//! Transactional messages have their own counters, listed in `super::transactions`.
+//!
 //! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED;
 //! `ferromq_requests_busy_total{reason}`, requests answered SYSTEM_BUSY by a work limit
 //! (`held_pulls`, `held_pulls_per_connection`, `in_flight_per_connection`; see
@@ -180,6 +182,8 @@ pub struct BrokerMetrics {
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
+    /// Transactional messages (`super::transactions`).
+    pub transactions: super::transactions::TransactionMetrics,
 }
 
 impl Default for BrokerMetrics {
@@ -207,6 +211,7 @@ impl BrokerMetrics {
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
+            transactions: Default::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -284,6 +289,7 @@ impl BrokerMetrics {
             "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
             metrics.busy.clone(),
         );
+        metrics.transactions.register(&mut registry);
         BrokerMetrics {
             registry,
             ..metrics
