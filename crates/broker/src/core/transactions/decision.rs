@@ -269,6 +269,9 @@ fn claim(
 }
 
 /// An END for a half the table does not track: below the low watermark (decided), or none.
+/// A forgotten half's decision is the kept one, else read from the log: committed if its
+/// real message is there (by `UNIQ_KEY` and `prepared_tx_offset`), else never exposed
+/// (rolled back or discarded).
 async fn untracked(
     ctx: &BrokerContext,
     queue_offset: u64,
@@ -282,29 +285,43 @@ async fn untracked(
             detail: format!("no half message at tranStateTableOffset {queue_offset}"),
         });
     }
-    let decided_earlier = |detail: &str| EndError::NoHalf {
+    let no_half = |detail: &str| EndError::NoHalf {
         detail: format!(
             "tranStateTableOffset {queue_offset} (commitLogOffset {phys_offset}): {detail}"
         ),
     };
     let bytes = crate::core::lookup::message_at(ctx, phys_offset)
         .await
-        .map_err(|_| decided_earlier("no half message at that commitLogOffset"))?;
-    let view =
-        RecordView::parse(&bytes).map_err(|_| decided_earlier("the record there is unreadable"))?;
+        .map_err(|_| no_half("no half message at that commitLogOffset"))?;
+    let view = RecordView::parse(&bytes).map_err(|_| no_half("the record there is unreadable"))?;
     if view.topic_str() != TRANS_HALF_TOPIC || view.queue_offset != queue_offset {
-        return Err(decided_earlier("the record there is not that half message"));
+        return Err(no_half("the record there is not that half message"));
     }
-    match (forgotten, ask) {
-        (Some(done), Ask::Decide(asked)) if done != asked => Err(EndError::Conflict {
-            queue_offset,
-            decided: done.as_str(),
-            asked: asked.as_str(),
-        }),
-        (Some(done), _) => Ok(EndOutcome::AlreadyDecided(done)),
-        (None, _) => Err(decided_earlier(
-            "the half was decided long ago and its decision is no longer kept in memory; this END changes nothing",
-        )),
+    let done = match forgotten {
+        Some(done) => done,
+        None => {
+            let topic = view
+                .properties
+                .get_str(PROPERTY_REAL_TOPIC)
+                .unwrap_or_default();
+            if already_committed(ctx, &view, topic, phys_offset).await {
+                Decision::Commit
+            } else {
+                Decision::Rollback
+            }
+        }
+    };
+    match ask {
+        Ask::Decide(asked)
+            if asked != done && (asked == Decision::Commit || done == Decision::Commit) =>
+        {
+            Err(EndError::Conflict {
+                queue_offset,
+                decided: done.as_str(),
+                asked: asked.as_str(),
+            })
+        }
+        _ => Ok(EndOutcome::AlreadyDecided(done)),
     }
 }
 
