@@ -150,3 +150,37 @@ async fn decisions_hold_and_pending_halves_are_checked_again_after_kill_9() {
     );
     standalone.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_msg_by_id_on_a_half_says_it_is_a_half_and_its_state() {
+    let standalone = common::start_with(TX_FLAGS);
+    let broker: SocketAddr = standalone.broker.parse().unwrap();
+    let conn = client(broker).await;
+    let pending = half(&conn, "pending").await;
+    let committed = half(&conn, "committed").await;
+    assert_eq!(
+        invoke(&conn, end(committed, 8, false)).await.code,
+        response::SUCCESS
+    );
+    let n = standalone.namesrv.as_str();
+    let id = |half: (i64, i64)| {
+        MessageId {
+            store_host: broker,
+            phys_offset: half.1 as u64,
+        }
+        .encode()
+    };
+    let shown = common::ok_json(&["queryMsgById", "-n", n, "-i", &id(pending)]);
+    assert_eq!(shown["topic"], "RMQ_SYS_TRANS_HALF_TOPIC");
+    assert_eq!(shown["transaction"]["halfMessage"], true);
+    let state = shown["transaction"]["state"].as_str().unwrap();
+    assert!(state.starts_with("pending, "), "{state}");
+    let shown = common::ok_json(&["queryMsgById", "-n", n, "-i", &id(committed)]);
+    assert_eq!(shown["transaction"]["state"], "committed");
+    let human = common::ok(&["queryMsgById", "-n", n, "-i", &id(committed)]);
+    assert!(
+        human.contains("Transaction:        half message (prepared), committed"),
+        "{human}"
+    );
+    standalone.stop();
+}

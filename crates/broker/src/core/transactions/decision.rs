@@ -428,7 +428,7 @@ async fn commit(ctx: &BrokerContext, entry: &HalfEntry, op: &OpRecord) -> Result
 }
 
 /// Whether the real message of a half was written already (looked up by `UNIQ_KEY`).
-async fn already_committed(
+pub(super) async fn already_committed(
     ctx: &BrokerContext,
     half: &RecordView<'_>,
     topic: &str,

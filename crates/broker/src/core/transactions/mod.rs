@@ -44,6 +44,7 @@ pub mod decision;
 pub mod half;
 pub mod load;
 pub mod op;
+pub mod status;
 pub mod table;
 
 use std::sync::atomic::{AtomicU64, Ordering};
