@@ -182,5 +182,13 @@ async fn query_msg_by_id_on_a_half_says_it_is_a_half_and_its_state() {
         human.contains("Transaction:        half message (prepared), committed"),
         "{human}"
     );
+    let status = common::ok_json(&["brokerStatus", "-b", &standalone.broker]).to_string();
+    for entry in [
+        r#""transactionHalfPending":"1""#,
+        r#""transactionCommitsTotal":"1""#,
+        r#""transactionRollbacksTotal":"0""#,
+    ] {
+        assert!(status.contains(entry), "{entry} in {status}");
+    }
     standalone.stop();
 }
