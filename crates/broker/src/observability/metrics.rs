@@ -16,7 +16,8 @@
 //!   `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED).
 //! - `ferromq_requests_refused_total{reason,request}`: requests refused for what they name
 //!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
-//!   `schedule_target`, `reserved_record` or `bad_commitlog_offset`; `request` the operation.
+//!   `schedule_target`, `transaction_target` (a half message's real topic or queue), `reserved_record`
+//!   or `bad_commitlog_offset`; `request` the operation.
 //! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
 //!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!

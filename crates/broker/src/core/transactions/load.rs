@@ -123,8 +123,13 @@ async fn read_queue(
             }
             Err(source) => return Err(LoadError::Read { topic, source }),
         };
+        let before = next;
         next = next.max(result.min_offset);
         if result.messages.is_empty() {
+            // Below the queue's start (retention removed old records): read on from there.
+            if next > before && next < result.max_offset {
+                continue;
+            }
             return Ok(next);
         }
         for message in &result.messages {

@@ -97,6 +97,8 @@ pub struct Table {
     /// The watermarks last committed to the log.
     pub committed: (u64, u64),
     tracked_max: usize,
+    /// Entries not decided (kept with every change, so reading it is O(1)).
+    undecided: usize,
     forgotten: HashMap<u64, Decision>,
     forgotten_order: VecDeque<u64>,
 }
@@ -112,6 +114,7 @@ impl Table {
             half_end: half_low,
             committed: (half_low, op_low),
             tracked_max,
+            undecided: 0,
             forgotten: HashMap::new(),
             forgotten_order: VecDeque::new(),
         }
@@ -139,10 +142,14 @@ impl Table {
 
     /// Undecided halves (pending or being decided).
     pub fn pending_count(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| !matches!(e.state, HalfState::Decided(_)))
-            .count()
+        debug_assert_eq!(
+            self.undecided,
+            self.entries
+                .values()
+                .filter(|e| !matches!(e.state, HalfState::Decided(_)))
+                .count()
+        );
+        self.undecided
     }
 
     /// Tracks a half at `queue_offset` unless it is tracked already or below the low
@@ -152,7 +159,13 @@ impl Table {
             return;
         }
         self.half_end = self.half_end.max(queue_offset + 1);
-        self.entries.entry(queue_offset).or_insert(entry);
+        if let std::collections::btree_map::Entry::Vacant(vacant) = self.entries.entry(queue_offset)
+        {
+            if !matches!(entry.state, HalfState::Decided(_)) {
+                self.undecided += 1;
+            }
+            vacant.insert(entry);
+        }
     }
 
     /// The entry at `queue_offset`.
@@ -183,6 +196,7 @@ impl Table {
         if let Some(entry) = self.entries.get_mut(&queue_offset) {
             if !matches!(entry.state, HalfState::Decided(_)) {
                 entry.state = HalfState::Decided(decision);
+                self.undecided -= 1;
             }
         }
     }
