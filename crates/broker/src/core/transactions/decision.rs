@@ -348,6 +348,7 @@ pub(super) async fn decide(
             Ok(op_offset) => {
                 table.note_op(queue_offset, *op_offset);
                 table.decide(queue_offset, decision);
+                table.forget_decided_prefix();
             }
             Err(_) => {
                 if let Some(e) = table.get_mut(queue_offset) {

@@ -201,13 +201,10 @@ impl Table {
         }
     }
 
-    /// Advances the watermarks past the decided prefix (invariant 2), the half watermark at
-    /// most to `half_end` (the queue's end as a rebuild read it) or the table's own end.
-    /// Returns whether either moved.
-    pub fn advance(&mut self, half_end: u64) -> bool {
-        self.half_end = self.half_end.max(half_end);
-        let half_end = self.half_end;
-        let before = (self.half_low, self.op_low);
+    /// Forgets the decided prefix and moves the half watermark to the first undecided half
+    /// (or the table's end). O(halves forgotten): called after every decision, so decided
+    /// halves do not wait for the checker to leave the table.
+    pub fn forget_decided_prefix(&mut self) {
         while let Some((&offset, entry)) = self.entries.first_key_value() {
             let HalfState::Decided(decision) = entry.state else {
                 break;
@@ -217,8 +214,17 @@ impl Table {
         }
         self.half_low = match self.entries.first_key_value() {
             Some((&offset, _)) => offset,
-            None => half_end.max(self.half_low),
+            None => self.half_end.max(self.half_low),
         };
+    }
+
+    /// Advances both watermarks past the decided prefix (invariant 2), the half watermark at
+    /// most to `half_end` (the queue's end as a rebuild read it) or the table's own end.
+    /// Returns whether either moved. O(entries): the checker calls it once a run.
+    pub fn advance(&mut self, half_end: u64) -> bool {
+        let before = (self.half_low, self.op_low);
+        self.half_end = self.half_end.max(half_end);
+        self.forget_decided_prefix();
         let first_op = self
             .entries
             .values()
