@@ -516,3 +516,51 @@ async fn a_half_cannot_be_a_batch_or_delayed_and_needs_a_real_target() {
     assert!(full.remark.unwrap().contains("transactionTrackedMax"));
     broker.shutdown().await.unwrap();
 }
+
+/// Regression: concurrent halves finish out of order; a later half decided before an earlier
+/// one was tracked moved the watermark past it, and its commit was answered "already decided
+/// (rollback)" (seen in `ferromq bench transaction`, 56 of 55,810 transactions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transactions_all_commit_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(config(dir.path(), 60_000, 15)).await.unwrap();
+    let addr = broker.local_addr();
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        tasks.push(tokio::spawn(async move {
+            let producer = client(addr).await;
+            for i in 0..50 {
+                let key = format!("k{task}-{i}");
+                let sent = half(&producer, "T", &key, &key).await;
+                let reply = end(&producer, sent, COMMIT).await;
+                assert_eq!(reply.code, response::SUCCESS, "{key}: {:?}", reply.remark);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    broker.context().store.dispatch_caught_up(TIMEOUT).await;
+    let reader = client(addr).await;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut offset = 0;
+    loop {
+        let reply = reader
+            .invoke(pull_command("T", 0, offset, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        let got = bodies(&reply);
+        if got.is_empty() {
+            break;
+        }
+        offset += got.len() as i64;
+        for body in got {
+            assert!(seen.insert(body), "delivered twice");
+        }
+    }
+    assert_eq!(seen.len(), 400);
+    let tx = &broker.context().metrics.transactions;
+    assert_eq!((tx.decisions("commit"), tx.pending()), (400, 0));
+    assert_eq!(tx.end_refusals("conflict") + tx.end_refusals("no_half"), 0);
+    broker.shutdown().await.unwrap();
+}

@@ -69,10 +69,10 @@ pub async fn store_half(
     ];
     let properties = rewrite_properties(&properties, &[], &added);
     check_properties_len(&properties)?;
-    let has_room = with_table(ctx, |table| table.has_room())
+    let reserved = with_table(ctx, |table| table.has_room().then(|| table.reserve()))
         .await
         .map_err(|e| Refusal::new(RefusalKind::Busy, e.to_string()))?;
-    if !has_room {
+    let Some(floor) = reserved else {
         return Err(Refusal::new(
             RefusalKind::Busy,
             format!(
@@ -82,7 +82,12 @@ pub async fn store_half(
             ),
         )
         .into());
-    }
+    };
+    let reservation = Reservation {
+        ctx,
+        epoch: ctx.replication.epoch(),
+        floor,
+    };
     let half = DraftRecord {
         topic: TRANS_HALF_TOPIC,
         queue_id: 0,
@@ -92,8 +97,27 @@ pub async fn store_half(
     };
     let receipt = put(ctx, &[half]).await?;
     track(ctx, &receipt, group, &properties).await;
+    drop(reservation);
     ctx.metrics.transactions.half_stored();
     Ok(receipt)
+}
+
+/// A half being stored (invariant 2 of `table`): released when dropped — tracked, failed, or
+/// cancelled — so a reservation never outlives its send.
+struct Reservation<'a> {
+    ctx: &'a BrokerContext,
+    epoch: u64,
+    floor: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let floor = self.floor;
+        self.ctx.transactions.with_table_now(self.epoch, |table| {
+            table.release(floor);
+            table.forget_decided_prefix();
+        });
+    }
 }
 
 /// Tracks an acknowledged half. If the table cannot be had now (the term changed), the next

@@ -134,6 +134,11 @@ impl Transactions {
         }
     }
 
+    /// Runs `f` on the table of master term `epoch` if it is loaded (no rebuild, no wait).
+    pub(crate) fn with_table_now(&self, epoch: u64, f: impl FnOnce(&mut Table)) {
+        let _ = self.with_table(epoch, f);
+    }
+
     /// Drops the table (the broker is no longer master).
     pub fn unload(&self) {
         *self.loaded.lock().expect("transactions lock") = None;

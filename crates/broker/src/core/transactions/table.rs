@@ -9,6 +9,9 @@
 //! 2. The low watermark (`half_low`) is the queue offset of the first entry that is not
 //!    decided (or the end of the half queue): every half below it is decided, so it is
 //!    forgotten, and the op records below `op_low` all concern halves below `half_low`.
+//!    A half being stored (appended, not yet inserted) holds a reservation at the table's
+//!    end when it started; the low watermark never passes a reservation, so a half is never
+//!    below the watermark when it is inserted, whatever order concurrent sends finish in.
 //! 3. At most `tracked_max` entries are held; at the bound a new half is refused
 //!    ([`Table::has_room`]), never dropped, so the table cannot grow without bound.
 //! 4. The decisions of the last [`FORGOTTEN_MAX`] forgotten halves are kept (oldest dropped
@@ -99,6 +102,8 @@ pub struct Table {
     tracked_max: usize,
     /// Entries not decided (kept with every change, so reading it is O(1)).
     undecided: usize,
+    /// Halves being stored, by the table's end when they started (invariant 2).
+    reservations: BTreeMap<u64, usize>,
     forgotten: HashMap<u64, Decision>,
     forgotten_order: VecDeque<u64>,
 }
@@ -115,6 +120,7 @@ impl Table {
             committed: (half_low, op_low),
             tracked_max,
             undecided: 0,
+            reservations: BTreeMap::new(),
             forgotten: HashMap::new(),
             forgotten_order: VecDeque::new(),
         }
@@ -201,21 +207,46 @@ impl Table {
         }
     }
 
-    /// Forgets the decided prefix and moves the half watermark to the first undecided half
-    /// (or the table's end). O(halves forgotten): called after every decision, so decided
-    /// halves do not wait for the checker to leave the table.
+    /// Reserves a place for a half about to be stored; returns the floor to release.
+    pub fn reserve(&mut self) -> u64 {
+        let floor = self.half_end.max(self.half_low);
+        *self.reservations.entry(floor).or_default() += 1;
+        floor
+    }
+
+    /// Releases a reservation (the half is inserted, or its store failed).
+    pub fn release(&mut self, floor: u64) {
+        if let std::collections::btree_map::Entry::Occupied(mut held) =
+            self.reservations.entry(floor)
+        {
+            *held.get_mut() -= 1;
+            if *held.get() == 0 {
+                held.remove();
+            }
+        }
+    }
+
+    /// Forgets the decided prefix below the lowest reservation and moves the half watermark
+    /// to the first undecided half (or the table's end), never past a reservation and never
+    /// back. O(halves forgotten): called after every decision, so decided halves do not wait
+    /// for the checker to leave the table.
     pub fn forget_decided_prefix(&mut self) {
+        let floor = self.reservations.keys().next().copied().unwrap_or(u64::MAX);
         while let Some((&offset, entry)) = self.entries.first_key_value() {
             let HalfState::Decided(decision) = entry.state else {
                 break;
             };
+            if offset >= floor {
+                break;
+            }
             self.entries.remove(&offset);
             self.forget(offset, decision);
         }
-        self.half_low = match self.entries.first_key_value() {
+        let candidate = match self.entries.first_key_value() {
             Some((&offset, _)) => offset,
-            None => self.half_end.max(self.half_low),
+            None => self.half_end,
         };
+        self.half_low = self.half_low.max(candidate.min(floor));
     }
 
     /// Advances both watermarks past the decided prefix (invariant 2), the half watermark at
@@ -357,6 +388,31 @@ mod tests {
             .map(|(q, _)| q)
             .collect();
         assert_eq!(due, vec![0, 1]);
+    }
+
+    #[test]
+    fn the_watermark_never_passes_a_half_being_stored() {
+        let mut table = Table::new(0, 0, 10);
+        table.insert(0, half(0, 0));
+        let slow = table.reserve();
+        assert_eq!(slow, 1, "the next half lands at or past the table's end");
+        // A later half is stored, tracked and decided before the slow one is inserted.
+        table.insert(2, half(2, 0));
+        table.decide(0, Decision::Commit);
+        table.decide(2, Decision::Commit);
+        table.forget_decided_prefix();
+        assert_eq!(table.half_low, 1, "held at the reservation");
+        assert!(
+            table.get(2).is_some(),
+            "a decided half above the reservation stays tracked"
+        );
+        table.insert(1, half(1, 0));
+        table.release(slow);
+        assert!(table.get(1).is_some(), "the slow half is tracked");
+        table.decide(1, Decision::Rollback);
+        table.forget_decided_prefix();
+        assert_eq!((table.half_low, table.len()), (3, 0));
+        assert_eq!(table.forgotten(2), Some(Decision::Commit));
     }
 
     #[test]
