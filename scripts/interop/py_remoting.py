@@ -5,6 +5,7 @@ Run with the venv made by scripts/interop/install.sh:
 
     target/interop/venv-remoting/bin/python scripts/interop/py_remoting.py produce \
         --namesrv 127.0.0.1:9876 --topic T --group PG --count 1000 --tag TA --prefix a
+    (produce --half sends transaction half messages: TRAN_MSG=true, PGROUP=--group, no END)
     target/interop/venv-remoting/bin/python scripts/interop/py_remoting.py consume \
         --namesrv 127.0.0.1:9876 --topic T --group CG --expect 1000 --timeout 60
 
@@ -93,6 +94,11 @@ def produce(args):
         if args.tag:
             msg.set_tags(args.tag)
         msg.set_body("%s:%d" % (args.prefix, i))
+        if args.half:
+            # A transaction's half message as Java and the C++ core mark it; 0.4.4 wraps no
+            # TransactionMQProducer, so no END follows: the broker checks back.
+            msg.set_property("TRAN_MSG", "true")
+            msg.set_property("PGROUP", args.group)
         try:
             result = producer.send_sync(msg)
         except Exception as err:  # noqa: BLE001
@@ -326,6 +332,8 @@ def main():
     p.add_argument("--send-timeout-ms", type=int, default=3000)
     p.add_argument("--max-failures", type=int, default=5, help="stop after this many failed sends")
     p.add_argument("--each", action="store_true", help="print one JSON line per send")
+    p.add_argument("--half", action="store_true",
+                   help="send transaction half messages (TRAN_MSG=true, PGROUP=--group); no END follows")
 
     c = sub.add_parser("consume", help="push-consume (cluster mode) until --expect distinct bodies")
     c.add_argument("--namesrv", required=True)

@@ -81,6 +81,8 @@ pub struct BrokerContext {
     /// The long-poll pulls held now and the limits on holding (`pullHoldMax`,
     /// `pullHoldMaxPerConnection`).
     pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,
+    /// Half messages and the checker's table (`crate::core::transactions`).
+    pub transactions: crate::core::transactions::Transactions,
 }
 
 impl BrokerContext {

@@ -214,6 +214,9 @@ impl Broker {
                 config.pull_hold_max,
                 config.pull_hold_max_per_connection,
             )),
+            transactions: crate::core::transactions::Transactions::new(
+                crate::core::transactions::TransactionSettings::of(&config),
+            ),
             config,
             connection_limits,
         });
@@ -227,6 +230,10 @@ impl Broker {
             tokio::spawn(accept_loop(ctx.clone(), acceptor, stop_rx.clone())),
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
+            tokio::spawn(crate::core::transactions::check::run_checker(
+                ctx.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(crate::catalog::groups::run_saver(
                 ctx.clone(),

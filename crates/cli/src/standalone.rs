@@ -62,6 +62,16 @@ pub struct StandaloneArgs {
     /// runs): the broker's brokerIP1 and brokerAdvertisedPort. It still listens on 127.0.0.1.
     #[arg(long, value_name = "ADDR")]
     advertise: Option<SocketAddr>,
+    /// A half message undecided this long is checked back with its producer, ms (RocketMQ
+    /// transactionTimeOut).
+    #[arg(long, value_name = "MS", default_value_t = 6_000)]
+    transaction_timeout_ms: u64,
+    /// How often the transaction checker runs, ms (RocketMQ transactionCheckInterval).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    transaction_check_interval_ms: u64,
+    /// Check-backs of a half before it is discarded (RocketMQ transactionCheckMax).
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    transaction_check_max: u32,
 }
 
 /// Runs `ferromq standalone`.
@@ -148,6 +158,9 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         },
         auto_create_topic_enable: !args.no_auto_create_topic,
         metrics_port: args.metrics_port,
+        transaction_time_out: args.transaction_timeout_ms,
+        transaction_check_interval: args.transaction_check_interval_ms,
+        transaction_check_max: args.transaction_check_max,
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;

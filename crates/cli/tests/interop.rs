@@ -196,6 +196,17 @@ impl Standalone {
     /// Starts standalone on `data_dir` with the given ports (0 = any) and waits for the line
     /// `ferromq standalone: namesrv 127.0.0.1:<port> broker 127.0.0.1:<port> data <dir>`.
     fn start(data_dir: &Path, ports: (u16, u16), log_dir: &Path, run: u32) -> Standalone {
+        Standalone::start_with(data_dir, ports, log_dir, run, &[])
+    }
+
+    /// [`Standalone::start`] with extra standalone flags.
+    fn start_with(
+        data_dir: &Path,
+        ports: (u16, u16),
+        log_dir: &Path,
+        run: u32,
+        extra: &[&str],
+    ) -> Standalone {
         let stderr_path = log_dir.join(format!("standalone-{run}.stderr"));
         let stderr = File::create(&stderr_path).expect("creating the standalone stderr file");
         let args = [
@@ -209,6 +220,7 @@ impl Standalone {
         ];
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
             .args(&args)
+            .args(extra)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -451,6 +463,19 @@ impl Ctx {
     /// Sends `count` messages (`{prefix}:{i}`, key `{prefix}-{i}`, tag `tag`) and asserts that all
     /// were acknowledged.
     fn produce(&mut self, server: &Standalone, topic: &str, tag: &str, prefix: &str, count: u32) {
+        self.produce_with(server, topic, tag, prefix, count, &[]);
+    }
+
+    /// [`Ctx::produce`] with extra producer flags (e.g. `--half`).
+    fn produce_with(
+        &mut self,
+        server: &Standalone,
+        topic: &str,
+        tag: &str,
+        prefix: &str,
+        count: u32,
+        extra: &[&str],
+    ) {
         self.ensure_topic(server, topic);
         let namesrv = server.namesrv.as_str();
         let group = format!("PG_{}_{prefix}", self.client.label());
@@ -470,6 +495,7 @@ impl Ctx {
         let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         args.extend(["--count".to_string(), count.to_string()]);
         args.extend(["--instance".to_string(), format!("producer-{prefix}")]);
+        args.extend(extra.iter().map(|s| s.to_string()));
         let mut proc = self.spawn(&format!("produce-{prefix}"), &args);
         let summary = proc.finish(PRODUCE_DEADLINE);
         let sent = summary["sent"].as_u64().unwrap_or(0);
@@ -1380,6 +1406,120 @@ fn node_ali_ons_and_rust_client_read_each_others_messages() {
         Client::Node,
         "node_ali_ons_and_rust_client_read_each_others_messages",
     );
+}
+
+/// The C++ core (PyPI `rocketmq` 0.4.4) sends transaction half messages (`TRAN_MSG=true`,
+/// `PGROUP`) and exits before any END, as a producer that crashed after the half would. Its
+/// push consumer must see none of them until the broker's check-back is answered: a Rust
+/// `TransactionProducer` of the same group commits the even ones and rolls back the odd ones,
+/// and the C++ consumer then receives exactly the even ones, once each. (0.4.4 wraps no
+/// `TransactionMQProducer` and its library exports none in its C API, so END and the
+/// check-back answer cannot come from the C++ core itself.)
+#[test]
+fn python_cpp_half_messages_wait_for_the_check_back_decision() {
+    use ferromq_client::{MessageExt, ProducerConfig, TransactionProducer, TransactionState};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const COUNT: u32 = 20;
+    let test = "python_cpp_half_messages_wait_for_the_check_back_decision";
+    let Some(mut ctx) = Ctx::new(Client::Python, test) else {
+        return;
+    };
+    let data = tempfile::tempdir().expect("temp data dir");
+    // Checked every 200 ms while no producer of the group is online: a high check limit keeps
+    // the halves from being discarded before the Rust producer connects.
+    let flags = [
+        "--transaction-timeout-ms",
+        "500",
+        "--transaction-check-interval-ms",
+        "200",
+        "--transaction-check-max",
+        "10000",
+    ];
+    let broker = Standalone::start_with(data.path(), (0, 0), &ctx.dir, 1, &flags);
+    let topic = "Interop_py_tx";
+    let group = format!("PG_{}_h", Client::Python.label());
+    ctx.produce_with(&broker, topic, "TagH", "h", COUNT, &["--half"]);
+    let expected: BTreeSet<String> = (0..COUNT).step_by(2).map(|i| format!("h:{i}")).collect();
+    let mut consumer = ctx.consumer(
+        &broker.namesrv,
+        topic,
+        "CG_py_tx",
+        "tx",
+        &[
+            "--expect-tag",
+            "TagH",
+            "--expect",
+            &expected.len().to_string(),
+            "--linger",
+            "3",
+        ],
+    );
+    std::thread::sleep(REBALANCE_SETTLE);
+    assert!(
+        with_prefix(&consumer.bodies(), "h").is_empty(),
+        "{test}: a half message reached a consumer before any decision"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let answered = std::sync::Arc::new(AtomicU32::new(0));
+    let count = answered.clone();
+    let namesrv = socket_addr(&broker.namesrv);
+    runtime.block_on(async {
+        let config = ProducerConfig {
+            namesrv_addrs: vec![namesrv],
+            group: group.clone(),
+            heartbeat_interval: Duration::from_millis(500),
+            ..ProducerConfig::default()
+        };
+        let producer = TransactionProducer::start(config, move |half: &MessageExt| {
+            count.fetch_add(1, Ordering::SeqCst);
+            let body = String::from_utf8_lossy(&half.body).to_string();
+            let i: u32 = body.trim_start_matches("h:").parse().unwrap_or(1);
+            if i.is_multiple_of(2) {
+                TransactionState::Commit
+            } else {
+                TransactionState::Rollback
+            }
+        })
+        .expect("transaction producer starts");
+        producer
+            .producer()
+            .routes()
+            .route(topic)
+            .await
+            .expect("route");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while answered.load(Ordering::SeqCst) < COUNT && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        producer.producer().close().await.expect("close");
+    });
+    assert!(
+        answered.load(Ordering::SeqCst) >= COUNT,
+        "{test}: every half checked back"
+    );
+    let summary = consumer.finish(Duration::from_secs(CONSUME_TIMEOUT_S) + SHUTDOWN_SLACK);
+    let bodies = consumer.bodies();
+    let got = with_prefix(&bodies, "h");
+    assert!(
+        got == expected,
+        "{}: {}; summary {summary}\n{}",
+        consumer.name,
+        describe_missing(&expected, &got),
+        consumer.stderr_tail()
+    );
+    for body in &expected {
+        assert_eq!(
+            bodies.get(body),
+            Some(&1),
+            "{test}: {body} delivered more than once"
+        );
+    }
+    assert_clean(&consumer.name, &summary);
+    broker.stop_clean();
 }
 
 #[test]

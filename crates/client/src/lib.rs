@@ -24,6 +24,7 @@ pub mod read_failover;
 pub mod rebalance;
 mod reset_push;
 pub mod route;
+pub mod transaction;
 
 pub use connections::ConnectionPool;
 pub use error::{ClientError, OffsetError, RejectReason};
@@ -46,3 +47,4 @@ pub use push::{
     PushConsumerConfig, PushConsumerStats, ShutdownReport,
 };
 pub use route::{BrokerReplicas, RouteCache, RouteStats, TopicRoute};
+pub use transaction::{TransactionProducer, TransactionSendResult, TransactionState};

@@ -185,6 +185,19 @@ pub struct BrokerConfig {
     /// online consumers, and until they have heartbeated to this broker it does not know them
     /// (RocketMQ clients heartbeat every 30 s). ferromq's own key.
     pub reset_wait_after_promotion_millis: u64,
+    /// A half message undecided this long after it was stored is checked back with its
+    /// producer, ms (RocketMQ's key and default, 6 s; a message's
+    /// `CHECK_IMMUNITY_TIME_IN_SECONDS` overrides it).
+    pub transaction_time_out: u64,
+    /// How often the transaction checker runs, and the least time between two check-backs
+    /// of one half, ms (RocketMQ's key and default, 60 s).
+    pub transaction_check_interval: u64,
+    /// Check-backs of one half before it is discarded to `TRANS_CHECK_MAX_TIME_TOPIC`
+    /// (RocketMQ's key and default, 15).
+    pub transaction_check_max: u32,
+    /// Most half messages the checker tracks (undecided, or decided above its low
+    /// watermark); a half send past it is answered SYSTEM_BUSY. ferromq's own key.
+    pub transaction_tracked_max: u32,
 }
 
 impl Default for BrokerConfig {
@@ -239,6 +252,10 @@ impl Default for BrokerConfig {
             broker_election_priority: i32::MAX as u32,
             controller_register_timeout_mills: 30_000,
             reset_wait_after_promotion_millis: 30_000,
+            transaction_time_out: 6_000,
+            transaction_check_interval: 60_000,
+            transaction_check_max: 15,
+            transaction_tracked_max: 100_000,
         }
     }
 }
@@ -367,7 +384,47 @@ impl BrokerConfig {
         self.namesrv_addrs()?;
         self.delay_levels_ms()?;
         self.connection_limits().validate()?;
-        self.validate_work_limits()
+        self.validate_work_limits()?;
+        self.validate_transactions()
+    }
+
+    /// The transaction keys: a zero interval would spin the checker, a zero bound refuse every
+    /// half message, and huge ones hold unbounded memory.
+    fn validate_transactions(&self) -> Result<(), ConfigError> {
+        for (key, value, min, max) in [
+            (
+                "transactionTimeOut",
+                self.transaction_time_out,
+                0,
+                86_400_000,
+            ),
+            (
+                "transactionCheckInterval",
+                self.transaction_check_interval,
+                10,
+                86_400_000,
+            ),
+            (
+                "transactionCheckMax",
+                u64::from(self.transaction_check_max),
+                1,
+                10_000,
+            ),
+            (
+                "transactionTrackedMax",
+                u64::from(self.transaction_tracked_max),
+                1,
+                10_000_000,
+            ),
+        ] {
+            if value < min || value > max {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("must be between {min} and {max}, got {value}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `pullHoldMax`, `pullHoldMaxPerConnection` and `maxInFlightRequestsPerConnection`: zero

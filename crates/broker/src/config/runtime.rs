@@ -147,6 +147,22 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "maxInFlightRequestsPerConnection",
         "work limits are set at startup",
     ),
+    (
+        "transactionTimeOut",
+        "the transaction checker's settings are set at startup",
+    ),
+    (
+        "transactionCheckInterval",
+        "the transaction checker's settings are set at startup",
+    ),
+    (
+        "transactionCheckMax",
+        "the transaction checker's settings are set at startup",
+    ),
+    (
+        "transactionTrackedMax",
+        "the transaction checker's settings are set at startup",
+    ),
 ];
 
 /// Why an update was refused; names the key.

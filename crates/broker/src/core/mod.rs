@@ -37,5 +37,6 @@ pub mod reset;
 pub mod scheduler;
 pub mod send;
 pub mod send_back;
+pub mod transactions;
 pub mod view;
 pub mod work_limits;

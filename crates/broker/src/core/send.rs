@@ -12,6 +12,8 @@
 //!   into another queue; only the send that auto-creates its topic maps its queue (picked
 //!   from the auto-create template's route) into the new topic's queues.
 //! - A message with a `DELAY` level goes through the delay scheduler (`scheduler`).
+//! - A half message (`TRAN_MSG=true` or the prepared sysFlag) is stored by
+//!   `transactions::half`; a batch or a delayed message cannot be one (MESSAGE_ILLEGAL).
 
 use std::net::SocketAddr;
 
@@ -31,6 +33,8 @@ pub const PROPERTY_DELAY: &str = "DELAY";
 /// One send: a message, or a batch of messages sharing its header.
 #[derive(Debug, Clone)]
 pub struct SendRequest<'a> {
+    /// Producer group (a half message's group when it carries no `PGROUP`).
+    pub producer_group: &'a str,
     /// Topic.
     pub topic: &'a str,
     /// The queue the client picked; `None`: any queue.
@@ -92,6 +96,10 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
         requested.max(0) % queue_nums
     } as u32;
     check_properties_len(request.properties)?;
+    let half = super::transactions::half::is_half(request.sys_flag, request.properties);
+    if half {
+        check_half_shape(request)?;
+    }
     let base = DraftRecord {
         topic,
         queue_id,
@@ -119,6 +127,8 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
             })
             .collect();
         put(ctx, &drafts).await?
+    } else if half {
+        super::transactions::half::store_half(ctx, &base, request.producer_group).await?
     } else if let Some(level) = delay_level(request.properties) {
         scheduler::schedule(ctx, &base, level).await?
     } else {
@@ -131,6 +141,18 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
     ctx.metrics
         .record_send(topic, receipt.placements.len(), request.body.len());
     Ok(Sent { receipt, queue_id })
+}
+
+/// Refuses a half message that is a batch or delayed (RocketMQ refuses both).
+fn check_half_shape(request: &SendRequest<'_>) -> Result<(), Refusal> {
+    let reason = if request.batch.is_some() {
+        "a batch cannot be a transactional (half) message"
+    } else if delay_level(request.properties).is_some() {
+        "a delayed message (DELAY property) cannot be a transactional (half) message"
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::new(RefusalKind::InvalidMessage, reason))
 }
 
 /// Appends `drafts` as one batch and waits for the acknowledgement.

@@ -161,7 +161,7 @@ impl BrokerStats {
         let (streamed, received) = ctx.replication.bytes_moved();
         let lease = ctx.replication.lease_remaining();
         let controller = ctx.controller.as_ref();
-        let entries: Vec<(&str, String)> = vec![
+        let mut entries: Vec<(&str, String)> = vec![
             ("controllerMode", controller.is_some().to_string()),
             (
                 "controllerLeader",
@@ -245,6 +245,20 @@ impl BrokerStats {
                     .to_string(),
             ),
         ];
+        let tx = &ctx.metrics.transactions;
+        entries.extend([
+            ("transactionHalfPending", tx.pending().to_string()),
+            ("transactionChecksTotal", tx.checks().to_string()),
+            (
+                "transactionCommitsTotal",
+                tx.decisions("commit").to_string(),
+            ),
+            (
+                "transactionRollbacksTotal",
+                tx.decisions("rollback").to_string(),
+            ),
+            ("transactionDiscardsTotal", tx.discards().to_string()),
+        ]);
         entries
             .into_iter()
             .map(|(key, value)| (key.to_string(), value))

@@ -16,7 +16,8 @@
 //!   `pull_out_of_range` (a consumer told PULL_OFFSET_MOVED).
 //! - `ferromq_requests_refused_total{reason,request}`: requests refused for what they name
 //!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
-//!   `schedule_target`, `reserved_record` or `bad_commitlog_offset`; `request` the operation.
+//!   `schedule_target`, `transaction_target` (a half message's real topic or queue), `reserved_record`
+//!   or `bad_commitlog_offset`; `request` the operation.
 //! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
 //!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!
@@ -42,6 +43,8 @@
 //! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
+//!
+//! Transactional messages have their own counters, listed in `super::transactions`.
 //!
 //! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED;
 //! `ferromq_requests_busy_total{reason}`, requests answered SYSTEM_BUSY by a work limit
@@ -180,6 +183,8 @@ pub struct BrokerMetrics {
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
+    /// Transactional messages (`super::transactions`).
+    pub transactions: super::transactions::TransactionMetrics,
 }
 
 impl Default for BrokerMetrics {
@@ -207,6 +212,7 @@ impl BrokerMetrics {
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
+            transactions: Default::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -284,6 +290,7 @@ impl BrokerMetrics {
             "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
             metrics.busy.clone(),
         );
+        metrics.transactions.register(&mut registry);
         BrokerMetrics {
             registry,
             ..metrics

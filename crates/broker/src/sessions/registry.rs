@@ -58,7 +58,7 @@ pub struct ConsumerClient {
 #[derive(Debug, Default)]
 struct Registry {
     consumers: HashMap<String, BTreeMap<String, ConsumerClient>>,
-    producers: HashMap<String, BTreeMap<String, (u64, Instant)>>,
+    producers: HashMap<String, BTreeMap<String, (ClientChannel, Instant)>>,
 }
 
 /// Connected producers and consumers by group.
@@ -93,7 +93,7 @@ impl ClientRegistry {
                 .producers
                 .entry(producer.group_name.clone())
                 .or_default()
-                .insert(data.client_id.clone(), (channel.id, now));
+                .insert(data.client_id.clone(), (channel.clone(), now));
         }
         for consumer in &data.consumer_data_set {
             let members = registry
@@ -148,7 +148,7 @@ impl ClientRegistry {
     pub fn channel_closed(&self, channel_id: u64) -> Vec<String> {
         self.remove_where(
             |client| client.channel.id == channel_id,
-            |(id, _)| *id == channel_id,
+            |(channel, _)| channel.id == channel_id,
         )
     }
 
@@ -164,7 +164,7 @@ impl ClientRegistry {
     fn remove_where(
         &self,
         consumer_gone: impl Fn(&ConsumerClient) -> bool,
-        producer_gone: impl Fn(&(u64, Instant)) -> bool,
+        producer_gone: impl Fn(&(ClientChannel, Instant)) -> bool,
     ) -> Vec<String> {
         let mut registry = self.registry.lock().expect("clients lock");
         let mut changed = Vec::new();
@@ -181,6 +181,19 @@ impl ClientRegistry {
         }
         registry.producers.retain(|_, members| !members.is_empty());
         changed
+    }
+
+    /// The connection of the producer of `group` that heartbeated last (the one a transaction
+    /// check-back goes to), with its client id; `None` when no producer of the group is
+    /// connected.
+    pub fn producer_channel(&self, group: &str) -> Option<(String, ClientChannel)> {
+        let registry = self.registry.lock().expect("clients lock");
+        registry
+            .producers
+            .get(group)?
+            .iter()
+            .max_by_key(|(_, (_, last))| *last)
+            .map(|(client_id, (channel, _))| (client_id.clone(), channel.clone()))
     }
 
     /// Sorted client ids of a consumer group.

@@ -116,13 +116,23 @@ pub async fn query_by_id(args: QueryMsgByIdArgs) -> Result<()> {
     let view = RecordView::parse(bytes).context("the broker returned a malformed message")?;
     let broker = admin.named(&addr).await;
     let shown = Shown::from_view(&view, &broker.name);
+    // A transaction's half message: the broker adds its state.
+    let transaction = reply
+        .ext_fields
+        .get(ferromq_protocol::remoting::extensions::TRANSACTION_STATE_EXT);
     if args.common.json {
         let mut message = shown.to_json(true);
         // The id asked for, as mqadmin shows it (the unique key is among `properties`).
         message["msgId"] = json!(args.msg_id.trim());
+        if let Some(state) = transaction {
+            message["transaction"] = json!({"halfMessage": true, "state": state});
+        }
         print_json(&message);
     } else {
         shown.print_detail();
+        if let Some(state) = transaction {
+            println!("{:<20}half message (prepared), {state}", "Transaction:");
+        }
     }
     Ok(())
 }

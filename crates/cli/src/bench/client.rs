@@ -45,40 +45,40 @@ const STAMP_LEN: usize = 16;
 pub struct ClientBenchArgs {
     /// Name server address.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9876")]
-    namesrv: SocketAddr,
+    pub(super) namesrv: SocketAddr,
     /// Topic (auto-created by the first send when the broker allows it).
     #[arg(long, value_name = "T", default_value = "BenchTopic")]
-    topic: String,
+    pub(super) topic: String,
     /// Body size in bytes (at least 16 for e2e, which stamps the body).
     #[arg(long, value_name = "BYTES", default_value_t = 128, value_parser = value_parser!(u64).range(1..=4_194_304))]
-    size: u64,
+    pub(super) size: u64,
     /// Producers, one connection each.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=256))]
-    producers: u32,
+    pub(super) producers: u32,
     /// Consumers (lite pull consumers in one group).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=256))]
-    consumers: u32,
+    pub(super) consumers: u32,
     /// Messages per send (1: single sends; more: batch sends).
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = value_parser!(u32).range(1..=4096))]
-    batch: u32,
+    pub(super) batch: u32,
     /// Concurrent sends per producer.
     #[arg(long, value_name = "W", default_value_t = 1, value_parser = value_parser!(u32).range(1..=4096))]
-    in_flight: u32,
+    pub(super) in_flight: u32,
     /// Duration of the run (the upper bound when --count is given).
     #[arg(long, value_name = "S", default_value_t = 10, value_parser = value_parser!(u64).range(1..=86_400))]
-    seconds: u64,
+    pub(super) seconds: u64,
     /// Stop after this many messages (sent for produce and e2e, received for consume).
     #[arg(long, value_name = "M")]
-    count: Option<u64>,
+    pub(super) count: Option<u64>,
     /// Queues of an auto-created topic.
     #[arg(long, default_value_t = 8, value_parser = value_parser!(i32).range(1..=1024))]
-    queues: i32,
+    pub(super) queues: i32,
     /// Consumer group (default: a fresh group per run).
     #[arg(long)]
-    group: Option<String>,
+    pub(super) group: Option<String>,
     /// Print the result as one JSON object on the last stdout line.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 /// Which client bench.
@@ -158,7 +158,7 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
 /// Makes sure `--topic` has a route: when the name server knows none, creates the topic with
 /// `--queues` queues (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic` does) on every master
 /// of the auto-create template `TBW102`, and waits (bounded) for the route to appear.
-async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
+pub(super) async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
     const TIMEOUT: Duration = Duration::from_secs(3);
     let pool = Arc::new(ConnectionPool::new(ClientOptions::default()));
     let routes = RouteCache::new(vec![args.namesrv], pool.clone(), TIMEOUT, Duration::ZERO)
@@ -660,7 +660,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn rate(count: u64, elapsed: Duration) -> f64 {
+pub(super) fn rate(count: u64, elapsed: Duration) -> f64 {
     let seconds = elapsed.as_secs_f64();
     if seconds > 0.0 {
         count as f64 / seconds
@@ -669,7 +669,7 @@ fn rate(count: u64, elapsed: Duration) -> f64 {
     }
 }
 
-fn round(value: f64, digits: i32) -> f64 {
+pub(super) fn round(value: f64, digits: i32) -> f64 {
     let scale = 10f64.powi(digits);
     (value * scale).round() / scale
 }
@@ -750,7 +750,7 @@ fn report(
 }
 
 /// `len` pseudo-random bytes (xorshift64; the same every run).
-fn incompressible(len: usize) -> Vec<u8> {
+pub(super) fn incompressible(len: usize) -> Vec<u8> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     (0..len)
         .map(|_| {

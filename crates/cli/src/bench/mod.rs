@@ -5,6 +5,7 @@
 //! - `bench recovery`: restart time after a crash, from the last checkpoint and from nothing.
 //! - `bench produce|consume|e2e`: the Rust client against a running broker (absolute figures;
 //!   their baseline is `bench store` on the same machine).
+//! - `bench transaction`: transactional sends (half + END) against plain sends, same run.
 //!
 //! Every run works in a scratch directory of its own (under `--dir`, default the system temp
 //! directory) and removes it at the end, whatever happened.
@@ -14,6 +15,7 @@ mod failover;
 mod recovery;
 mod stats;
 mod store;
+mod transaction;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -72,6 +74,13 @@ pub enum BenchCommand {
     /// ratio to the steady throughput of the same run; a final drain counts lost (must be 0)
     /// and duplicated messages.
     Failover(failover::FailoverBenchArgs),
+    /// Transactional sends (half message + END commit) against plain sends, same run.
+    ///
+    /// Runs a plain phase, then a transactional phase, each for --seconds (or --count
+    /// messages) with --producers producers and --in-flight senders each; every transaction's
+    /// local callback commits at once and END is a request. Prints msgs/s and latency
+    /// p50/p99/p999 per call for both and ratio = transactional msgs/s / plain msgs/s.
+    Transaction(client::ClientBenchArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -88,6 +97,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Consume(args) => client::run(client::Kind::Consume, &args),
         BenchCommand::E2e(args) => client::run(client::Kind::E2e, &args),
         BenchCommand::Failover(args) => failover::run(&args),
+        BenchCommand::Transaction(args) => transaction::run(&args),
     }
 }
 

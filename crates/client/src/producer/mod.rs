@@ -181,6 +181,16 @@ impl Producer {
         &self.inner.client_id
     }
 
+    /// The connection pool (shared with anything built from this producer).
+    pub(crate) fn pool(&self) -> &Arc<ConnectionPool> {
+        &self.inner.pool
+    }
+
+    /// The configuration.
+    pub(crate) fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
     /// The route cache (shared with anything built from this producer).
     pub fn routes(&self) -> &Arc<RouteCache> {
         &self.inner.routes

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::codes::request;
+use ferromq_protocol::remoting::headers::transaction;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::attempt::{non_negative, Prepared};
@@ -48,6 +49,40 @@ impl Producer {
         let uniq = new_uniq_key();
         let prepared = self.prepare_single(&message, &uniq);
         let (sent, attempts) = self.send_retrying(&prepared, selection, &message).await?;
+        Ok(SendResult {
+            msg_id: uniq,
+            offset_msg_id: sent.header.msg_id,
+            queue: sent.queue,
+            queue_offset: non_negative(sent.header.queue_offset),
+            attempts,
+        })
+    }
+
+    /// Sends `message` as a half (prepared) message of this producer's group: `TRAN_MSG` and
+    /// `PGROUP` set, sysFlag prepared type. The broker keeps it from consumers until an
+    /// END_TRANSACTION commits it (see `crate::transaction`).
+    pub(crate) async fn send_half(&self, message: &Message) -> Result<SendResult, ClientError> {
+        self.check(message)?;
+        if message.delay_level.is_some() {
+            return Err(ClientError::InvalidMessage(
+                "a transactional message cannot have a delay level".into(),
+            ));
+        }
+        let mut half = message.clone();
+        half.properties.insert(
+            transaction::PROPERTY_TRANSACTION_PREPARED.into(),
+            "true".into(),
+        );
+        half.properties.insert(
+            transaction::PROPERTY_PRODUCER_GROUP.into(),
+            self.inner.config.group.clone(),
+        );
+        let uniq = new_uniq_key();
+        let mut prepared = self.prepare_single(&half, &uniq);
+        prepared.sys_flag |= transaction::TRANSACTION_PREPARED_TYPE;
+        let (sent, attempts) = self
+            .send_retrying(&prepared, &QueueSelection::RoundRobin, &half)
+            .await?;
         Ok(SendResult {
             msg_id: uniq,
             offset_msg_id: sent.header.msg_id,

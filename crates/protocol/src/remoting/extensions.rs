@@ -82,3 +82,8 @@ pub const RESET_OLD_OFFSETS_EXT: &str = "oldOffsets";
 /// epoch than the group's live master replace it (failover), and refuses one with a lower
 /// epoch (a deposed master). RocketMQ name servers ignore unknown ext fields.
 pub const MASTER_EPOCH_EXT: &str = "ferromqMasterEpoch";
+
+/// Ext field of a VIEW_MESSAGE_BY_ID reply whose record is a transaction's half message: the
+/// half's state as the master sees it (`pending, N check-backs`, `committed`, `rolled back`,
+/// `discarded`, `rolled back or discarded`, or why it cannot say).
+pub const TRANSACTION_STATE_EXT: &str = "ferromqTransactionState";

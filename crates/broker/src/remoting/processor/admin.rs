@@ -157,7 +157,19 @@ pub(super) async fn view_message(
         Err(refusal) => return super::code_map::error_reply(command, &refusal),
     };
     match crate::core::lookup::message_at(ctx, phys_offset).await {
-        Ok(bytes) => success(command).with_body(bytes),
+        Ok(bytes) => {
+            let mut reply = success(command);
+            // A half message says so, with its state (`queryMsgById` shows it).
+            if let Ok(view) = ferromq_protocol::RecordView::parse(&bytes) {
+                if view.topic_str() == crate::core::transactions::TRANS_HALF_TOPIC {
+                    let state = crate::core::transactions::status::half_state(ctx, &view).await;
+                    reply
+                        .ext_fields
+                        .insert(crate::codes::TRANSACTION_STATE_EXT.into(), state);
+                }
+            }
+            reply.with_body(bytes)
+        }
         Err(refusal) => super::code_map::error_reply(command, &refusal),
     }
 }

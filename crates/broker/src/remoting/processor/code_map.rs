@@ -26,6 +26,10 @@
 //! | `PullError::DispatchStalled`, `PullError::Busy`, `PullError::CallerGone` | SYSTEM_BUSY (2) |
 //! | `RefusalKind::BadSubscription` | SUBSCRIPTION_PARSE_FAILED (23) |
 //! | `PullError::Failed` | SYSTEM_ERROR (1) |
+//! | `EndError::NoHalf`, `EndError::Conflict` (END naming no half, or the other decision) | TRANSACTION_FAILED (4) |
+//! | `EndError::WrongGroup` | TRANSACTION_STATE_GROUP_WRONG (203) |
+//! | `EndError::Busy` (another decision of the half is being written) | SYSTEM_BUSY (2) |
+//! | `EndError::Load` (the transaction table could not be rebuilt) | SYSTEM_BUSY (2) |
 //!
 //! A poisoned store answers SERVICE_NOT_AVAILABLE for every write kind (messages, commits,
 //! resets): Java producers then try another broker, and the remark names the failure.
@@ -39,6 +43,7 @@ use crate::core::error::{
     CommitError, CorrectionRefusal, PullError, QueryError, RefusalKind, ResetError, SendError,
     ViewError, WriteError,
 };
+use crate::core::transactions::decision::EndError;
 
 /// A core error's remoting response code.
 pub trait ResponseCode: std::fmt::Display {
@@ -172,6 +177,18 @@ impl ResponseCode for PullError {
             PullError::Failed { .. } => response::SYSTEM_ERROR,
             PullError::View(error) => error.code(),
             PullError::Busy(_) | PullError::CallerGone => response::SYSTEM_BUSY,
+        }
+    }
+}
+
+impl ResponseCode for EndError {
+    fn code(&self) -> i32 {
+        match self {
+            EndError::Refused(refusal) => refusal.code(),
+            EndError::NoHalf { .. } | EndError::Conflict { .. } => response::TRANSACTION_FAILED,
+            EndError::WrongGroup { .. } => response::TRANSACTION_STATE_GROUP_WRONG,
+            EndError::Busy { .. } | EndError::Load(_) => response::SYSTEM_BUSY,
+            EndError::Write(error) => error.code(),
         }
     }
 }

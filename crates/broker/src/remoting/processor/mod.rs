@@ -19,6 +19,7 @@ mod query;
 mod reset;
 mod send;
 mod send_back;
+mod transaction;
 
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::{request_code_name, HeaderError, RemotingCommand};
@@ -64,6 +65,7 @@ pub async fn handle(
         request::LOCK_BATCH_MQ => client::lock_batch(ctx, &command),
         request::UNLOCK_BATCH_MQ => client::unlock_batch(ctx, &command),
         request::CONSUMER_SEND_MSG_BACK => send_back::handle(ctx, channel, &command).await,
+        request::END_TRANSACTION => transaction::handle(ctx, &command).await,
         request::UPDATE_AND_CREATE_TOPIC => admin::create_topic(ctx, &command).await,
         request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &command).await,
         request::GET_ALL_TOPIC_CONFIG => admin::all_topic_config(ctx, &command),

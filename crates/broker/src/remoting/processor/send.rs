@@ -80,6 +80,7 @@ async fn send(
         None
     };
     let request = SendRequest {
+        producer_group: &header.producer_group,
         topic: &header.topic,
         // RocketMQ's "any queue" is a negative id.
         queue_id: u32::try_from(header.queue_id).ok(),

@@ -51,6 +51,7 @@ pub mod namesrv;
 pub mod offset;
 pub mod pull;
 pub mod send;
+pub mod transaction;
 
 #[cfg(test)]
 mod tests;
