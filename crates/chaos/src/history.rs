@@ -265,6 +265,12 @@ pub enum Op {
         offsets: Vec<(Queue, u64)>,
         generation: Option<u64>,
     },
+    /// A reset that failed without saying it was not applied (the connection closed, the
+    /// reply timed out, or the record was written but not yet durable): it may still take
+    /// effect later, for instance once a failover exposes its record. The harness asks again
+    /// with the same timestamp until one attempt is acknowledged ([`Op::Reset`]); until then
+    /// the checker treats the reset as pending.
+    ResetUnsettled { error: String },
     /// A fault was injected or healed.
     Fault(Fault),
     /// The harness saw broker group `group` get a new master: `master` (a node name) at

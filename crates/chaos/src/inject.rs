@@ -9,6 +9,12 @@
 //! for `resetWaitAfterPromotionMillis`), or a fault whose victim does not exist at that moment
 //! (no master mid-failover, every slave already down). Any other fault error fails the run.
 //!
+//! A reset that fails without a definite answer may still land later (its record can be in a
+//! log that a failover exposes), so the injector asks again with the same timestamp every
+//! [`RESET_RETRY`] until one attempt is acknowledged, and at the end of the faults for at most
+//! [`RESET_SETTLE_MAX`]; a reset never acknowledged by then fails the run. The history says
+//! `Op::ResetUnsettled` for each failed attempt and `Op::Reset` for the acknowledged one.
+//!
 //! Invariants:
 //! 1. Steps run in time order, a healing before a beginning planned at the same instant.
 //! 2. Every fault that began is healed: by its own end step, or by [`Injector::heal_all`].
@@ -30,6 +36,20 @@ use crate::recorder::Recorder;
 use crate::servers::{Servers, Struck};
 use crate::topology::Link;
 use crate::workload::consumers::Consumers;
+
+/// How often an unsettled reset is asked again.
+pub const RESET_RETRY: Duration = Duration::from_secs(1);
+/// How long after the faults an unsettled reset may take to be acknowledged.
+pub const RESET_SETTLE_MAX: Duration = Duration::from_secs(30);
+
+/// A reset whose last attempt failed: asked again until acknowledged.
+#[derive(Debug, Clone)]
+struct UnsettledReset {
+    planned: PlannedFault,
+    timestamp_ms: u64,
+    attempts: u32,
+    last_error: String,
+}
 
 /// A fault that could not be carried out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -73,6 +93,7 @@ pub struct Injector<'a> {
     pub group_topic: (&'a str, &'a str),
     active: BTreeMap<usize, Active>,
     errors: Vec<FaultError>,
+    unsettled: Option<UnsettledReset>,
 }
 
 impl<'a> Injector<'a> {
@@ -92,6 +113,7 @@ impl<'a> Injector<'a> {
             group_topic,
             active: BTreeMap::new(),
             errors: Vec::new(),
+            unsettled: None,
         }
     }
 
@@ -114,7 +136,7 @@ impl<'a> Injector<'a> {
         }
         steps.sort();
         for (at, step) in steps {
-            tokio::time::sleep_until(start + at).await;
+            self.wait_until(start + at).await;
             match step {
                 Step::Begin(i) => self.begin(i, &plan[i]).await?,
                 Step::End(i) => self.end(i).await?,
@@ -230,27 +252,99 @@ impl<'a> Injector<'a> {
             .insert(i, Active::Partitioned(struck, link, name));
     }
 
+    /// Sleeps until `deadline`, asking an unsettled reset again every [`RESET_RETRY`].
+    pub async fn wait_until(&mut self, deadline: Instant) {
+        while self.unsettled.is_some() {
+            let next = Instant::now() + RESET_RETRY;
+            if next >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(next).await;
+            self.retry_reset().await;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+
     async fn reset(&mut self, planned: &PlannedFault, back: Duration) {
+        // A new reset supersedes an unsettled one: once it is acknowledged, the older record
+        // (if it ever lands) lies before it in the master's log.
+        self.unsettled = None;
         self.recorder.record(Op::Fault(Fault::Reset));
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let timestamp = now_ms.saturating_sub(back.as_millis() as u64);
+        let timestamp_ms = now_ms.saturating_sub(back.as_millis() as u64);
+        if let Err(error) = self.ask_reset(timestamp_ms).await {
+            // During another fault the master may be down or cut off, and a master that has
+            // just been elected refuses resets until its consumers have heartbeated to it:
+            // a failure is the right answer then. With nothing active it is a defect.
+            let expected =
+                !self.active.is_empty() || error.contains("resetWaitAfterPromotionMillis");
+            self.refuse(
+                planned,
+                format!("reset: {error} (asked again until acknowledged)"),
+                expected,
+            );
+            self.unsettled = Some(UnsettledReset {
+                planned: planned.clone(),
+                timestamp_ms,
+                attempts: 1,
+                last_error: error,
+            });
+        }
+    }
+
+    /// Asks for the reset to `timestamp_ms` once and records the outcome: `Op::Reset` when
+    /// acknowledged, `Op::ResetUnsettled` (and the error) otherwise.
+    async fn ask_reset(&mut self, timestamp_ms: u64) -> Result<(), String> {
         let (group, topic) = self.group_topic;
-        match self.admin.reset_by_time(group, topic, timestamp).await {
-            Ok(result) => self.recorder.record(Op::Reset {
-                offsets: result.offsets,
-                generation: result.generation,
-            }),
-            Err(error) => {
-                // During another fault the master may be down or cut off, and a master that
-                // has just been elected refuses resets until its consumers have heartbeated to
-                // it: a refusal is the right answer then. With nothing active it is a defect.
-                let expected = !self.active.is_empty()
-                    || error.to_string().contains("resetWaitAfterPromotionMillis");
-                self.refuse(planned, format!("reset: {error}"), expected);
+        match self.admin.reset_by_time(group, topic, timestamp_ms).await {
+            Ok(result) => {
+                self.recorder.record(Op::Reset {
+                    offsets: result.offsets,
+                    generation: result.generation,
+                });
+                Ok(())
             }
+            Err(error) => {
+                let error = error.to_string();
+                self.recorder.record(Op::ResetUnsettled {
+                    error: error.clone(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    /// One more attempt of the unsettled reset, if any.
+    async fn retry_reset(&mut self) {
+        let Some(mut unsettled) = self.unsettled.take() else {
+            return;
+        };
+        if let Err(error) = self.ask_reset(unsettled.timestamp_ms).await {
+            unsettled.attempts += 1;
+            unsettled.last_error = error;
+            self.unsettled = Some(unsettled);
+        }
+    }
+
+    /// After the faults: asks an unsettled reset again until it is acknowledged, for at most
+    /// [`RESET_SETTLE_MAX`]; one never acknowledged is an unexpected fault error.
+    async fn settle_reset(&mut self) {
+        let deadline = Instant::now() + RESET_SETTLE_MAX;
+        while self.unsettled.is_some() && Instant::now() < deadline {
+            self.retry_reset().await;
+            if self.unsettled.is_some() {
+                tokio::time::sleep(RESET_RETRY).await;
+            }
+        }
+        if let Some(unsettled) = self.unsettled.take() {
+            let error = format!(
+                "reset never acknowledged after {} attempts: {}",
+                unsettled.attempts, unsettled.last_error
+            );
+            self.refuse(&unsettled.planned, error, false);
         }
     }
 
@@ -313,6 +407,7 @@ impl<'a> Injector<'a> {
                     .record(Op::Fault(Fault::Restart { node: name, role }));
             }
         }
+        self.settle_reset().await;
         Ok(())
     }
 }

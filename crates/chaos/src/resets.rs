@@ -48,14 +48,20 @@ pub fn undone_resets(history: &History) -> Vec<UndoneReset> {
     // Deliveries since the last reset invocation, per queue, until the reset is acknowledged.
     let mut pending: BTreeMap<Queue, BTreeSet<u64>> = BTreeMap::new();
     let mut invoked = false;
+    // An unsettled attempt may land any time before the acknowledged retry: deliveries since
+    // the first attempt count as re-reads.
+    let mut unsettled = false;
     let mut watches: BTreeMap<Queue, Watch> = BTreeMap::new();
     let mut undone = Vec::new();
     for event in &history.events {
         match &event.op {
             Op::Fault(Fault::Reset) => {
+                if !unsettled {
+                    pending.clear();
+                }
                 invoked = true;
-                pending.clear();
             }
+            Op::ResetUnsettled { .. } => unsettled = true,
             Op::Reset { offsets, .. } => {
                 for (queue, offset) in offsets {
                     let delivered = pending.remove(queue).unwrap_or_default();
@@ -70,6 +76,7 @@ pub fn undone_resets(history: &History) -> Vec<UndoneReset> {
                     watches.insert(queue.clone(), watch);
                 }
                 invoked = false;
+                unsettled = false;
             }
             Op::Deliver { queue, offset, .. } => {
                 if invoked {

@@ -289,7 +289,9 @@ pub async fn run(config: &RunConfig) -> Result<RunOutcome, RunError> {
         (GROUP, TOPIC),
     );
     injector.run(&plan, started).await?;
-    tokio::time::sleep_until(started + Duration::from_secs(config.seconds)).await;
+    injector
+        .wait_until(started + Duration::from_secs(config.seconds))
+        .await;
     injector.heal_all().await?;
     let fault_errors = injector.take_errors();
     drop(injector);

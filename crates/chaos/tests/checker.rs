@@ -578,6 +578,71 @@ fn commit_during_a_pending_reset_is_no_regression() {
 }
 
 #[test]
+fn an_unsettled_reset_stays_pending_across_later_faults_until_acknowledged() {
+    // Chaos replicated seed 2004: the reset's reply was lost in a failover, its record landed
+    // on the new master; the consumers followed it after the next fault. The harness asks
+    // again until one attempt is acknowledged.
+    let reader = consumer(0, 0);
+    let unsettled = || Op::ResetUnsettled {
+        error: "connection closed".into(),
+    };
+    let mut builder = clean();
+    builder
+        .fault(Fault::Reset)
+        .op(unsettled())
+        .fault(Fault::Partition {
+            node: "broker-a-r1".into(),
+            mode: "drop".into(),
+            link: "client-broker".into(),
+        })
+        .commit(reader, 0, 5)
+        .commit(reader, 0, 2)
+        .op(Op::Reset {
+            offsets: vec![(queue(0), 2)],
+            generation: Some(2),
+        })
+        .commit(reader, 0, 3)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+
+    // Once acknowledged, the window is closed: a later fault does not reopen it.
+    let mut builder = clean();
+    builder
+        .fault(Fault::Reset)
+        .op(unsettled())
+        .op(Op::Reset {
+            offsets: vec![(queue(0), 2)],
+            generation: Some(2),
+        })
+        .commit(reader, 0, 3)
+        .fault(Fault::Partition {
+            node: "broker-a-r1".into(),
+            mode: "drop".into(),
+            link: "client-broker".into(),
+        })
+        .commit(reader, 0, 1)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+
+    // A refused reset (no `ResetUnsettled`) closes at the next fault, as before.
+    let mut builder = clean();
+    builder
+        .fault(Fault::Reset)
+        .fault(Fault::Partition {
+            node: "broker-a-r1".into(),
+            mode: "drop".into(),
+            link: "client-broker".into(),
+        })
+        .commit(reader, 0, 5)
+        .commit(reader, 0, 2)
+        .drain(true);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K4 commit regressions"]);
+}
+
+#[test]
 fn commit_sent_before_a_reset_and_acknowledged_after_it_does_not_raise_the_baseline() {
     // Chaos `--faults reset --seed 8`: the broker applied 4 before the reset record, but its
     // reply was recorded after the reset op; the session's next commits start from the reset.

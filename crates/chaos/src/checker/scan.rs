@@ -179,6 +179,9 @@ pub(super) struct Scan {
     last_reset_fault: Option<usize>,
     /// A `Reset` fault was recorded and its `Reset` op not yet.
     reset_pending: bool,
+    /// A `ResetUnsettled` was recorded and no `Reset` op since: the reset may still land, so
+    /// `reset_pending` stays set across later faults.
+    reset_unsettled: bool,
     /// Per consumer session, the index of its last `CommitOk`/`CommitFail`.
     last_commit_event: HashMap<ConsumerId, usize>,
     /// Index of the last `Observe` (the observer reads one queue after another).
@@ -222,6 +225,7 @@ impl Scan {
             observes: 0,
             last_reset_fault: None,
             reset_pending: false,
+            reset_unsettled: false,
             last_commit_event: HashMap::new(),
             last_observe: None,
             deliveries: 0,
@@ -306,6 +310,10 @@ impl Scan {
                 offsets,
                 generation,
             } => self.reset(index, offsets, *generation),
+            Op::ResetUnsettled { .. } => {
+                self.reset_unsettled = true;
+                self.reset_pending = true;
+            }
             Op::Fault(fault) => self.fault(index, at_ms, fault),
             Op::DrainStart => {}
             Op::DrainEnd { complete } => self.drain_complete = Some(*complete),
@@ -824,8 +832,10 @@ impl Scan {
 
     fn fault(&mut self, index: usize, at_ms: u64, fault: &Fault) {
         // The harness records `Fault::Reset` before asking for the reset and `Op::Reset` once
-        // it is acknowledged; the next fault closes the window even when the reset failed.
-        self.reset_pending = matches!(fault, Fault::Reset);
+        // it is acknowledged; the next fault closes the window when the reset was refused,
+        // but not while an unsettled one may still land (the harness asks again until one
+        // attempt is acknowledged).
+        self.reset_pending = matches!(fault, Fault::Reset) || self.reset_unsettled;
         match fault {
             Fault::Kill { node, role } => {
                 self.kills_by_role.add(*role);
@@ -861,6 +871,7 @@ impl Scan {
 
     fn reset(&mut self, index: usize, offsets: &[(Queue, u64)], generation: Option<u64>) {
         self.reset_pending = false;
+        self.reset_unsettled = false;
         for (queue, offset) in offsets {
             let queue = self.intern(queue);
             let state = &mut self.queue_states[queue as usize];
