@@ -1687,3 +1687,99 @@ async fn offsets_on_group(addr: SocketAddr, group: &str) -> BTreeMap<i32, Option
     }
     out
 }
+
+// ---------------------------------------------------------------------------------------------
+// Transactions through a failover
+// ---------------------------------------------------------------------------------------------
+
+/// Halves of producer group `TX_GROUP` the transaction failover test decides.
+const TX_GROUP: &str = "FailoverTxProducer";
+
+/// Bodies of queue 0 of TOPIC on `addr` from `from` on.
+async fn bodies_from(addr: SocketAddr, from: i64) -> Vec<String> {
+    let client = connect(addr).await;
+    let reply = pull(&client, TOPIC, 0, from, 32, None).await;
+    records(&reply)
+        .into_iter()
+        .map(|(_, body)| String::from_utf8(body).unwrap())
+        .collect()
+}
+
+/// Transactions through a real controller cluster (3 controllers, 3 SYNC_MASTER replicas):
+/// a commit and a rollback the old master acknowledged hold on the new master, the half
+/// left pending is checked back by the new master (and only it), its commit is delivered
+/// once, and a repeated or contradicting END for a decided half is answered from the
+/// replicated decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_decisions_and_pending_halves_fail_over_to_the_new_master() {
+    let extra = vec![
+        "transactionTimeOut = 300".to_string(),
+        "transactionCheckInterval = 200".to_string(),
+        "transactionCheckMax = 100".to_string(),
+    ];
+    let mut cluster = Cluster::start_with(3, 3, "SYNC_MASTER", false, extra).await;
+    let controller = cluster.controllers.client();
+    let info = wait_master(&controller, 1, 3, 30).await;
+    let master: SocketAddr = info.master_address.as_ref().unwrap().parse().unwrap();
+    seed(master, 1, "tx").await;
+    let from = 1;
+    let client = connect(master).await;
+    let committed = send_half(&client, TX_GROUP, TOPIC, 0, "tx-committed").await;
+    let rolled_back = send_half(&client, TX_GROUP, TOPIC, 0, "tx-rolled-back").await;
+    let pending = send_half(&client, TX_GROUP, TOPIC, 0, "tx-pending").await;
+    for (half, kind) in [(committed, 8), (rolled_back, 12)] {
+        let reply = invoke(&client, end_transaction(TX_GROUP, half, kind, false)).await;
+        assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    }
+    assert_eq!(bodies_from(master, from).await, vec!["tx-committed"]);
+    drop(client);
+
+    let (killed, at) = kill_master(&mut cluster, &info);
+    let new = wait_master(&controller, 2, 1, 30).await;
+    println!(
+        "transactions: killed {killed}; epoch {} after {:?}",
+        new.master_epoch,
+        at.elapsed()
+    );
+    let new_master: SocketAddr = new.master_address.unwrap().parse().unwrap();
+    assert_ne!(new_master, master);
+    let producer = connect(new_master).await;
+    let mut checks = producer.take_server_requests().unwrap();
+    producer_heartbeat(&producer, "127.0.0.1@tx-failover", TX_GROUP).await;
+    let check = tokio::time::timeout(Duration::from_secs(30), checks.recv())
+        .await
+        .expect("the new master checks the pending half back within 30 s")
+        .unwrap();
+    assert_eq!(check.code, request::CHECK_TRANSACTION_STATE);
+    let header: ferromq_protocol::remoting::headers::transaction::CheckTransactionStateRequestHeader =
+        check.decode_header().unwrap();
+    assert_eq!(
+        (header.tran_state_table_offset, header.commit_log_offset),
+        pending,
+        "only the undecided half is checked"
+    );
+    assert_eq!(bodies_from(new_master, from).await, vec!["tx-committed"]);
+    let reply = invoke(&producer, end_transaction(TX_GROUP, pending, 8, true)).await;
+    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    eventually!(10, "the checked half delivered by the new master", {
+        bodies_from(new_master, from).await.len() == 2
+    });
+    assert_eq!(
+        bodies_from(new_master, from).await,
+        vec!["tx-committed", "tx-pending"]
+    );
+    let again = invoke(&producer, end_transaction(TX_GROUP, committed, 8, false)).await;
+    assert_eq!(again.code, response::SUCCESS, "{}", remark(&again));
+    assert!(
+        remark(&again).contains("already decided"),
+        "{}",
+        remark(&again)
+    );
+    let flip = invoke(&producer, end_transaction(TX_GROUP, rolled_back, 8, false)).await;
+    assert_eq!(flip.code, response::TRANSACTION_FAILED, "{}", remark(&flip));
+    assert_eq!(
+        bodies_from(new_master, from).await,
+        vec!["tx-committed", "tx-pending"],
+        "nothing delivered twice, the rollback never"
+    );
+}

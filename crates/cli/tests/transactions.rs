@@ -6,24 +6,26 @@
 //! SIGKILL the process; restart it on the same data; a producer of the group connects; the
 //! broker checks back the third half only; the producer commits it; consumers see the first
 //! and third messages, once each.
+//!
+//! A torn write (power loss with an unflushed tail) can keep a commit's real message but not
+//! its decision record: the test cuts the CommitLog at the op record, and the restarted broker
+//! checks the half again and, on commit, records the decision without a second copy.
 
 #[macro_use]
 mod common;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::send::{
-    SendMessageRequestHeaderV2, SendMessageResponseHeader,
-};
-use ferromq_protocol::remoting::headers::transaction::{
-    CheckTransactionStateRequestHeader, EndTransactionRequestHeader,
-};
+use ferromq_protocol::remoting::headers::transaction::CheckTransactionStateRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{MessageId, Properties};
+use ferromq_protocol::MessageId;
 
-use common::remoting::{client, invoke, pull, records, remark};
+use common::remoting::{
+    client, end_transaction, invoke, producer_heartbeat, pull, records, remark, send_half, Half,
+};
 
 const TX_FLAGS: &[&str] = &[
     "--transaction-timeout-ms",
@@ -34,39 +36,12 @@ const TX_FLAGS: &[&str] = &[
     "50",
 ];
 
-async fn half(conn: &ferromq_protocol::remoting::client::RemotingClient, body: &str) -> (i64, i64) {
-    let properties =
-        Properties::encode([("TRAN_MSG", "true"), ("PGROUP", "PG"), ("UNIQ_KEY", body)]);
-    let header = SendMessageRequestHeaderV2 {
-        a: "PG".into(),
-        b: "TX".into(),
-        c: "TBW102".into(),
-        d: 1,
-        e: 0,
-        g: 1,
-        i: Some(String::from_utf8(properties).unwrap()),
-        ..Default::default()
-    };
-    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
-        .with_body(body.as_bytes().to_vec());
-    let reply = invoke(conn, command).await;
-    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
-    let header: SendMessageResponseHeader = reply.decode_header().unwrap();
-    let phys = MessageId::decode(&header.msg_id).unwrap().phys_offset as i64;
-    (header.queue_offset, phys)
+async fn half(conn: &ferromq_protocol::remoting::client::RemotingClient, body: &str) -> Half {
+    send_half(conn, "PG", "TX", 0, body).await
 }
 
-fn end(half: (i64, i64), kind: i32, from_check: bool) -> RemotingCommand {
-    let header = EndTransactionRequestHeader {
-        producer_group: "PG".into(),
-        tran_state_table_offset: half.0,
-        commit_log_offset: half.1,
-        commit_or_rollback: kind,
-        from_transaction_check: Some(from_check),
-        msg_id: None,
-        transaction_id: None,
-    };
-    RemotingCommand::request_with_header(request::END_TRANSACTION, &header)
+fn end(half: Half, kind: i32, from_check: bool) -> RemotingCommand {
+    end_transaction("PG", half, kind, from_check)
 }
 
 async fn consumed(broker: SocketAddr) -> Vec<String> {
@@ -103,10 +78,7 @@ async fn decisions_hold_and_pending_halves_are_checked_again_after_kill_9() {
     let broker: SocketAddr = standalone.broker.parse().unwrap();
     let producer = client(broker).await;
     let mut checks = producer.take_server_requests().unwrap();
-    let body = r#"{"clientID":"127.0.0.1@restarted","producerDataSet":[{"groupName":"PG"}],"consumerDataSet":[]}"#;
-    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
-        .with_body(body.as_bytes().to_vec());
-    assert_eq!(invoke(&producer, beat).await.code, response::SUCCESS);
+    producer_heartbeat(&producer, "127.0.0.1@restarted", "PG").await;
     let check = tokio::time::timeout(Duration::from_secs(20), checks.recv())
         .await
         .expect("a check-back within 20 s")
@@ -190,5 +162,103 @@ async fn query_msg_by_id_on_a_half_says_it_is_a_half_and_its_state() {
     ] {
         assert!(status.contains(entry), "{entry} in {status}");
     }
+    standalone.stop();
+}
+
+/// The commit op record's property, as stored (`key\u{1}value\u{2}`).
+const COMMIT_OP_NEEDLE: &[u8] = b"FERROMQ_TX_OP\x01commit";
+
+/// Cuts the CommitLog at the start of the record holding the commit op record, as a power
+/// loss that kept the real message but not its decision would: that record and everything
+/// after it in the segment is zeroed. Returns the cut position.
+fn tear_at_commit_op(data: &Path, real_body: &[u8]) -> usize {
+    for item in std::fs::read_dir(data.join("commitlog")).unwrap() {
+        let path = item.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let Some(needle) = bytes
+            .windows(COMMIT_OP_NEEDLE.len())
+            .position(|w| w == COMMIT_OP_NEEDLE)
+        else {
+            continue;
+        };
+        // Walk the records by their TOTALSIZE to the one holding the needle.
+        let mut start = 0usize;
+        loop {
+            let size = u32::from_be_bytes(bytes[start..start + 4].try_into().unwrap()) as usize;
+            assert!(size > 0, "no record holds the op record at {needle}");
+            if needle < start + size {
+                break;
+            }
+            start += size;
+        }
+        let real = bytes
+            .windows(real_body.len())
+            .position(|w| w == real_body)
+            .expect("the real message is in the same segment");
+        assert!(real < start, "the real message lies before the cut");
+        bytes[start..].fill(0);
+        std::fs::write(&path, bytes).unwrap();
+        return start;
+    }
+    panic!("no commit op record in {}", data.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_write_that_kept_the_real_message_but_not_the_decision_commits_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let standalone = common::start_in(&data, TX_FLAGS);
+    let broker: SocketAddr = standalone.broker.parse().unwrap();
+    let conn = client(broker).await;
+    let torn = half(&conn, "torn-commit").await;
+    let reply = invoke(&conn, end(torn, 8, false)).await;
+    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    assert_eq!(consumed(broker).await, vec!["torn-commit"]);
+    drop(conn);
+    drop(standalone); // SIGKILL
+    let cut = tear_at_commit_op(&data, b"torn-commit");
+    assert!(cut > 0);
+
+    let standalone = common::start_in(&data, TX_FLAGS);
+    let broker: SocketAddr = standalone.broker.parse().unwrap();
+    assert_eq!(
+        consumed(broker).await,
+        vec!["torn-commit"],
+        "the real message survived the cut"
+    );
+    let producer = client(broker).await;
+    let mut checks = producer.take_server_requests().unwrap();
+    producer_heartbeat(&producer, "127.0.0.1@torn", "PG").await;
+    let check = tokio::time::timeout(Duration::from_secs(20), checks.recv())
+        .await
+        .expect("the undecided half is checked again within 20 s")
+        .unwrap();
+    let header: CheckTransactionStateRequestHeader = check.decode_header().unwrap();
+    assert_eq!(
+        (header.tran_state_table_offset, header.commit_log_offset),
+        torn
+    );
+    let reply = invoke(&producer, end(torn, 8, true)).await;
+    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    // The decision is recorded: no further check comes, and no second copy is delivered.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(late)) = tokio::time::timeout_at(deadline.into(), checks.recv()).await {
+        // A check sent before the decision was recorded may still arrive; nothing after.
+        let header: CheckTransactionStateRequestHeader = late.decode_header().unwrap();
+        assert_eq!(
+            (header.tran_state_table_offset, header.commit_log_offset),
+            torn
+        );
+    }
+    let again = tokio::time::timeout(Duration::from_millis(1_500), checks.recv()).await;
+    assert!(
+        again.is_err(),
+        "a decided half was checked again: {again:?}"
+    );
+    assert_eq!(
+        consumed(broker).await,
+        vec!["torn-commit"],
+        "the committed copy is not written twice"
+    );
     standalone.stop();
 }

@@ -18,9 +18,12 @@ use ferromq_protocol::remoting::headers::offset::{
     QueryConsumerOffsetResponseHeader, UpdateConsumerOffsetRequestHeader,
 };
 use ferromq_protocol::remoting::headers::pull::PullMessageRequestHeader;
-use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+use ferromq_protocol::remoting::headers::send::{
+    SendMessageRequestHeaderV2, SendMessageResponseHeader,
+};
+use ferromq_protocol::remoting::headers::transaction::EndTransactionRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_protocol::{Properties, RecordView};
+use ferromq_protocol::{MessageId, Properties, RecordView};
 
 /// Bound on one remoting request.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -234,6 +237,64 @@ pub async fn pull(
         RemotingCommand::request_with_header(request::PULL_MESSAGE, &header),
     )
     .await
+}
+
+/// A half message: its queue offset in the half topic and its CommitLog offset.
+pub type Half = (i64, i64);
+
+/// Sends `body` (also its `UNIQ_KEY`) as a half message of producer group `group` for
+/// (`topic`, `queue`).
+pub async fn send_half(
+    client: &RemotingClient,
+    group: &str,
+    topic: &str,
+    queue: i32,
+    body: &str,
+) -> Half {
+    let properties =
+        Properties::encode([("TRAN_MSG", "true"), ("PGROUP", group), ("UNIQ_KEY", body)]);
+    let header = SendMessageRequestHeaderV2 {
+        a: group.into(),
+        b: topic.into(),
+        c: "TBW102".into(),
+        d: 1,
+        e: queue,
+        g: 1,
+        i: Some(String::from_utf8(properties).unwrap()),
+        ..Default::default()
+    };
+    let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
+        .with_body(body.as_bytes().to_vec());
+    let reply = invoke(client, command).await;
+    assert_eq!(reply.code, response::SUCCESS, "{}", remark(&reply));
+    let header: SendMessageResponseHeader = reply.decode_header().unwrap();
+    let phys = MessageId::decode(&header.msg_id).unwrap().phys_offset as i64;
+    (header.queue_offset, phys)
+}
+
+/// END_TRANSACTION of `half` for producer group `group`: `kind` 8 commits, 12 rolls back.
+pub fn end_transaction(group: &str, half: Half, kind: i32, from_check: bool) -> RemotingCommand {
+    let header = EndTransactionRequestHeader {
+        producer_group: group.into(),
+        tran_state_table_offset: half.0,
+        commit_log_offset: half.1,
+        commit_or_rollback: kind,
+        from_transaction_check: Some(from_check),
+        msg_id: None,
+        transaction_id: None,
+    };
+    RemotingCommand::request_with_header(request::END_TRANSACTION, &header)
+}
+
+/// A heartbeat that registers `client_id` as a producer of `group` (so the broker may check
+/// its halves back over this connection).
+pub async fn producer_heartbeat(client: &RemotingClient, client_id: &str, group: &str) {
+    let body = format!(
+        r#"{{"clientID":"{client_id}","producerDataSet":[{{"groupName":"{group}"}}],"consumerDataSet":[]}}"#
+    );
+    let beat = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+        .with_body(body.into_bytes());
+    assert_eq!(invoke(client, beat).await.code, response::SUCCESS);
 }
 
 /// (queue offset, body) of each record in a pull reply.

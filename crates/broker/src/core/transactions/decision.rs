@@ -304,7 +304,7 @@ async fn untracked(
                 .properties
                 .get_str(PROPERTY_REAL_TOPIC)
                 .unwrap_or_default();
-            if already_committed(ctx, &view, topic, phys_offset).await {
+            if already_committed(ctx, &view, topic, phys_offset).await? {
                 Decision::Commit
             } else {
                 Decision::Rollback
@@ -412,7 +412,7 @@ async fn commit(ctx: &BrokerContext, entry: &HalfEntry, op: &OpRecord) -> Result
         body: view.body,
         properties: &properties,
     };
-    if entry.recovered && already_committed(ctx, &view, topic, entry.phys_offset).await {
+    if entry.recovered && already_committed(ctx, &view, topic, entry.phys_offset).await? {
         tracing::info!(half_phys_offset = entry.phys_offset, %topic,
             "the committed copy of a half message is already in the log; recording the decision only");
         return Ok(write_ops(ctx, &[*op]).await?);
@@ -429,24 +429,37 @@ async fn commit(ctx: &BrokerContext, entry: &HalfEntry, op: &OpRecord) -> Result
 }
 
 /// Whether the real message of a half was written already (looked up by `UNIQ_KEY`).
+///
+/// # Errors
+/// A [`Refusal`] (internal) when the key index cannot be read: answering "not written" then
+/// could write a second copy of a committed message, so the caller must not decide.
 pub(super) async fn already_committed(
     ctx: &BrokerContext,
     half: &RecordView<'_>,
     topic: &str,
     phys_offset: u64,
-) -> bool {
+) -> Result<bool, Refusal> {
     let Some(uniq) = half.properties.get_str("UNIQ_KEY").map(str::to_string) else {
-        return false;
+        return Ok(false);
     };
     let (store, topic) = (ctx.store.clone(), topic.to_string());
-    let found =
-        tokio::task::spawn_blocking(move || store.messages_by_unique_key(&topic, &uniq, 16)).await;
-    let Ok(Ok(copies)) = found else {
-        return false;
+    let unreadable = |error: String| {
+        Refusal::new(
+            RefusalKind::Internal,
+            format!(
+                "could not look for the committed copy of the half at {phys_offset}: {error}; \
+                 the half stays undecided"
+            ),
+        )
     };
-    copies.iter().any(|bytes| {
+    let copies =
+        tokio::task::spawn_blocking(move || store.messages_by_unique_key(&topic, &uniq, 16))
+            .await
+            .map_err(|e| unreadable(e.to_string()))?
+            .map_err(|e| unreadable(e.to_string()))?;
+    Ok(copies.iter().any(|bytes| {
         RecordView::parse(bytes).is_ok_and(|v| v.prepared_tx_offset == phys_offset as i64)
-    })
+    }))
 }
 
 /// An op record's draft.

@@ -38,10 +38,10 @@ pub async fn half_state(ctx: &BrokerContext, view: &RecordView<'_>) -> String {
                 .properties
                 .get_str(crate::core::scheduler::PROPERTY_REAL_TOPIC)
                 .unwrap_or_default();
-            if super::decision::already_committed(ctx, view, topic, phys_offset).await {
-                "committed".into()
-            } else {
-                "rolled back or discarded".into()
+            match super::decision::already_committed(ctx, view, topic, phys_offset).await {
+                Ok(true) => "committed".into(),
+                Ok(false) => "rolled back or discarded".into(),
+                Err(refusal) => format!("unknown: {refusal}"),
             }
         }
         Err(error) => format!("unknown: {error}"),
