@@ -270,9 +270,8 @@ impl GoProc {
                         "{}: more than {MAX_LINES} lines of output",
                         self.name
                     );
-                    self.output.push(
-                        serde_json::from_str(&line).unwrap_or_else(|_| Value::String(line)),
-                    );
+                    self.output
+                        .push(serde_json::from_str(&line).unwrap_or_else(|_| Value::String(line)));
                 }
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => {
@@ -468,7 +467,9 @@ async fn query_progress(
         let addr: std::net::SocketAddr = addr.parse().expect("a socket address");
         RemotingClient::connect(addr, ADMIN_TIMEOUT)
     };
-    let ns = connect(namesrv).await.map_err(|e| format!("{namesrv}: {e}"))?;
+    let ns = connect(namesrv)
+        .await
+        .map_err(|e| format!("{namesrv}: {e}"))?;
     let header = GetRouteInfoRequestHeader {
         topic: topic.to_string(),
         accept_standard_json_only: Some(true),
@@ -482,7 +483,10 @@ async fn query_progress(
         .map_err(|e| format!("GET_ROUTEINFO_BY_TOPIC: {e}"))?;
     ns.close();
     if reply.code != response::SUCCESS {
-        return Err(format!("route of {topic}: code {} {:?}", reply.code, reply.remark));
+        return Err(format!(
+            "route of {topic}: code {} {:?}",
+            reply.code, reply.remark
+        ));
     }
     let route: TopicRouteData = decode_json(reply.body.as_deref().unwrap_or_default())
         .map_err(|e| format!("route of {topic}: {e}"))?;
@@ -493,7 +497,9 @@ async fn query_progress(
         .max()
         .ok_or_else(|| format!("route of {topic} names no queues"))?;
 
-    let client = connect(broker).await.map_err(|e| format!("{broker}: {e}"))?;
+    let client = connect(broker)
+        .await
+        .map_err(|e| format!("{broker}: {e}"))?;
     let mut table = Vec::new();
     for queue_id in 0..queues {
         let header = GetMaxOffsetRequestHeader {
@@ -611,7 +617,16 @@ fn go_client_sync_and_batch_sends_then_push_consume_with_tags() {
         topic,
         group,
         "c1",
-        &["--subscribe", "TagA", "--expect-tag", "TagA", "--expect", "1000", "--linger", "2"],
+        &[
+            "--subscribe",
+            "TagA",
+            "--expect-tag",
+            "TagA",
+            "--expect",
+            "1000",
+            "--linger",
+            "2",
+        ],
     );
     let summary = consumer.finish(Duration::from_secs(CONSUME_TIMEOUT_S) + SHUTDOWN_SLACK);
     assert_clean(&consumer.name, &summary);
@@ -707,7 +722,10 @@ fn go_client_two_push_consumers_share_one_group() {
         got1.len(),
         got2.len()
     );
-    assert!(overlap <= MAX_OVERLAP, "{test}: {overlap} messages seen by both");
+    assert!(
+        overlap <= MAX_OVERLAP,
+        "{test}: {overlap} messages seen by both"
+    );
     assert_offsets_at_end(&ctx, topic, group, 1001);
     eprintln!("{test}: took {:.1} s", started.elapsed().as_secs_f64());
 }
