@@ -270,8 +270,11 @@ impl GoProc {
                         "{}: more than {MAX_LINES} lines of output",
                         self.name
                     );
-                    self.output
-                        .push(serde_json::from_str(&line).unwrap_or_else(|_| Value::String(line)));
+                    let value = match serde_json::from_str(&line) {
+                        Ok(value) => value,
+                        Err(_) => Value::String(line),
+                    };
+                    self.output.push(value);
                 }
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => {
