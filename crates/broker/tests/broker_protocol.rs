@@ -297,6 +297,94 @@ async fn bad_input_gets_errors_and_the_broker_keeps_serving() {
     broker.shutdown().await.unwrap();
 }
 
+/// A heartbeat as rocketmq-client-go v2 writes it for a tag subscription (`codeSet` items are
+/// strings) with `code_set` substituted.
+fn go_heartbeat(client_id: &str, code_set: &str) -> Vec<u8> {
+    format!(
+        r#"{{"clientID":"{client_id}","producerDataSet":[],"consumerDataSet":[{{"groupName":"G",
+        "consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING",
+        "consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","subscriptionDataSet":[{{
+        "classFilterMode":false,"topic":"T","subString":"TagA","tagsSet":["TagA"],
+        "codeSet":{code_set},"subVersion":1764686371000000000,"expressionType":"TAG"}}],
+        "unitMode":false}}]}}"#
+    )
+    .into_bytes()
+}
+
+/// Request shapes the Go client and rocketmq-dashboard send, each with the answer it must get:
+/// what ferromq supports succeeds, a malformed body is INVALID_PARAMETER naming what is wrong,
+/// an unsupported code is REQUEST_CODE_NOT_SUPPORTED naming it and counted in
+/// `ferromq_requests_unsupported_total`; the connection keeps serving throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_client_and_dashboard_request_shapes_get_clear_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let c = client(broker.local_addr()).await;
+    let beat = |body: Vec<u8>| {
+        RemotingCommand::new_request(request::HEART_BEAT, Default::default()).with_body(body)
+    };
+    let code_only = |code: i32| RemotingCommand::new_request(code, Default::default());
+    let table: Vec<(&str, RemotingCommand, i32, &str)> = vec![
+        (
+            "Go heartbeat, codeSet as strings",
+            beat(go_heartbeat("127.0.0.1@go", r#"["2598919"]"#)),
+            response::SUCCESS,
+            "",
+        ),
+        (
+            "heartbeat, codeSet not a number",
+            beat(go_heartbeat("127.0.0.1@bad", r#"["TagA"]"#)),
+            response::INVALID_PARAMETER,
+            "HeartbeatData",
+        ),
+        (
+            "heartbeat, codeSet out of range",
+            beat(go_heartbeat("127.0.0.1@bad", r#"["4294967296"]"#)),
+            response::INVALID_PARAMETER,
+            "32-bit integer",
+        ),
+        (
+            "dashboard resend (CONSUME_MESSAGE_DIRECTLY)",
+            code_only(request::CONSUME_MESSAGE_DIRECTLY),
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            "CONSUME_MESSAGE_DIRECTLY",
+        ),
+        (
+            "a code RocketMQ does not define",
+            code_only(9998),
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            "9998",
+        ),
+    ];
+    for (what, command, code, remark) in table {
+        let reply = c.invoke(command, TIMEOUT).await.expect(what);
+        let text = reply.remark.clone().unwrap_or_default();
+        assert_eq!(reply.code, code, "{what}: {text}");
+        assert!(text.contains(remark), "{what}: remark {text:?}");
+    }
+    let metrics = &broker.context().metrics;
+    assert_eq!(metrics.unsupported_count("CONSUME_MESSAGE_DIRECTLY"), 1);
+    assert_eq!(metrics.unsupported_count("unknown"), 1);
+    // The Go client's heartbeat registered it in G with its tag subscription.
+    let header = ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader {
+        consumer_group: "G".into(),
+    };
+    let reply = c
+        .invoke(
+            RemotingCommand::request_with_header(request::GET_CONSUMER_LIST_BY_GROUP, &header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let body = String::from_utf8(reply.body.unwrap_or_default().to_vec()).unwrap();
+    assert!(
+        body.contains("127.0.0.1@go") && !body.contains("@bad"),
+        "{body}"
+    );
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_body_is_refused_with_message_illegal() {
     let dir = tempfile::tempdir().unwrap();

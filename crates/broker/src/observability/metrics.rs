@@ -46,6 +46,10 @@
 //!
 //! Transactional messages have their own counters, listed in `super::transactions`.
 //!
+//! - `ferromq_requests_unsupported_total{request}`: requests answered
+//!   REQUEST_CODE_NOT_SUPPORTED, labelled with RocketMQ's name of the code (`unknown` for a
+//!   code RocketMQ does not define).
+//!
 //! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED;
 //! `ferromq_requests_busy_total{reason}`, requests answered SYSTEM_BUSY by a work limit
 //! (`held_pulls`, `held_pulls_per_connection`, `in_flight_per_connection`; see
@@ -183,6 +187,7 @@ pub struct BrokerMetrics {
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
+    unsupported: Family<StaticLabel, Counter>,
     /// Transactional messages (`super::transactions`).
     pub transactions: super::transactions::TransactionMetrics,
 }
@@ -212,6 +217,7 @@ impl BrokerMetrics {
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
+            unsupported: Family::default(),
             transactions: Default::default(),
         };
         let mut registry = Registry::default();
@@ -289,6 +295,11 @@ impl BrokerMetrics {
             "ferromq_requests_busy",
             "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
             metrics.busy.clone(),
+        );
+        registry.register(
+            "ferromq_requests_unsupported",
+            "Requests answered REQUEST_CODE_NOT_SUPPORTED, by request code name",
+            metrics.unsupported.clone(),
         );
         metrics.transactions.register(&mut registry);
         BrokerMetrics {
@@ -468,6 +479,22 @@ impl BrokerMetrics {
     pub fn busy_count(&self, reason: crate::core::work_limits::Busy) -> u64 {
         self.busy
             .get(&[("reason", reason.label())])
+            .map_or(0, |c| c.get())
+    }
+
+    /// A request answered REQUEST_CODE_NOT_SUPPORTED. The label is RocketMQ's name of the
+    /// code, or `unknown` for a code RocketMQ does not define, so clients cannot grow the
+    /// label set without bound.
+    pub fn unsupported(&self, code: i32) {
+        let name = ferromq_protocol::remoting::request_code_name(code).unwrap_or("unknown");
+        self.unsupported.get_or_create(&[("request", name)]).inc();
+    }
+
+    /// Requests answered REQUEST_CODE_NOT_SUPPORTED so far under `name` (a RocketMQ request
+    /// code name, or `unknown`).
+    pub fn unsupported_count(&self, name: &'static str) -> u64 {
+        self.unsupported
+            .get(&[("request", name)])
             .map_or(0, |c| c.get())
     }
 

@@ -44,10 +44,13 @@ pub(super) fn role_changed(ctx: &BrokerContext, command: &RemotingCommand) -> Re
             link.notice();
             success(command)
         }
-        None => command.reply(
-            ferromq_protocol::remoting::response::REQUEST_CODE_NOT_SUPPORTED,
-            Some("NOTIFY_BROKER_ROLE_CHANGED: this broker is not in controller mode".into()),
-        ),
+        None => {
+            ctx.metrics.unsupported(command.code);
+            command.reply(
+                ferromq_protocol::remoting::response::REQUEST_CODE_NOT_SUPPORTED,
+                Some("NOTIFY_BROKER_ROLE_CHANGED: this broker is not in controller mode".into()),
+            )
+        }
     }
 }
 

@@ -89,14 +89,21 @@ pub async fn handle(
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,
         request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
-        code => command.reply(
-            response::REQUEST_CODE_NOT_SUPPORTED,
-            Some(format!(
-                "request code {code} ({}) is not supported by ferromq",
-                request_code_name(code).unwrap_or("unknown")
-            )),
-        ),
+        code => unsupported(ctx, &command, code),
     }
+}
+
+/// REQUEST_CODE_NOT_SUPPORTED naming the code, counted in
+/// `ferromq_requests_unsupported_total`.
+fn unsupported(ctx: &BrokerContext, command: &RemotingCommand, code: i32) -> RemotingCommand {
+    ctx.metrics.unsupported(code);
+    command.reply(
+        response::REQUEST_CODE_NOT_SUPPORTED,
+        Some(format!(
+            "request code {code} ({}) is not supported by ferromq",
+            request_code_name(code).unwrap_or("unknown")
+        )),
+    )
 }
 
 /// The reply to a request whose header could not be read.

@@ -1,11 +1,12 @@
 //! HEART_BEAT (34) body: the producer and consumer groups a client belongs to.
 //!
 //! Enums arrive as Java names (Java, ali-ons) or ordinals (C++ core), `subVersion` as a number
-//! or a string; both are accepted. Output uses names.
+//! or a string, `codeSet` items as numbers or (rocketmq-client-go) strings; all are accepted.
+//! Output uses names.
 
 use serde::{Deserialize, Serialize};
 
-use super::lenient::{bool_any, i64_any, vec_or_null, wire_enum};
+use super::lenient::{bool_any, i64_any, vec_i32_any, vec_or_null, wire_enum};
 
 wire_enum! {
     /// How a consumer gets messages (`ConsumeType`).
@@ -112,8 +113,8 @@ pub struct SubscriptionData {
     /// Tags of a TAG expression.
     #[serde(default, deserialize_with = "vec_or_null")]
     pub tags_set: Vec<String>,
-    /// Java hash codes of `tags_set`.
-    #[serde(default, deserialize_with = "vec_or_null")]
+    /// Java hash codes of `tags_set` (numbers, or numeric strings from rocketmq-client-go).
+    #[serde(default, deserialize_with = "vec_i32_any")]
     pub code_set: Vec<i32>,
     /// Subscription version.
     #[serde(default, deserialize_with = "i64_any")]

@@ -58,6 +58,20 @@ where
     Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
+/// Reads an array of `i32`s, each a JSON number or a numeric string (rocketmq-client-go
+/// writes a subscription's `codeSet` as strings), or null (as empty).
+pub fn vec_i32_any<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i32>, D::Error> {
+    let items = Option::<Vec<Value>>::deserialize(d)?.unwrap_or_default();
+    items
+        .iter()
+        .map(|v| {
+            value_to_i64(v)
+                .and_then(|i| i32::try_from(i).ok())
+                .ok_or_else(|| de::Error::invalid_value(unexpected(v), &"a 32-bit integer"))
+        })
+        .collect()
+}
+
 pub(crate) fn value_to_i64(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64().or_else(|| {

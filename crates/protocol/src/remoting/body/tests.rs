@@ -94,6 +94,35 @@ fn heartbeat_cpp_ordinals_and_string_sub_version() {
     assert_eq!(decode_json::<HeartbeatData>(out.as_bytes()).unwrap(), hb);
 }
 
+/// rocketmq-client-go v2 writes `codeSet` as strings and enums as Java names; a code that is
+/// not a 32-bit integer is still refused.
+#[test]
+fn heartbeat_go_client_string_code_set() {
+    let go = r#"{"clientID":"127.0.0.1@c1","producerDataSet":[],"consumerDataSet":[{"groupName":"CG",
+        "consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING",
+        "consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET","subscriptionDataSet":[{"classFilterMode":false,
+        "topic":"T","subString":"TagA || TagB","tagsSet":["TagA","TagB"],"codeSet":["2598919","2598920"],
+        "subVersion":1764686371000000000,"expressionType":"TAG"}],"unitMode":false}]}"#;
+    let hb: HeartbeatData = decode_json(go.as_bytes()).unwrap();
+    let sub = &hb.consumer_data_set[0].subscription_data_set[0];
+    assert_eq!(sub.code_set, vec![2_598_919, 2_598_920]);
+    assert_eq!(sub.tags_set, vec!["TagA".to_string(), "TagB".to_string()]);
+    assert_eq!(
+        hb.consumer_data_set[0].consume_from_where,
+        ConsumeFromWhere::ConsumeFromFirstOffset
+    );
+    for bad in [r#"["x"]"#, r#"["4294967296"]"#, r#"[true]"#] {
+        let body = go.replace(r#"["2598919","2598920"]"#, bad);
+        assert!(
+            matches!(
+                decode_json::<HeartbeatData>(body.as_bytes()),
+                Err(BodyError::Invalid { .. })
+            ),
+            "codeSet {bad} accepted"
+        );
+    }
+}
+
 #[test]
 fn heartbeat_java_names_and_mxsm_producer_form() {
     let java = r#"{"clientID":"c","consumerDataSet":[{"groupName":"G","consumeType":"CONSUME_ACTIVELY",
