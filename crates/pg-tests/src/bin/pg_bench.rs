@@ -38,7 +38,7 @@ fn arg(name: &str) -> Option<String> {
 
 async fn insert(tx: &tokio_postgres::Transaction<'_>, messages: &[MessageExt]) -> Result<(), tokio_postgres::Error> {
     let statement = tx
-        .prepare_cached(&format!("INSERT INTO {APP_TABLE} (queue_id, queue_offset) VALUES ($1, $2)"))
+        .prepare(&format!("INSERT INTO {APP_TABLE} (queue_id, queue_offset) VALUES ($1, $2)"))
         .await?;
     for m in messages {
         tx.execute(&statement, &[&m.queue_id, &(m.queue_offset as i64)]).await?;
@@ -101,7 +101,7 @@ async fn run_broker(cluster: &Cluster, db: &PostgresOffsets, topic: &str, batch:
         let tx = client.transaction().await?;
         insert(&tx, &messages).await?;
         tx.commit().await?;
-        consumer.commit().await?;
+        let _persisted = consumer.commit().await?;
         done += messages.len();
     }
     let seconds = started.map_or(0.0, |s| s.elapsed().as_secs_f64());

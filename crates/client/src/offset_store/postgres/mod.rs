@@ -1,14 +1,14 @@
 //! Consumer offsets in PostgreSQL (cargo feature `postgres`): [`PostgresOffsets`], the
-//! checked connection pool and table, and [`PostgresOffsetStore`], an [`OffsetStore`] whose
+//! checked connection pool and table, and [`PostgresOffsetStore`], an
+//! [`OffsetStore`](crate::OffsetStore) whose
 //! rows carry an owner generation.
 //!
 //! Why `tokio-postgres` with `deadpool-postgres` rather than `sqlx`: the client already runs
-//! on tokio and needs nothing but a few fixed statements and a transaction handed to the
-//! application; `tokio-postgres` is the driver `sqlx` itself does not share code with but
-//! that many Rust services use directly, it builds without proc macros or a query-checking
-//! database at compile time, and `deadpool-postgres` adds a small, bounded pool with
-//! timeouts. `sqlx` would bring its macro stack and several database back ends' worth of
-//! dependencies to a crate that must stay lean on 2-core builds.
+//! on tokio and needs only a handful of fixed statements plus a transaction handed to the
+//! application. `tokio-postgres` builds without proc macros or a database at compile time;
+//! `deadpool-postgres` adds a small bounded pool with wait, create and recycle timeouts.
+//! `sqlx` would bring its macro stack and more dependencies to a crate that must build fast
+//! on two cores.
 //!
 //! Invariants:
 //! 1. **Start-up is checked.** [`PostgresOffsets::connect`] refuses an unparsable connection
@@ -35,6 +35,3 @@ pub use store::PostgresOffsetStore;
 /// The driver, re-exported so applications use the same version for their statements in
 /// [`LitePullConsumer::consume_transactionally`](crate::LitePullConsumer::consume_transactionally).
 pub use tokio_postgres;
-
-#[allow(unused_imports)]
-use super::OffsetStore;
