@@ -455,7 +455,8 @@ async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_reset_by_time_is_applied_to_the_database_with_a_new_generation() {
-    const MESSAGES: usize = 100;
+    // Two batches of 100: one per queue.
+    const MESSAGES: usize = 200;
     let Some(url) = pg::shared_url() else { return };
     let n = names("reset");
     let db = create_tables(&url, &n).await;
