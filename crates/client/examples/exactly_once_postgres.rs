@@ -119,15 +119,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .await?;
         if batch.messages > 0 {
             idle_since = Instant::now();
-            println!("applied {} transfers: {:?}", batch.messages, batch.committed);
+            println!(
+                "applied {} transfers: {:?}",
+                batch.messages, batch.committed
+            );
         }
     }
     let client = db.pool().get().await?;
     let row = client
-        .query_one("SELECT sum(balance_cents)::bigint, (SELECT count(*) FROM transfers) FROM accounts", &[])
+        .query_one(
+            "SELECT sum(balance_cents)::bigint, (SELECT count(*) FROM transfers) FROM accounts",
+            &[],
+        )
         .await?;
     let (total, applied): (i64, i64) = (row.get(0), row.get(1));
     println!("{applied} transfers applied; balances sum to {total} cents");
-    assert_eq!(total, OPENING_CENTS * ACCOUNTS as i64, "money was created or lost");
+    assert_eq!(
+        total,
+        OPENING_CENTS * ACCOUNTS as i64,
+        "money was created or lost"
+    );
     Ok(())
 }

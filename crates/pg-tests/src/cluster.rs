@@ -116,7 +116,11 @@ impl Cluster {
         let cmd = RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header);
         let reply = client.invoke(cmd, T).await?;
         if reply.code != response::SUCCESS {
-            bail!("create topic {topic}: code {} {:?}", reply.code, reply.remark);
+            bail!(
+                "create topic {topic}: code {} {:?}",
+                reply.code,
+                reply.remark
+            );
         }
         let pool = std::sync::Arc::new(ConnectionPool::new(ClientOptions::default()));
         let routes = RouteCache::new(vec![self.namesrv], pool, T, Duration::ZERO)?;

@@ -136,7 +136,17 @@ impl PgServer {
         let data_arg = data.to_string_lossy().to_string();
         let init = run_as_server_user(
             &bin.join("initdb"),
-            &["-D", &data_arg, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                &data_arg,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
         )?;
         check(init, "initdb")?;
         let mut server = PgServer {
@@ -171,7 +181,9 @@ impl PgServer {
         let log = self.data.join("server.log").to_string_lossy().to_string();
         let out = run_as_server_user(
             &self.bin.join("pg_ctl"),
-            &["-D", &data, "-o", &options, "-l", &log, "-w", "-t", "30", "start"],
+            &[
+                "-D", &data, "-o", &options, "-l", &log, "-w", "-t", "30", "start",
+            ],
         )?;
         check(out, "pg_ctl start")?;
         self.running = true;

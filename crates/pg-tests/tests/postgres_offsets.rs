@@ -70,9 +70,7 @@ async fn create_tables(url: &str, n: &Names) -> tokio_postgres::Client {
 async fn applied(client: &tokio_postgres::Client, app: &str) -> (i64, i64) {
     let row = client
         .query_one(
-            &format!(
-                "SELECT count(*), count(DISTINCT (queue_id, queue_offset)) FROM {app}"
-            ),
+            &format!("SELECT count(*), count(DISTINCT (queue_id, queue_offset)) FROM {app}"),
             &[],
         )
         .await
@@ -254,12 +252,17 @@ async fn sigkill_at_random_points_applies_every_message_exactly_once() {
     let args = ["--batch", "16"];
     for kill in 0..KILLS {
         let child = ChildConsumer::spawn(&cluster, &url, &n, &args);
-        child.wait_line("READY", Duration::from_secs(20)).await;
-        tokio::time::sleep(Duration::from_millis(20 + rng.below(230))).await;
+        // Killed at a random point after its first commit: mid-batch, mid-commit or
+        // between batches.
+        child.wait_line("COMMITTED", Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_millis(rng.below(150))).await;
         child.kill9().await;
         let (total, distinct) = applied(&db, &n.app).await;
         println!("kill {kill}: {total} rows applied");
-        assert_eq!(total, distinct, "a message was applied twice before kill {kill}");
+        assert_eq!(
+            total, distinct,
+            "a message was applied twice before kill {kill}"
+        );
     }
     let (before_last, _) = applied(&db, &n.app).await;
     assert!(
@@ -280,7 +283,11 @@ async fn sigkill_at_random_points_applies_every_message_exactly_once() {
         .unwrap()
         .get(0);
     assert_eq!(bodies, MESSAGES as i64);
-    assert_eq!(offsets_sum(&db, &n).await, MESSAGES as i64, "offsets cover every message");
+    assert_eq!(
+        offsets_sum(&db, &n).await,
+        MESSAGES as i64,
+        "offsets cover every message"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +309,14 @@ async fn paused_owner_is_fenced_after_a_forced_rebalance() {
         &cluster,
         &url,
         &n,
-        &["--batch", "8", "--apply-sleep-ms", "300", "--rebalance-ms", "60000"],
+        &[
+            "--batch",
+            "8",
+            "--apply-sleep-ms",
+            "300",
+            "--rebalance-ms",
+            "60000",
+        ],
     );
     owner.wait_line("APPLYING", Duration::from_secs(20)).await;
     owner.signal("-STOP");
@@ -331,7 +345,9 @@ async fn paused_owner_is_fenced_after_a_forced_rebalance() {
 async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
     const MESSAGES: usize = 300;
     let Some(bin) = pg::bin_dir() else { return };
-    let server = Arc::new(Mutex::new(PgServer::start(&bin).expect("private PostgreSQL")));
+    let server = Arc::new(Mutex::new(
+        PgServer::start(&bin).expect("private PostgreSQL"),
+    ));
     let url = server.lock().unwrap().url();
     let n = names("outage");
     let db = create_tables(&url, &n).await;
@@ -354,7 +370,10 @@ async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
     let mut done = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
     while done < 100 {
-        assert!(Instant::now() < deadline, "only {done} consumed before the outage");
+        assert!(
+            Instant::now() < deadline,
+            "only {done} consumed before the outage"
+        );
         let app = app.clone();
         let batch = consumer
             .consume_transactionally(Duration::from_millis(500), move |tx, m| {
@@ -399,7 +418,13 @@ async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
         })
         .await;
     let error = outcome.expect_err("a commit with PostgreSQL stopped must fail");
-    assert!(matches!(error, TransactionalError::Offset(OffsetError::Database { .. })), "{error}");
+    assert!(
+        matches!(
+            error,
+            TransactionalError::Offset(OffsetError::Database { .. })
+        ),
+        "{error}"
+    );
     for _ in 0..3 {
         let app = app.clone();
         let outcome = consumer
@@ -408,7 +433,10 @@ async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
             })
             .await;
         match outcome {
-            Ok(batch) => assert_eq!(batch.messages, 0, "nothing commits while PostgreSQL is down"),
+            Ok(batch) => assert_eq!(
+                batch.messages, 0,
+                "nothing commits while PostgreSQL is down"
+            ),
             Err(error) => assert!(
                 matches!(error, TransactionalError::Offset(_)),
                 "unexpected error {error}"
@@ -429,18 +457,32 @@ async fn postgres_stopped_mid_run_fails_commits_and_loses_nothing() {
             .offset_store()
             .read(queue, ReadMode::Store)
             .await;
-        assert!(matches!(read, Err(OffsetError::Database { .. })), "{read:?}");
+        assert!(
+            matches!(read, Err(OffsetError::Database { .. })),
+            "{read:?}"
+        );
     }
-    server.lock().unwrap().start_again().expect("restart PostgreSQL");
+    server
+        .lock()
+        .unwrap()
+        .start_again()
+        .expect("restart PostgreSQL");
     let db = pg::connect(&url).await.unwrap();
-    assert_eq!(offsets_sum(&db, &n).await, stored_before, "no commit landed during the outage");
+    assert_eq!(
+        offsets_sum(&db, &n).await,
+        stored_before,
+        "no commit landed during the outage"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (total, _) = applied(&db, &n.app).await;
         if total >= MESSAGES as i64 {
             break;
         }
-        assert!(Instant::now() < deadline, "only {total} rows after the outage");
+        assert!(
+            Instant::now() < deadline,
+            "only {total} rows after the outage"
+        );
         let app = app.clone();
         let _ = consumer
             .consume_transactionally(Duration::from_millis(300), move |tx, m| {
@@ -529,7 +571,11 @@ async fn broker_reset_by_time_is_applied_to_the_database_with_a_new_generation()
     consume_until(2 * MESSAGES as i64).await;
     let after = generations().await;
     for (b, a) in before.iter().zip(&after) {
-        assert!(a.1 > b.1, "generation of queue {} did not move: {b:?} -> {a:?}", a.0);
+        assert!(
+            a.1 > b.1,
+            "generation of queue {} did not move: {b:?} -> {a:?}",
+            a.0
+        );
         assert_eq!(a.2, b.2, "queue {} consumed up to the same end again", a.0);
     }
     assert!(consumer.stats().resets_applied >= 1);
@@ -544,7 +590,10 @@ async fn broker_reset_by_time_is_applied_to_the_database_with_a_new_generation()
         .await
         .unwrap()
         .get(0);
-    assert_eq!(twice, MESSAGES as i64, "each message once per pass, two passes");
+    assert_eq!(
+        twice, MESSAGES as i64,
+        "each message once per pass, two passes"
+    );
 }
 
 #[tokio::test]
@@ -553,34 +602,54 @@ async fn bad_input_is_a_clear_error_at_start() {
     let error = PostgresOffsets::connect(&PostgresConfig::new("host=127.0.0.1 port=not-a-port"))
         .await
         .unwrap_err();
-    assert!(matches!(error, PostgresSetupError::InvalidUrl { .. }), "{error}");
+    assert!(
+        matches!(error, PostgresSetupError::InvalidUrl { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("does not parse"), "{error}");
     let mut bad_table = PostgresConfig::new("host=127.0.0.1");
     bad_table.table = "offsets; DROP TABLE x".into();
     let error = PostgresOffsets::connect(&bad_table).await.unwrap_err();
     assert!(matches!(error, PostgresSetupError::Config(_)), "{error}");
     // Nothing listens: a connect error, not a hang.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut unreachable = PostgresConfig::new(format!("host=127.0.0.1 port={closed} user=x"));
     unreachable.connect_timeout = Duration::from_secs(2);
     let error = PostgresOffsets::connect(&unreachable).await.unwrap_err();
-    assert!(matches!(error, PostgresSetupError::Connect { .. }), "{error}");
+    assert!(
+        matches!(error, PostgresSetupError::Connect { .. }),
+        "{error}"
+    );
 
     let Some(url) = pg::shared_url() else { return };
     let n = names("badinput");
     let mut missing = PostgresConfig::new(url.clone());
     missing.table = n.offsets.clone();
     let error = PostgresOffsets::connect(&missing).await.unwrap_err();
-    assert!(matches!(error, PostgresSetupError::MissingTable { .. }), "{error}");
+    assert!(
+        matches!(error, PostgresSetupError::MissingTable { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("sqlOffsetSchema"), "{error}");
     let db = create_tables(&url, &n).await;
-    PostgresOffsets::connect(&missing).await.expect("the migrated table is accepted");
-    db.execute(&format!("INSERT INTO {}_schema (version) VALUES (99)", n.offsets), &[])
+    PostgresOffsets::connect(&missing)
         .await
-        .unwrap();
+        .expect("the migrated table is accepted");
+    db.execute(
+        &format!("INSERT INTO {}_schema (version) VALUES (99)", n.offsets),
+        &[],
+    )
+    .await
+    .unwrap();
     let error = PostgresOffsets::connect(&missing).await.unwrap_err();
     match &error {
-        PostgresSetupError::SchemaVersion { found, expected, .. } => {
+        PostgresSetupError::SchemaVersion {
+            found, expected, ..
+        } => {
             assert_eq!((*found, *expected), (Some(99), SCHEMA_VERSION));
         }
         other => panic!("expected SchemaVersion, got {other}"),
@@ -618,7 +687,10 @@ async fn store_contract_none_is_not_an_error_and_a_second_claim_fences_the_first
             current_generation,
             current_offset,
             ..
-        } => assert_eq!((*generation, *current_generation, *current_offset), (1, 2, Some(5))),
+        } => assert_eq!(
+            (*generation, *current_generation, *current_offset),
+            (1, 2, Some(5))
+        ),
         other => panic!("expected Fenced, got {other}"),
     }
     assert_eq!(first.stats().stale_rejections, 1);

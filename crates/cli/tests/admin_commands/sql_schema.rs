@@ -6,7 +6,10 @@ use crate::common::{fails, ok, ok_json};
 #[test]
 fn sql_offset_schema_prints_an_idempotent_migration() {
     let sql = ok(&["sqlOffsetSchema"]);
-    assert!(sql.contains("CREATE TABLE IF NOT EXISTS ferromq_consumer_offsets ("), "{sql}");
+    assert!(
+        sql.contains("CREATE TABLE IF NOT EXISTS ferromq_consumer_offsets ("),
+        "{sql}"
+    );
     assert!(sql.contains("CREATE TABLE IF NOT EXISTS ferromq_consumer_offsets_schema ("));
     assert!(sql.contains("generation bigint NOT NULL"));
     assert!(sql.contains("ON CONFLICT (version) DO NOTHING"));

@@ -86,28 +86,30 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                 // Woken by poll, resume or seek; the bound guards against a lost wake-up.
                 let _ = tokio::time::timeout(Duration::from_millis(200), wake.notified()).await;
             }
-            Step::Start(pending_reset) => match start_offset(&shared, &queue, pending_reset).await {
-                Ok((offset, owner_generation)) => {
-                    let mut state = shared.lock();
-                    if let Some(q) = state.queues.get_mut(&queue) {
-                        // A failover during the lookup: look up again on the new master.
-                        if q.epoch == epoch
-                            && q.fetch_offset.is_none()
-                            && q.master_generation == generation
-                        {
-                            q.fetch_offset = Some(offset);
-                            q.consumed = Some(offset);
-                            q.owner_generation = owner_generation;
-                            q.pending_reset = None;
+            Step::Start(pending_reset) => {
+                match start_offset(&shared, &queue, pending_reset).await {
+                    Ok((offset, owner_generation)) => {
+                        let mut state = shared.lock();
+                        if let Some(q) = state.queues.get_mut(&queue) {
+                            // A failover during the lookup: look up again on the new master.
+                            if q.epoch == epoch
+                                && q.fetch_offset.is_none()
+                                && q.master_generation == generation
+                            {
+                                q.fetch_offset = Some(offset);
+                                q.consumed = Some(offset);
+                                q.owner_generation = owner_generation;
+                                q.pending_reset = None;
+                            }
                         }
                     }
+                    Err(error) => {
+                        bump(&shared.counters.start_lookup_failures);
+                        tracing::warn!(?queue, %error, "cannot determine the start offset; retrying");
+                        tokio::time::sleep(config.retry_delay).await;
+                    }
                 }
-                Err(error) => {
-                    bump(&shared.counters.start_lookup_failures);
-                    tracing::warn!(?queue, %error, "cannot determine the start offset; retrying");
-                    tokio::time::sleep(config.retry_delay).await;
-                }
-            },
+            }
             Step::Pull(offset, max, expression) => {
                 let result = shared
                     .pull

@@ -20,8 +20,8 @@
 //!    [`TransactionalBatch::mirror_error`] and never undoes the database commit.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
@@ -360,7 +360,9 @@ where
         .transaction()
         .await
         .map_err(|e| database("begin a batch's transaction", Box::new(e)))?;
-    apply(&tx, messages).await.map_err(TransactionalError::Apply)?;
+    apply(&tx, messages)
+        .await
+        .map_err(TransactionalError::Apply)?;
     for (queue, part) in parts {
         let Some(generation) = part.generation else {
             return Err(TransactionalError::Offset(OffsetError::NotClaimed {
@@ -379,7 +381,10 @@ where
             });
         }
     }
-    tx.commit()
-        .await
-        .map_err(|e| database("commit a batch's transaction (outcome unknown)", Box::new(e)))
+    tx.commit().await.map_err(|e| {
+        database(
+            "commit a batch's transaction (outcome unknown)",
+            Box::new(e),
+        )
+    })
 }

@@ -14,9 +14,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ferromq_client::offset_store::postgres::{
-    tokio_postgres, PostgresConfig, PostgresOffsets,
-};
+use ferromq_client::offset_store::postgres::{tokio_postgres, PostgresConfig, PostgresOffsets};
 use ferromq_client::offset_store::sql_schema::migration_sql;
 use ferromq_client::{LitePullConsumer, LitePullConsumerConfig, MessageExt, StartPosition};
 use ferromq_pg_tests::cluster::Cluster;
@@ -36,12 +34,18 @@ fn arg(name: &str) -> Option<String> {
     None
 }
 
-async fn insert(tx: &tokio_postgres::Transaction<'_>, messages: &[MessageExt]) -> Result<(), tokio_postgres::Error> {
+async fn insert(
+    tx: &tokio_postgres::Transaction<'_>,
+    messages: &[MessageExt],
+) -> Result<(), tokio_postgres::Error> {
     let statement = tx
-        .prepare(&format!("INSERT INTO {APP_TABLE} (queue_id, queue_offset) VALUES ($1, $2)"))
+        .prepare(&format!(
+            "INSERT INTO {APP_TABLE} (queue_id, queue_offset) VALUES ($1, $2)"
+        ))
         .await?;
     for m in messages {
-        tx.execute(&statement, &[&m.queue_id, &(m.queue_offset as i64)]).await?;
+        tx.execute(&statement, &[&m.queue_id, &(m.queue_offset as i64)])
+            .await?;
     }
     Ok(())
 }
@@ -59,8 +63,17 @@ fn config(cluster: &Cluster, group: &str, batch: usize) -> LitePullConsumerConfi
 }
 
 /// Messages per second of the transactional consumer.
-async fn run_postgres(cluster: &Cluster, db: &PostgresOffsets, topic: &str, batch: usize, total: usize) -> anyhow::Result<f64> {
-    let consumer = LitePullConsumer::start_postgres(config(cluster, &format!("pg-{topic}-{batch}"), batch), db.clone())?;
+async fn run_postgres(
+    cluster: &Cluster,
+    db: &PostgresOffsets,
+    topic: &str,
+    batch: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
+    let consumer = LitePullConsumer::start_postgres(
+        config(cluster, &format!("pg-{topic}-{batch}"), batch),
+        db.clone(),
+    )?;
     consumer.subscribe(topic, "*").await?;
     let (mut done, mut started) = (0, None);
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -81,8 +94,15 @@ async fn run_postgres(cluster: &Cluster, db: &PostgresOffsets, topic: &str, batc
 }
 
 /// Messages per second of the broker-offset consumer doing the same database work.
-async fn run_broker(cluster: &Cluster, db: &PostgresOffsets, topic: &str, batch: usize, total: usize) -> anyhow::Result<f64> {
-    let consumer = LitePullConsumer::start(config(cluster, &format!("broker-{topic}-{batch}"), batch))?;
+async fn run_broker(
+    cluster: &Cluster,
+    db: &PostgresOffsets,
+    topic: &str,
+    batch: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
+    let consumer =
+        LitePullConsumer::start(config(cluster, &format!("broker-{topic}-{batch}"), batch))?;
     consumer.subscribe(topic, "*").await?;
     let (mut done, mut started) = (0, None);
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -131,7 +151,9 @@ async fn main() -> anyhow::Result<()> {
     for batch in BATCH_SIZES {
         let topic = format!("Bench{batch}");
         cluster.create_topic(&topic, QUEUES).await?;
-        cluster.produce(&producer, &topic, 0, total, |i| format!("m{i}")).await?;
+        cluster
+            .produce(&producer, &topic, 0, total, |i| format!("m{i}"))
+            .await?;
         let broker = run_broker(&cluster, &db, &topic, batch, total).await?;
         let postgres = run_postgres(&cluster, &db, &topic, batch, total).await?;
         println!(

@@ -14,9 +14,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use ferromq_client::offset_store::postgres::{
-    tokio_postgres, PostgresConfig, PostgresOffsets,
-};
+use ferromq_client::offset_store::postgres::{tokio_postgres, PostgresConfig, PostgresOffsets};
 use ferromq_client::{
     LitePullConsumer, LitePullConsumerConfig, MessageQueue, StartPosition, TransactionalError,
 };
@@ -28,7 +26,9 @@ fn args() -> anyhow::Result<BTreeMap<String, String>> {
         let Some(name) = key.strip_prefix("--") else {
             bail!("unexpected argument {key:?}");
         };
-        let value = it.next().with_context(|| format!("--{name} needs a value"))?;
+        let value = it
+            .next()
+            .with_context(|| format!("--{name} needs a value"))?;
         map.insert(name.to_string(), value);
     }
     Ok(map)
@@ -43,9 +43,14 @@ fn say(line: &str) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let a = args()?;
-    let get = |k: &str| a.get(k).cloned().with_context(|| format!("--{k} is required"));
+    let get = |k: &str| {
+        a.get(k)
+            .cloned()
+            .with_context(|| format!("--{k} is required"))
+    };
     let num = |k: &str, default: u64| -> anyhow::Result<u64> {
-        a.get(k).map_or(Ok(default), |v| v.parse().with_context(|| format!("--{k}")))
+        a.get(k)
+            .map_or(Ok(default), |v| v.parse().with_context(|| format!("--{k}")))
     };
     let topic = get("topic")?;
     let app_table = get("app-table")?;

@@ -102,7 +102,10 @@ impl PostgresOffsetStore {
                 source: Box::new(source),
             }),
             Err(elapsed) => Err(OffsetError::Database {
-                what: format!("{what} (timed out after {:?})", self.db.inner.statement_timeout),
+                what: format!(
+                    "{what} (timed out after {:?})",
+                    self.db.inner.statement_timeout
+                ),
                 source: Box::new(elapsed),
             }),
         }
@@ -134,7 +137,15 @@ impl PostgresOffsetStore {
         let rows = self
             .bounded(
                 format!("read the offset of {queue:?}"),
-                client.query(&sql, &[&self.group, &queue.topic, &queue.broker_name, &queue.queue_id]),
+                client.query(
+                    &sql,
+                    &[
+                        &self.group,
+                        &queue.topic,
+                        &queue.broker_name,
+                        &queue.queue_id,
+                    ],
+                ),
             )
             .await?;
         rows.first().map(|row| decode_row(queue, row)).transpose()
@@ -165,10 +176,7 @@ impl PostgresOffsetStore {
             &owner,
         ];
         let row = self
-            .bounded(
-                format!("claim {queue:?}"),
-                client.query_one(&sql, &params),
-            )
+            .bounded(format!("claim {queue:?}"), client.query_one(&sql, &params))
             .await?;
         let (offset, generation, _) = decode_row(queue, &row)?;
         self.generations().insert(queue.clone(), generation);
@@ -282,7 +290,11 @@ impl PostgresOffsetStore {
             Some(generation) => {
                 // A correction may move backwards (the queue was truncated); a plain commit
                 // never does.
-                let at_most = if correction { i64::MAX as u64 } else { entry.offset };
+                let at_most = if correction {
+                    i64::MAX as u64
+                } else {
+                    entry.offset
+                };
                 match self.connection("commit an offset").await {
                     Ok(client) => {
                         self.commit_with(&**client, queue, generation, at_most, entry.offset)
