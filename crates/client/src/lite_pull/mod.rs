@@ -29,12 +29,19 @@
 //!   reset offsets: messages polled before it are never committed over the reset (the
 //!   broker's fence refuses such commits anyway until the queue is pulled);
 //!   NOTIFY_CONSUMER_IDS_CHANGED triggers a rebalance;
+//! - with an offset store that fences owners (the PostgreSQL store,
+//!   `LitePullConsumer::start_postgres`) every queue entering the assignment is claimed
+//!   from the store (a new owner generation) and starts where the store says; a broker reset
+//!   is written to the store under a new generation before the queue resumes; and
+//!   `consume_transactionally` (feature `postgres`, `transactional`) commits each batch's
+//!   offsets in the application's database transaction, never a polled position;
 //! - every wait is bounded (pull hold + request timeout, `poll`'s timeout, retry delays).
 //!
 //! Layout: the consumer (this module), its configuration and stats (`config`), the shared
 //! state behind the lock (`state`), positions and commits (`positions`), the assignment and
-//! subscribe-mode rebalance (`assignment`), the per-queue fetch task (`fetch`), and broker
-//! pushes (`server_requests`).
+//! subscribe-mode rebalance (`assignment`), the per-queue fetch task (`fetch`), broker
+//! pushes (`server_requests`), and exactly-once consumption into PostgreSQL
+//! (`transactional`, feature `postgres`).
 
 mod assignment;
 mod config;
