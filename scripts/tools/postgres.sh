@@ -61,7 +61,8 @@ start() {
     local bin data port log
     bin="$(find_bin)"
     data="$(data_dir)"
-    log="$root/server.log"
+    # Beside the data directory, where the server's user can reach it in both placements.
+    log="$(dirname "$data")/ferromq-pg-server.log"
     if [[ ! -f "$data/PG_VERSION" ]]; then
         say "initdb into $data"
         as_server_user "$bin/initdb" -D "$data" -U postgres -A trust -E UTF8 >/dev/null
