@@ -307,6 +307,42 @@ pub enum OffsetError {
         /// What is wrong.
         reason: String,
     },
+    /// Another owner took the queue over (its owner generation in the offset table moved
+    /// past this consumer's), or the stored offset is already past the batch: the commit was
+    /// refused and nothing of it was written. The caller drops the batch; the queue's new
+    /// owner (or the reset that moved it) holds the truth. Raised by stores that fence owners
+    /// ([`crate::OffsetStore::fences_owners`]), such as the PostgreSQL store.
+    #[error("commit of {queue:?} fenced: this consumer holds generation {generation}, the store has generation {current_generation} at offset {current_offset:?}, last written by {updated_by:?}")]
+    Fenced {
+        /// The queue concerned.
+        queue: MessageQueue,
+        /// The owner generation this consumer claimed.
+        generation: u64,
+        /// The generation the store holds now.
+        current_generation: u64,
+        /// The next offset the store holds now (`None`: never committed).
+        current_offset: Option<u64>,
+        /// Who last wrote the row (a consumer's client id, or a reset).
+        updated_by: String,
+    },
+    /// A commit was asked for a queue this consumer never claimed from a store that fences
+    /// owners (call [`crate::OffsetStore::claim`] first; consumers do it on assignment).
+    #[error("{queue:?} is not claimed by this consumer; claim it before committing")]
+    NotClaimed {
+        /// The queue concerned.
+        queue: MessageQueue,
+    },
+    /// A database offset store failed (connection refused or lost, timeout, statement
+    /// error, commit failure). A failed `COMMIT` leaves the outcome unknown: the consumer
+    /// re-reads its position from the database before going on.
+    #[error("offset database: {what}: {source}")]
+    Database {
+        /// What was being done (names the queue when there is one).
+        what: String,
+        /// Cause (the driver's error).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Some queues of a `persist_all` failed (see [`crate::PersistReport::into_result`]).
     #[error("{} of {total} queue offsets failed to persist; first: {first}", .failed)]
     PersistFailed {
@@ -323,7 +359,16 @@ impl OffsetError {
     /// True when the broker refused the commit as stale (regression, stale generation, past
     /// max): the same value will never be accepted.
     pub fn is_stale(&self) -> bool {
-        matches!(self, OffsetError::Rejected { reason, .. } if reason.is_stale())
+        match self {
+            OffsetError::Rejected { reason, .. } => reason.is_stale(),
+            OffsetError::Fenced { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// True when another owner (or a reset) fenced this consumer off the queue.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, OffsetError::Fenced { .. })
     }
 
     /// True when the commit or query went to a broker that may no longer be the master: it
@@ -343,7 +388,9 @@ impl OffsetError {
     pub fn is_retriable(&self) -> bool {
         matches!(
             self,
-            OffsetError::Unreachable { .. } | OffsetError::NotDurable { .. }
+            OffsetError::Unreachable { .. }
+                | OffsetError::NotDurable { .. }
+                | OffsetError::Database { .. }
         )
     }
 }

@@ -30,10 +30,12 @@ pub use connections::ConnectionPool;
 pub use error::{ClientError, OffsetError, RejectReason};
 pub use ferromq_protocol::remoting::body::misc::MessageQueue;
 pub use lite_pull::{LitePullConsumer, LitePullConsumerConfig, LitePullStats, StartPosition};
+#[cfg(feature = "postgres")]
+pub use lite_pull::{TransactionalBatch, TransactionalError};
 pub use message::{Message, MessageExt};
 pub use offset_store::CORRECTION_EXT;
 pub use offset_store::{
-    BrokerOffsetStore, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
+    BrokerOffsetStore, Claim, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
     Persister, ReadMode,
 };
 pub use producer::{

@@ -20,6 +20,7 @@ mod group;
 mod ha;
 mod message;
 mod progress;
+mod sql_schema;
 mod time;
 mod topic;
 
@@ -104,10 +105,16 @@ pub enum AdminCommand {
     ElectMaster(controller::ElectMasterArgs),
     /// Make the controller forget brokers of a group (or the whole group).
     CleanBrokerMetadata(controller::CleanBrokerMetadataArgs),
+    /// Print the SQL that creates the Rust client's PostgreSQL offset table (ferromq).
+    #[command(name = "sqlOffsetSchema")]
+    SqlOffsetSchema(sql_schema::SqlOffsetSchemaArgs),
 }
 
 /// Runs one admin command.
 pub fn run(command: AdminCommand) -> Result<()> {
+    if let AdminCommand::SqlOffsetSchema(args) = command {
+        return sql_schema::print(args);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -145,6 +152,7 @@ pub fn run(command: AdminCommand) -> Result<()> {
             AdminCommand::CleanBrokerMetadata(args) => {
                 controller::clean_broker_metadata(args).await
             }
+            AdminCommand::SqlOffsetSchema(args) => sql_schema::print(args),
         }
     })
 }

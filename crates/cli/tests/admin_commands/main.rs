@@ -19,6 +19,7 @@ mod messages;
 mod progress;
 mod reset_fences;
 mod resets;
+mod sql_schema;
 mod support;
 mod topics;
 mod wire;

@@ -53,6 +53,8 @@ pub(super) async fn apply_assignment(
                     consumed: None,
                     epoch,
                     master_generation,
+                    owner_generation: None,
+                    pending_reset: None,
                     paused: false,
                     wake: Arc::new(Notify::new()),
                     task: Some(task),
@@ -62,7 +64,9 @@ pub(super) async fn apply_assignment(
     }
     let store = shared.pull.offset_store();
     for (queue, consumed) in released {
-        if let Some(offset) = consumed {
+        // Transactional consumption: only committed transactions move the store, never
+        // a polled position (the batch in flight may still roll back).
+        if let Some(offset) = consumed.filter(|_| !shared.is_transactional()) {
             store.update(&queue, offset);
             if let Err(error) = store.persist(&queue).await {
                 bump(&shared.counters.release_commit_failures);

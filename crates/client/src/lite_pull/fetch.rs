@@ -34,8 +34,8 @@ pub(super) enum AfterPull {
 pub(super) enum Step {
     /// Nothing to do until woken (paused or buffer full).
     Wait(Arc<Notify>),
-    /// The start position is unknown.
-    Start,
+    /// The start position is unknown (with a broker reset still to write to the store).
+    Start(Option<u64>),
     /// Pull from this offset, at most this many messages.
     Pull(u64, u32, String),
     /// The queue left the assignment or was re-seeked: this task ends.
@@ -71,7 +71,7 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                     Step::Wait(q.wake.clone())
                 }
                 Some(q) => match q.fetch_offset {
-                    None => Step::Start,
+                    None => Step::Start(q.pending_reset),
                     Some(offset) => {
                         let room = config.buffer_per_queue - q.buffer.len();
                         let max = (config.pull_batch as usize).min(room) as u32;
@@ -86,26 +86,30 @@ pub(super) async fn fetch_loop(shared: Arc<Shared>, queue: MessageQueue, epoch: 
                 // Woken by poll, resume or seek; the bound guards against a lost wake-up.
                 let _ = tokio::time::timeout(Duration::from_millis(200), wake.notified()).await;
             }
-            Step::Start => match start_offset(&shared, &queue).await {
-                Ok(offset) => {
-                    let mut state = shared.lock();
-                    if let Some(q) = state.queues.get_mut(&queue) {
-                        // A failover during the lookup: look up again on the new master.
-                        if q.epoch == epoch
-                            && q.fetch_offset.is_none()
-                            && q.master_generation == generation
-                        {
-                            q.fetch_offset = Some(offset);
-                            q.consumed = Some(offset);
+            Step::Start(pending_reset) => {
+                match start_offset(&shared, &queue, pending_reset).await {
+                    Ok((offset, owner_generation)) => {
+                        let mut state = shared.lock();
+                        if let Some(q) = state.queues.get_mut(&queue) {
+                            // A failover during the lookup: look up again on the new master.
+                            if q.epoch == epoch
+                                && q.fetch_offset.is_none()
+                                && q.master_generation == generation
+                            {
+                                q.fetch_offset = Some(offset);
+                                q.consumed = Some(offset);
+                                q.owner_generation = owner_generation;
+                                q.pending_reset = None;
+                            }
                         }
                     }
+                    Err(error) => {
+                        bump(&shared.counters.start_lookup_failures);
+                        tracing::warn!(?queue, %error, "cannot determine the start offset; retrying");
+                        tokio::time::sleep(config.retry_delay).await;
+                    }
                 }
-                Err(error) => {
-                    bump(&shared.counters.start_lookup_failures);
-                    tracing::warn!(?queue, %error, "cannot determine the start offset; retrying");
-                    tokio::time::sleep(config.retry_delay).await;
-                }
-            },
+            }
             Step::Pull(offset, max, expression) => {
                 let result = shared
                     .pull

@@ -29,12 +29,19 @@
 //!   reset offsets: messages polled before it are never committed over the reset (the
 //!   broker's fence refuses such commits anyway until the queue is pulled);
 //!   NOTIFY_CONSUMER_IDS_CHANGED triggers a rebalance;
+//! - with an offset store that fences owners (the PostgreSQL store,
+//!   `LitePullConsumer::start_postgres`) every queue entering the assignment is claimed
+//!   from the store (a new owner generation) and starts where the store says; a broker reset
+//!   is written to the store under a new generation before the queue resumes; and
+//!   `consume_transactionally` (feature `postgres`, `transactional`) commits each batch's
+//!   offsets in the application's database transaction, never a polled position;
 //! - every wait is bounded (pull hold + request timeout, `poll`'s timeout, retry delays).
 //!
 //! Layout: the consumer (this module), its configuration and stats (`config`), the shared
 //! state behind the lock (`state`), positions and commits (`positions`), the assignment and
-//! subscribe-mode rebalance (`assignment`), the per-queue fetch task (`fetch`), and broker
-//! pushes (`server_requests`).
+//! subscribe-mode rebalance (`assignment`), the per-queue fetch task (`fetch`), broker
+//! pushes (`server_requests`), and exactly-once consumption into PostgreSQL
+//! (`transactional`, feature `postgres`).
 
 mod assignment;
 mod config;
@@ -42,9 +49,11 @@ mod fetch;
 mod positions;
 mod server_requests;
 mod state;
+#[cfg(feature = "postgres")]
+mod transactional;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,8 +65,9 @@ use tokio::task::JoinHandle;
 use crate::connections::ConnectionPool;
 use crate::error::{ClientError, OffsetError};
 use crate::message::MessageExt;
-use crate::offset_store::{PersistReport, ReadMode};
+use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMode};
 use crate::pull_consumer::{PullConsumer, PullConsumerConfig};
+use crate::route::RouteCache;
 use assignment::{apply_assignment, rebalance};
 use fetch::spawn_fetch;
 use positions::{commit_all, offset_for_timestamp, stage_positions};
@@ -65,6 +75,8 @@ use server_requests::on_server_request;
 use state::{bump, Assignment, Counters, Shared};
 
 pub use config::{LitePullConsumerConfig, LitePullStats, StartPosition};
+#[cfg(feature = "postgres")]
+pub use transactional::{TransactionalBatch, TransactionalError};
 
 /// RocketMQ's `AllocateMessageQueueAveragely`: contiguous blocks, the first
 /// `queues % members` members getting one extra queue. Both lists must be sorted. The same
@@ -91,19 +103,39 @@ impl LitePullConsumer {
     /// # Errors
     /// [`ClientError::Config`] for an empty group, no name server, or zero buffer sizes.
     pub fn start(config: LitePullConsumerConfig) -> Result<LitePullConsumer, ClientError> {
+        Self::start_with(config, |group, routes, pool, timeout| {
+            Arc::new(BrokerOffsetStore::new(group, routes, pool, timeout))
+        })
+    }
+
+    /// Starts a consumer with the offset store `make` builds from the group, route cache,
+    /// connection pool and request timeout (as [`PullConsumer::start_with`]). A store that
+    /// fences owners ([`OffsetStore::fences_owners`](crate::OffsetStore::fences_owners)) is
+    /// claimed on every assignment and receives broker resets through
+    /// [`OffsetStore::reset_to`](crate::OffsetStore::reset_to).
+    ///
+    /// # Errors
+    /// As [`LitePullConsumer::start`].
+    pub fn start_with(
+        config: LitePullConsumerConfig,
+        make: impl FnOnce(&str, Arc<RouteCache>, Arc<ConnectionPool>, Duration) -> Arc<dyn OffsetStore>,
+    ) -> Result<LitePullConsumer, ClientError> {
         if config.buffer_per_queue == 0 || config.max_poll_messages == 0 || config.pull_batch == 0 {
             return Err(ClientError::Config(
                 "buffer_per_queue, max_poll_messages and pull_batch must be positive".into(),
             ));
         }
-        let pull = PullConsumer::start(PullConsumerConfig {
-            namesrv_addrs: config.namesrv_addrs.clone(),
-            group: config.group.clone(),
-            pull_timeout: config.request_timeout,
-            connect_timeout: config.connect_timeout,
-            route_max_age: config.route_max_age,
-            heartbeat_interval: config.heartbeat_interval,
-        })?;
+        let pull = PullConsumer::start_with(
+            PullConsumerConfig {
+                namesrv_addrs: config.namesrv_addrs.clone(),
+                group: config.group.clone(),
+                pull_timeout: config.request_timeout,
+                connect_timeout: config.connect_timeout,
+                route_max_age: config.route_max_age,
+                heartbeat_interval: config.heartbeat_interval,
+            },
+            make,
+        )?;
         let pool = ConnectionPool::new(ClientOptions {
             connect_timeout: config.connect_timeout,
             ..ClientOptions::default()
@@ -118,6 +150,11 @@ impl LitePullConsumer {
             counters: Counters::default(),
             last_auto_commit_error: Mutex::new(None),
             epochs: AtomicU64::new(0),
+            transactional: AtomicBool::new(false),
+            #[cfg(feature = "postgres")]
+            postgres: std::sync::OnceLock::new(),
+            #[cfg(feature = "postgres")]
+            last_mirror: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -151,6 +188,34 @@ impl LitePullConsumer {
                 }
             });
         }
+        Ok(consumer)
+    }
+
+    /// Starts a consumer whose offsets live in PostgreSQL (`db`, a checked table): the
+    /// database is the source of truth, claimed on every assignment, and committed offsets
+    /// are mirrored to the brokers for monitoring. Consume with
+    /// [`LitePullConsumer::consume_transactionally`].
+    ///
+    /// # Errors
+    /// As [`LitePullConsumer::start`].
+    #[cfg(feature = "postgres")]
+    pub fn start_postgres(
+        config: LitePullConsumerConfig,
+        db: crate::offset_store::postgres::PostgresOffsets,
+    ) -> Result<LitePullConsumer, ClientError> {
+        use crate::offset_store::postgres::PostgresOffsetStore;
+        let slot: Arc<Mutex<Option<Arc<PostgresOffsetStore>>>> = Arc::default();
+        let made = slot.clone();
+        let consumer = Self::start_with(config, move |group, routes, pool, timeout| {
+            let mirror = BrokerOffsetStore::new(group, routes, pool, timeout);
+            let store = Arc::new(PostgresOffsetStore::new(db, group).with_mirror(mirror));
+            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(store.clone());
+            store
+        })?;
+        let store = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let store = store.ok_or_else(|| ClientError::Config("offset store not built".into()))?;
+        store.set_owner(consumer.shared.pull.client_id());
+        let _ = consumer.shared.postgres.set(store);
         Ok(consumer)
     }
 

@@ -12,10 +12,14 @@ use ferromq_protocol::remoting::RemotingCommand;
 use super::config::StartPosition;
 use super::state::{bump, Shared};
 use crate::error::{ClientError, OffsetError};
-use crate::offset_store::{PersistReport, ReadMode};
+use crate::offset_store::PersistReport;
 
-/// Copies every assigned queue's polled position into the offset store's memory.
+/// Copies every assigned queue's polled position into the offset store's memory (nothing
+/// when consuming transactionally: only committed transactions move the store).
 pub(super) fn stage_positions(shared: &Shared) {
+    if shared.is_transactional() {
+        return;
+    }
     let positions: Vec<(MessageQueue, u64)> = shared
         .lock()
         .queues
@@ -83,22 +87,27 @@ pub(super) async fn correct(shared: &Shared, queue: &MessageQueue, offset: u64) 
     }
 }
 
-/// The stored offset, or the configured start position when the broker positively has none.
+/// Where a queue starts, with the owner generation the store granted: a pending broker
+/// reset is written to the store first (stores that fence owners); otherwise the queue is
+/// claimed and starts at the stored offset, or at the configured start position when the
+/// store positively has none.
 pub(super) async fn start_offset(
     shared: &Shared,
     queue: &MessageQueue,
-) -> Result<u64, ClientError> {
-    let stored = shared
-        .pull
-        .offset_store()
-        .read(queue, ReadMode::Store)
-        .await?;
-    if let Some(offset) = stored {
-        return Ok(offset);
+    pending_reset: Option<u64>,
+) -> Result<(u64, Option<u64>), ClientError> {
+    let store = shared.pull.offset_store();
+    let claim = match pending_reset {
+        Some(offset) => store.reset_to(queue, offset).await?,
+        None => store.claim(queue).await?,
+    };
+    if let Some(offset) = claim.offset {
+        return Ok((offset, claim.generation));
     }
-    match shared.config.start_position {
-        StartPosition::First => shared.pull.min_offset(queue).await,
-        StartPosition::Last => shared.pull.max_offset(queue).await,
-        StartPosition::Timestamp(ts) => offset_for_timestamp(shared, queue, ts).await,
-    }
+    let offset = match shared.config.start_position {
+        StartPosition::First => shared.pull.min_offset(queue).await?,
+        StartPosition::Last => shared.pull.max_offset(queue).await?,
+        StartPosition::Timestamp(ts) => offset_for_timestamp(shared, queue, ts).await?,
+    };
+    Ok((offset, claim.generation))
 }

@@ -47,16 +47,26 @@ pub(super) fn apply_reset(shared: &Arc<Shared>, offsets: &[(MessageQueue, u64)])
         tracing::info!(?queue, offset, "offset reset by the broker; following it");
         q.epoch = shared.next_epoch();
         q.buffer.clear();
-        q.fetch_offset = Some(*offset);
-        q.consumed = Some(*offset);
+        if store.fences_owners() {
+            // The store is the source of truth: the fetch task writes the reset to it under
+            // a new owner generation before the queue resumes, so no batch polled before the
+            // reset can be committed over it.
+            q.fetch_offset = None;
+            q.consumed = None;
+            q.owner_generation = None;
+            q.pending_reset = Some(*offset);
+        } else {
+            q.fetch_offset = Some(*offset);
+            q.consumed = Some(*offset);
+            // Forget what was persisted: the broker's offset moved, so the next commit must
+            // be sent even if it repeats a value acknowledged before the reset.
+            store.remove(queue);
+            store.update(queue, *offset);
+        }
         if let Some(task) = q.task.take() {
             task.abort();
         }
         q.task = Some(spawn_fetch(shared, queue.clone(), q.epoch));
-        // Forget what was persisted: the broker's offset moved, so the next commit must be
-        // sent even if it repeats a value acknowledged before the reset.
-        store.remove(queue);
-        store.update(queue, *offset);
         bump(&shared.counters.resets_applied);
     }
 }

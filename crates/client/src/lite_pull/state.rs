@@ -3,7 +3,7 @@
 //! [`LitePullStats`](super::LitePullStats).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
@@ -52,6 +52,13 @@ pub(super) struct QueueState {
     /// the positions were taken; another value means a failover moved the group to a new
     /// master, and the positions are read again from the committed offsets it holds (R1).
     pub(super) master_generation: u64,
+    /// The owner generation the offset store granted when the start position was read
+    /// ([`OffsetStore::claim`](crate::OffsetStore::claim)); `None` for stores that do not
+    /// fence owners. A transactional commit carries the generation of its batch's poll.
+    pub(super) owner_generation: Option<u64>,
+    /// A broker reset not yet written to a store that fences owners: the fetch task writes
+    /// it ([`OffsetStore::reset_to`](crate::OffsetStore::reset_to)) instead of claiming.
+    pub(super) pending_reset: Option<u64>,
     pub(super) paused: bool,
     pub(super) wake: Arc<Notify>,
     pub(super) task: Option<JoinHandle<()>>,
@@ -70,6 +77,7 @@ impl QueueState {
         self.buffer.clear();
         self.fetch_offset = None;
         self.consumed = None;
+        self.owner_generation = None;
         true
     }
 
@@ -109,12 +117,27 @@ pub(super) struct Shared {
     pub(super) last_auto_commit_error: Mutex<Option<String>>,
     /// Source of [`QueueState::epoch`] values, unique for the consumer's life.
     pub(super) epochs: AtomicU64,
+    /// Set once the application consumes transactionally: polled positions are then never
+    /// staged in the offset store (only committed transactions move it).
+    pub(super) transactional: AtomicBool,
+    /// The PostgreSQL store of a consumer built by `start_postgres`.
+    #[cfg(feature = "postgres")]
+    pub(super) postgres:
+        std::sync::OnceLock<Arc<crate::offset_store::postgres::PostgresOffsetStore>>,
+    /// When committed offsets were last mirrored to the brokers.
+    #[cfg(feature = "postgres")]
+    pub(super) last_mirror: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Shared {
     /// A queue epoch never used before by this consumer.
     pub(super) fn next_epoch(&self) -> u64 {
         self.epochs.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// True once the application consumes transactionally.
+    pub(super) fn is_transactional(&self) -> bool {
+        self.transactional.load(Ordering::Relaxed)
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Assignment> {

@@ -66,6 +66,10 @@ impl Table {
         };
     }
 
+    pub(super) fn remove(&self, queue: &MessageQueue) {
+        self.lock().remove(queue);
+    }
+
     pub(super) fn seed(&self, queue: &MessageQueue, offset: u64) {
         self.lock().entry(queue.clone()).or_insert(Entry {
             offset,
@@ -95,13 +99,16 @@ impl Counters {
     pub(super) fn persist_outcome<T>(&self, result: &Result<T, OffsetError>) {
         match result {
             Ok(_) => self.persists_ok.fetch_add(1, Ordering::Relaxed),
-            Err(e) => {
-                if e.is_stale() {
-                    self.stale_rejections.fetch_add(1, Ordering::Relaxed);
-                }
-                self.persists_failed.fetch_add(1, Ordering::Relaxed)
-            }
+            Err(e) => self.persist_failed(e),
         };
+    }
+
+    /// Counts a failed persist (and a stale rejection when `error` is stale).
+    pub(super) fn persist_failed(&self, error: &OffsetError) -> u64 {
+        if error.is_stale() {
+            self.stale_rejections.fetch_add(1, Ordering::Relaxed);
+        }
+        self.persists_failed.fetch_add(1, Ordering::Relaxed)
     }
 }
 

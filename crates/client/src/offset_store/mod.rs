@@ -20,12 +20,17 @@
 //!
 //! Layout: this module holds the trait and the types its callers see; `memory` the
 //! in-memory table and counters both stores share; `broker` the broker-backed store;
-//! `local_file` the local-file store; `persister` the background persister.
+//! `local_file` the local-file store; `persister` the background persister; `sql_schema` the
+//! PostgreSQL table definition (always built, so the CLI can print it); `postgres` (cargo
+//! feature `postgres`) the PostgreSQL store that fences owners by generation.
 
 mod broker;
 mod local_file;
 mod memory;
 mod persister;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod sql_schema;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -115,6 +120,18 @@ pub struct OffsetStoreStats {
     pub reads_failed: u64,
 }
 
+/// What a consumer learns when it takes a queue over ([`OffsetStore::claim`],
+/// [`OffsetStore::reset_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// The stored next offset (`None`: the store positively has none).
+    pub offset: Option<u64>,
+    /// The owner generation this consumer now holds, for stores that fence owners (`None`
+    /// for the others). Commits carry it; a commit under an older generation is refused
+    /// with [`OffsetError::Fenced`].
+    pub generation: Option<u64>,
+}
+
 /// A consumer group's offset store. Implementations must keep the module invariants.
 pub trait OffsetStore: Send + Sync + std::fmt::Debug {
     /// Sets the in-memory offset of `queue` (the next offset to consume). Nothing is written
@@ -163,4 +180,51 @@ pub trait OffsetStore: Send + Sync + std::fmt::Debug {
 
     /// Counters.
     fn stats(&self) -> OffsetStoreStats;
+
+    /// Takes `queue` over for this consumer and reads its stored offset. Consumers call it
+    /// whenever a queue (re)enters their assignment: at start, after every rebalance and
+    /// after a failover. The default reads the store ([`ReadMode::Store`]); a store that
+    /// fences owners ([`OffsetStore::fences_owners`]) also starts a new owner generation,
+    /// which refuses every later commit of the previous owner.
+    ///
+    /// # Errors
+    /// As [`OffsetStore::read`].
+    fn claim<'a>(&'a self, queue: &'a MessageQueue) -> BoxFuture<'a, Result<Claim, OffsetError>> {
+        Box::pin(async move {
+            let offset = self.read(queue, ReadMode::Store).await?;
+            Ok(Claim {
+                offset,
+                generation: None,
+            })
+        })
+    }
+
+    /// Applies a broker-side reset of `queue` to `offset` (RESET_CONSUMER_CLIENT_OFFSET).
+    /// The default moves the in-memory offset (the broker already stores the reset); a store
+    /// that fences owners writes the reset under a new owner generation, so a batch read
+    /// before the reset can never be committed over it.
+    ///
+    /// # Errors
+    /// The store could not write the reset (the consumer retries).
+    fn reset_to<'a>(
+        &'a self,
+        queue: &'a MessageQueue,
+        offset: u64,
+    ) -> BoxFuture<'a, Result<Claim, OffsetError>> {
+        Box::pin(async move {
+            self.remove(queue);
+            self.update(queue, offset);
+            Ok(Claim {
+                offset: Some(offset),
+                generation: None,
+            })
+        })
+    }
+
+    /// True when the store keeps an owner generation per queue and refuses commits of a
+    /// superseded owner ([`OffsetError::Fenced`]). Consumers then claim queues through
+    /// [`OffsetStore::claim`] and route broker resets through [`OffsetStore::reset_to`].
+    fn fences_owners(&self) -> bool {
+        false
+    }
 }
