@@ -67,7 +67,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   produce --topic T --group G --count N [--mode sync|async|oneway|batch|orderly]
  *           [--prefix P] [--tag TAG] [--prop K=V] [--delay LEVEL] [--shards S]
  *       key "P-i", body "P:i", user property idx=i; orderly: shard i % S goes to queue
- *       (shard % queues) through a MessageQueueSelector.
+ *       (shard % queues) through a MessageQueueSelector. The reply's "sample" lists the
+ *       first 10 sync sends (msg_id, offset_msg_id, queue, offset, broker).
  *   push-start --name N --topic T --group G [--expr TAGS] [--orderly] [--broadcast]
  *           [--fail-all] [--max-reconsume K] [--sleep-ms MS] [--persist-ms MS] [--threads T]
  *       a DefaultMQPushConsumer; each delivery is an event {"event":"msg","consumer":N,...};
@@ -246,6 +247,7 @@ public final class Driver {
         String firstError = null;
         Map<String, Integer> queueOfShard = new LinkedHashMap<>();
         Set<String> msgIds = new TreeSet<>();
+        List<JSONObject> sample = new ArrayList<>();
         try {
             if ("batch".equals(mode)) {
                 int batch = a.intOr("batch-size", 32);
@@ -314,6 +316,11 @@ public final class Driver {
                             case "sync": {
                                 SendResult r = producer.send(msg);
                                 msgIds.add(r.getMsgId());
+                                if (sent < 10) {
+                                    sample.add(obj("i", i, "msg_id", r.getMsgId(), "offset_msg_id", r.getOffsetMsgId(),
+                                            "queue", r.getMessageQueue().getQueueId(), "offset", r.getQueueOffset(),
+                                            "broker", r.getMessageQueue().getBrokerName()));
+                                }
                                 sent++;
                                 break;
                             }
@@ -331,7 +338,7 @@ public final class Driver {
             producer.shutdown();
         }
         return obj("ok", failed == 0, "sent", sent, "failed", failed, "first_error", firstError,
-                "distinct_msg_ids", msgIds.size(), "queue_of_shard", queueOfShard);
+                "distinct_msg_ids", msgIds.size(), "queue_of_shard", queueOfShard, "sample", sample);
     }
 
     private static Message message(Args a, String topic, String prefix, int i) {
@@ -393,6 +400,7 @@ public final class Driver {
         JSONObject e = msgJson(m);
         e.put("event", "msg");
         e.put("consumer", consumer);
+        e.put("recv_ms", System.currentTimeMillis());
         emit(e);
         if (sleepMs > 0) {
             try {
