@@ -485,11 +485,26 @@ fn pull_consumer_seed(version: &str, test: &str) {
     let r = d.ok("pull-to-broker --name p1 --topic JS --queue 0 --offset 7", PRODUCE);
     assert_eq!(r["threw"], false, "{r}");
     assert_eq!(stored(&server, "G_seed", "JS", 0), Some(7));
-    d.ok("pull-open --name p2 --group G_seed --topic JS --register", PRODUCE);
-    d.ok("pull-update --name p2 --topic JS --queue 1 --offset 9", PRODUCE);
-    let persist = d.ok("pull-persist --name p2", PRODUCE);
-    assert_eq!(persist["threw"], false, "{persist}");
-    assert_eq!(stored(&server, "G_seed", "JS", 1), Some(9), "registered topic's persist");
+    // A group of its own: sharing G_seed with p1 would give p1 half of the queues.
+    d.ok("pull-open --name p2 --group G_reg --topic JS --register", PRODUCE);
+    // persistConsumerOffset covers the queues the rebalance assigned (it runs at start and
+    // every 20 s), so the registered topic's offset lands once that has happened.
+    let started = Instant::now();
+    let landed = loop {
+        d.ok("pull-update --name p2 --topic JS --queue 1 --offset 9", PRODUCE);
+        let persist = d.ok("pull-persist --name p2", PRODUCE);
+        assert_eq!(persist["threw"], false, "{persist}");
+        let landed = stored(&server, "G_reg", "JS", 1);
+        if landed.is_some() || started.elapsed() > Duration::from_secs(45) {
+            break landed;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!(
+        "{test}: registered topic: persistConsumerOffset landed after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(landed, Some(9), "registered topic's persist");
     d.ok("pull-open --name p3 --group G_seed --topic JS", PRODUCE);
     let fetched = d.ok("pull-fetch --name p3 --topic JS --queue 0", PRODUCE);
     assert_eq!(fetched["offset"], 7, "fresh instance reads the stored offset: {fetched}");
@@ -514,8 +529,8 @@ fn pull_consumer_seed(version: &str, test: &str) {
     // 4. kill -9 lost nothing that was acknowledged; the swallowed commit is absent.
     let server = Server::restart(data, ports, extra, runs);
     assert_eq!(stored(&server, "G_seed", "JS", 0), Some(7), "queue 0 after kill -9");
-    assert_eq!(stored(&server, "G_seed", "JS", 1), Some(9), "queue 1 after kill -9");
-    assert_eq!(stored(&server, "G_seed", "JS", 2), None, "queue 2's swallowed persist");
+    assert_eq!(stored(&server, "G_reg", "JS", 1), Some(9), "queue 1 after kill -9");
+    assert_eq!(stored(&server, "G_reg", "JS", 2), None, "queue 2's swallowed persist");
     d.ok("pull-open --name p4 --group G_seed --topic JS", PRODUCE);
     let deadline = Instant::now() + Duration::from_secs(60);
     let fetched = loop {
