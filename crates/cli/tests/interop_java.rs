@@ -397,7 +397,13 @@ fn lite_pull(version: &str, test: &str) {
     let d = &mut driver;
     d.ok("produce --topic JL --count 100 --prefix l", PRODUCE);
     // subscribe + commitSync: every message, committed offsets at the end.
-    let reply = d.ok("lite-pull --topic JL --group G_ls --expect 100 --timeout 60", CONSUME);
+    // 4.9.x: commitSync() only updates the client's memory; the persist timer (first run
+    // 10 s after the client starts) sends it. 5.x persists in commitSync.
+    let linger = if version == V4 { 12_000 } else { 0 };
+    let reply = d.ok(
+        &format!("lite-pull --topic JL --group G_ls --expect 100 --timeout 60 --linger-ms {linger}"),
+        CONSUME,
+    );
     let seen = bodies(d.events.iter().filter(|e| e["consumer"] == "lite"));
     assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected("l", 100));
     let progress = progress(&server, "JL", "G_ls");
@@ -412,7 +418,7 @@ fn lite_pull(version: &str, test: &str) {
     let expect = 100 - 10;
     let reply = d.ok(
         &format!(
-            "lite-pull --topic JL --group G_la --assign --seek-queue 0 --seek-offset 10 --expect {expect} --timeout 60"
+            "lite-pull --topic JL --group G_la --assign --seek-queue 0 --seek-offset 10 --expect {expect} --timeout 60 --linger-ms {linger}"
         ),
         CONSUME,
     );

@@ -75,9 +75,9 @@ import org.apache.rocketmq.remoting.RPCHook;
  *       --fail-all answers RECONSUME_LATER (delay level 1) / SUSPEND_CURRENT_QUEUE_A_MOMENT.
  *   push-stop --name N           shuts it down, reply has "delivered".
  *   lite-pull --topic T --group G --expect N [--assign] [--seek-queue Q --seek-offset O]
- *           [--timeout S] [--expr TAGS]
+ *           [--timeout S] [--expr TAGS] [--linger-ms MS]
  *       a DefaultLitePullConsumer (autoCommit off): polls until N messages, commitSync(),
- *       then reports committed(mq) of every queue.
+ *       reports committed(mq) of every queue, waits --linger-ms, shuts down.
  *   pull-open --name N --group G --topic T [--register]
  *   pull-update --name N --queue Q --offset O    updateConsumeOffset (memory only)
  *   pull-persist --name N          persistConsumerOffset(): the reply says whether it threw
@@ -431,6 +431,7 @@ public final class Driver {
         consumer.setAutoCommit(false);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setPollTimeoutMillis(1000);
+        consumer.setPersistConsumerOffsetInterval(1000);
         List<MessageQueue> queues = new ArrayList<>();
         boolean assign = a.flag("assign");
         if (!assign) consumer.subscribe(topic, a.or("expr", "*"));
@@ -461,6 +462,9 @@ public final class Driver {
             for (MessageQueue mq : queues) {
                 committed.put(String.valueOf(mq.getQueueId()), consumer.committed(mq));
             }
+            // 4.9.x commitSync only updates memory: the offsets reach the broker on the
+            // client's persist timer (first run 10 s after start) or one-way at shutdown.
+            Thread.sleep(Math.min(a.intOr("linger-ms", 0), MAX_TIMEOUT_S * 1000));
         } finally {
             consumer.shutdown();
         }
