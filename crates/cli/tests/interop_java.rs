@@ -741,7 +741,7 @@ fn refusal(text: &str) -> Option<String> {
     let code: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
     let desc_at = rest.find("DESC: ")?;
     let desc = &rest[desc_at + 6..];
-    let end = ["  BROKER", "  For more", "\n", ", For more"]
+    let end = [" BROKER: ", "  For more", "\n", ", For more"]
         .iter()
         .filter_map(|m| desc.find(m))
         .min()
@@ -754,6 +754,11 @@ fn classify(reply: &Value, check: &'static str, expect: impl Fn(&str) -> bool) -
     let stdout = reply["stdout"].as_str().unwrap_or_default();
     let stderr = reply["stderr"].as_str().unwrap_or_default();
     let all = format!("{stdout}\n{stderr}");
+    // The expected content first: queryMsgBy* print a per-group track after the message, and
+    // a group's own error there (as RocketMQ prints it) does not undo the answer.
+    if expect(stdout) && !all.contains("\tat ") {
+        return Outcome::Works(check);
+    }
     if let Some(why) = refusal(&all) {
         return Outcome::Refused(why);
     }
@@ -764,9 +769,7 @@ fn classify(reply: &Value, check: &'static str, expect: impl Fn(&str) -> bool) -
             .unwrap_or("stack trace");
         return Outcome::Broken(line.trim().chars().take(160).collect());
     }
-    if expect(stdout) {
-        Outcome::Works(check)
-    } else {
+    {
         let first = stdout.lines().find(|l| !l.trim().is_empty()).unwrap_or("(no output)");
         Outcome::Broken(format!("unexpected output: {}", first.trim().chars().take(120).collect::<String>()))
     }
@@ -844,7 +847,8 @@ fn java5_mqadmin_commands_against_ferromq() {
         d.wait_events(CONSUME, |ev| ev.iter().filter(|e| e["consumer"] == "a1").count() >= 20),
         "G_adm did not consume"
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // The Java client persists offsets on a timer (first run 10 s after it starts).
+    assert_offsets_at_end(&server, "JA", "G_adm", 20);
 
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -871,16 +875,19 @@ fn java5_mqadmin_commands_against_ferromq() {
         ("consumerConnection", format!("-n {ns} -g G_adm"), "client id and subscription", contains("JA".into())),
         ("consumerStatus", format!("-n {ns} -g G_adm"), "the client's running info", contains("JA".into())),
         ("resetOffsetByTime", format!("-n {ns} -g G_adm -t JA -s {now_ms}"), "new (broker-side) path", contains("JA".into())),
-        ("resetOffsetByTimeOld", format!("-n {ns} -g G_adm -t JA -s {now_ms}"), "old (client-side) path", contains("JA".into())),
-        ("skipAccumulatedMessage", format!("-n {ns} -g G_adm -t JA"), "offsets at the max", contains("JA".into())),
+        ("skipAccumulatedMessage", format!("-n {ns} -g G_adm -t JA"), "every queue at its max offset", contains(format!("{broker_name} "))),
         ("cloneGroupOffset", format!("-n {ns} -s G_adm -d G_clone -t JA"), "cloned", contains("success".into())),
+        // 5.x mqadmin has no resetOffsetByTimeOld command: it takes the old client-side path
+        // (UPDATE_CONSUMER_OFFSET per queue) only when the broker answers CONSUMER_NOT_ONLINE.
+        // G_clone has offsets and no member.
+        ("resetOffsetByTime", format!("-n {ns} -g G_clone -t JA -s {now_ms}"), "offline group", contains("JA".into())),
         ("queryMsgById", format!("-n {ns} -t JA -i {offset_msg_id}"), "the message's key", contains("q-3".into())),
         ("queryMsgByKey", format!("-n {ns} -t JA -k q-3"), "the message id", contains(uniq.clone())),
         ("queryMsgByUniqueKey", format!("-n {ns} -t JA -i {uniq}"), "the message's key", contains("q-3".into())),
         ("queryMsgByOffset", format!("-n {ns} -t JA -b {broker_name} -i {sample_queue} -o {sample_offset}"), "the message's key", contains("q-3".into())),
         ("printMsg", format!("-n {ns} -t JA -d true"), "bodies", contains("q:3".into())),
         ("deleteTopic", format!("-n {ns} -t JA3 -c {cluster}"), "deleted", contains("success".into())),
-        ("haStatus", format!("-n {ns} -b {broker}"), "HA runtime info", contains("master".into())),
+        ("haStatus", format!("-n {ns} -b {broker}"), "HA runtime info (no slaves)", contains("#MasterAddr".into())),
     ];
     let mut rows = Vec::new();
     for (command, flags, check, expect) in cases {
@@ -892,7 +899,7 @@ fn java5_mqadmin_commands_against_ferromq() {
             other => other,
         };
         eprintln!("mqadmin {command}: {}", outcome.cell());
-        if matches!(outcome, Outcome::Broken(_)) {
+        if !matches!(outcome, Outcome::Works(_)) {
             eprintln!("--- stdout:\n{}\n--- stderr:\n{}", reply["stdout"].as_str().unwrap_or_default(), reply["stderr"].as_str().unwrap_or_default());
         }
         let flags = stable(&flags, &server)

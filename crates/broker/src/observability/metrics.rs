@@ -18,6 +18,8 @@
 //!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
 //!   `schedule_target`, `transaction_target` (a half message's real topic or queue), `reserved_record`
 //!   or `bad_commitlog_offset`; `request` the operation.
+//! - `ferromq_requests_unsupported_total{request}`: requests answered REQUEST_CODE_NOT_SUPPORTED
+//!   (with a remark naming the code), by the code's RocketMQ name or `unknown`.
 //! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
 //!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!
@@ -179,6 +181,7 @@ pub struct BrokerMetrics {
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
     refusals: Family<RefusalLabel, Counter>,
+    unsupported: Family<StaticLabel, Counter>,
     scheduler_dead_letters: Counter,
     damaged_reads: Counter,
     held_pulls: Gauge,
@@ -208,6 +211,7 @@ impl BrokerMetrics {
             corrections: Family::default(),
             connections: Gauge::default(),
             refusals: Family::default(),
+            unsupported: Family::default(),
             scheduler_dead_letters: Counter::default(),
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
@@ -269,6 +273,11 @@ impl BrokerMetrics {
             "ferromq_requests_refused",
             "Requests refused for the topic, group or offset they name, by reason and request",
             metrics.refusals.clone(),
+        );
+        registry.register(
+            "ferromq_requests_unsupported",
+            "Requests answered REQUEST_CODE_NOT_SUPPORTED, by the request code's RocketMQ name",
+            metrics.unsupported.clone(),
         );
         registry.register(
             "ferromq_scheduler_dead_letters",
@@ -415,6 +424,21 @@ impl BrokerMetrics {
         self.refusals
             .get_or_create(&[("reason", reason), ("request", request)])
             .inc();
+    }
+
+    /// Counts a request whose code ferromq does not serve; `request` is the code's RocketMQ
+    /// name (`unknown` for codes RocketMQ does not define, so the label set stays bounded).
+    pub fn unsupported(&self, request: &'static str) {
+        self.unsupported
+            .get_or_create(&[("request", request)])
+            .inc();
+    }
+
+    /// Requests answered REQUEST_CODE_NOT_SUPPORTED so far for `request` (a code's name).
+    pub fn unsupported_count(&self, request: &'static str) -> u64 {
+        self.unsupported
+            .get(&[("request", request)])
+            .map_or(0, |c| c.get())
     }
 
     /// Requests refused so far for `reason`, over every request kind.

@@ -11,6 +11,7 @@ mod client;
 mod clone;
 pub mod code_map;
 mod connection;
+mod consumed_by;
 mod damaged;
 mod history;
 mod offset;
@@ -89,13 +90,17 @@ pub async fn handle(
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,
         request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
-        code => command.reply(
-            response::REQUEST_CODE_NOT_SUPPORTED,
-            Some(format!(
-                "request code {code} ({}) is not supported by ferromq",
-                request_code_name(code).unwrap_or("unknown")
-            )),
-        ),
+        request::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by::handle(ctx, &command).await,
+        code => {
+            let name = request_code_name(code).unwrap_or("unknown");
+            ctx.metrics.unsupported(name);
+            command.reply(
+                response::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!(
+                    "request code {code} ({name}) is not supported by ferromq"
+                )),
+            )
+        }
     }
 }
 
