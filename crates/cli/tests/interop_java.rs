@@ -89,7 +89,10 @@ fn assert_offsets_at_end(server: &Server, topic: &str, group: &str, total: i64) 
     };
     eprintln!("{topic}/{group}: (max, committed) per queue {table:?}");
     let held: i64 = table.iter().map(|(max, _)| max).sum();
-    assert_eq!(held, total, "{topic} holds {held} messages, expected {total}: {table:?}");
+    assert_eq!(
+        held, total,
+        "{topic} holds {held} messages, expected {total}: {table:?}"
+    );
     assert!(
         table.iter().all(|(max, c)| Some(*max) == *c),
         "committed offsets of {group} did not reach the end of {topic} within {} s: {table:?}",
@@ -106,7 +109,8 @@ fn create_topics(server: &Server, topics: &[&str]) {
 fn bodies<'a>(msgs: impl Iterator<Item = &'a Value>) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for m in msgs {
-        *out.entry(m["body"].as_str().unwrap_or("?").to_string()).or_insert(0) += 1;
+        *out.entry(m["body"].as_str().unwrap_or("?").to_string())
+            .or_insert(0) += 1;
     }
     out
 }
@@ -188,7 +192,10 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
     d.ok("produce --topic JP --count 50 --prefix x --tag TB", PRODUCE);
 
     // Concurrent, clustering, tag filter TA: the 400 TA messages, none of TB.
-    d.ok("push-start --name c1 --topic JP --group G_conc --expr TA", PRODUCE);
+    d.ok(
+        "push-start --name c1 --topic JP --group G_conc --expr TA",
+        PRODUCE,
+    );
     let mut want = BTreeSet::new();
     for p in ["s", "a", "o", "b"] {
         want.extend(expected(p, 100));
@@ -206,7 +213,10 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
     let seen = bodies(d.deliveries("c1"));
     assert!(got_all, "c1 saw {} of {} bodies", seen.len(), want.len());
     let unexpected: Vec<&String> = seen.keys().filter(|b| !want.contains(*b)).collect();
-    assert!(unexpected.is_empty(), "tag filter TA let through {unexpected:?}");
+    assert!(
+        unexpected.is_empty(),
+        "tag filter TA let through {unexpected:?}"
+    );
     for m in d.deliveries("c1") {
         assert_message(m, "TA", &[("color", "red")]);
         assert_eq!(m["topic"], "JP");
@@ -225,7 +235,10 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
         PRODUCE,
     );
     let queue_of_shard = reply["queue_of_shard"].clone();
-    d.ok("push-start --name o1 --topic JO --group G_ord --orderly", PRODUCE);
+    d.ok(
+        "push-start --name o1 --topic JO --group G_ord --orderly",
+        PRODUCE,
+    );
     let want = expected("r", 200);
     let done = d.wait_events(CONSUME, |ev| {
         let n: BTreeSet<&str> = ev
@@ -235,13 +248,18 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
             .collect();
         n.len() >= want.len()
     });
-    assert!(done, "orderly consumer saw too few: {:?}", bodies(d.deliveries("o1")).len());
+    assert!(
+        done,
+        "orderly consumer saw too few: {:?}",
+        bodies(d.deliveries("o1")).len()
+    );
     let mut last: BTreeMap<u32, u32> = BTreeMap::new();
     for m in d.deliveries("o1") {
         let (_, i) = split_body(m["body"].as_str().unwrap());
         let shard = i % 4;
         assert_eq!(
-            m["queue"], queue_of_shard[shard.to_string()],
+            m["queue"],
+            queue_of_shard[shard.to_string()],
             "shard {shard} consumed from another queue than it was sent to: {m}"
         );
         if let Some(prev) = last.insert(shard, i) {
@@ -252,8 +270,14 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
     assert_offsets_at_end(&server, "JO", "G_ord", 200);
 
     // Broadcasting: two consumers of one group each get every message.
-    d.ok("push-start --name b1 --topic JB --group G_bc --broadcast", PRODUCE);
-    d.ok("push-start --name b2 --topic JB --group G_bc --broadcast", PRODUCE);
+    d.ok(
+        "push-start --name b1 --topic JB --group G_bc --broadcast",
+        PRODUCE,
+    );
+    d.ok(
+        "push-start --name b2 --topic JB --group G_bc --broadcast",
+        PRODUCE,
+    );
     std::thread::sleep(Duration::from_secs(2));
     d.ok("produce --topic JB --count 40 --prefix c", PRODUCE);
     let want = expected("c", 40);
@@ -282,7 +306,11 @@ fn producer_modes_and_push_consumers(version: &str, test: &str) {
     let done = d.wait_events(CONSUME, |ev| {
         ev.iter().filter(|e| e["consumer"] == "d1").count() >= 3
     });
-    assert!(done, "delayed messages not delivered within {} s", CONSUME.as_secs());
+    assert!(
+        done,
+        "delayed messages not delivered within {} s",
+        CONSUME.as_secs()
+    );
     for m in d.deliveries("d1") {
         let waited = m["recv_ms"].as_i64().unwrap() - m["born_ms"].as_i64().unwrap();
         eprintln!("{test}: delay level 2 delivered after {waited} ms");
@@ -335,24 +363,35 @@ fn retry_then_dead_letter(version: &str, test: &str) {
             .collect();
         third.len() >= want.len()
     });
-    assert!(done, "not every message was redelivered twice: {:?}", bodies(d.deliveries("f1")));
+    assert!(
+        done,
+        "not every message was redelivered twice: {:?}",
+        bodies(d.deliveries("f1"))
+    );
     // Give a fourth delivery (a bug) the time to show.
     std::thread::sleep(Duration::from_secs(4));
     d.pump();
     let mut attempts: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
     for m in d.deliveries("f1") {
         let body = m["body"].as_str().unwrap().to_string();
-        attempts.entry(body).or_default().insert(m["reconsume"].as_i64().unwrap());
+        attempts
+            .entry(body)
+            .or_default()
+            .insert(m["reconsume"].as_i64().unwrap());
         assert_message(m, "TR", &[]);
     }
     for body in &want {
         assert_eq!(
-            attempts.get(body).map(|s| s.iter().copied().collect::<Vec<_>>()),
+            attempts
+                .get(body)
+                .map(|s| s.iter().copied().collect::<Vec<_>>()),
             Some(vec![0, 1, 2]),
             "reconsume times of {body}"
         );
     }
-    let delivered = d.ok("push-stop --name f1", CONSUME)["delivered"].as_u64().unwrap();
+    let delivered = d.ok("push-stop --name f1", CONSUME)["delivered"]
+        .as_u64()
+        .unwrap();
     assert!(
         delivered <= 3 * 10 + 5,
         "{delivered} deliveries for 10 messages × 3 attempts"
@@ -360,7 +399,9 @@ fn retry_then_dead_letter(version: &str, test: &str) {
     // The dead-letter queue, read from the broker directly.
     let dlq: Vec<(u64, Vec<u8>)> = runtime().block_on(async {
         let client = remoting::client(socket(&server.broker)).await;
-        let end = remoting::max_offset(&client, "%DLQ%G_dlq", 0).await.unwrap_or(0);
+        let end = remoting::max_offset(&client, "%DLQ%G_dlq", 0)
+            .await
+            .unwrap_or(0);
         let out = remoting::pull_range(&client, "%DLQ%G_dlq", 0, 0, end).await;
         client.close();
         out
@@ -401,15 +442,24 @@ fn lite_pull(version: &str, test: &str) {
     // 10 s after the client starts) sends it. 5.x persists in commitSync.
     let linger = if version == V4 { 12_000 } else { 0 };
     let reply = d.ok(
-        &format!("lite-pull --topic JL --group G_ls --expect 100 --timeout 60 --linger-ms {linger}"),
+        &format!(
+            "lite-pull --topic JL --group G_ls --expect 100 --timeout 60 --linger-ms {linger}"
+        ),
         CONSUME,
     );
     let seen = bodies(d.events.iter().filter(|e| e["consumer"] == "lite"));
-    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), expected("l", 100));
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        expected("l", 100)
+    );
     let progress = progress(&server, "JL", "G_ls");
     for (q, (max, committed)) in progress.iter().enumerate() {
         assert_eq!(*committed, Some(*max), "G_ls queue {q}: {progress:?}");
-        assert_eq!(reply["committed"][q.to_string()], *max, "committed(mq) of queue {q}: {reply}");
+        assert_eq!(
+            reply["committed"][q.to_string()],
+            *max,
+            "committed(mq) of queue {q}: {reply}"
+        );
     }
     d.events.clear();
 
@@ -428,12 +478,23 @@ fn lite_pull(version: &str, test: &str) {
         let offset = m["offset"].as_i64().unwrap();
         first_of_queue.entry(q).or_insert(offset);
         if q == 0 {
-            assert!(offset >= 10, "queue 0 delivered offset {offset} before the seek target");
+            assert!(
+                offset >= 10,
+                "queue 0 delivered offset {offset} before the seek target"
+            );
         }
     }
-    assert_eq!(first_of_queue.get(&0), Some(&10), "first offset of queue 0 after seek");
+    assert_eq!(
+        first_of_queue.get(&0),
+        Some(&10),
+        "first offset of queue 0 after seek"
+    );
     for q in 1..QUEUES as i64 {
-        assert_eq!(first_of_queue.get(&q), Some(&0), "first offset of queue {q}");
+        assert_eq!(
+            first_of_queue.get(&q),
+            Some(&0),
+            "first offset of queue {q}"
+        );
     }
     assert_eq!(reply["committed"]["0"], q0_max, "{reply}");
     assert_offsets_at_end(&server, "JL", "G_la", 100);
@@ -476,28 +537,47 @@ fn pull_consumer_seed(version: &str, test: &str) {
     // 1. Unregistered queue: update + persist never reach the broker.
     let open = d.ok("pull-open --name p1 --group G_seed --topic JS", PRODUCE);
     assert_eq!(open["queues"], serde_json::json!([0, 1, 2, 3]));
-    d.ok("pull-update --name p1 --topic JS --queue 0 --offset 5", PRODUCE);
+    d.ok(
+        "pull-update --name p1 --topic JS --queue 0 --offset 5",
+        PRODUCE,
+    );
     let persist = d.ok("pull-persist --name p1", PRODUCE);
     assert_eq!(persist["threw"], false, "{persist}");
     let broker_q0 = stored(&server, "G_seed", "JS", 0);
-    let memory_q0 = d.ok("pull-fetch --name p1 --topic JS --queue 0 --memory", PRODUCE)["offset"].clone();
+    let memory_q0 = d.ok(
+        "pull-fetch --name p1 --topic JS --queue 0 --memory",
+        PRODUCE,
+    )["offset"]
+        .clone();
     eprintln!(
         "{test}: unregistered queue: after updateConsumeOffset(5) + persistConsumerOffset the \
          broker holds {broker_q0:?}, the client's memory {memory_q0}"
     );
-    assert_eq!(broker_q0, None, "the Java client sent an unregistered queue's offset (seed fixed upstream?)");
+    assert_eq!(
+        broker_q0, None,
+        "the Java client sent an unregistered queue's offset (seed fixed upstream?)"
+    );
 
     // 2. Commits that reach the broker are read back exactly.
-    let r = d.ok("pull-to-broker --name p1 --topic JS --queue 0 --offset 7", PRODUCE);
+    let r = d.ok(
+        "pull-to-broker --name p1 --topic JS --queue 0 --offset 7",
+        PRODUCE,
+    );
     assert_eq!(r["threw"], false, "{r}");
     assert_eq!(stored(&server, "G_seed", "JS", 0), Some(7));
     // A group of its own: sharing G_seed with p1 would give p1 half of the queues.
-    d.ok("pull-open --name p2 --group G_reg --topic JS --register", PRODUCE);
+    d.ok(
+        "pull-open --name p2 --group G_reg --topic JS --register",
+        PRODUCE,
+    );
     // persistConsumerOffset covers the queues the rebalance assigned (it runs at start and
     // every 20 s), so the registered topic's offset lands once that has happened.
     let started = Instant::now();
     let landed = loop {
-        d.ok("pull-update --name p2 --topic JS --queue 1 --offset 9", PRODUCE);
+        d.ok(
+            "pull-update --name p2 --topic JS --queue 1 --offset 9",
+            PRODUCE,
+        );
         let persist = d.ok("pull-persist --name p2", PRODUCE);
         assert_eq!(persist["threw"], false, "{persist}");
         let landed = stored(&server, "G_reg", "JS", 1);
@@ -513,30 +593,57 @@ fn pull_consumer_seed(version: &str, test: &str) {
     assert_eq!(landed, Some(9), "registered topic's persist");
     d.ok("pull-open --name p3 --group G_seed --topic JS", PRODUCE);
     let fetched = d.ok("pull-fetch --name p3 --topic JS --queue 0", PRODUCE);
-    assert_eq!(fetched["offset"], 7, "fresh instance reads the stored offset: {fetched}");
+    assert_eq!(
+        fetched["offset"], 7,
+        "fresh instance reads the stored offset: {fetched}"
+    );
     d.ok("pull-close --name p3", PRODUCE);
 
     // 3. Broker unreachable while persisting.
     let (data, ports, extra, runs) = server.kill9();
-    d.ok("pull-update --name p2 --topic JS --queue 2 --offset 4", PRODUCE);
+    d.ok(
+        "pull-update --name p2 --topic JS --queue 2 --offset 4",
+        PRODUCE,
+    );
     let swallowed = d.ok("pull-persist-queue --name p2 --topic JS --queue 2", PRODUCE);
     let persisted_all = d.ok("pull-persist --name p2", PRODUCE);
-    let explicit = d.ok("pull-to-broker --name p2 --topic JS --queue 2 --offset 4", PRODUCE);
+    let explicit = d.ok(
+        "pull-to-broker --name p2 --topic JS --queue 2 --offset 4",
+        PRODUCE,
+    );
     let down_read = d.call("pull-fetch --name p2 --topic JS --queue 1", PRODUCE);
     eprintln!(
         "{test}: broker down: OffsetStore.persist threw={} persistConsumerOffset threw={} \
          updateConsumeOffsetToBroker threw={} ({}) fetchConsumeOffset(fromStore) = {}",
         swallowed["threw"], persisted_all["threw"], explicit["threw"], explicit["error"], down_read
     );
-    assert_eq!(swallowed["threw"], false, "OffsetStore.persist surfaced the error (client changed?)");
+    assert_eq!(
+        swallowed["threw"], false,
+        "OffsetStore.persist surfaced the error (client changed?)"
+    );
     assert_eq!(persisted_all["threw"], false);
-    assert_eq!(explicit["threw"], true, "updateConsumeOffsetToBroker with the broker down: {explicit}");
+    assert_eq!(
+        explicit["threw"], true,
+        "updateConsumeOffsetToBroker with the broker down: {explicit}"
+    );
 
     // 4. kill -9 lost nothing that was acknowledged; the swallowed commit is absent.
     let server = Server::restart(data, ports, extra, runs);
-    assert_eq!(stored(&server, "G_seed", "JS", 0), Some(7), "queue 0 after kill -9");
-    assert_eq!(stored(&server, "G_reg", "JS", 1), Some(9), "queue 1 after kill -9");
-    assert_eq!(stored(&server, "G_reg", "JS", 2), None, "queue 2's swallowed persist");
+    assert_eq!(
+        stored(&server, "G_seed", "JS", 0),
+        Some(7),
+        "queue 0 after kill -9"
+    );
+    assert_eq!(
+        stored(&server, "G_reg", "JS", 1),
+        Some(9),
+        "queue 1 after kill -9"
+    );
+    assert_eq!(
+        stored(&server, "G_reg", "JS", 2),
+        None,
+        "queue 2's swallowed persist"
+    );
     d.ok("pull-open --name p4 --group G_seed --topic JS", PRODUCE);
     let deadline = Instant::now() + Duration::from_secs(60);
     let fetched = loop {
@@ -546,8 +653,14 @@ fn pull_consumer_seed(version: &str, test: &str) {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    assert_eq!(fetched["offset"], 7, "fetchConsumeOffset after restart: {fetched}");
-    let read = d.ok("pull-read --name p4 --topic JS --queue 0 --offset 7 --max 1", PRODUCE);
+    assert_eq!(
+        fetched["offset"], 7,
+        "fetchConsumeOffset after restart: {fetched}"
+    );
+    let read = d.ok(
+        "pull-read --name p4 --topic JS --queue 0 --offset 7 --max 1",
+        PRODUCE,
+    );
     assert_eq!(read["status"], "FOUND", "{read}");
     assert_eq!(read["msgs"][0]["offset"], 7, "{read}");
 }
@@ -584,9 +697,15 @@ fn transactions(version: &str, test: &str) {
     create_topics(&server, &["JT"]);
     let d = &mut driver;
     d.ok("push-start --name t1 --topic JT --group G_tx", PRODUCE);
-    let r = d.ok("tx --topic JT --group PG_tc --count 5 --prefix tc --outcome commit", PRODUCE);
+    let r = d.ok(
+        "tx --topic JT --group PG_tc --count 5 --prefix tc --outcome commit",
+        PRODUCE,
+    );
     assert_eq!(r["checks"], 0, "{r}");
-    d.ok("tx --topic JT --group PG_tr --count 5 --prefix tr --outcome rollback", PRODUCE);
+    d.ok(
+        "tx --topic JT --group PG_tr --count 5 --prefix tr --outcome rollback",
+        PRODUCE,
+    );
     let r = d.ok(
         "tx --topic JT --group PG_tu --count 5 --prefix tu --outcome unknown --check commit --wait-checks 5 --timeout 60",
         Duration::from_secs(90),
@@ -619,7 +738,10 @@ fn transactions(version: &str, test: &str) {
         assert_message(m, "TA", &[]);
     }
     let checks: Vec<&Value> = d.events.iter().filter(|e| e["event"] == "check").collect();
-    assert!(checks.iter().all(|c| c["topic"] == "JT"), "check-back names the real topic: {checks:?}");
+    assert!(
+        checks.iter().all(|c| c["topic"] == "JT"),
+        "check-back names the real topic: {checks:?}"
+    );
     d.ok("push-stop --name t1", CONSUME);
     assert_offsets_at_end(&server, "JT", "G_tx", 10);
 }
@@ -738,7 +860,10 @@ impl Outcome {
 fn refusal(text: &str) -> Option<String> {
     let at = text.find("CODE: ")?;
     let rest = &text[at + 6..];
-    let code: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+    let code: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
     let desc_at = rest.find("DESC: ")?;
     let desc = &rest[desc_at + 6..];
     let end = [" BROKER: ", "  For more", "\n", ", For more"]
@@ -770,8 +895,14 @@ fn classify(reply: &Value, check: &'static str, expect: impl Fn(&str) -> bool) -
         return Outcome::Broken(line.trim().chars().take(160).collect());
     }
     {
-        let first = stdout.lines().find(|l| !l.trim().is_empty()).unwrap_or("(no output)");
-        Outcome::Broken(format!("unexpected output: {}", first.trim().chars().take(120).collect::<String>()))
+        let first = stdout
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("(no output)");
+        Outcome::Broken(format!(
+            "unexpected output: {}",
+            first.trim().chars().take(120).collect::<String>()
+        ))
     }
 }
 
@@ -795,10 +926,12 @@ fn render_compat(rows: &[(String, String, Outcome)], version: &str) -> String {
          against `ferromq standalone`; do not edit by hand. The test fails when its run differs \
          from this file; `FERROMQ_UPDATE_COMPAT=1` rewrites it.\n\n"
     ));
-    out.push_str("Results: **works** = the output has the same meaning as against RocketMQ (what the \
+    out.push_str(
+        "Results: **works** = the output has the same meaning as against RocketMQ (what the \
                   test checked is named); **clear refusal** = a RocketMQ exception carrying \
                   ferromq's response code and remark; **BROKEN** = a Java stack trace from a \
-                  malformed reply or output without the expected content; **not run** = why.\n\n");
+                  malformed reply or output without the expected content; **not run** = why.\n\n",
+    );
     out.push_str("| Command | Flags | Result |\n|---|---|---|\n");
     for (command, flags, outcome) in rows {
         out.push_str(&format!(
@@ -834,17 +967,33 @@ fn java5_mqadmin_commands_against_ferromq() {
     let (cluster, broker_name) = (words[0].to_string(), words[1].to_string());
 
     // Data for the message and consumer commands.
-    let produced = d.ok(&format!("mqadmin updateTopic -n {ns} -b {broker} -t JA -r 4 -w 4"), PRODUCE);
-    assert!(produced["stdout"].as_str().unwrap_or_default().contains("success"), "{produced}");
+    let produced = d.ok(
+        &format!("mqadmin updateTopic -n {ns} -b {broker} -t JA -r 4 -w 4"),
+        PRODUCE,
+    );
+    assert!(
+        produced["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("success"),
+        "{produced}"
+    );
     common::wait_route(&ns, "JA");
     let sent = d.ok("produce --topic JA --count 20 --prefix q --tag TQ", PRODUCE);
     let sample = sent["sample"][3].clone();
-    let offset_msg_id = sample["offset_msg_id"].as_str().expect("offset msg id").to_string();
+    let offset_msg_id = sample["offset_msg_id"]
+        .as_str()
+        .expect("offset msg id")
+        .to_string();
     let uniq = sample["msg_id"].as_str().expect("msg id").to_string();
     let (sample_queue, sample_offset) = (sample["queue"].clone(), sample["offset"].clone());
     d.ok("push-start --name a1 --topic JA --group G_adm", PRODUCE);
     assert!(
-        d.wait_events(CONSUME, |ev| ev.iter().filter(|e| e["consumer"] == "a1").count() >= 20),
+        d.wait_events(CONSUME, |ev| ev
+            .iter()
+            .filter(|e| e["consumer"] == "a1")
+            .count()
+            >= 20),
         "G_adm did not consume"
     );
     // The Java client persists offsets on a timer (first run 10 s after it starts).
@@ -857,41 +1006,184 @@ fn java5_mqadmin_commands_against_ferromq() {
     type Check = Box<dyn Fn(&str) -> bool>;
     let contains = |needle: String| -> Check { Box::new(move |out: &str| out.contains(&needle)) };
     let cases: Vec<(&str, String, &'static str, Check)> = vec![
-        ("updateTopic", format!("-n {ns} -b {broker} -t JA2 -r 2 -w 2"), "create topic … success", contains("success".into())),
-        ("updateTopic", format!("-n {ns} -c {cluster} -t JA3"), "create topic … success", contains("success".into())),
-        ("topicList", format!("-n {ns}"), "lists JA", contains("JA".into())),
-        ("topicList", format!("-n {ns} -c"), "lists JA with its cluster", contains("JA".into())),
-        ("topicRoute", format!("-n {ns} -t JA"), "route JSON names the broker", contains(broker.clone())),
-        ("topicStatus", format!("-n {ns} -t JA"), "per-queue min/max offsets", contains(broker_name.clone())),
-        ("clusterList", format!("-n {ns}"), "lists the broker", contains(broker.clone())),
-        ("brokerStatus", format!("-n {ns} -b {broker}"), "runtime stats", contains("commitLogMaxOffset".into())),
-        ("getBrokerConfig", format!("-n {ns} -b {broker}"), "configuration", contains("brokerName".into())),
-        ("updateBrokerConfig", format!("-n {ns} -b {broker} -k defaultTopicQueueNums -v 8"), "updated", contains("success".into())),
-        ("updateBrokerConfig", format!("-n {ns} -b {broker} -k flushDiskType -v ASYNC_FLUSH"), "updated", contains("success".into())),
-        ("updateSubGroup", format!("-n {ns} -b {broker} -g G_new"), "created", contains("success".into())),
-        ("deleteSubGroup", format!("-n {ns} -b {broker} -g G_new"), "deleted", contains("success".into())),
-        ("consumerProgress", format!("-n {ns} -g G_adm"), "per-queue offsets of the group", contains("JA".into())),
-        ("consumerProgress", format!("-n {ns}"), "one line per group", contains("G_adm".into())),
-        ("consumerConnection", format!("-n {ns} -g G_adm"), "client id and subscription", contains("JA".into())),
-        ("consumerStatus", format!("-n {ns} -g G_adm"), "the client's running info", contains("JA".into())),
-        ("resetOffsetByTime", format!("-n {ns} -g G_adm -t JA -s {now_ms}"), "new (broker-side) path", contains("JA".into())),
-        ("skipAccumulatedMessage", format!("-n {ns} -g G_adm -t JA"), "every queue at its max offset", contains(format!("{broker_name} "))),
-        ("cloneGroupOffset", format!("-n {ns} -s G_adm -d G_clone -t JA"), "cloned", contains("success".into())),
+        (
+            "updateTopic",
+            format!("-n {ns} -b {broker} -t JA2 -r 2 -w 2"),
+            "create topic … success",
+            contains("success".into()),
+        ),
+        (
+            "updateTopic",
+            format!("-n {ns} -c {cluster} -t JA3"),
+            "create topic … success",
+            contains("success".into()),
+        ),
+        (
+            "topicList",
+            format!("-n {ns}"),
+            "lists JA",
+            contains("JA".into()),
+        ),
+        (
+            "topicList",
+            format!("-n {ns} -c"),
+            "lists JA with its cluster",
+            contains("JA".into()),
+        ),
+        (
+            "topicRoute",
+            format!("-n {ns} -t JA"),
+            "route JSON names the broker",
+            contains(broker.clone()),
+        ),
+        (
+            "topicStatus",
+            format!("-n {ns} -t JA"),
+            "per-queue min/max offsets",
+            contains(broker_name.clone()),
+        ),
+        (
+            "clusterList",
+            format!("-n {ns}"),
+            "lists the broker",
+            contains(broker.clone()),
+        ),
+        (
+            "brokerStatus",
+            format!("-n {ns} -b {broker}"),
+            "runtime stats",
+            contains("commitLogMaxOffset".into()),
+        ),
+        (
+            "getBrokerConfig",
+            format!("-n {ns} -b {broker}"),
+            "configuration",
+            contains("brokerName".into()),
+        ),
+        (
+            "updateBrokerConfig",
+            format!("-n {ns} -b {broker} -k defaultTopicQueueNums -v 8"),
+            "updated",
+            contains("success".into()),
+        ),
+        (
+            "updateBrokerConfig",
+            format!("-n {ns} -b {broker} -k flushDiskType -v ASYNC_FLUSH"),
+            "updated",
+            contains("success".into()),
+        ),
+        (
+            "updateSubGroup",
+            format!("-n {ns} -b {broker} -g G_new"),
+            "created",
+            contains("success".into()),
+        ),
+        (
+            "deleteSubGroup",
+            format!("-n {ns} -b {broker} -g G_new"),
+            "deleted",
+            contains("success".into()),
+        ),
+        (
+            "consumerProgress",
+            format!("-n {ns} -g G_adm"),
+            "per-queue offsets of the group",
+            contains("JA".into()),
+        ),
+        (
+            "consumerProgress",
+            format!("-n {ns}"),
+            "one line per group",
+            contains("G_adm".into()),
+        ),
+        (
+            "consumerConnection",
+            format!("-n {ns} -g G_adm"),
+            "client id and subscription",
+            contains("JA".into()),
+        ),
+        (
+            "consumerStatus",
+            format!("-n {ns} -g G_adm"),
+            "the client's running info",
+            contains("JA".into()),
+        ),
+        (
+            "resetOffsetByTime",
+            format!("-n {ns} -g G_adm -t JA -s {now_ms}"),
+            "new (broker-side) path",
+            contains("JA".into()),
+        ),
+        (
+            "skipAccumulatedMessage",
+            format!("-n {ns} -g G_adm -t JA"),
+            "every queue at its max offset",
+            contains(format!("{broker_name} ")),
+        ),
+        (
+            "cloneGroupOffset",
+            format!("-n {ns} -s G_adm -d G_clone -t JA"),
+            "cloned",
+            contains("success".into()),
+        ),
         // 5.x mqadmin has no resetOffsetByTimeOld command: it takes the old client-side path
         // (UPDATE_CONSUMER_OFFSET per queue) only when the broker answers CONSUMER_NOT_ONLINE.
         // G_clone has offsets and no member.
-        ("resetOffsetByTime", format!("-n {ns} -g G_clone -t JA -s {now_ms}"), "offline group", contains("JA".into())),
-        ("queryMsgById", format!("-n {ns} -t JA -i {offset_msg_id}"), "the message's key", contains("q-3".into())),
-        ("queryMsgByKey", format!("-n {ns} -t JA -k q-3"), "the message id", contains(uniq.clone())),
-        ("queryMsgByUniqueKey", format!("-n {ns} -t JA -i {uniq}"), "the message's key", contains("q-3".into())),
-        ("queryMsgByOffset", format!("-n {ns} -t JA -b {broker_name} -i {sample_queue} -o {sample_offset}"), "the message's key", contains("q-3".into())),
-        ("printMsg", format!("-n {ns} -t JA -d true"), "bodies", contains("q:3".into())),
-        ("deleteTopic", format!("-n {ns} -t JA3 -c {cluster}"), "deleted", contains("success".into())),
-        ("haStatus", format!("-n {ns} -b {broker}"), "HA runtime info (no slaves)", contains("#MasterAddr".into())),
+        (
+            "resetOffsetByTime",
+            format!("-n {ns} -g G_clone -t JA -s {now_ms}"),
+            "offline group",
+            contains("JA".into()),
+        ),
+        (
+            "queryMsgById",
+            format!("-n {ns} -t JA -i {offset_msg_id}"),
+            "the message's key",
+            contains("q-3".into()),
+        ),
+        (
+            "queryMsgByKey",
+            format!("-n {ns} -t JA -k q-3"),
+            "the message id",
+            contains(uniq.clone()),
+        ),
+        (
+            "queryMsgByUniqueKey",
+            format!("-n {ns} -t JA -i {uniq}"),
+            "the message's key",
+            contains("q-3".into()),
+        ),
+        (
+            "queryMsgByOffset",
+            format!("-n {ns} -t JA -b {broker_name} -i {sample_queue} -o {sample_offset}"),
+            "the message's key",
+            contains("q-3".into()),
+        ),
+        (
+            "printMsg",
+            format!("-n {ns} -t JA -d true"),
+            "bodies",
+            contains("q:3".into()),
+        ),
+        (
+            "deleteTopic",
+            format!("-n {ns} -t JA3 -c {cluster}"),
+            "deleted",
+            contains("success".into()),
+        ),
+        (
+            "haStatus",
+            format!("-n {ns} -b {broker}"),
+            "HA runtime info (no slaves)",
+            contains("#MasterAddr".into()),
+        ),
     ];
     let mut rows = Vec::new();
     for (command, flags, check, expect) in cases {
-        let reply = d.ok(&format!("mqadmin {command} {flags}"), Duration::from_secs(120));
+        let reply = d.ok(
+            &format!("mqadmin {command} {flags}"),
+            Duration::from_secs(120),
+        );
         let outcome = classify(&reply, check, expect);
         let outcome = match outcome {
             Outcome::Refused(why) => Outcome::Refused(stable(&why, &server)),
@@ -900,7 +1192,11 @@ fn java5_mqadmin_commands_against_ferromq() {
         };
         eprintln!("mqadmin {command}: {}", outcome.cell());
         if !matches!(outcome, Outcome::Works(_)) {
-            eprintln!("--- stdout:\n{}\n--- stderr:\n{}", reply["stdout"].as_str().unwrap_or_default(), reply["stderr"].as_str().unwrap_or_default());
+            eprintln!(
+                "--- stdout:\n{}\n--- stderr:\n{}",
+                reply["stdout"].as_str().unwrap_or_default(),
+                reply["stderr"].as_str().unwrap_or_default()
+            );
         }
         let flags = stable(&flags, &server)
             .replace(&offset_msg_id, "OFFSET_MSG_ID")
@@ -908,7 +1204,10 @@ fn java5_mqadmin_commands_against_ferromq() {
             .replace(&now_ms.to_string(), "NOW_MS")
             .replace(&format!("-c {cluster}"), "-c CLUSTER")
             .replace(&format!("-b {broker_name}"), "-b BROKER_NAME")
-            .replace(&format!("-i {sample_queue} -o {sample_offset}"), "-i QUEUE -o OFFSET");
+            .replace(
+                &format!("-i {sample_queue} -o {sample_offset}"),
+                "-i QUEUE -o OFFSET",
+            );
         rows.push((command.to_string(), flags, outcome));
     }
     for command in ["getSyncStateSet", "getControllerMetaData"] {
@@ -938,5 +1237,9 @@ fn java5_mqadmin_commands_against_ferromq() {
         .filter(|(_, _, o)| matches!(o, Outcome::Broken(_)))
         .map(|(c, f, o)| format!("{c} {f}: {}", o.cell()))
         .collect();
-    assert!(broken.is_empty(), "mqadmin commands broken against ferromq:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "mqadmin commands broken against ferromq:\n{}",
+        broken.join("\n")
+    );
 }

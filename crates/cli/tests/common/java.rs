@@ -44,14 +44,21 @@ pub fn classpath_or_skip(version: &str, test: &str) -> Option<String> {
     let dir = java_dir().join(format!("v{version}"));
     let found = (|| {
         if !java_dir().join("installed.stamp").exists() {
-            return Err(format!("{} is missing", java_dir().join("installed.stamp").display()));
+            return Err(format!(
+                "{} is missing",
+                java_dir().join("installed.stamp").display()
+            ));
         }
         if Command::new("java").arg("-version").output().is_err() {
             return Err("no `java` on PATH".to_string());
         }
         let deps = fs::read_to_string(dir.join("classpath.txt"))
             .map_err(|e| format!("{}: {e}", dir.join("classpath.txt").display()))?;
-        Ok(format!("{}:{}", dir.join("build/classes").display(), deps.trim()))
+        Ok(format!(
+            "{}:{}",
+            dir.join("build/classes").display(),
+            deps.trim()
+        ))
     })();
     match found {
         Ok(cp) => Some(cp),
@@ -135,7 +142,10 @@ impl Server {
             .args(["--namesrv-port", &ports.0.to_string()])
             .args(["--broker-port", &ports.1.to_string()])
             .args(&extra)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
@@ -247,10 +257,24 @@ impl Driver {
         let stderr = File::create(&stderr_path).expect("driver stderr file");
         let home = dir.join("home");
         let mut child = Command::new("java")
-            .args(["-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"])
+            .args([
+                "-Xmx512m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Xss512k",
+            ])
             .arg(format!("-Duser.home={}", home.display()))
-            .arg(format!("-Drocketmq.client.logRoot={}", home.join("logs").display()))
-            .args(["-cp", classpath, "ferromq.interop.Driver", "--namesrv", namesrv])
+            .arg(format!(
+                "-Drocketmq.client.logRoot={}",
+                home.join("logs").display()
+            ))
+            .args([
+                "-cp",
+                classpath,
+                "ferromq.interop.Driver",
+                "--namesrv",
+                namesrv,
+            ])
             .args(global)
             .arg("serve")
             .env("HOME", &home)
@@ -282,7 +306,10 @@ impl Driver {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
                 Ok(line) => {
                     let Ok(value) = serde_json::from_str::<Value>(&line) else {
                         continue; // a client library's own stdout line
@@ -290,12 +317,18 @@ impl Driver {
                     if pred(&value) {
                         return value;
                     }
-                    assert!(self.events.len() < MAX_LINES, "driver printed over {MAX_LINES} events");
+                    assert!(
+                        self.events.len() < MAX_LINES,
+                        "driver printed over {MAX_LINES} events"
+                    );
                     self.events.push(value);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    panic!("java driver exited; stderr:\n{}", tail(&self.stderr_path, 4000))
+                    panic!(
+                        "java driver exited; stderr:\n{}",
+                        tail(&self.stderr_path, 4000)
+                    )
                 }
             }
             if Instant::now() >= deadline {
@@ -313,7 +346,9 @@ impl Driver {
         self.seq += 1;
         let seq = self.seq;
         writeln!(self.stdin, "{command}").expect("writing to the java driver");
-        self.stdin.flush().expect("flushing the java driver's stdin");
+        self.stdin
+            .flush()
+            .expect("flushing the java driver's stdin");
         let reply = self.wait_line(timeout, |v| v["seq"] == seq);
         eprintln!("java> {command}\njava< {}", abbreviate(&reply));
         reply

@@ -39,7 +39,11 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         if groups.len() >= GROUPS_MAX {
             break;
         }
-        if offsets.group_offsets(&group).iter().any(|(t, _, _)| t == topic) {
+        if offsets
+            .group_offsets(&group)
+            .iter()
+            .any(|(t, _, _)| t == topic)
+        {
             groups.insert(group);
         }
     }
