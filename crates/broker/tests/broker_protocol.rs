@@ -249,6 +249,52 @@ async fn bad_input_gets_errors_and_the_broker_keeps_serving() {
         .unwrap();
     assert_eq!(reply.code, response::REQUEST_CODE_NOT_SUPPORTED);
     assert!(reply.remark.unwrap().contains("9999"));
+    // Request shapes the official Java client and mqadmin send that ferromq does not serve
+    // (crates/cli/tests/interop_java.rs, docs/compat.md): a clear code, a remark naming the
+    // request, a counter, and the connection stays open.
+    let java_unsupported: &[(i32, &str)] = &[
+        // mqadmin consumerStatus: the broker would forward it to the consumer client.
+        (
+            request::GET_CONSUMER_RUNNING_INFO,
+            "GET_CONSUMER_RUNNING_INFO",
+        ),
+    ];
+    for (code, name) in java_unsupported {
+        let mut header = std::collections::BTreeMap::new();
+        header.insert("consumerGroup".to_string(), "G".to_string());
+        header.insert("clientId".to_string(), "127.0.0.1@1".to_string());
+        header.insert("jstackEnable".to_string(), "false".to_string());
+        let reply = good
+            .invoke(RemotingCommand::new_request(*code, header), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(reply.code, response::REQUEST_CODE_NOT_SUPPORTED, "{name}");
+        let remark = reply.remark.unwrap_or_default();
+        assert!(
+            remark.contains(name) && remark.contains("not supported"),
+            "{remark}"
+        );
+        assert_eq!(
+            broker.context().metrics.unsupported_count(name),
+            1,
+            "{name} counted"
+        );
+    }
+    assert_eq!(
+        broker.context().metrics.unsupported_count("unknown"),
+        1,
+        "code 9999 counted"
+    );
+    // QUERY_TOPIC_CONSUME_BY_WHO (mqadmin queryMsgBy*) without its topic: INVALID_PARAMETER.
+    let reply = good
+        .invoke(
+            RemotingCommand::new_request(request::QUERY_TOPIC_CONSUME_BY_WHO, Default::default()),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::INVALID_PARAMETER);
+    assert!(reply.remark.unwrap_or_default().contains("topic"));
     // A topic that does not exist, auto-create off.
     let reply = send(&good, "Missing", 0, b"x", "a").await;
     assert_eq!(reply.code, response::TOPIC_NOT_EXIST);

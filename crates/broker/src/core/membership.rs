@@ -37,8 +37,10 @@ pub fn heartbeat(
     Ok(!changed.is_empty())
 }
 
-/// The group's subscription config and its retry topic, created when missing.
-fn ensure_consumer_group(ctx: &BrokerContext, group: &str) -> Result<(), Refusal> {
+/// The group's subscription config and its retry topic, created when missing. Java admin
+/// tools find a group's brokers through the route of `%RETRY%<group>`, so every group that
+/// holds offsets (a member heartbeated, or `cloneGroupOffset` wrote them) needs one.
+pub fn ensure_consumer_group(ctx: &BrokerContext, group: &str) -> Result<(), Refusal> {
     let retry = ctx
         .groups
         .ensure(group)

@@ -38,6 +38,11 @@ impl Offsets<'_> {
 }
 
 impl Offsets<'_> {
+    /// The groups holding at least one stored offset, in ascending order.
+    pub fn groups(&self) -> Vec<String> {
+        self.view.groups()
+    }
+
     /// Every stored offset of a group: (topic, queue, offset).
     pub fn group_offsets(&self, group: &str) -> Vec<(String, u32, u64)> {
         self.view

@@ -183,11 +183,11 @@ pub struct BrokerMetrics {
     corrections: Family<StaticLabel, Counter>,
     connections: Gauge,
     refusals: Family<RefusalLabel, Counter>,
+    unsupported: Family<StaticLabel, Counter>,
     scheduler_dead_letters: Counter,
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
-    unsupported: Family<StaticLabel, Counter>,
     /// Transactional messages (`super::transactions`).
     pub transactions: super::transactions::TransactionMetrics,
 }
@@ -213,11 +213,11 @@ impl BrokerMetrics {
             corrections: Family::default(),
             connections: Gauge::default(),
             refusals: Family::default(),
+            unsupported: Family::default(),
             scheduler_dead_letters: Counter::default(),
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
-            unsupported: Family::default(),
             transactions: Default::default(),
         };
         let mut registry = Registry::default();
@@ -277,6 +277,11 @@ impl BrokerMetrics {
             metrics.refusals.clone(),
         );
         registry.register(
+            "ferromq_requests_unsupported",
+            "Requests answered REQUEST_CODE_NOT_SUPPORTED, by the request code's RocketMQ name",
+            metrics.unsupported.clone(),
+        );
+        registry.register(
             "ferromq_scheduler_dead_letters",
             "Delayed messages whose target was invalid when they fired",
             metrics.scheduler_dead_letters.clone(),
@@ -295,11 +300,6 @@ impl BrokerMetrics {
             "ferromq_requests_busy",
             "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
             metrics.busy.clone(),
-        );
-        registry.register(
-            "ferromq_requests_unsupported",
-            "Requests answered REQUEST_CODE_NOT_SUPPORTED, by request code name",
-            metrics.unsupported.clone(),
         );
         metrics.transactions.register(&mut registry);
         BrokerMetrics {

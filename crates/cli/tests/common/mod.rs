@@ -24,6 +24,7 @@ macro_rules! eventually {
     }};
 }
 
+pub mod java;
 pub mod remoting;
 
 use std::io::{BufRead, BufReader};

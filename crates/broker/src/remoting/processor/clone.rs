@@ -10,6 +10,9 @@
 //!   was not asked to move).
 //! - Without `offline=true`, a topic is skipped when the source group is online but none of
 //!   its members subscribes to it (Java's rule).
+//! - The destination group gets its subscription config and `%RETRY%<destGroup>` topic when
+//!   missing (as a heartbeat would create them): Java mqadmin locates a group's brokers
+//!   through that topic's route, and `queryMsgById` asks about every group with offsets.
 //! - The reply is SUCCESS (Java's admin reads nothing else) plus ferromq's ext fields for
 //!   `ferromq admin cloneGroupOffset`: `cloned` = `topic/queueId:old>new,...` (`old` is `-1`
 //!   when the destination had no offset), `skipped` = topics left out by the rule above, and
@@ -45,6 +48,11 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
     };
     for (topic, applied) in &done.resets {
         super::reset::notify_reset(ctx, &header.dest_group, topic, applied, 0, false);
+    }
+    // The destination now holds offsets: give it the retry topic through which Java admin
+    // tools (queryMsgById, consumerProgress) locate a group's brokers.
+    if let Err(refusal) = crate::core::membership::ensure_consumer_group(ctx, &header.dest_group) {
+        return error_reply(command, &refusal);
     }
     let mut reply = success(command);
     reply

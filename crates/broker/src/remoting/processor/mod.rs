@@ -11,6 +11,7 @@ mod client;
 mod clone;
 pub mod code_map;
 mod connection;
+mod consumed_by;
 mod damaged;
 mod history;
 mod offset;
@@ -89,6 +90,7 @@ pub async fn handle(
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,
         request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
+        request::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by::handle(ctx, &command).await,
         code => unsupported(ctx, &command, code),
     }
 }

@@ -80,6 +80,14 @@ header! {
 }
 
 header! {
+    /// QUERY_TOPIC_CONSUME_BY_WHO (300) request.
+    pub struct QueryTopicConsumeByWhoRequestHeader {
+        /// The topic whose consumer groups are asked for.
+        topic: String = "topic",
+    }
+}
+
+header! {
     /// GET_PRODUCER_CONNECTION_LIST (204) request.
     pub struct GetProducerConnectionListRequestHeader {
         /// Producer group.
