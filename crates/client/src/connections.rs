@@ -11,9 +11,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ferromq_protocol::remoting::acl::Credentials;
+use ferromq_protocol::remoting::tls::ClientTls;
 use ferromq_protocol::remoting::{ClientOptions, RemotingClient, RemotingCommand};
 
 use crate::error::ClientError;
+
+/// The options of a client's pool: its connect timeout, the credentials every request is
+/// signed with (ACL), and TLS.
+pub fn options(
+    connect_timeout: Duration,
+    credentials: Option<&Credentials>,
+    tls: Option<&ClientTls>,
+) -> ClientOptions {
+    ClientOptions {
+        connect_timeout,
+        credentials: credentials.cloned().map(Arc::new),
+        tls: tls.cloned(),
+        ..ClientOptions::default()
+    }
+}
 
 /// Connections to name servers and brokers, keyed by address.
 #[derive(Debug)]
@@ -82,7 +99,7 @@ impl ConnectionPool {
             .max(Duration::from_millis(1));
         let options = ClientOptions {
             connect_timeout: self.options.connect_timeout.min(timeout),
-            ..self.options
+            ..self.options.clone()
         };
         let conn = RemotingClient::connect_with(addr, options)
             .await

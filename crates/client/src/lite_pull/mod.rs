@@ -103,11 +103,14 @@ impl LitePullConsumer {
             connect_timeout: config.connect_timeout,
             route_max_age: config.route_max_age,
             heartbeat_interval: config.heartbeat_interval,
+            credentials: config.credentials.clone(),
+            tls: config.tls.clone(),
         })?;
-        let pool = ConnectionPool::new(ClientOptions {
-            connect_timeout: config.connect_timeout,
-            ..ClientOptions::default()
-        });
+        let pool = ConnectionPool::new(crate::connections::options(
+            config.connect_timeout,
+            config.credentials.as_ref(),
+            config.tls.as_ref(),
+        ));
         let shared = Arc::new(Shared {
             config,
             pull,

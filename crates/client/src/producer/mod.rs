@@ -122,10 +122,11 @@ impl Producer {
                 "Producer::start must be called within a tokio runtime".into(),
             ));
         }
-        let pool = Arc::new(ConnectionPool::new(ClientOptions {
-            connect_timeout: config.connect_timeout,
-            ..ClientOptions::default()
-        }));
+        let pool = Arc::new(ConnectionPool::new(connections::options(
+            config.connect_timeout,
+            config.credentials.as_ref(),
+            config.tls.as_ref(),
+        )));
         let routes = Arc::new(RouteCache::new(
             config.namesrv_addrs.clone(),
             pool.clone(),
