@@ -57,7 +57,7 @@ use ferromq_protocol::remoting::headers::offset::{
 use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
@@ -234,7 +234,7 @@ impl PullConsumer {
         if config.group.is_empty() {
             return Err(ClientError::Config("consumer group is empty".into()));
         }
-        let pool = Arc::new(ConnectionPool::new(connections::options(
+        let pool = Arc::new(ConnectionPool::new(crate::connections::options(
             config.connect_timeout,
             config.credentials.as_ref(),
             config.tls.as_ref(),

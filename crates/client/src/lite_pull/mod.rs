@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::RemotingCommand;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 

@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use ferromq_protocol::remoting::ClientOptions;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 

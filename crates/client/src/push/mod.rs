@@ -473,6 +473,7 @@ impl PushConsumer {
                 heartbeat_interval: Duration::from_secs(365 * 24 * 3600),
                 credentials: config.credentials.clone(),
                 tls: config.tls.clone(),
+                ..PullConsumerConfig::default()
             },
             |group, routes, pool, timeout| {
                 captured_pool = Some(pool.clone());
