@@ -96,7 +96,9 @@ fn parse_octet(text: &str, last: bool) -> Option<OctetPattern> {
             return None;
         }
         let values: Option<Vec<u8>> = inner.split(',').map(|v| v.trim().parse().ok()).collect();
-        return values.filter(|v| !v.is_empty() && v.len() <= OCTET_SET_MAX).map(OctetPattern::Set);
+        return values
+            .filter(|v| !v.is_empty() && v.len() <= OCTET_SET_MAX)
+            .map(OctetPattern::Set);
     }
     if let Some((low, high)) = text.split_once('-') {
         let (low, high): (u8, u8) = (low.parse().ok()?, high.parse().ok()?);
@@ -131,7 +133,13 @@ mod tests {
 
     #[test]
     fn malformed_patterns_are_refused() {
-        for bad in ["10.0.0", "10.0.0.300", "10.{1,2}.0.1", "10.0.0.9-1", "a.b.c.d"] {
+        for bad in [
+            "10.0.0",
+            "10.0.0.300",
+            "10.{1,2}.0.1",
+            "10.0.0.9-1",
+            "a.b.c.d",
+        ] {
             assert!(AddressPattern::parse(bad).is_err(), "{bad}");
         }
     }

@@ -123,8 +123,14 @@ impl Accounts {
         content: impl FnOnce() -> Vec<u8>,
         needs: &Needs<'_>,
     ) -> Result<Granted, Denial> {
-        if self.global_white.iter().any(|p| p.matches(presented.remote)) {
-            return Ok(Granted::AllowListed(presented.access_key.map(str::to_owned)));
+        if self
+            .global_white
+            .iter()
+            .any(|p| p.matches(presented.remote))
+        {
+            return Ok(Granted::AllowListed(
+                presented.access_key.map(str::to_owned),
+            ));
         }
         let access_key = presented.access_key.ok_or(Denial::Unsigned)?;
         let account = self
@@ -254,7 +260,9 @@ accounts:
         );
         let no_pub = decide(&accounts, &good, "127.0.0.1", &publish("other")).unwrap_err();
         assert_eq!(no_pub.reason(), "acl_no_permission");
-        assert!(no_pub.to_string().contains("no PUB permission on topic other"));
+        assert!(no_pub
+            .to_string()
+            .contains("no PUB permission on topic other"));
         let wrong = signed("user01", "secret02");
         assert_eq!(
             decide(&accounts, &wrong, "127.0.0.1", &publish("orders")),
@@ -267,7 +275,9 @@ accounts:
         );
         let unknown = signed("nobody", "secret01");
         assert_eq!(
-            decide(&accounts, &unknown, "127.0.0.1", &publish("orders")).unwrap_err().reason(),
+            decide(&accounts, &unknown, "127.0.0.1", &publish("orders"))
+                .unwrap_err()
+                .reason(),
             "acl_unknown_access_key"
         );
         let mut replayed = good.clone();

@@ -65,7 +65,12 @@ mod tests {
     fn parse_accepts_rocketmq_spellings_only() {
         assert_eq!(Perm::parse(" SUB|PUB ", "x").unwrap(), Perm::ANY);
         assert_eq!(Perm::parse("DENY", "x").unwrap(), Perm::DENY);
-        let error = Perm::parse("PUBB", "topicPerms of ak").unwrap_err().to_string();
-        assert!(error.contains("PUBB") && error.contains("topicPerms of ak"), "{error}");
+        let error = Perm::parse("PUBB", "topicPerms of ak")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("PUBB") && error.contains("topicPerms of ak"),
+            "{error}"
+        );
     }
 }

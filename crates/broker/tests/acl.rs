@@ -248,7 +248,13 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "delete topic",
-            build: || command(request::DELETE_TOPIC_IN_BROKER, &[("topic", "AdminTopic")], None),
+            build: || {
+                command(
+                    request::DELETE_TOPIC_IN_BROKER,
+                    &[("topic", "AdminTopic")],
+                    None,
+                )
+            },
             admin: true,
             success: true,
         },
@@ -313,12 +319,29 @@ async fn every_request_kind_is_served_signed_and_refused_otherwise() {
             (nobody(), "permission on")
         };
         let reply = call(&client, signed((case.build)(), &weak)).await;
-        assert_refused(case.name, "an account without the permission", &reply, missing);
+        assert_refused(
+            case.name,
+            "an account without the permission",
+            &reply,
+            missing,
+        );
         // The right credentials: served.
         let reply = call(&client, signed((case.build)(), &owner)).await;
-        assert_ne!(reply.code, response::NO_PERMISSION, "{}: {:?}", case.name, reply.remark);
+        assert_ne!(
+            reply.code,
+            response::NO_PERMISSION,
+            "{}: {:?}",
+            case.name,
+            reply.remark
+        );
         if case.success {
-            assert_eq!(reply.code, response::SUCCESS, "{}: {:?}", case.name, reply.remark);
+            assert_eq!(
+                reply.code,
+                response::SUCCESS,
+                "{}: {:?}",
+                case.name,
+                reply.remark
+            );
         }
     }
     let metrics = &broker.context().metrics;
@@ -360,7 +383,10 @@ async fn the_accounts_file_reloads_and_a_bad_one_keeps_the_last_good() {
     // A malformed file: the last good accounts stay.
     replace_file(&accounts, "accounts: [\n");
     let acl = broker.context().acl.clone().expect("ACL is on");
-    let failed = wait_until(Duration::from_secs(5), || async { acl.reload_failures() > 0 }).await;
+    let failed = wait_until(Duration::from_secs(5), || async {
+        acl.reload_failures() > 0
+    })
+    .await;
     assert!(failed, "the bad file was never looked at");
     let reply = call(&client, signed(send(), &nobody())).await;
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
@@ -380,7 +406,11 @@ async fn a_bad_accounts_file_at_start_is_an_error_naming_it() {
     assert!(error.contains("broken_acl.yml"), "{error}");
     let mut config = common::broker_config(&dir.path().join("store2"), true);
     config.acl_enable = true;
-    let error = Broker::start(config).await.err().expect("start fails").to_string();
+    let error = Broker::start(config)
+        .await
+        .err()
+        .expect("start fails")
+        .to_string();
     assert!(error.contains("aclFile"), "{error}");
 }
 
@@ -465,7 +495,8 @@ async fn a_burst_of_bad_signatures_does_not_starve_normal_clients() {
     }
     let alone = p99_send(&client, SENDS).await;
     let bad = Credentials::new("user01", "guessed-secret");
-    let (under_bad, refused) = under_burst(&client, addr, bad, response::NO_PERMISSION, SENDS).await;
+    let (under_bad, refused) =
+        under_burst(&client, addr, bad, response::NO_PERMISSION, SENDS).await;
     let (under_good, _) = under_burst(&client, addr, user(), response::SUCCESS, SENDS).await;
     let factor = under_bad.as_secs_f64() / alone.as_secs_f64().max(1e-6);
     let versus_good = under_bad.as_secs_f64() / under_good.as_secs_f64().max(1e-6);
@@ -475,8 +506,14 @@ async fn a_burst_of_bad_signatures_does_not_starve_normal_clients() {
          {under_good:?} under the same burst of good sends (bad/good x{versus_good:.2})"
     );
     assert!(refused > 0);
-    assert!(factor <= BURST_SLOWDOWN_MAX, "p99 x{factor:.2} under the burst");
-    assert!(versus_good <= BAD_VS_GOOD_MAX, "bad burst x{versus_good:.2} the good one");
+    assert!(
+        factor <= BURST_SLOWDOWN_MAX,
+        "p99 x{factor:.2} under the burst"
+    );
+    assert!(
+        versus_good <= BAD_VS_GOOD_MAX,
+        "bad burst x{versus_good:.2} the good one"
+    );
     broker.shutdown().await.unwrap();
 }
 

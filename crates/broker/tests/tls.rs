@@ -68,7 +68,10 @@ async fn enforcing_refuses_a_plain_client_and_serves_tls() {
         plain.closed(TIMEOUT).await,
         "the plain connection is closed"
     );
-    let refused = broker.context().metrics.refused_count("tls_handshake_failed");
+    let refused = broker
+        .context()
+        .metrics
+        .refused_count("tls_handshake_failed");
     assert_eq!(refused, 1);
     assert!(served(&secure).await, "still serving TLS clients");
     broker.shutdown().await.unwrap();
@@ -141,6 +144,10 @@ async fn a_bad_certificate_file_is_a_start_up_error_naming_it() {
     assert!(error.contains("server.pem"), "{error}");
     let mut config = common::broker_config(&dir.path().join("store"), true);
     config.tls_server_mode = "strict".into();
-    let error = Broker::start(config).await.err().expect("bad mode").to_string();
+    let error = Broker::start(config)
+        .await
+        .err()
+        .expect("bad mode")
+        .to_string();
     assert!(error.contains("tls.server.mode"), "{error}");
 }

@@ -60,8 +60,8 @@ impl SecurityFlags {
         let Some(ca) = &self.tls_ca else {
             bail!("--tls needs --tls-ca FILE");
         };
-        let tls = ClientTls::from_ca_file(ca, self.tls_server_name.clone())
-            .context("setting up TLS")?;
+        let tls =
+            ClientTls::from_ca_file(ca, self.tls_server_name.clone()).context("setting up TLS")?;
         Ok(Some(tls))
     }
 

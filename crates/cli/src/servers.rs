@@ -74,7 +74,10 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         let server = match &args.acl_file {
             Some(path) => {
                 let acl = ferromq_acl::Acl::load(path).context("starting the name server")?;
-                server.with_acl(std::sync::Arc::new(acl), ferromq_acl::RELOAD_INTERVAL_DEFAULT)
+                server.with_acl(
+                    std::sync::Arc::new(acl),
+                    ferromq_acl::RELOAD_INTERVAL_DEFAULT,
+                )
             }
             None => server,
         };

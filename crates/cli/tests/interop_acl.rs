@@ -74,9 +74,24 @@ trait AclClient {
     /// Program and leading arguments, or why the client is not installed.
     fn program(&self) -> Result<(PathBuf, Vec<String>), String>;
     /// Arguments to send `count` messages to `topic` as producer group `group`.
-    fn produce(&self, namesrv: &str, topic: &str, group: &str, count: u32, keys: Option<Keys>) -> Vec<String>;
+    fn produce(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        count: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String>;
     /// Arguments to consume `topic` as `group` until `expect` messages arrived or `timeout_s`.
-    fn consume(&self, namesrv: &str, topic: &str, group: &str, expect: u32, timeout_s: u32, keys: Option<Keys>) -> Vec<String>;
+    fn consume(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        expect: u32,
+        timeout_s: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String>;
 }
 
 fn with_keys(mut args: Vec<String>, keys: Option<Keys>) -> Vec<String> {
@@ -91,20 +106,53 @@ fn strings(args: &[&str]) -> Vec<String> {
 }
 
 /// Produce and consume arguments shared by both scripts (same flags).
-fn script_produce(namesrv: &str, topic: &str, group: &str, count: u32, keys: Option<Keys>) -> Vec<String> {
+fn script_produce(
+    namesrv: &str,
+    topic: &str,
+    group: &str,
+    count: u32,
+    keys: Option<Keys>,
+) -> Vec<String> {
     let count = count.to_string();
     let args = strings(&[
-        "produce", "--namesrv", namesrv, "--topic", topic, "--group", group, "--count", &count,
-        "--prefix", "acl", "--max-failures", "3",
+        "produce",
+        "--namesrv",
+        namesrv,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--count",
+        &count,
+        "--prefix",
+        "acl",
+        "--max-failures",
+        "3",
     ]);
     with_keys(args, keys)
 }
 
-fn script_consume(namesrv: &str, topic: &str, group: &str, expect: u32, timeout_s: u32, keys: Option<Keys>) -> Vec<String> {
+fn script_consume(
+    namesrv: &str,
+    topic: &str,
+    group: &str,
+    expect: u32,
+    timeout_s: u32,
+    keys: Option<Keys>,
+) -> Vec<String> {
     let (expect, timeout) = (expect.to_string(), timeout_s.to_string());
     let args = strings(&[
-        "consume", "--namesrv", namesrv, "--topic", topic, "--group", group, "--expect", &expect,
-        "--timeout", &timeout,
+        "consume",
+        "--namesrv",
+        namesrv,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--expect",
+        &expect,
+        "--timeout",
+        &timeout,
     ]);
     with_keys(args, keys)
 }
@@ -124,10 +172,25 @@ impl AclClient for CppCore {
         let script = repo_root().join("scripts/interop/py_remoting.py");
         Ok((python, vec![script.display().to_string()]))
     }
-    fn produce(&self, namesrv: &str, topic: &str, group: &str, count: u32, keys: Option<Keys>) -> Vec<String> {
+    fn produce(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        count: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
         script_produce(namesrv, topic, group, count, keys)
     }
-    fn consume(&self, namesrv: &str, topic: &str, group: &str, expect: u32, timeout_s: u32, keys: Option<Keys>) -> Vec<String> {
+    fn consume(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        expect: u32,
+        timeout_s: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
         script_consume(namesrv, topic, group, expect, timeout_s, keys)
     }
 }
@@ -147,10 +210,25 @@ impl AclClient for AliOns {
         let script = repo_root().join("scripts/interop/ali_ons.js");
         Ok((PathBuf::from("node"), vec![script.display().to_string()]))
     }
-    fn produce(&self, namesrv: &str, topic: &str, group: &str, count: u32, keys: Option<Keys>) -> Vec<String> {
+    fn produce(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        count: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
         script_produce(namesrv, topic, group, count, keys)
     }
-    fn consume(&self, namesrv: &str, topic: &str, group: &str, expect: u32, timeout_s: u32, keys: Option<Keys>) -> Vec<String> {
+    fn consume(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        expect: u32,
+        timeout_s: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
         script_consume(namesrv, topic, group, expect, timeout_s, keys)
     }
 }
@@ -215,7 +293,13 @@ fn line_reader(stdout: impl Read + Send + 'static) -> Receiver<String> {
 
 fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
-    text.chars().rev().take(3000).collect::<Vec<_>>().into_iter().rev().collect()
+    text.chars()
+        .rev()
+        .take(3000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect()
 }
 
 /// `ferromq standalone --acl-file`; its name server and broker addresses.
@@ -230,7 +314,14 @@ struct Standalone {
 fn standalone(dir: &Path, accounts: &Path) -> Standalone {
     let stderr = dir.join("standalone.stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0", "--data-dir"])
+        .args([
+            "standalone",
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--data-dir",
+        ])
         .arg(dir.join("data"))
         .arg("--acl-file")
         .arg(accounts)
@@ -245,7 +336,12 @@ fn standalone(dir: &Path, accounts: &Path) -> Standalone {
     while Instant::now() < deadline {
         if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
             let words: Vec<&str> = line.split_whitespace().collect();
-            let at = |word: &str| words.iter().position(|w| *w == word).map(|i| words[i + 1].to_string());
+            let at = |word: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == word)
+                    .map(|i| words[i + 1].to_string())
+            };
             if let (Some(namesrv), Some(broker)) = (at("namesrv"), at("broker")) {
                 return Standalone {
                     _guard: guard,
@@ -294,18 +390,35 @@ fn run(program: &(PathBuf, Vec<String>), args: &[String], dir: &Path, name: &str
         thread::sleep(Duration::from_millis(50));
     }
     let last = last.unwrap_or_else(|| panic!("{name} printed nothing; stderr:\n{}", tail(&stderr)));
-    serde_json::from_str(&last)
-        .unwrap_or_else(|e| panic!("{name}: last line {last:?} is not JSON ({e}); stderr:\n{}", tail(&stderr)))
+    serde_json::from_str(&last).unwrap_or_else(|e| {
+        panic!(
+            "{name}: last line {last:?} is not JSON ({e}); stderr:\n{}",
+            tail(&stderr)
+        )
+    })
 }
 
 /// `ferromq admin updateTopic` with or without credentials; (exit success, output).
 fn admin_update_topic(server: &Standalone, topic: &str, keys: Option<Keys>) -> (bool, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
-    command.args(["admin", "updateTopic", "-n", &server.namesrv, "-b", &server.broker, "-t", topic]);
-    command.env_remove("FERROMQ_ACCESS_KEY").env_remove("FERROMQ_SECRET_KEY");
+    command.args([
+        "admin",
+        "updateTopic",
+        "-n",
+        &server.namesrv,
+        "-b",
+        &server.broker,
+        "-t",
+        topic,
+    ]);
+    command
+        .env_remove("FERROMQ_ACCESS_KEY")
+        .env_remove("FERROMQ_SECRET_KEY");
     if let Some(keys) = keys {
         // The secret through the environment, as a user would keep it out of `ps`.
-        command.args(["--access-key", keys.access]).env("FERROMQ_SECRET_KEY", keys.secret);
+        command
+            .args(["--access-key", keys.access])
+            .env("FERROMQ_SECRET_KEY", keys.secret);
     }
     let output = command.output().expect("running ferromq admin");
     let text = format!(
@@ -329,11 +442,18 @@ fn scenario(client: &dyn AclClient, test: &str) {
     let topic = "AclTopic";
     // ferromq admin: refused without credentials, served with an admin account.
     let (ok, text) = admin_update_topic(&server, topic, None);
-    assert!(!ok && text.contains("16") || !ok && text.contains("NO_PERMISSION"), "unsigned admin: {text}");
+    assert!(
+        !ok && text.contains("16") || !ok && text.contains("NO_PERMISSION"),
+        "unsigned admin: {text}"
+    );
     let (ok, text) = admin_update_topic(&server, topic, Some(USER));
     assert!(!ok && text.contains("not an admin"), "non-admin: {text}");
     let (ok, text) = admin_update_topic(&server, topic, Some(ADMIN));
-    assert!(ok, "admin updateTopic failed: {text}\n{}", tail(&server.stderr));
+    assert!(
+        ok,
+        "admin updateTopic failed: {text}\n{}",
+        tail(&server.stderr)
+    );
     // Without credentials, and with a wrong secret: nothing is sent.
     for (keys, label) in [(None, "unsigned"), (Some(WRONG), "wrong-secret")] {
         let args = client.produce(&server.namesrv, topic, "AclProducers", 3, keys);
@@ -343,14 +463,38 @@ fn scenario(client: &dyn AclClient, test: &str) {
     // With credentials: produced and consumed.
     let args = client.produce(&server.namesrv, topic, "AclProducers", COUNT, Some(USER));
     let summary = run(&program, &args, &dir, "produce");
-    assert_eq!(summary["sent"], COUNT, "{}: {summary}\n{}", client.name(), tail(&server.stderr));
-    let args = client.consume(&server.namesrv, topic, "AclConsumers", COUNT, 60, Some(USER));
+    assert_eq!(
+        summary["sent"],
+        COUNT,
+        "{}: {summary}\n{}",
+        client.name(),
+        tail(&server.stderr)
+    );
+    let args = client.consume(
+        &server.namesrv,
+        topic,
+        "AclConsumers",
+        COUNT,
+        60,
+        Some(USER),
+    );
     let summary = run(&program, &args, &dir, "consume");
-    assert_eq!(summary["distinct"], COUNT, "{}: {summary}\n{}", client.name(), tail(&server.stderr));
+    assert_eq!(
+        summary["distinct"],
+        COUNT,
+        "{}: {summary}\n{}",
+        client.name(),
+        tail(&server.stderr)
+    );
     // Without credentials the consumer gets nothing.
     let args = client.consume(&server.namesrv, topic, "AclConsumers", COUNT, 8, None);
     let summary = run(&program, &args, &dir, "consume-unsigned");
-    assert_eq!(summary["received"], 0, "{} unsigned consume: {summary}", client.name());
+    assert_eq!(
+        summary["received"],
+        0,
+        "{} unsigned consume: {summary}",
+        client.name()
+    );
 }
 
 #[test]

@@ -190,7 +190,9 @@ impl NamesrvClient {
     }
 
     /// A client whose requests are signed with `credentials` (`None`: unsigned).
-    pub fn with_credentials(credentials: Option<ferromq_protocol::remoting::acl::Credentials>) -> Self {
+    pub fn with_credentials(
+        credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    ) -> Self {
         NamesrvClient {
             connections: Default::default(),
             credentials: credentials.map(Arc::new),

@@ -95,7 +95,11 @@ impl Processor {
     /// The NO_PERMISSION reply to `req` from `remote` when ACL refuses it; `None` when it
     /// may be served. Reads (routes, cluster info, KV reads) are open, as in RocketMQ: clients
     /// need routes before anything else, and routes hold no message data.
-    pub fn authorise(&self, req: &RemotingCommand, remote: std::net::IpAddr) -> Option<RemotingCommand> {
+    pub fn authorise(
+        &self,
+        req: &RemotingCommand,
+        remote: std::net::IpAddr,
+    ) -> Option<RemotingCommand> {
         use ferromq_protocol::remoting::acl;
         let acl_handle = self.acl.as_ref()?;
         if !is_write(req.code) {
@@ -111,13 +115,15 @@ impl Processor {
             resources: Vec::new(),
         };
         let content = || acl::signed_content(&req.ext_fields, req.body.as_deref());
-        let denial = acl_handle.current().authorise(presented, content, &needs).err()?;
+        let denial = acl_handle
+            .current()
+            .authorise(presented, content, &needs)
+            .err()?;
         self.acl_refusals
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(code = req.code, %remote, reason = denial.reason(), "name server write refused");
         Some(req.reply(response::NO_PERMISSION, Some(denial.to_string())))
     }
-
 
     /// The route tables.
     pub fn registry(&self) -> &Arc<RouteRegistry> {

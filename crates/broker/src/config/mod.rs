@@ -183,7 +183,10 @@ pub struct BrokerConfig {
     #[serde(rename = "tls.server.mode")]
     pub tls_server_mode: String,
     /// PEM certificate chain of the remoting port (RocketMQ's `tls.server.certPath`).
-    #[serde(rename = "tls.server.certPath", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "tls.server.certPath",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tls_server_cert_path: Option<PathBuf>,
     /// PEM private key of the remoting port (RocketMQ's `tls.server.keyPath`; PKCS#8,
     /// PKCS#1 or SEC1, unencrypted).
@@ -479,7 +482,10 @@ impl BrokerConfig {
         if self.tls_server_cert_path.is_none() || self.tls_server_key_path.is_none() {
             return Err(ConfigError::Invalid {
                 key: "tls.server.certPath, tls.server.keyPath",
-                message: format!("tls.server.mode = {} needs both files", self.tls_server_mode),
+                message: format!(
+                    "tls.server.mode = {} needs both files",
+                    self.tls_server_mode
+                ),
             });
         }
         Ok(mode)

@@ -26,8 +26,8 @@
 //! - [`error`]: the typed errors.
 
 pub mod access;
-pub mod authorisation;
 pub mod ack;
+pub mod authorisation;
 pub mod catalog;
 pub mod error;
 pub mod fences;

@@ -42,8 +42,8 @@ use tokio_util::codec::FramedWrite;
 use crate::context::BrokerContext;
 use crate::core::access::Request;
 use crate::core::work_limits::InFlight;
-use crate::remoting::tls::{TlsMode, TLS_HANDSHAKE_BYTE};
 use crate::remoting::processor;
+use crate::remoting::tls::{TlsMode, TLS_HANDSHAKE_BYTE};
 use crate::sessions::registry::ClientChannel;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
@@ -90,7 +90,11 @@ enum Upgraded {
 /// Applies `tls.server.mode`: plain as is; TLS through the handshake; permissive by the
 /// first byte (a TLS handshake record opens with [`TLS_HANDSHAKE_BYTE`]). Both the wait for
 /// the first byte and the handshake are bounded by `frameReadTimeoutMillis`.
-async fn upgrade(ctx: &BrokerContext, stream: TcpStream, peer: SocketAddr) -> Result<Upgraded, String> {
+async fn upgrade(
+    ctx: &BrokerContext,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Result<Upgraded, String> {
     let Some(acceptor) = ctx.tls.acceptor() else {
         return Ok(Upgraded::Plain(stream));
     };

@@ -83,7 +83,9 @@ pub struct ServerTls {
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTls").field("mode", &self.mode).finish()
+        f.debug_struct("ServerTls")
+            .field("mode", &self.mode)
+            .finish()
     }
 }
 

@@ -46,7 +46,10 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("access_key", &self.access_key)
             .field("secret_key", &"<hidden>")
-            .field("security_token", &self.security_token.as_ref().map(|_| "<hidden>"))
+            .field(
+                "security_token",
+                &self.security_token.as_ref().map(|_| "<hidden>"),
+            )
             .finish()
     }
 }
@@ -156,7 +159,11 @@ mod tests {
         assert!(!verify("secret01", &content, "not base64!"));
         let mut altered = command.ext_fields.clone();
         altered.insert("topic".into(), "U".into());
-        assert!(!verify("secret01", &signed_content(&altered, Some(b"hello")), &claimed));
+        assert!(!verify(
+            "secret01",
+            &signed_content(&altered, Some(b"hello")),
+            &claimed
+        ));
         assert!(!verify(
             "secret01",
             &signed_content(&command.ext_fields, Some(b"hellO")),

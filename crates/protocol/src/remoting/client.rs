@@ -262,8 +262,7 @@ impl RemotingClient {
                     .server_name(addr)
                     .map_err(|source| ClientError::Connect { addr, source })?;
                 let handshake = tls.connector().connect(name, stream);
-                let stream = match tokio::time::timeout(options.connect_timeout, handshake).await
-                {
+                let stream = match tokio::time::timeout(options.connect_timeout, handshake).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
                     Err(_) => {

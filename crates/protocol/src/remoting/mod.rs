@@ -31,8 +31,8 @@ pub mod frame;
 pub mod headers;
 pub mod json_header;
 pub mod language;
-pub mod tls;
 pub mod limits;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;

@@ -20,9 +20,9 @@ use std::net::IpAddr;
 
 use ferromq_acl::{Needs, Perm, Presented, Resource};
 use ferromq_protocol::remoting::acl;
+use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::body::heartbeat::HeartbeatData;
 use ferromq_protocol::remoting::body::misc::LockBatchRequestBody;
-use ferromq_protocol::remoting::body::decode_json;
 use ferromq_protocol::remoting::codes::request;
 use ferromq_protocol::remoting::RemotingCommand;
 
@@ -86,10 +86,12 @@ fn needs<'a>(command: &'a RemotingCommand, bodies: &'a Bodies) -> (Request, Need
     let request = match command.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             let topic = ext("topic").or(ext("b")).unwrap_or_default();
-            needs.resources.push(match topic.strip_prefix(RETRY_PREFIX) {
-                Some(group) => (Resource::Group(group), Perm::SUB),
-                None => (Resource::Topic(topic), Perm::PUB),
-            });
+            needs
+                .resources
+                .push(match topic.strip_prefix(RETRY_PREFIX) {
+                    Some(group) => (Resource::Group(group), Perm::SUB),
+                    None => (Resource::Topic(topic), Perm::PUB),
+                });
             Request::Send
         }
         request::CONSUMER_SEND_MSG_BACK => {
@@ -174,7 +176,11 @@ fn heartbeat_needs<'a>(needs: &mut Needs<'a>, data: Option<&'a HeartbeatData>) {
     }
 }
 
-fn sub_topic_and_group<'a>(needs: &mut Needs<'a>, topic_name: Option<&'a str>, group_name: Option<&'a str>) {
+fn sub_topic_and_group<'a>(
+    needs: &mut Needs<'a>,
+    topic_name: Option<&'a str>,
+    group_name: Option<&'a str>,
+) {
     needs.resources.push(topic(topic_name, Perm::SUB));
     needs.resources.push(group(group_name));
 }
@@ -210,17 +216,29 @@ mod tests {
         let send = command(request::SEND_MESSAGE_V2, &[("a", "pg"), ("b", "orders")]);
         let (kind, needs) = needs(&send, &bodies);
         assert_eq!(kind, Request::Send);
-        assert_eq!(needs.resources, vec![(Resource::Topic("orders"), Perm::PUB)]);
+        assert_eq!(
+            needs.resources,
+            vec![(Resource::Topic("orders"), Perm::PUB)]
+        );
         assert!(!needs.admin);
         let retry = command(request::SEND_MESSAGE, &[("topic", "%RETRY%cg")]);
         let (_, needs_retry) = super::needs(&retry, &bodies);
-        assert_eq!(needs_retry.resources, vec![(Resource::Group("cg"), Perm::SUB)]);
-        let pull = command(request::PULL_MESSAGE, &[("topic", "t"), ("consumerGroup", "g")]);
+        assert_eq!(
+            needs_retry.resources,
+            vec![(Resource::Group("cg"), Perm::SUB)]
+        );
+        let pull = command(
+            request::PULL_MESSAGE,
+            &[("topic", "t"), ("consumerGroup", "g")],
+        );
         let (kind, needs_pull) = super::needs(&pull, &bodies);
         assert_eq!(kind, Request::Pull);
         assert_eq!(
             needs_pull.resources,
-            vec![(Resource::Topic("t"), Perm::SUB), (Resource::Group("g"), Perm::SUB)]
+            vec![
+                (Resource::Topic("t"), Perm::SUB),
+                (Resource::Group("g"), Perm::SUB)
+            ]
         );
         for code in [
             request::UPDATE_AND_CREATE_TOPIC,
