@@ -77,7 +77,12 @@ impl Admin {
                 .next()
                 .ok_or_else(|| anyhow!("address {addr:?} resolves to nothing"))?,
         };
-        let client = Arc::new(RemotingClient::connect_with(resolved, self.options.clone()).await?);
+        let mut options = self.options.clone();
+        if self.namesrv.iter().any(|n| n == addr) {
+            // The name server speaks plain TCP only: TLS is for brokers.
+            options.tls = None;
+        }
+        let client = Arc::new(RemotingClient::connect_with(resolved, options).await?);
         clients.insert(addr.to_string(), client.clone());
         Ok(client)
     }
