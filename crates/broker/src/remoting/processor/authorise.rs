@@ -248,7 +248,8 @@ mod tests {
             request::GET_ALL_TOPIC_CONFIG,
             crate::codes::OFFSET_HISTORY,
         ] {
-            let (_, admin) = super::needs(&command(code, &[]), &bodies);
+            let request = command(code, &[]);
+            let (_, admin) = super::needs(&request, &bodies);
             assert!(admin.admin, "{code}");
         }
     }
