@@ -705,7 +705,10 @@ mod tests {
         }
     }
 
-    async fn write(wr: &tokio::sync::Mutex<OwnedWriteHalf>, cmd: &RemotingCommand) {
+    async fn write(
+        wr: &tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
+        cmd: &RemotingCommand,
+    ) {
         let bytes = cmd.to_bytes().unwrap();
         let _ = wr.lock().await.write_all(&bytes).await;
     }
