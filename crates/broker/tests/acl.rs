@@ -79,7 +79,7 @@ fn command(code: i32, fields: &[(&str, &str)], body: Option<&[u8]>) -> RemotingC
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let mut command = RemotingCommand::new_request(code, ext);
-    command.body = body.map(|b| Bytes::copy_from_slice(b));
+    command.body = body.map(Bytes::copy_from_slice);
     command
 }
 
