@@ -111,8 +111,7 @@ async fn a_tls_client_refuses_a_server_it_does_not_trust() {
     };
     let error = RemotingClient::connect_with(broker.local_addr(), options)
         .await
-        .err()
-        .expect("an untrusted certificate fails the handshake");
+        .expect_err("an untrusted certificate fails the handshake");
     assert!(error.to_string().contains("cannot connect"), "{error}");
     broker.shutdown().await.unwrap();
 }
