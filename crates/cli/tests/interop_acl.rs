@@ -442,10 +442,7 @@ fn scenario(client: &dyn AclClient, test: &str) {
     let topic = "AclTopic";
     // ferromq admin: refused without credentials, served with an admin account.
     let (ok, text) = admin_update_topic(&server, topic, None);
-    assert!(
-        !ok && text.contains("not signed"),
-        "unsigned admin: {text}"
-    );
+    assert!(!ok && text.contains("not signed"), "unsigned admin: {text}");
     let (ok, text) = admin_update_topic(&server, topic, Some(USER));
     assert!(!ok && text.contains("not an admin"), "non-admin: {text}");
     let (ok, text) = admin_update_topic(&server, topic, Some(ADMIN));
