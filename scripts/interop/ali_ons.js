@@ -80,13 +80,13 @@ const SPEC = {
   },
   produce: {
     required: [ 'namesrv', 'topic', 'group', 'count', 'prefix' ],
-    values: { namesrv: 's', topic: 's', group: 's', count: 'i', tag: 's', prefix: 's', start: 'i', instance: 's', 'send-timeout-ms': 'i', 'max-failures': 'i' },
+    values: { namesrv: 's', topic: 's', group: 's', count: 'i', tag: 's', prefix: 's', start: 'i', instance: 's', 'send-timeout-ms': 'i', 'max-failures': 'i', 'access-key': 's', 'secret-key': 's' },
     flags: [ 'each' ],
     defaults: { tag: '', start: 0, instance: null, 'send-timeout-ms': 3000, 'max-failures': 5, each: false },
   },
   consume: {
     required: [ 'namesrv', 'topic', 'group', 'timeout' ],
-    values: { namesrv: 's', topic: 's', group: 's', expect: 'i', timeout: 'f', 'idle-exit': 'f', linger: 'f', instance: 's', subscribe: 's', 'expect-tag': 's', 'shutdown-timeout': 'f', threads: 'i' },
+    values: { namesrv: 's', topic: 's', group: 's', expect: 'i', timeout: 'f', 'idle-exit': 'f', linger: 'f', instance: 's', subscribe: 's', 'expect-tag': 's', 'shutdown-timeout': 'f', threads: 'i', 'access-key': 's', 'secret-key': 's' },
     flags: [ 'events' ],
     defaults: { expect: 0, 'idle-exit': null, linger: 0, instance: null, subscribe: '*', 'expect-tag': null, 'shutdown-timeout': 20, threads: 4, events: false },
   },
@@ -123,7 +123,7 @@ function parseArgs(argv) {
   return out;
 }
 
-// Options shared by producer and consumer: plain name server, no credentials, loopback id.
+// Options shared by producer and consumer: plain name server, loopback id, credentials if given.
 function baseOptions(args) {
   const opts = {
     httpclient: {},
@@ -137,6 +137,11 @@ function baseOptions(args) {
     },
   };
   if (args.instance) opts.instanceName = args.instance;
+  // ACL 1.0: ali-ons signs every request when both are given (--access-key, --secret-key).
+  if (args['access-key']) {
+    opts.accessKeyId = args['access-key'];
+    opts.accessKeySecret = args['secret-key'] || '';
+  }
   return opts;
 }
 

@@ -78,6 +78,9 @@ def produce(args):
             # Not wrapped by 0.4.4's Python class, but exported by librocketmq.so.
             from rocketmq.ffi import dll
             dll.SetProducerInstanceName(producer._handle, args.instance.encode())
+        if args.access_key:
+            # ACL 1.0 signing by the C++ core (channel "ALIYUN" is signed as OnsChannel).
+            producer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
         producer.start()
     except Exception as err:  # noqa: BLE001 - report any start failure as JSON
         fail_start("produce", "producer start", err)
@@ -260,6 +263,8 @@ def consume(args):
         if args.instance:
             consumer.set_instance_name(args.instance)
         consumer.set_thread_count(args.threads)
+        if args.access_key:
+            consumer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
         consumer.subscribe(args.topic, collector.on_message, args.subscribe)
         consumer.start()
     except Exception as err:  # noqa: BLE001
@@ -332,6 +337,8 @@ def main():
     p.add_argument("--send-timeout-ms", type=int, default=3000)
     p.add_argument("--max-failures", type=int, default=5, help="stop after this many failed sends")
     p.add_argument("--each", action="store_true", help="print one JSON line per send")
+    p.add_argument("--access-key", default=None, help="ACL access key (set_session_credentials)")
+    p.add_argument("--secret-key", default=None, help="ACL secret key")
     p.add_argument("--half", action="store_true",
                    help="send transaction half messages (TRAN_MSG=true, PGROUP=--group); no END follows")
 
@@ -349,6 +356,8 @@ def main():
     c.add_argument("--threads", type=int, default=4)
     c.add_argument("--shutdown-timeout", type=float, default=20.0)
     c.add_argument("--events", action="store_true", help="print a JSON line per delivery")
+    c.add_argument("--access-key", default=None, help="ACL access key (set_session_credentials)")
+    c.add_argument("--secret-key", default=None, help="ACL secret key")
 
     args = parser.parse_args()
     if args.cmd == "produce":

@@ -83,6 +83,10 @@ pub struct BrokerContext {
     pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,
     /// Half messages and the checker's table (`crate::core::transactions`).
     pub transactions: crate::core::transactions::Transactions,
+    /// ACL accounts in force (`aclEnable`); `None`: ACL off.
+    pub acl: Option<Arc<ferromq_acl::Acl>>,
+    /// TLS of the remoting port (`tls.server.mode`).
+    pub tls: crate::remoting::tls::ServerTls,
 }
 
 impl BrokerContext {

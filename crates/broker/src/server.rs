@@ -77,6 +77,12 @@ pub enum BrokerError {
     /// A broker task failed.
     #[error("broker task failed: {0}")]
     Task(String),
+    /// The ACL accounts file (`aclFile`) is missing or bad at start.
+    #[error("cannot start with ACL on: {0}")]
+    Acl(#[from] ferromq_acl::AccountsError),
+    /// A TLS certificate or key file (`tls.server.*`) is missing or bad at start.
+    #[error(transparent)]
+    Tls(#[from] crate::remoting::tls::TlsError),
 }
 
 /// A running broker.
@@ -94,6 +100,11 @@ impl Broker {
     pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
         config.validate()?;
         let connection_limits = connection_guard(&config)?;
+        let acl = match (config.acl_enable, &config.acl_file) {
+            (true, Some(path)) => Some(Arc::new(ferromq_acl::Acl::load(path)?)),
+            _ => None,
+        };
+        let tls = crate::remoting::tls::ServerTls::from_config(&config)?;
         let bind = SocketAddr::new(config.bind_ip(), config.listen_port);
         let listener = TcpListener::bind(bind)
             .await
@@ -103,7 +114,10 @@ impl Broker {
             .map_err(|source| BrokerError::Listen { addr: bind, source })?;
         let metrics_listener = match config.metrics_port {
             Some(port) => {
-                let addr = SocketAddr::new(config.bind_ip(), port);
+                let ip = config
+                    .metrics_bind_address
+                    .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+                let addr = SocketAddr::new(ip, port);
                 let listener = TcpListener::bind(addr)
                     .await
                     .map_err(|source| BrokerError::MetricsListen { addr, source })?;
@@ -204,7 +218,9 @@ impl Broker {
             register_now: Default::default(),
             counters: BrokerCounters::default(),
             locks: QueueLocks::default(),
-            namesrv_client: ferromq_namesrv::NamesrvClient::new(),
+            namesrv_client: ferromq_namesrv::NamesrvClient::with_credentials(
+                config.inner_credentials(),
+            ),
             fences,
             sessions: crate::sessions::identity::Sessions::new(std::time::Instant::now()),
             metrics: Default::default(),
@@ -217,6 +233,8 @@ impl Broker {
             transactions: crate::core::transactions::Transactions::new(
                 crate::core::transactions::TransactionSettings::of(&config),
             ),
+            acl: acl.clone(),
+            tls,
             config,
             connection_limits,
         });
@@ -252,6 +270,10 @@ impl Broker {
             )),
         ];
         tasks.extend(controller_task);
+        if let Some(acl) = acl {
+            let interval = Duration::from_millis(ctx.config.acl_reload_interval_millis);
+            tasks.push(tokio::spawn(acl.watch(interval, stop_rx.clone())));
+        }
         let metrics_addr = metrics_listener.map(|(listener, addr)| {
             tasks.push(tokio::spawn(metrics_http::serve(
                 ctx.clone(),

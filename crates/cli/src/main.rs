@@ -21,6 +21,7 @@ mod cluster;
 mod controller;
 mod record;
 mod report;
+mod security;
 mod servers;
 mod standalone;
 

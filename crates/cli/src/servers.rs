@@ -33,6 +33,11 @@ pub struct NamesrvArgs {
     controller_config: Option<PathBuf>,
     #[command(flatten)]
     controller: crate::controller::ControllerFlags,
+    /// Turn ACL on for the name server's writes (broker registration, topic deletion, KV
+    /// changes, write permission): they must be signed by an admin account of this file
+    /// (plain_acl.yml's shape). Reads stay open. Reloaded when it changes.
+    #[arg(long = "acl-file", value_name = "FILE")]
+    acl_file: Option<PathBuf>,
 }
 
 /// Flags of `ferromq broker`.
@@ -66,6 +71,16 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         })
         .await
         .context("starting the name server")?;
+        let server = match &args.acl_file {
+            Some(path) => {
+                let acl = ferromq_acl::Acl::load(path).context("starting the name server")?;
+                server.with_acl(
+                    std::sync::Arc::new(acl),
+                    ferromq_acl::RELOAD_INTERVAL_DEFAULT,
+                )
+            }
+            None => server,
+        };
         println!("ferromq namesrv: listening on {}", server.local_addr());
         // The controller's line follows the name server's (scripts read the first line).
         let controller = match controller_config {

@@ -72,6 +72,42 @@ pub struct StandaloneArgs {
     /// Check-backs of a half before it is discarded (RocketMQ transactionCheckMax).
     #[arg(long, value_name = "N", default_value_t = 15)]
     transaction_check_max: u32,
+    /// Turn ACL on (aclEnable) with this accounts file (plain_acl.yml's shape), for the broker
+    /// and the name server's writes; the broker registers signed by the file's first admin
+    /// account (by access key order), so the file needs one.
+    #[arg(long, value_name = "FILE")]
+    acl_file: Option<PathBuf>,
+    /// TLS on the broker port (tls.server.mode): disabled, permissive or enforcing.
+    #[arg(long, value_name = "MODE", default_value = "disabled")]
+    tls_mode: String,
+    /// PEM certificate chain of the broker port (tls.server.certPath).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the broker port (tls.server.keyPath).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The ACL of a standalone: the accounts and the admin account the broker registers with.
+fn standalone_acl(
+    args: &StandaloneArgs,
+) -> Result<Option<(std::sync::Arc<ferromq_acl::Acl>, String, String)>> {
+    let Some(path) = &args.acl_file else {
+        return Ok(None);
+    };
+    let acl = ferromq_acl::Acl::load(path).context("starting with ACL on")?;
+    let accounts = acl.current();
+    let mut admins: Vec<_> = accounts.accounts.values().filter(|a| a.admin).collect();
+    admins.sort_by(|a, b| a.access_key.cmp(&b.access_key));
+    let Some(admin) = admins.first() else {
+        anyhow::bail!(
+            "ACL accounts file {} has no admin account: the standalone broker registers with \
+             the name server signed by one",
+            path.display()
+        );
+    };
+    let (access, secret) = (admin.access_key.clone(), admin.secret_key.clone());
+    Ok(Some((std::sync::Arc::new(acl), access, secret)))
 }
 
 /// Runs `ferromq standalone`.
@@ -128,12 +164,17 @@ fn repair(args: &StandaloneArgs) -> Result<()> {
 async fn serve(args: &StandaloneArgs) -> Result<()> {
     let mut signals = crate::ShutdownSignals::install()?;
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let acl = standalone_acl(args)?;
     let namesrv = NameServer::bind(NamesrvConfig {
         listen: SocketAddr::new(loopback, args.namesrv_port),
         ..NamesrvConfig::default()
     })
     .await
     .context("starting the name server")?;
+    let namesrv = match &acl {
+        Some((acl, _, _)) => namesrv.with_acl(acl.clone(), ferromq_acl::RELOAD_INTERVAL_DEFAULT),
+        None => namesrv,
+    };
     let namesrv_addr = namesrv.local_addr();
     let (stop_namesrv, namesrv_stopped) = tokio::sync::oneshot::channel::<()>();
     let namesrv_task = tokio::spawn(namesrv.run(async move {
@@ -161,6 +202,13 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         transaction_time_out: args.transaction_timeout_ms,
         transaction_check_interval: args.transaction_check_interval_ms,
         transaction_check_max: args.transaction_check_max,
+        acl_enable: acl.is_some(),
+        acl_file: args.acl_file.clone(),
+        inner_access_key: acl.as_ref().map(|(_, access, _)| access.clone()),
+        inner_secret_key: acl.as_ref().map(|(_, _, secret)| secret.clone()),
+        tls_server_mode: args.tls_mode.clone(),
+        tls_server_cert_path: args.tls_cert.clone(),
+        tls_server_key_path: args.tls_key.clone(),
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;

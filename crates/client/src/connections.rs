@@ -11,9 +11,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ferromq_protocol::remoting::acl::Credentials;
+use ferromq_protocol::remoting::tls::ClientTls;
 use ferromq_protocol::remoting::{ClientOptions, RemotingClient, RemotingCommand};
 
 use crate::error::ClientError;
+
+/// The options of a client's pool: its connect timeout, the credentials every request is
+/// signed with (ACL), and TLS.
+pub fn options(
+    connect_timeout: Duration,
+    credentials: Option<&Credentials>,
+    tls: Option<&ClientTls>,
+) -> ClientOptions {
+    ClientOptions {
+        connect_timeout,
+        credentials: credentials.cloned().map(Arc::new),
+        tls: tls.cloned(),
+        ..ClientOptions::default()
+    }
+}
 
 /// Connections to name servers and brokers, keyed by address.
 #[derive(Debug)]
@@ -23,6 +40,9 @@ pub struct ConnectionPool {
     /// One connect at a time per address: callers racing to the same server wait for the
     /// first connect instead of each opening (and then dropping) their own.
     connecting: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
+    /// Addresses connected without TLS even when the options have it: the name servers,
+    /// which serve plain TCP only.
+    plain: Mutex<std::collections::HashSet<SocketAddr>>,
 }
 
 impl ConnectionPool {
@@ -32,7 +52,16 @@ impl ConnectionPool {
             options,
             connections: Mutex::new(HashMap::new()),
             connecting: Mutex::new(HashMap::new()),
+            plain: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// Connects to `addrs` (name servers) without TLS.
+    pub fn plain_for(&self, addrs: &[SocketAddr]) {
+        self.plain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(addrs.iter().copied());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Arc<RemotingClient>>> {
@@ -80,9 +109,19 @@ impl ConnectionPool {
         let timeout = timeout
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(1));
+        let plain = self
+            .plain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&addr);
         let options = ClientOptions {
             connect_timeout: self.options.connect_timeout.min(timeout),
-            ..self.options
+            tls: if plain {
+                None
+            } else {
+                self.options.tls.clone()
+            },
+            ..self.options.clone()
         };
         let conn = RemotingClient::connect_with(addr, options)
             .await

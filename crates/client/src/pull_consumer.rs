@@ -57,7 +57,7 @@ use ferromq_protocol::remoting::headers::offset::{
 use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
@@ -94,6 +94,11 @@ pub struct PullConsumerConfig {
     pub route_max_age: Duration,
     /// Heartbeat period (the broker forgets a silent client after 120 s by default).
     pub heartbeat_interval: Duration,
+    /// ACL credentials every request is signed with (`None`: unsigned, for brokers without
+    /// ACL).
+    pub credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    /// TLS (`None`: plain TCP): trusts the CA file it was built from.
+    pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 
 impl Default for PullConsumerConfig {
@@ -105,6 +110,8 @@ impl Default for PullConsumerConfig {
             connect_timeout: Duration::from_secs(3),
             route_max_age: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(30),
+            credentials: None,
+            tls: None,
         }
     }
 }
@@ -227,10 +234,11 @@ impl PullConsumer {
         if config.group.is_empty() {
             return Err(ClientError::Config("consumer group is empty".into()));
         }
-        let pool = Arc::new(ConnectionPool::new(ClientOptions {
-            connect_timeout: config.connect_timeout,
-            ..ClientOptions::default()
-        }));
+        let pool = Arc::new(ConnectionPool::new(crate::connections::options(
+            config.connect_timeout,
+            config.credentials.as_ref(),
+            config.tls.as_ref(),
+        )));
         let routes = Arc::new(RouteCache::new(
             config.namesrv_addrs.clone(),
             pool.clone(),

@@ -179,12 +179,24 @@ async fn checked(
 #[derive(Debug, Default)]
 pub struct NamesrvClient {
     connections: tokio::sync::Mutex<HashMap<SocketAddr, Arc<RemotingClient>>>,
+    /// Credentials every request is signed with (name servers with ACL on).
+    credentials: Option<Arc<ferromq_protocol::remoting::acl::Credentials>>,
 }
 
 impl NamesrvClient {
     /// A client with no connection yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A client whose requests are signed with `credentials` (`None`: unsigned).
+    pub fn with_credentials(
+        credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    ) -> Self {
+        NamesrvClient {
+            connections: Default::default(),
+            credentials: credentials.map(Arc::new),
+        }
     }
 
     /// Registers with `namesrv` (see [`register_broker`]), within `timeout` overall.
@@ -264,7 +276,12 @@ impl NamesrvClient {
             }
             tracing::info!(namesrv = %addr, "name server connection closed; reconnecting");
         }
-        let client = Arc::new(RemotingClient::connect(addr, timeout).await?);
+        let options = ferromq_protocol::remoting::ClientOptions {
+            connect_timeout: timeout,
+            credentials: self.credentials.clone(),
+            ..Default::default()
+        };
+        let client = Arc::new(RemotingClient::connect_with(addr, options).await?);
         connections.insert(addr, client.clone());
         Ok(client)
     }

@@ -29,6 +29,21 @@ use ferromq_protocol::remoting::{
 use crate::kv::{KvConfig, NAMESPACE_ORDER_TOPIC_CONFIG};
 use crate::route_registry::{ConnectionId, RouteRegistry};
 
+/// Whether `code` changes the name server's state (and so needs an admin account with ACL on).
+pub fn is_write(code: i32) -> bool {
+    matches!(
+        code,
+        request::REGISTER_BROKER
+            | request::UNREGISTER_BROKER
+            | request::DELETE_TOPIC_IN_NAMESRV
+            | request::REGISTER_TOPIC_IN_NAMESRV
+            | request::WIPE_WRITE_PERM_OF_BROKER
+            | request::ADD_WRITE_PERM_OF_BROKER
+            | request::PUT_KV_CONFIG
+            | request::DELETE_KV_CONFIG
+    )
+}
+
 /// Why a request could not be served; becomes a SYSTEM_ERROR reply with this text.
 #[derive(Debug, thiserror::Error)]
 enum RequestError {
@@ -43,12 +58,71 @@ enum RequestError {
 pub struct Processor {
     registry: Arc<RouteRegistry>,
     kv: Arc<KvConfig>,
+    /// ACL for writes (`None`: off).
+    acl: Option<Arc<ferromq_acl::Acl>>,
+    /// Writes refused by ACL so far.
+    acl_refusals: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Processor {
     /// A processor over the given tables.
     pub fn new(registry: Arc<RouteRegistry>, kv: Arc<KvConfig>) -> Self {
-        Processor { registry, kv }
+        Processor {
+            registry,
+            kv,
+            acl: None,
+            acl_refusals: Arc::default(),
+        }
+    }
+
+    /// Turns ACL on for writes: every request that changes the name server's state
+    /// ([`is_write`]) must be signed by an admin account of `acl`.
+    pub fn with_acl(mut self, acl: Arc<ferromq_acl::Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// The ACL in force, if on.
+    pub fn acl(&self) -> Option<&Arc<ferromq_acl::Acl>> {
+        self.acl.as_ref()
+    }
+
+    /// Writes refused by ACL so far.
+    pub fn acl_refusals(&self) -> u64 {
+        self.acl_refusals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The NO_PERMISSION reply to `req` from `remote` when ACL refuses it; `None` when it
+    /// may be served. Reads (routes, cluster info, KV reads) are open, as in RocketMQ: clients
+    /// need routes before anything else, and routes hold no message data.
+    pub fn authorise(
+        &self,
+        req: &RemotingCommand,
+        remote: std::net::IpAddr,
+    ) -> Option<RemotingCommand> {
+        use ferromq_protocol::remoting::acl;
+        let acl_handle = self.acl.as_ref()?;
+        if !is_write(req.code) {
+            return None;
+        }
+        let presented = ferromq_acl::Presented {
+            access_key: req.ext_fields.get(acl::ACCESS_KEY).map(String::as_str),
+            signature: req.ext_fields.get(acl::SIGNATURE).map(String::as_str),
+            remote,
+        };
+        let needs = ferromq_acl::Needs {
+            admin: true,
+            resources: Vec::new(),
+        };
+        let content = || acl::signed_content(&req.ext_fields, req.body.as_deref());
+        let denial = acl_handle
+            .current()
+            .authorise(presented, content, &needs)
+            .err()?;
+        self.acl_refusals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(code = req.code, %remote, reason = denial.reason(), "name server write refused");
+        Some(req.reply(response::NO_PERMISSION, Some(denial.to_string())))
     }
 
     /// The route tables.

@@ -123,6 +123,7 @@ pub struct NameServer {
     local_addr: SocketAddr,
     config: NamesrvConfig,
     processor: Processor,
+    acl_reload_interval: Duration,
 }
 
 impl NameServer {
@@ -149,6 +150,7 @@ impl NameServer {
             local_addr,
             config,
             processor,
+            acl_reload_interval: ferromq_acl::RELOAD_INTERVAL_DEFAULT,
         })
     }
 
@@ -167,6 +169,19 @@ impl NameServer {
         self.processor.kv().clone()
     }
 
+    /// Turns ACL on for the name server's writes (see `Processor::authorise`); the accounts
+    /// file is checked for changes every `reload_interval` while the server runs.
+    pub fn with_acl(mut self, acl: Arc<ferromq_acl::Acl>, reload_interval: Duration) -> Self {
+        self.processor = self.processor.with_acl(acl);
+        self.acl_reload_interval = reload_interval;
+        self
+    }
+
+    /// Writes refused by ACL so far.
+    pub fn acl_refusals(&self) -> u64 {
+        self.processor.acl_refusals()
+    }
+
     /// The connection limits in force, with their counters (refusals, limit closes).
     pub fn connection_limits(&self) -> Arc<ConnectionGuard> {
         self.acceptor.guard().clone()
@@ -179,7 +194,13 @@ impl NameServer {
             local_addr,
             config,
             processor,
+            acl_reload_interval,
         } = self;
+        let (acl_stop, acl_stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(acl) = processor.acl() {
+            tokio::spawn(acl.clone().watch(acl_reload_interval, acl_stop_rx));
+        }
+        let _acl_stop = acl_stop;
         let mut connections = JoinSet::new();
         let mut scan = tokio::time::interval(config.scan_interval.max(Duration::from_millis(1)));
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -309,7 +330,10 @@ impl Connection {
                 "unexpected reply from a client; ignored");
             return;
         }
-        let reply = self.processor.process(&cmd, self.id);
+        let reply = match self.processor.authorise(&cmd, self.peer.ip()) {
+            Some(refused) => refused,
+            None => self.processor.process(&cmd, self.id),
+        };
         if cmd.is_oneway() {
             return;
         }

@@ -157,6 +157,41 @@ pub struct BrokerConfig {
     /// absent: no endpoint; 0: any free port, see `Broker::metrics_addr`. ferromq's own key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_port: Option<u16>,
+    /// IP the metrics endpoint binds; absent: 127.0.0.1 (loopback), whatever `bindAddress`
+    /// says, so metrics are not exposed to the network unless asked for. ferromq's own key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_bind_address: Option<IpAddr>,
+    /// Turns ACL on (RocketMQ's key): every request must be signed by an account of
+    /// `aclFile` with the permission it needs (`core::authorisation`). Off by default.
+    pub acl_enable: bool,
+    /// The accounts file, in the shape of RocketMQ's `plain_acl.yml`; required with
+    /// `aclEnable`. ferromq's own key (RocketMQ reads `$ROCKETMQ_HOME/conf/plain_acl.yml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acl_file: Option<PathBuf>,
+    /// How often the accounts file is checked for changes, ms. ferromq's own key.
+    pub acl_reload_interval_millis: u64,
+    /// Access key the broker signs its own requests to the name servers with (registration),
+    /// for name servers with ACL on; absent: unsigned. ferromq's own key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inner_access_key: Option<String>,
+    /// Secret key of `innerAccessKey`. ferromq's own key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inner_secret_key: Option<String>,
+    /// TLS on the remoting port (RocketMQ's `tls.server.mode`): `disabled` (default),
+    /// `permissive` (TLS and plain connections both accepted, told apart by the first
+    /// byte) or `enforcing` (TLS only).
+    #[serde(rename = "tls.server.mode")]
+    pub tls_server_mode: String,
+    /// PEM certificate chain of the remoting port (RocketMQ's `tls.server.certPath`).
+    #[serde(
+        rename = "tls.server.certPath",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls_server_cert_path: Option<PathBuf>,
+    /// PEM private key of the remoting port (RocketMQ's `tls.server.keyPath`; PKCS#8,
+    /// PKCS#1 or SEC1, unencrypted).
+    #[serde(rename = "tls.server.keyPath", skip_serializing_if = "Option::is_none")]
+    pub tls_server_key_path: Option<PathBuf>,
     /// Most long-poll pulls the broker holds at once; a pull that would pass it is answered
     /// SYSTEM_BUSY at once (`work_limits`). ferromq's own key.
     pub pull_hold_max: u32,
@@ -242,6 +277,15 @@ impl Default for BrokerConfig {
             frame_read_timeout_millis: limits::DEFAULT_FRAME_READ_TIMEOUT.as_millis() as u64,
             partial_frame_budget_bytes: limits::DEFAULT_PARTIAL_FRAME_BUDGET,
             metrics_port: None,
+            metrics_bind_address: None,
+            acl_enable: false,
+            acl_file: None,
+            acl_reload_interval_millis: ferromq_acl::RELOAD_INTERVAL_DEFAULT.as_millis() as u64,
+            inner_access_key: None,
+            inner_secret_key: None,
+            tls_server_mode: "disabled".into(),
+            tls_server_cert_path: None,
+            tls_server_key_path: None,
             pull_hold_max: work_limits::DEFAULT_PULL_HOLD_MAX,
             pull_hold_max_per_connection: work_limits::DEFAULT_PULL_HOLD_MAX_PER_CONNECTION,
             max_in_flight_requests_per_connection:
@@ -339,6 +383,7 @@ impl BrokerConfig {
     /// Checks values serde cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.controller_mode_settings()?;
+        self.validate_security()?;
         let invalid = |key, message: &str| {
             Err(ConfigError::Invalid {
                 key,
@@ -390,6 +435,72 @@ impl BrokerConfig {
 
     /// The transaction keys: a zero interval would spin the checker, a zero bound refuse every
     /// half message, and huge ones hold unbounded memory.
+    /// ACL and TLS keys: a combination that cannot work is an error naming the keys.
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        if self.acl_enable && self.acl_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "aclEnable, aclFile",
+                message: "ACL is on but no accounts file is given".into(),
+            });
+        }
+        if !(10..=3_600_000).contains(&self.acl_reload_interval_millis) {
+            return Err(ConfigError::Invalid {
+                key: "aclReloadIntervalMillis",
+                message: format!(
+                    "{} is outside 10..=3600000",
+                    self.acl_reload_interval_millis
+                ),
+            });
+        }
+        if self.inner_access_key.is_some() != self.inner_secret_key.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "innerAccessKey, innerSecretKey",
+                message: "give both or neither".into(),
+            });
+        }
+        self.tls_mode()?;
+        Ok(())
+    }
+
+    /// The TLS mode of the remoting port (`tls.server.mode`, with its files).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an unknown mode or a TLS mode without its files.
+    pub fn tls_mode(&self) -> Result<crate::remoting::tls::TlsMode, ConfigError> {
+        use crate::remoting::tls::TlsMode;
+        let mode = match self.tls_server_mode.to_ascii_lowercase().as_str() {
+            "disabled" => return Ok(TlsMode::Disabled),
+            "permissive" => TlsMode::Permissive,
+            "enforcing" => TlsMode::Enforcing,
+            other => {
+                return Err(ConfigError::Invalid {
+                    key: "tls.server.mode",
+                    message: format!("{other:?} is not disabled, permissive or enforcing"),
+                })
+            }
+        };
+        if self.tls_server_cert_path.is_none() || self.tls_server_key_path.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "tls.server.certPath, tls.server.keyPath",
+                message: format!(
+                    "tls.server.mode = {} needs both files",
+                    self.tls_server_mode
+                ),
+            });
+        }
+        Ok(mode)
+    }
+
+    /// The credentials the broker signs its name server requests with.
+    pub fn inner_credentials(&self) -> Option<ferromq_protocol::remoting::acl::Credentials> {
+        match (&self.inner_access_key, &self.inner_secret_key) {
+            (Some(access), Some(secret)) => Some(
+                ferromq_protocol::remoting::acl::Credentials::new(access.clone(), secret.clone()),
+            ),
+            _ => None,
+        }
+    }
+
     fn validate_transactions(&self) -> Result<(), ConfigError> {
         for (key, value, min, max) in [
             (

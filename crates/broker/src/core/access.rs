@@ -49,6 +49,22 @@ pub enum Request {
     ViewMessage,
     /// A delayed message's target, checked when it is accepted.
     Schedule,
+    /// QUERY_CONSUMER_OFFSET.
+    QueryOffset,
+    /// GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME.
+    QueueInfo,
+    /// QUERY_MESSAGE (by key or unique key).
+    QueryMessage,
+    /// HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, LOCK/UNLOCK_BATCH_MQ.
+    Client,
+    /// END_TRANSACTION.
+    EndTransaction,
+    /// Every other administrators' request (topic, group and broker listings and stats,
+    /// broker config, offset history, damaged records, role changes).
+    Admin,
+    /// Not a request: a connection refused before its first request (a failed TLS
+    /// handshake, a plain client under `enforcing`).
+    Connection,
 }
 
 impl Request {
@@ -67,6 +83,13 @@ impl Request {
             Request::UpdateGroup => "update_group",
             Request::ViewMessage => "view_message",
             Request::Schedule => "schedule",
+            Request::QueryOffset => "query_offset",
+            Request::QueueInfo => "queue_info",
+            Request::QueryMessage => "query_message",
+            Request::Client => "client",
+            Request::EndTransaction => "end_transaction",
+            Request::Admin => "admin",
+            Request::Connection => "connection",
         }
     }
 
@@ -79,7 +102,11 @@ impl Request {
             Request::Clone => "cloned",
             Request::DeleteTopic | Request::DeleteGroup => "deleted",
             Request::UpdateTopic | Request::UpdateGroup => "created or updated",
-            Request::ViewMessage => "viewed",
+            Request::ViewMessage | Request::QueryMessage => "viewed",
+            Request::QueryOffset | Request::QueueInfo => "queried",
+            Request::Client | Request::EndTransaction | Request::Admin | Request::Connection => {
+                "used"
+            }
         }
     }
 }
@@ -207,6 +234,13 @@ mod tests {
             Request::UpdateGroup,
             Request::ViewMessage,
             Request::Schedule,
+            Request::QueryOffset,
+            Request::QueueInfo,
+            Request::QueryMessage,
+            Request::Client,
+            Request::EndTransaction,
+            Request::Admin,
+            Request::Connection,
         ];
         for request in all {
             assert!(

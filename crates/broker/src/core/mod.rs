@@ -21,10 +21,13 @@
 //! - [`view`]: offset reads that fail rather than answer from a stale view (invariant 7).
 //! - [`catalog`]: administrators' changes of topics and subscription groups.
 //! - [`access`]: which topics and groups a client or administrator may name.
+//! - [`authorisation`]: ACL: who signed a request and whether that account may make it
+//!   (every request kind passes it once, before anything else).
 //! - [`error`]: the typed errors.
 
 pub mod access;
 pub mod ack;
+pub mod authorisation;
 pub mod catalog;
 pub mod error;
 pub mod fences;

@@ -90,6 +90,13 @@ pub const REFUSED_REQUESTS: &[&str] = &[
     "update_group",
     "view_message",
     "schedule",
+    "query_offset",
+    "queue_info",
+    "query_message",
+    "client",
+    "end_transaction",
+    "admin",
+    "connection",
 ];
 
 /// How a commit ended, as the `reason` label of the rejected counter (or accepted).

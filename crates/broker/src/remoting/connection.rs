@@ -17,6 +17,10 @@
 //! more is answered SYSTEM_BUSY at once (`work_limits`). When the connection ends its held
 //! pulls end at once (they watch the writer's queue close).
 //!
+//! TLS (`tls.server.mode`, see `remoting::tls`) is decided before the first frame: a plain
+//! connection is served as is, a TLS one after its handshake (both bounded by
+//! `frameReadTimeoutMillis`); a failed handshake closes the connection, counted.
+//!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
 
@@ -29,12 +33,17 @@ use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::limits::{Accepted, FrameReadError, FrameReader};
 use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingCommand};
 use futures_util::SinkExt;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedWrite;
 
 use crate::context::BrokerContext;
+use crate::core::access::Request;
 use crate::core::work_limits::InFlight;
 use crate::remoting::processor;
+use crate::remoting::tls::{TlsMode, TLS_HANDSHAKE_BYTE};
 use crate::sessions::registry::ClientChannel;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
@@ -47,7 +56,7 @@ static NEXT_CHANNEL_ID: AtomicU64 = AtomicU64::new(1);
 pub async fn serve(
     ctx: Arc<BrokerContext>,
     accepted: Accepted,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Accepted {
         stream,
@@ -55,7 +64,73 @@ pub async fn serve(
         permit: _permit,
     } = accepted;
     let _ = stream.set_nodelay(true);
-    let (read_half, write_half) = stream.into_split();
+    match upgrade(&ctx, stream, peer).await {
+        Ok(Upgraded::Plain(stream)) => {
+            let (read_half, write_half) = stream.into_split();
+            serve_io(ctx, read_half, write_half, peer, stop).await
+        }
+        Ok(Upgraded::Tls(stream)) => {
+            let (read_half, write_half) = tokio::io::split(*stream);
+            serve_io(ctx, read_half, write_half, peer, stop).await
+        }
+        Err(remark) => {
+            ctx.metrics
+                .refused("tls_handshake_failed", Request::Connection.as_str());
+            tracing::warn!(%peer, %remark, "connection refused before its first request");
+        }
+    }
+}
+
+/// A connection after the TLS decision of `tls.server.mode`.
+enum Upgraded {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// Applies `tls.server.mode`: plain as is; TLS through the handshake; permissive by the
+/// first byte (a TLS handshake record opens with [`TLS_HANDSHAKE_BYTE`]). Both the wait for
+/// the first byte and the handshake are bounded by `frameReadTimeoutMillis`.
+async fn upgrade(
+    ctx: &BrokerContext,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Result<Upgraded, String> {
+    let Some(acceptor) = ctx.tls.acceptor() else {
+        return Ok(Upgraded::Plain(stream));
+    };
+    let deadline = Duration::from_millis(ctx.config.frame_read_timeout_millis);
+    if ctx.tls.mode() == TlsMode::Permissive {
+        let mut first = [0u8; 1];
+        let peeked = tokio::time::timeout(deadline, stream.peek(&mut first)).await;
+        match peeked {
+            Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_BYTE => return Ok(Upgraded::Plain(stream)),
+            Ok(Ok(1)) => {}
+            Ok(Ok(_)) => return Err("closed before its first byte".into()),
+            Ok(Err(error)) => return Err(format!("read failed: {error}")),
+            Err(_) => return Err(format!("no first byte within {deadline:?}")),
+        }
+    }
+    match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            tracing::debug!(%peer, "TLS connection");
+            Ok(Upgraded::Tls(Box::new(tls)))
+        }
+        Ok(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+        Err(_) => Err(format!("TLS handshake not done within {deadline:?}")),
+    }
+}
+
+/// Serves one connection's frames (plain or TLS) until it ends.
+async fn serve_io<R, W>(
+    ctx: Arc<BrokerContext>,
+    read_half: R,
+    write_half: W,
+    peer: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let codec = RemotingCodec::new(ctx.config.max_frame_length);
     let mut reader = FrameReader::new(read_half, ctx.connection_limits.clone());
     let activity = reader.activity().clone();

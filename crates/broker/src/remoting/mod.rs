@@ -6,3 +6,4 @@
 pub mod connection;
 pub mod processor;
 pub mod registration;
+pub mod tls;

@@ -72,6 +72,7 @@ impl PullSession {
             connect_timeout: REQUEST_TIMEOUT,
             route_max_age: ROUTE_MAX_AGE,
             heartbeat_interval: Duration::from_secs(1),
+            ..PullConsumerConfig::default()
         })?;
         Ok(PullSession {
             consumer,

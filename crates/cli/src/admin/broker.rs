@@ -70,7 +70,7 @@ async fn targets(admin: &Admin, target: &BrokerTarget) -> Result<Vec<BrokerRef>>
 }
 
 pub async fn status(args: BrokerStatusArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = targets(&admin, &args.target).await?;
     let mut tables = Vec::new();
     for broker in &brokers {
@@ -109,7 +109,7 @@ pub async fn status(args: BrokerStatusArgs) -> Result<()> {
 }
 
 pub async fn get_config(args: GetBrokerConfigArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = targets(&admin, &args.target).await?;
     let mut configs = Vec::new();
     for broker in &brokers {
@@ -154,7 +154,7 @@ pub async fn update_config(args: UpdateBrokerConfigArgs) -> Result<()> {
     if key.is_empty() || key.contains(['=', '\n']) || value.contains('\n') {
         bail!("bad key or value: -k takes one config key, -v one line");
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = targets(&admin, &args.target).await?;
     let body = format!("{key}={value}\n");
     let mut updated = Vec::new();

@@ -34,12 +34,17 @@ pub struct BrokerRef {
 #[derive(Debug)]
 pub struct Admin {
     namesrv: Vec<String>,
+    /// Credentials and TLS of every connection.
+    options: ferromq_protocol::remoting::ClientOptions,
     clients: Mutex<HashMap<String, Arc<RemotingClient>>>,
 }
 
 impl Admin {
     /// An admin session with the flags' name servers.
-    pub fn new(common: &Common) -> Admin {
+    ///
+    /// # Errors
+    /// A bad credentials or TLS flag (a missing CA file, a key without its secret).
+    pub fn new(common: &Common) -> Result<Admin> {
         let namesrv = common
             .namesrv
             .as_deref()
@@ -49,10 +54,13 @@ impl Admin {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect();
-        Admin {
+        let mut options = common.security.client_options()?;
+        options.connect_timeout = CONNECT_TIMEOUT;
+        Ok(Admin {
             namesrv,
+            options,
             clients: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     async fn connect(&self, addr: &str) -> Result<Arc<RemotingClient>> {
@@ -69,7 +77,12 @@ impl Admin {
                 .next()
                 .ok_or_else(|| anyhow!("address {addr:?} resolves to nothing"))?,
         };
-        let client = Arc::new(RemotingClient::connect(resolved, CONNECT_TIMEOUT).await?);
+        let mut options = self.options.clone();
+        if self.namesrv.iter().any(|n| n == addr) {
+            // The name server speaks plain TCP only: TLS is for brokers.
+            options.tls = None;
+        }
+        let client = Arc::new(RemotingClient::connect_with(resolved, options).await?);
         clients.insert(addr.to_string(), client.clone());
         Ok(client)
     }

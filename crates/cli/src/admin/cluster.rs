@@ -60,7 +60,7 @@ pub(super) fn members(
 }
 
 pub async fn list(args: ClusterListArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let info = admin.cluster_info().await?;
     let rows = members(&info, args.cluster.as_deref());
     if let Some(cluster) = &args.cluster {
@@ -99,7 +99,7 @@ pub async fn list(args: ClusterListArgs) -> Result<()> {
 pub async fn query_by_id(args: QueryMsgByIdArgs) -> Result<()> {
     let id = MessageId::decode(args.msg_id.trim())
         .with_context(|| format!("bad message id {:?}", args.msg_id))?;
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let addr = id.store_host.to_string();
     let header = ViewMessageRequestHeader {
         offset: id.phys_offset as i64,

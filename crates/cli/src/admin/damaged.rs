@@ -49,7 +49,7 @@ pub struct SkipDamagedArgs {
 }
 
 pub async fn quarantine_list(args: QuarantineListArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = match &args.broker {
         Some(addr) => vec![admin.named(addr).await],
         None => admin.masters(args.cluster.as_deref()).await?,
@@ -100,7 +100,7 @@ pub async fn quarantine_list(args: QuarantineListArgs) -> Result<()> {
 }
 
 pub async fn skip_damaged(args: SkipDamagedArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let broker = match &args.broker {
         Some(addr) => admin.named(addr).await,
         None => {

@@ -73,7 +73,7 @@ pub async fn get(args: GetBrokerEpochArgs) -> Result<()> {
 }
 
 async fn get_once(args: &GetBrokerEpochArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let info = admin.cluster_info().await?;
     let mut members: Vec<Member> = super::cluster::members(&info, args.cluster.as_deref())
         .into_iter()

@@ -71,7 +71,7 @@ pub async fn update(args: UpdateSubGroupArgs) -> Result<()> {
     if args.retry_queues < 0 || args.retry_max_times < 0 {
         bail!("retry queue count and retry max times must not be negative");
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let targets = admin
         .targets(args.broker.as_deref(), args.cluster.as_deref())
         .await?;
@@ -115,7 +115,7 @@ pub async fn update(args: UpdateSubGroupArgs) -> Result<()> {
 }
 
 pub async fn delete(args: DeleteSubGroupArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let targets = admin
         .targets(args.broker.as_deref(), args.cluster.as_deref())
         .await?;
@@ -277,7 +277,7 @@ pub fn version_desc(version: i64) -> String {
 }
 
 pub async fn consumer_connection(args: ConsumerConnectionArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = admin.targets(args.broker.as_deref(), None).await?;
     let Some(found) = connections(&admin, &brokers, &args.group).await? else {
         bail!(
@@ -349,7 +349,7 @@ pub async fn clone_offsets(args: CloneGroupOffsetArgs) -> Result<()> {
             args.source
         );
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = admin.topic_masters(&args.topic, None).await?;
     let header = CloneGroupOffsetRequestHeader {
         src_group: args.source.clone(),

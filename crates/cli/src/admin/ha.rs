@@ -99,7 +99,7 @@ async fn ask(admin: &Admin, addr: &str) -> Result<HaRuntimeInfo, String> {
 }
 
 pub async fn status(args: HaStatusArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let members = members(&admin, &args).await?;
     let mut answers = Vec::with_capacity(members.len());
     for member in members {

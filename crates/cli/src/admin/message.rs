@@ -372,7 +372,7 @@ pub async fn by_key(args: QueryMsgByKeyArgs) -> Result<()> {
         bail!("bad maxNum {}: must be positive", args.max_num);
     }
     let range = time_range(args.begin.as_deref(), args.end.as_deref())?;
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let found = query(
         &admin,
         &args.topic,
@@ -404,7 +404,7 @@ pub async fn by_key(args: QueryMsgByKeyArgs) -> Result<()> {
 }
 
 pub async fn by_unique_key(args: QueryMsgByUniqueKeyArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let mut found = query(
         &admin,
         &args.topic,
@@ -573,7 +573,7 @@ pub async fn by_offset(args: QueryMsgByOffsetArgs) -> Result<()> {
     if args.queue_id < 0 || args.offset < 0 {
         bail!("queue id and offset must not be negative");
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let broker = broker_of(&admin, &args.topic, &args.broker_name).await?;
     let pulled = pull(
         &admin,
@@ -642,7 +642,7 @@ pub async fn print(args: PrintMsgArgs) -> Result<()> {
             bail!("the begin time is after the end time");
         }
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let route = admin.route(&args.topic).await?;
     let masters = admin.topic_masters(&args.topic, None).await?;
     let mut printed = Vec::new();

@@ -36,6 +36,8 @@ pub struct Common {
     /// Print one JSON object (the last stdout line) instead of tables.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub security: crate::security::SecurityFlags,
 }
 
 /// `ferromq admin` subcommands (mqadmin's names).

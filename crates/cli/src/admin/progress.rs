@@ -123,7 +123,7 @@ pub struct OffsetHistoryArgs {
 }
 
 pub async fn consumer_progress(args: ConsumerProgressArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let Some(group) = args.group.clone() else {
         return all_groups_progress(&admin, &args).await;
     };
@@ -424,7 +424,7 @@ async fn reset(
     broker: Option<&str>,
     cluster: Option<&str>,
 ) -> Result<()> {
-    let admin = Admin::new(common);
+    let admin = Admin::new(common)?;
     let brokers: Vec<BrokerRef> = match broker {
         Some(addr) => vec![admin.named(addr).await],
         None => admin.topic_masters(topic, cluster).await?,
@@ -516,7 +516,7 @@ pub async fn history(args: OffsetHistoryArgs) -> Result<()> {
         Some(text) => Some(parse_time(text, now_ms())?),
         None => None,
     };
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let brokers = match &args.broker {
         Some(addr) => vec![admin.named(addr).await],
         None => admin.topic_masters(&args.topic, None).await?,

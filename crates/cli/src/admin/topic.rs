@@ -103,7 +103,7 @@ pub async fn update(args: UpdateTopicArgs) -> Result<()> {
     if args.read_queues <= 0 || args.write_queues <= 0 {
         bail!("queue counts must be positive");
     }
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let targets = admin
         .targets(args.broker.as_deref(), args.cluster.as_deref())
         .await?;
@@ -150,7 +150,7 @@ pub async fn update(args: UpdateTopicArgs) -> Result<()> {
 }
 
 pub async fn delete(args: DeleteTopicArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let targets = admin
         .targets(args.broker.as_deref(), args.cluster.as_deref())
         .await?;
@@ -214,7 +214,7 @@ pub async fn delete(args: DeleteTopicArgs) -> Result<()> {
 }
 
 pub async fn list(args: TopicListArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let reply = admin
         .namesrv_call(RemotingCommand::new_request(
             request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
@@ -235,7 +235,7 @@ pub async fn list(args: TopicListArgs) -> Result<()> {
 }
 
 pub async fn route(args: TopicRouteArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let route = admin.route(&args.topic).await?;
     let value = serde_json::to_value(&route)?;
     if args.common.json {
@@ -247,7 +247,7 @@ pub async fn route(args: TopicRouteArgs) -> Result<()> {
 }
 
 pub async fn status(args: TopicStatusArgs) -> Result<()> {
-    let admin = Admin::new(&args.common);
+    let admin = Admin::new(&args.common)?;
     let masters = admin
         .topic_masters(&args.topic, args.cluster.as_deref())
         .await?;

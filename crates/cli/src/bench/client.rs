@@ -31,7 +31,7 @@ use ferromq_client::{
 use ferromq_protocol::remoting::body::route::perm;
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
 
 use super::stats::{ns_to_us, Histogram};
@@ -79,6 +79,9 @@ pub struct ClientBenchArgs {
     /// Print the result as one JSON object on the last stdout line.
     #[arg(long)]
     pub(super) json: bool,
+    /// ACL credentials and TLS of every connection.
+    #[command(flatten)]
+    pub(super) security: crate::security::SecurityFlags,
 }
 
 /// Which client bench.
@@ -160,7 +163,7 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
 /// of the auto-create template `TBW102`, and waits (bounded) for the route to appear.
 pub(super) async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
     const TIMEOUT: Duration = Duration::from_secs(3);
-    let pool = Arc::new(ConnectionPool::new(ClientOptions::default()));
+    let pool = Arc::new(ConnectionPool::new(args.security.client_options()?));
     let routes = RouteCache::new(vec![args.namesrv], pool.clone(), TIMEOUT, Duration::ZERO)
         .context("name server address")?;
     match routes.refresh(&args.topic).await {
@@ -228,6 +231,8 @@ fn producer(args: &ClientBenchArgs) -> Result<Producer> {
         namesrv_addrs: vec![args.namesrv],
         group: "ferromq-bench-producer".into(),
         default_topic_queue_nums: args.queues,
+        credentials: args.security.credentials()?,
+        tls: args.security.tls()?,
         ..ProducerConfig::default()
     })
     .context("starting a producer")
@@ -395,14 +400,16 @@ fn lite_config(
     args: &ClientBenchArgs,
     group: &str,
     start: StartPosition,
-) -> LitePullConsumerConfig {
-    LitePullConsumerConfig {
+) -> Result<LitePullConsumerConfig> {
+    Ok(LitePullConsumerConfig {
         namesrv_addrs: vec![args.namesrv],
         group: group.into(),
         start_position: start,
         rebalance_interval: Duration::from_millis(500),
+        credentials: args.security.credentials()?,
+        tls: args.security.tls()?,
         ..LitePullConsumerConfig::default()
-    }
+    })
 }
 
 /// Starts `--consumers` consumers of the topic in one group and waits (bounded) until the
@@ -417,7 +424,7 @@ async fn start_consumers(
         .unwrap_or_else(|| format!("ferromq-bench-{}", run_id()));
     let mut consumers = Vec::new();
     for _ in 0..args.consumers {
-        let c = LitePullConsumer::start(lite_config(args, &group, start))
+        let c = LitePullConsumer::start(lite_config(args, &group, start)?)
             .context("starting a consumer")?;
         c.subscribe(&args.topic, "*")
             .await

@@ -51,6 +51,11 @@ pub struct LitePullConsumerConfig {
     pub auto_commit_interval: Option<Duration>,
     /// Tag expression of queues given to [`LitePullConsumer::assign`](super::LitePullConsumer::assign).
     pub assign_expression: String,
+    /// ACL credentials every request is signed with (`None`: unsigned, for brokers without
+    /// ACL).
+    pub credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    /// TLS (`None`: plain TCP): trusts the CA file it was built from.
+    pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 
 impl Default for LitePullConsumerConfig {
@@ -71,6 +76,8 @@ impl Default for LitePullConsumerConfig {
             retry_delay: Duration::from_millis(200),
             auto_commit_interval: None,
             assign_expression: "*".into(),
+            credentials: None,
+            tls: None,
         }
     }
 }

@@ -58,7 +58,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
-use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
+use ferromq_protocol::remoting::RemotingCommand;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -133,13 +133,16 @@ impl LitePullConsumer {
                 connect_timeout: config.connect_timeout,
                 route_max_age: config.route_max_age,
                 heartbeat_interval: config.heartbeat_interval,
+                credentials: config.credentials.clone(),
+                tls: config.tls.clone(),
             },
             make,
         )?;
-        let pool = ConnectionPool::new(ClientOptions {
-            connect_timeout: config.connect_timeout,
-            ..ClientOptions::default()
-        });
+        let pool = ConnectionPool::new(crate::connections::options(
+            config.connect_timeout,
+            config.credentials.as_ref(),
+            config.tls.as_ref(),
+        ));
         let shared = Arc::new(Shared {
             config,
             pull,

@@ -56,6 +56,11 @@ pub struct ProducerConfig {
     /// the JSON encode and parse of the send header and its reply on both sides. A header the
     /// binary form cannot carry exactly (an empty value) goes as JSON.
     pub binary_header: bool,
+    /// ACL credentials every request is signed with (`None`: unsigned, for brokers without
+    /// ACL).
+    pub credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    /// TLS (`None`: plain TCP): trusts the CA file it was built from.
+    pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 
 impl Default for ProducerConfig {
@@ -77,6 +82,8 @@ impl Default for ProducerConfig {
             compress_level: compression::COMPRESS_LEVEL_DEFAULT,
             async_sends_max: 10_000,
             binary_header: true,
+            credentials: None,
+            tls: None,
         }
     }
 }

@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use ferromq_protocol::remoting::ClientOptions;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
@@ -122,10 +121,11 @@ impl Producer {
                 "Producer::start must be called within a tokio runtime".into(),
             ));
         }
-        let pool = Arc::new(ConnectionPool::new(ClientOptions {
-            connect_timeout: config.connect_timeout,
-            ..ClientOptions::default()
-        }));
+        let pool = Arc::new(ConnectionPool::new(connections::options(
+            config.connect_timeout,
+            config.credentials.as_ref(),
+            config.tls.as_ref(),
+        )));
         let routes = Arc::new(RouteCache::new(
             config.namesrv_addrs.clone(),
             pool.clone(),

@@ -211,6 +211,11 @@ pub struct PushConsumerConfig {
     pub shutdown_timeout: Duration,
     /// Broadcasting: directory of the local offset file (required in that model).
     pub local_offset_dir: Option<PathBuf>,
+    /// ACL credentials every request is signed with (`None`: unsigned, for brokers without
+    /// ACL).
+    pub credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
+    /// TLS (`None`: plain TCP): trusts the CA file it was built from.
+    pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 
 impl Default for PushConsumerConfig {
@@ -239,6 +244,8 @@ impl Default for PushConsumerConfig {
             request_timeout: Duration::from_secs(3),
             shutdown_timeout: Duration::from_secs(10),
             local_offset_dir: None,
+            credentials: None,
+            tls: None,
         }
     }
 }
@@ -464,6 +471,8 @@ impl PushConsumer {
                 connect_timeout: config.request_timeout,
                 // This consumer sends its own (CONSUME_PASSIVELY) heartbeats.
                 heartbeat_interval: Duration::from_secs(365 * 24 * 3600),
+                credentials: config.credentials.clone(),
+                tls: config.tls.clone(),
                 ..PullConsumerConfig::default()
             },
             |group, routes, pool, timeout| {

@@ -29,11 +29,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::Decoder;
 
+use super::acl::{sign_command, Credentials};
 use super::codec::RemotingCodec;
 use super::codes::{request_code_name, response};
 use super::command::{RemotingCommand, FLAG_ONEWAY, FLAG_RESPONSE};
@@ -81,7 +81,7 @@ fn code_name(code: i32) -> &'static str {
 }
 
 /// Tunables of a [`RemotingClient`] connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Bound on establishing the TCP connection.
     pub connect_timeout: Duration,
@@ -97,6 +97,11 @@ pub struct ClientOptions {
     /// Server-initiated requests waiting for [`RemotingClient::take_server_requests`]'s
     /// receiver; when full, further ones are refused with SYSTEM_BUSY (or dropped if one-way).
     pub server_request_capacity: usize,
+    /// ACL credentials: when set, every request and one-way request is signed with them
+    /// ([`super::acl::sign_command`]); replies are not signed, as in RocketMQ.
+    pub credentials: Option<Arc<Credentials>>,
+    /// TLS: when set, the connection is TLS, the server checked against its CA file.
+    pub tls: Option<super::tls::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -108,6 +113,8 @@ impl Default for ClientOptions {
             max_frame_length: DEFAULT_MAX_FRAME_LENGTH,
             write_queue_capacity: 1024,
             server_request_capacity: 256,
+            credentials: None,
+            tls: None,
         }
     }
 }
@@ -245,7 +252,33 @@ impl RemotingClient {
         let local = stream
             .local_addr()
             .map_err(|source| ClientError::Connect { addr, source })?;
-        let (read_half, write_half) = stream.into_split();
+        let (read_half, write_half): (BoxedRead, BoxedWrite) = match &options.tls {
+            None => {
+                let (read_half, write_half) = stream.into_split();
+                (Box::new(read_half), Box::new(write_half))
+            }
+            Some(tls) => {
+                let name = tls
+                    .server_name(addr)
+                    .map_err(|source| ClientError::Connect { addr, source })?;
+                let handshake = tls.connector().connect(name, stream);
+                let stream = match tokio::time::timeout(options.connect_timeout, handshake).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(source)) => return Err(ClientError::Connect { addr, source }),
+                    Err(_) => {
+                        return Err(ClientError::Connect {
+                            addr,
+                            source: io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!("no TLS handshake within {:?}", options.connect_timeout),
+                            ),
+                        })
+                    }
+                };
+                let (read_half, write_half) = tokio::io::split(stream);
+                (Box::new(read_half), Box::new(write_half))
+            }
+        };
         let (closed_tx, closed_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
@@ -305,6 +338,7 @@ impl RemotingClient {
         };
         cmd.opaque = opaque;
         cmd.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);
+        self.sign(&mut cmd);
         let frame = self.encode(&cmd)?;
         let exchange = async {
             self.writer
@@ -332,7 +366,15 @@ impl RemotingClient {
             p.next_opaque
         };
         cmd.flag = (cmd.flag & !FLAG_RESPONSE) | FLAG_ONEWAY;
+        self.sign(&mut cmd);
         self.enqueue(&cmd).await
+    }
+
+    /// Signs a request with the connection's credentials, if it has any.
+    fn sign(&self, cmd: &mut RemotingCommand) {
+        if let Some(credentials) = &self.options.credentials {
+            sign_command(cmd, credentials);
+        }
     }
 
     /// Sends a reply to a server-initiated request. Build it with
@@ -422,8 +464,13 @@ impl Drop for RemotingClient {
 }
 
 /// Writes queued frames, batching whatever is already queued into one write.
+/// The read half of a plain or TLS connection.
+type BoxedRead = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+/// The write half of a plain or TLS connection.
+type BoxedWrite = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 async fn write_loop(
-    mut socket: OwnedWriteHalf,
+    mut socket: BoxedWrite,
     mut queue: mpsc::Receiver<Bytes>,
     shared: Arc<Shared>,
     mut closed: watch::Receiver<bool>,
@@ -488,7 +535,7 @@ const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
 
 /// Reads frames: replies go to their waiters, requests to the server-request channel.
 async fn read_loop(
-    mut socket: OwnedReadHalf,
+    mut socket: BoxedRead,
     shared: Arc<Shared>,
     mut closed: watch::Receiver<bool>,
     writer: mpsc::Sender<Bytes>,
@@ -658,7 +705,10 @@ mod tests {
         }
     }
 
-    async fn write(wr: &tokio::sync::Mutex<OwnedWriteHalf>, cmd: &RemotingCommand) {
+    async fn write(
+        wr: &tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
+        cmd: &RemotingCommand,
+    ) {
         let bytes = cmd.to_bytes().unwrap();
         let _ = wr.lock().await.write_all(&bytes).await;
     }

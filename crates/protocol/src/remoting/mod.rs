@@ -18,6 +18,7 @@
 //! Invariant for every decoder here: network input never panics; malformed input is a typed
 //! error that names what is wrong.
 
+pub mod acl;
 pub mod binary_header;
 pub mod body;
 pub mod client;
@@ -31,6 +32,7 @@ pub mod headers;
 pub mod json_header;
 pub mod language;
 pub mod limits;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;

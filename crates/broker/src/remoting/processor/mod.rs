@@ -5,6 +5,7 @@
 //! the field, an unknown code REQUEST_CODE_NOT_SUPPORTED naming the code.
 
 mod admin;
+mod authorise;
 mod batch;
 mod broker_info;
 mod client;
@@ -46,6 +47,11 @@ pub async fn handle(
             Some("the broker is shutting down".into()),
         );
     }
+    // ACL: every request kind, once, before anything else reads it.
+    let _principal = match authorise::check(ctx, channel.peer.ip(), &command) {
+        Ok(principal) => principal,
+        Err(refused) => return refused,
+    };
     match command.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, channel, &command).await
