@@ -163,7 +163,40 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "transactionTrackedMax",
         "the transaction checker's settings are set at startup",
     ),
+    (
+        "metricsBindAddress",
+        "the metrics endpoint binds at startup",
+    ),
+    ("aclEnable", "access control is set up at startup"),
+    (
+        "aclFile",
+        "access control is set up at startup (the file itself reloads when changed)",
+    ),
+    (
+        "aclReloadIntervalMillis",
+        "access control is set up at startup",
+    ),
+    (
+        "innerAccessKey",
+        "the name-server clients are built at startup",
+    ),
+    (
+        "innerSecretKey",
+        "the name-server clients are built at startup",
+    ),
+    ("tls.server.mode", "the listener's TLS is set up at startup"),
+    (
+        "tls.server.certPath",
+        "the listener's TLS is set up at startup",
+    ),
+    (
+        "tls.server.keyPath",
+        "the listener's TLS is set up at startup",
+    ),
 ];
+
+/// Keys whose values GET_BROKER_CONFIG never shows (it answers with a mask instead).
+const SECRET_KEYS: [&str; 1] = ["innerSecretKey"];
 
 /// Why an update was refused; names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -317,6 +350,11 @@ impl RuntimeConfig {
                 .collect(),
             _ => BTreeMap::new(),
         };
+        for key in SECRET_KEYS {
+            if let Some(value) = table.get_mut(key) {
+                *value = "******".to_string();
+            }
+        }
         let live = [
             (
                 "autoCreateTopicEnable",
@@ -445,8 +483,17 @@ mod tests {
     fn every_config_key_is_either_live_or_refused_with_a_reason() {
         let config = BrokerConfig {
             metrics_port: Some(0),
+            metrics_bind_address: Some("127.0.0.1".parse().unwrap()),
+            acl_file: Some("plain_acl.yml".into()),
+            inner_access_key: Some("RocketMQ".into()),
+            inner_secret_key: Some("12345678".into()),
+            tls_server_cert_path: Some("cert.pem".into()),
+            tls_server_key_path: Some("key.pem".into()),
             ..BrokerConfig::default()
         };
+        let text = RuntimeConfig::new(&config).properties(&config);
+        assert!(text.contains("innerSecretKey=******\n"), "{text}");
+        assert!(!text.contains("12345678"), "a secret shown: {text}");
         let Ok(serde_json::Value::Object(keys)) = serde_json::to_value(&config) else {
             panic!("the config serialises to an object");
         };
