@@ -66,6 +66,8 @@ impl Table {
         };
     }
 
+    /// Forgets `queue` (the PostgreSQL store drops a queue it no longer owns).
+    #[cfg(feature = "postgres")]
     pub(super) fn remove(&self, queue: &MessageQueue) {
         self.lock().remove(queue);
     }
