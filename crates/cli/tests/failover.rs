@@ -102,6 +102,11 @@ impl Drop for Controllers {
 
 impl Controllers {
     fn start(dir: &Path, n: usize, unclean: bool) -> Controllers {
+        Controllers::start_with(dir, n, unclean, "")
+    }
+
+    /// [`Controllers::start`] with `extra` lines in every controller config.
+    fn start_with(dir: &Path, n: usize, unclean: bool, extra: &str) -> Controllers {
         let addrs: Vec<SocketAddr> = (0..n).map(|_| free_port()).collect();
         let peers: Vec<String> = addrs
             .iter()
@@ -123,7 +128,7 @@ impl Controllers {
                 format!(
                     "controllerDLegerGroup = \"fc\"\ncontrollerDLegerPeers = \"{}\"\n\
                      controllerDLegerSelfId = \"n{i}\"\ncontrollerStorePath = \"{}\"\n\
-                     enableElectUncleanMaster = {unclean}\n",
+                     enableElectUncleanMaster = {unclean}\n{extra}",
                     peers.join(";"),
                     base.join("store").display()
                 ),
@@ -441,9 +446,21 @@ impl Cluster {
         unclean: bool,
         extra: Vec<String>,
     ) -> Cluster {
+        Cluster::start_full(controllers, replicas, role, unclean, extra, "").await
+    }
+
+    /// [`Cluster::start_with`] with `controller_extra` lines in every controller config.
+    async fn start_full(
+        controllers: usize,
+        replicas: usize,
+        role: &'static str,
+        unclean: bool,
+        extra: Vec<String>,
+        controller_extra: &str,
+    ) -> Cluster {
         let dir = TestDir::new();
         let namesrv = namesrv();
-        let ctl = Controllers::start(dir.path(), controllers, unclean);
+        let ctl = Controllers::start_with(dir.path(), controllers, unclean, controller_extra);
         let spec = BrokerSpec {
             role,
             namesrv: namesrv.addr.clone(),
@@ -835,6 +852,84 @@ async fn r1_every_commit_the_old_master_acknowledged_is_on_the_new_master() {
         offsets, acked,
         "every acknowledged commit is on the new master"
     );
+}
+
+/// A master killed and restarted within the controller's heartbeat timeout (the controller
+/// never saw it die) does not resume its epoch: it asks for a new term, the controller elects
+/// at epoch 2 among the in-sync members, and the group is whole again — every acknowledged
+/// message and commit is on the master, writes are acknowledged, all replicas rejoin. Resuming
+/// used to expose the restarted master's unreplicated tail to consumers, and to strand
+/// replicas that had received a tail it lost (refused "ahead of master" forever), as the
+/// deterministic simulation showed (`crates/sim/tests/renewal.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_restarted_before_the_controller_noticed_begins_a_new_term() {
+    // A long heartbeat timeout: the restart surely completes before the controller could
+    // notice the death, so only the renewal can begin epoch 2.
+    let mut cluster = Cluster::start_full(
+        1,
+        3,
+        "SYNC_MASTER",
+        false,
+        Vec::new(),
+        "controllerHeartBeatTimeoutMills = 20000\n",
+    )
+    .await;
+    let controller = cluster.controllers.client();
+    let info = wait_master(&controller, 1, 3, 30).await;
+    let master: SocketAddr = info.master_address.as_ref().unwrap().parse().unwrap();
+    let bodies = seed(master, 10, "renew").await;
+    let mut acked = BTreeMap::new();
+    for queue in 0..QUEUES {
+        let offset = 3 + i64::from(queue);
+        assert_eq!(commit_on(master, queue, offset).await, response::SUCCESS);
+        acked.insert(queue, Some(offset));
+    }
+    let restarted_at = Instant::now();
+    let old = master_of(&mut cluster.brokers, &info);
+    old.kill();
+    old.restart();
+    let new = wait_master(&controller, 2, 1, 30).await;
+    println!(
+        "renewal: epoch {} master {:?} set {:?}, {:?} after the kill",
+        new.master_epoch,
+        new.master_broker_id,
+        new.sync_state_set,
+        restarted_at.elapsed()
+    );
+    assert_eq!(new.master_epoch, 2, "a new term, not the resumed epoch 1");
+    let old = master_of(&mut cluster.brokers, &info);
+    let log = old.log_text();
+    assert!(
+        log.contains("asking the controller for a new term"),
+        "the restarted master asked for a new term:\n{log}"
+    );
+    let controller_log = std::fs::read_to_string(&cluster.controllers.logs[0]).unwrap();
+    assert!(
+        controller_log.contains("Renewal"),
+        "the controller elected for a renewal:\n{controller_log}"
+    );
+    assert!(
+        restarted_at.elapsed() < Duration::from_secs(20),
+        "sanity: the restart completed within the heartbeat timeout"
+    );
+    let new_master: SocketAddr = new.master_address.clone().unwrap().parse().unwrap();
+    let mut offsets: BTreeMap<i32, Option<i64>>;
+    eventually!(10, "the new term's master serving offsets", {
+        offsets = offsets_on(new_master).await;
+        offsets.values().all(Option::is_some)
+    });
+    assert_eq!(offsets, acked, "every acknowledged commit is kept");
+    let held: BTreeSet<Vec<u8>> = messages_on(new_master).await.into_values().collect();
+    for body in &bodies {
+        assert!(
+            held.contains(body),
+            "{} lost",
+            String::from_utf8_lossy(body)
+        );
+    }
+    seed(new_master, 2, "after-renew").await;
+    let whole = wait_master(&controller, 2, 3, 30).await;
+    assert_eq!(whole.master_epoch, 2);
 }
 
 /// R8 under ASYNC_MASTER: every offset the old master served (so replicated: consumers read

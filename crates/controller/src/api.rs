@@ -255,12 +255,12 @@ async fn elect_master(core: &Arc<Core>, request: ElectMasterRequest) -> Answer {
             ))
         }
     }
+    let origin = match request.renew {
+        Some(renewal) => ElectionOrigin::Renewal(renewal),
+        None => ElectionOrigin::Admin,
+    };
     let info = core
-        .elect(
-            &request.broker_name,
-            request.broker_id,
-            ElectionOrigin::Admin,
-        )
+        .elect(&request.broker_name, request.broker_id, origin)
         .await?;
     let ext = info.ext_fields();
     json_with(&info, ext)

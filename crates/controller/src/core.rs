@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ferromq_protocol::controller::{ControllerMetadata, ControllerPeer, ReplicaInfo};
+use ferromq_protocol::controller::{ControllerMetadata, ControllerPeer, ReplicaInfo, TermRenewal};
 use ferromq_protocol::remoting::response;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
@@ -63,6 +63,9 @@ pub enum ElectionOrigin {
     Registration,
     /// An admin's `electMaster`.
     Admin,
+    /// A master that restarted within the heartbeat timeout ended its term
+    /// (`election::decide_renewal`; `designated` is ignored).
+    Renewal(TermRenewal),
 }
 
 /// The shared core of a running controller node.
@@ -190,12 +193,20 @@ impl Core {
             .lock()
             .expect("liveness lock")
             .candidates(&group, now);
-        let decision = election::decide(
-            &group,
-            &candidates,
-            designated,
-            self.config.enable_elect_unclean_master,
-        );
+        let decision = match origin {
+            ElectionOrigin::Renewal(renewal) => election::decide_renewal(
+                &group,
+                &candidates,
+                renewal.broker_id,
+                renewal.master_epoch,
+            ),
+            _ => election::decide(
+                &group,
+                &candidates,
+                designated,
+                self.config.enable_elect_unclean_master,
+            ),
+        };
         let (new_master, unclean) = match decision {
             Decision::Elect { broker_id, unclean } => (Some(broker_id), unclean),
             Decision::ClearMaster => {

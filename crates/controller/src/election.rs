@@ -190,6 +190,45 @@ pub fn decide(
     }
 }
 
+/// Decides a restarted master's renewal (`ElectMasterRequest::renew`): `requester` says the
+/// controller names it master of `master_epoch`, the epoch its own log ends with, and it
+/// restarted. Its term is over: whatever it lost of its unflushed tail, its replicas may
+/// hold, and whatever it recovered beyond what they hold was never replicated. A fresh
+/// election in the usual order (reported epoch, then log end) picks the member holding the
+/// most, the requester included; the election always begins a new epoch and restarts the
+/// in-sync set at the winner, so neither the lost tail nor the unreplicated one can be
+/// served by a set that does not hold it. Unclean candidates are never considered here: the
+/// requester itself is a clean candidate.
+pub fn decide_renewal(
+    group: &GroupRecord,
+    candidates: &[Candidate],
+    requester: u64,
+    master_epoch: u64,
+) -> Decision {
+    let refuse = |code: i32, remark: String| Decision::Refuse { code, remark };
+    if group.master_id != Some(requester) || group.master_epoch != master_epoch {
+        return refuse(
+            response::CONTROLLER_FENCED_MASTER_EPOCH,
+            format!(
+                "broker {requester} asks to renew epoch {master_epoch}, but the master of {} \
+                 is {:?} at epoch {}",
+                group.broker_name, group.master_id, group.master_epoch
+            ),
+        );
+    }
+    match choose_master(group, candidates, false) {
+        Choice::Elect { broker_id, unclean } => Decision::Elect { broker_id, unclean },
+        Choice::NoCandidate => refuse(
+            response::CONTROLLER_ELECT_MASTER_FAILED,
+            format!(
+                "broker {requester} asks to renew epoch {master_epoch}, but no member of {} is \
+                 alive in the in-sync set {:?} (the requester's heartbeat has not arrived)",
+                group.broker_name, group.sync_state_set
+            ),
+        ),
+    }
+}
+
 /// Whether the group's master is missing or dead: the failure detector's trigger.
 pub fn needs_election(group: &GroupRecord, candidates: &[Candidate]) -> bool {
     match group.master_id {
@@ -277,6 +316,39 @@ mod tests {
         ];
         assert_eq!(choose_master(&g, &c, false), Choice::NoCandidate);
         assert_eq!(choose_master(&g, &c, true), elected(3, true));
+    }
+
+    #[test]
+    fn a_renewal_elects_the_member_holding_most_at_a_new_term_and_is_fenced() {
+        let mut g = group(&[1, 2, 3], &[1, 2]);
+        g.master_id = Some(1);
+        // The restarted master lost a tail its in-sync replica holds: the replica wins.
+        let c = [
+            candidate(1, true, 1, 500, 0),
+            candidate(2, true, 1, 700, 0),
+            candidate(3, true, 1, 900, 0),
+        ];
+        let elect = |id| Decision::Elect {
+            broker_id: id,
+            unclean: false,
+        };
+        assert_eq!(decide_renewal(&g, &c, 1, 1), elect(2));
+        // It recovered a tail nobody else holds: it wins again (a new epoch all the same).
+        let c = [candidate(1, true, 1, 800, 0), candidate(2, true, 1, 700, 0)];
+        assert_eq!(decide_renewal(&g, &c, 1, 1), elect(1));
+        // Only the master may renew, and only the epoch it leads.
+        let fenced = |d: Decision| matches!(d, Decision::Refuse { code, .. } if code == response::CONTROLLER_FENCED_MASTER_EPOCH);
+        assert!(fenced(decide_renewal(&g, &c, 2, 1)));
+        assert!(fenced(decide_renewal(&g, &c, 1, 0)));
+        // No alive in-sync member (the requester's heartbeat lost): refused, not unclean.
+        let c = [
+            candidate(1, false, 1, 800, 0),
+            candidate(3, true, 1, 900, 0),
+        ];
+        assert!(matches!(
+            decide_renewal(&g, &c, 1, 1),
+            Decision::Refuse { code, .. } if code == response::CONTROLLER_ELECT_MASTER_FAILED
+        ));
     }
 
     #[test]

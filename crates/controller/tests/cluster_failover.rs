@@ -303,6 +303,7 @@ async fn registration_and_heartbeats_follow_the_leader_and_stale_set_epochs_are_
         cluster_name: "DefaultCluster".into(),
         broker_name: "broker-a".into(),
         broker_id: Some(id),
+        renew: None,
     };
     let info: ReplicaInfo = client
         .call(request::CONTROLLER_ELECT_MASTER, &elect(2), CALL_TIMEOUT)
@@ -457,6 +458,7 @@ async fn with_two_of_three_down_nothing_is_elected_and_the_survivor_answers_not_
                 cluster_name: "DefaultCluster".into(),
                 broker_name: "broker-a".into(),
                 broker_id: Some(2),
+                renew: None,
             })
             .unwrap()
         };

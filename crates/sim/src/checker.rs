@@ -120,19 +120,8 @@ pub enum Violation {
 }
 
 /// The checker's memory of the run.
-///
-/// # Known gap
-/// `docs/replication.md` ("Not yet") documents that the watermark is not persisted: a master
-/// that restarts and resumes its epoch exposes everything it recovered, its unreplicated tail
-/// included. Unless `strict`, reads of that recovered tail by a resumed master are counted
-/// ([`Checker::known_gap_reads`]) instead of failing property 4, are not taken as committed,
-/// and a resumed master's offset view is not held to property 5.
 #[derive(Debug, Default, Clone)]
 pub struct Checker {
-    /// Fail on the known gap too.
-    pub strict: bool,
-    /// Reads excused by the known gap.
-    pub known_gap_reads: u64,
     committed: BTreeMap<u64, u32>,
     queue: BTreeMap<u64, u64>,
     progress: Option<(u64, u64)>,
@@ -224,11 +213,6 @@ impl Checker {
                 self.remember(record)?;
                 continue;
             };
-            if !self.strict && server.resumed && record.end() <= server.recovered_end {
-                // The known gap: not committed, so not remembered.
-                self.known_gap_reads += 1;
-                continue;
-            }
             return Err(Violation::ReadPastWatermark {
                 broker: server.id,
                 offset: record.offset,
@@ -269,9 +253,7 @@ impl Checker {
         brokers: &[&Broker],
         group: &GroupRecord,
     ) -> Result<(), Violation> {
-        let strict = self.strict;
-        let held = |b: &&&Broker| b.acknowledging(now_ms) && (strict || !b.resumed);
-        for broker in brokers.iter().filter(held) {
+        for broker in brokers.iter().filter(|b| b.acknowledging(now_ms)) {
             self.check_progress(broker)?;
         }
         let Some(master) = brokers

@@ -19,7 +19,7 @@ use ferromq_controller::liveness::{Heard, Liveness};
 use ferromq_controller::state::{ApplyOutcome, Command, ControllerState, GroupRecord};
 use ferromq_controller::ControllerConfig;
 use ferromq_protocol::controller::{
-    AlterSyncStateSetRequest, HeartbeatReply, HeartbeatRequest, ReplicaInfo,
+    AlterSyncStateSetRequest, ElectMasterRequest, HeartbeatReply, HeartbeatRequest, ReplicaInfo,
 };
 
 use crate::clock::{instant, millis};
@@ -151,6 +151,35 @@ impl SimController {
         };
         Msg::AlterReply {
             master_epoch,
+            outcome,
+        }
+    }
+
+    /// CONTROLLER_ELECT_MASTER with `renew` (production `Core::elect` with
+    /// `ElectionOrigin::Renewal`): `election::decide_renewal`, then the election command.
+    pub fn on_renew(&mut self, now_ms: u64, request: &ElectMasterRequest) -> Msg {
+        let renewal = request.renew.unwrap_or_default();
+        let group = self.group().clone();
+        let candidates = self.liveness.candidates(&group, instant(now_ms));
+        let decision =
+            election::decide_renewal(&group, &candidates, renewal.broker_id, renewal.master_epoch);
+        let outcome = match decision {
+            Decision::Elect { broker_id, .. } => {
+                match self.state.apply(&Command::Elect {
+                    cluster_name: group.cluster_name.clone(),
+                    broker_name: group.broker_name.clone(),
+                    new_master: Some(broker_id),
+                    expected_master_epoch: group.master_epoch,
+                }) {
+                    ApplyOutcome::Elected { replica_info } => Ok(replica_info),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+            Decision::ClearMaster => Err("a renewal never clears the master".into()),
+            Decision::Refuse { code, remark } => Err(format!("{code}: {remark}")),
+        };
+        Msg::RenewReply {
+            epoch: renewal.master_epoch,
             outcome,
         }
     }

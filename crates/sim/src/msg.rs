@@ -3,7 +3,8 @@
 //! (the client wire protocol is not what the simulation tests).
 
 use ferromq_protocol::controller::{
-    AlterSyncStateSetReply, AlterSyncStateSetRequest, HeartbeatReply, HeartbeatRequest,
+    AlterSyncStateSetReply, AlterSyncStateSetRequest, ElectMasterRequest, HeartbeatReply,
+    HeartbeatRequest, ReplicaInfo,
 };
 use ferromq_protocol::ha::HaFrame;
 use ferromq_store::offsets::OffsetCommand;
@@ -33,6 +34,15 @@ pub enum Msg {
         master_epoch: u64,
         /// The new set, or why not.
         outcome: Result<AlterSyncStateSetReply, String>,
+    },
+    /// Restarted master → controller: CONTROLLER_ELECT_MASTER with `renew` (a new term).
+    Renew(ElectMasterRequest),
+    /// Controller → broker: the renewal's outcome.
+    RenewReply {
+        /// The epoch the renewal asked to end.
+        epoch: u64,
+        /// The group after the election, or why not.
+        outcome: Result<ReplicaInfo, String>,
     },
     /// Controller → broker: NOTIFY_BROKER_ROLE_CHANGED (only wakes a heartbeat).
     Notice,
@@ -132,6 +142,13 @@ impl Msg {
                 r.master_broker_id, r.master_epoch, r.new_sync_state_set
             ),
             Msg::AlterReply { outcome, .. } => format!("alter-reply({:?})", outcome.as_ref().ok()),
+            Msg::Renew(r) => format!("renew({:?})", r.renew),
+            Msg::RenewReply { epoch, outcome } => format!(
+                "renew-reply(epoch {epoch}: {:?})",
+                outcome
+                    .as_ref()
+                    .map(|i| (i.master_broker_id, i.master_epoch))
+            ),
             Msg::Notice => "notice".into(),
             Msg::Ha { conn, frame } => format!("ha#{conn} {}", describe_frame(frame)),
             Msg::HaClosed { conn } => format!("ha#{conn} closed"),

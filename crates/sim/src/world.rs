@@ -131,6 +131,9 @@ pub struct Counters {
     pub links_cut: u64,
     /// Promotions to master.
     pub promotions: u64,
+    /// Terms a restarted master ended by asking for a new election (`RoleAction::Renew`)
+    /// that the controller applied.
+    pub renewals: u64,
     /// Divergent suffixes truncated.
     pub truncations: u64,
     /// Bytes recovery cut from crashed logs (lost or torn tails that survived).
@@ -455,6 +458,13 @@ impl World {
                         sent_at_ms,
                     } => Some(self.controller.on_heartbeat(now, request, *sent_at_ms)),
                     Msg::Alter(request) => Some(self.controller.on_alter(request.clone())),
+                    Msg::Renew(request) => {
+                        let reply = self.controller.on_renew(now, request);
+                        if matches!(reply, Msg::RenewReply { outcome: Ok(_), .. }) {
+                            self.counters.renewals += 1;
+                        }
+                        Some(reply)
+                    }
                     Msg::Route => Some(self.controller.route()),
                     _ => None,
                 };

@@ -50,4 +50,4 @@ fn the_pinned_seed_has_the_pinned_hash() {
 }
 
 /// The trace hash of [`PINNED_SEED`].
-const PINNED_HASH: u64 = 0xd8f5_e500_d287_95cd;
+const PINNED_HASH: u64 = 0x310a_ad97_4cb3_8799;

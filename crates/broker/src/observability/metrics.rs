@@ -723,6 +723,16 @@ fn replication_counters(ctx: &BrokerContext) -> Vec<(&'static str, &'static str,
                 k.promotions.load(Relaxed),
             ),
             (
+                "ferromq_controller_term_renewals",
+                "Times this broker, restarted while still named master, asked the controller for a new term instead of resuming",
+                k.renewals.load(Relaxed),
+            ),
+            (
+                "ferromq_controller_term_renewal_failures",
+                "Term renewals that failed (no leader, timeout, refusal); the next heartbeat asks again",
+                k.renewal_failures.load(Relaxed),
+            ),
+            (
                 "ferromq_controller_demotions",
                 "Times this broker started following another master or stepped down",
                 k.demotions.load(Relaxed),

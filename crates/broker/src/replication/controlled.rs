@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use ferromq_protocol::controller::client::{ControllerCallError, ControllerClient};
 use ferromq_protocol::controller::{
-    AlterSyncStateSetReply, AlterSyncStateSetRequest, HeartbeatReply, HeartbeatRequest,
-    RegisterBrokerReply, RegisterBrokerRequest, ReplicaInfo,
+    AlterSyncStateSetReply, AlterSyncStateSetRequest, ElectMasterRequest, HeartbeatReply,
+    HeartbeatRequest, RegisterBrokerReply, RegisterBrokerRequest, ReplicaInfo, TermRenewal,
 };
 use ferromq_protocol::remoting::{request, response};
 use serde::{Deserialize, Serialize};
@@ -162,6 +162,15 @@ pub enum RoleAction {
     /// The group has no master: stop acting as one (writes are refused until one is
     /// elected).
     StepDown,
+    /// The controller names this broker master of the epoch its own log already ends with:
+    /// it led that epoch before a restart the controller did not notice. A term is never
+    /// resumed (its unreplicated tail would become visible while in-sync replicas lack it,
+    /// and replicas that received a tail it lost would be refused forever): ask the
+    /// controller to end the term and elect afresh (`ElectMasterRequest::renew`).
+    Renew {
+        /// The epoch to end.
+        epoch: u64,
+    },
 }
 
 /// What this broker is doing now, as [`decide`] needs it.
@@ -175,6 +184,8 @@ pub struct Acting {
     pub epoch: u64,
     /// The master it follows, when a slave.
     pub following: Option<u64>,
+    /// The newest epoch of its own log's epoch entries.
+    pub log_epoch: u64,
 }
 
 /// Turns the controller's group state into a role change. Pure.
@@ -190,6 +201,10 @@ pub fn decide(acting: Acting, info: &ReplicaInfo) -> RoleAction {
         Some(id) if id == acting.me => {
             if acting.master && acting.epoch == info.master_epoch {
                 RoleAction::Keep
+            } else if info.master_epoch == acting.log_epoch {
+                RoleAction::Renew {
+                    epoch: info.master_epoch,
+                }
             } else {
                 RoleAction::Promote {
                     epoch: info.master_epoch,
@@ -264,6 +279,10 @@ pub struct ControlledCounters {
     pub alter_failures: AtomicU64,
     /// Role-change notices received from controllers.
     pub notices: AtomicU64,
+    /// Term renewals asked of the controller after a restart ([`RoleAction::Renew`]).
+    pub renewals: AtomicU64,
+    /// Term renewals that failed (no leader, timeout, refusal).
+    pub renewal_failures: AtomicU64,
 }
 
 /// A broker's link to its controller group.
@@ -456,8 +475,7 @@ impl ControllerLink {
             confirm_offset: store.stats().dispatched_end,
             election_priority: self.settings.election_priority,
         };
-        let timeout = (self.settings.heartbeat_interval * 3)
-            .clamp(Duration::from_millis(100), Duration::from_secs(3));
+        let timeout = self.call_timeout();
         let sent_at = Instant::now();
         let reply: HeartbeatReply = self
             .client
@@ -476,6 +494,51 @@ impl ControllerLink {
         Ok(())
     }
 
+    /// How long one heartbeat or renewal may take: three heartbeat intervals, within
+    /// 100 ms..3 s.
+    fn call_timeout(&self) -> Duration {
+        (self.settings.heartbeat_interval * 3)
+            .clamp(Duration::from_millis(100), Duration::from_secs(3))
+    }
+
+    /// Asks the controller to end term `epoch`, which it still names this restarted broker
+    /// master of ([`RoleAction::Renew`]); the group's new state, or `None` when the request
+    /// failed (logged and counted; the next heartbeat asks again).
+    async fn renew_term(&self, epoch: u64) -> Option<ReplicaInfo> {
+        self.counters.renewals.fetch_add(1, Ordering::Relaxed);
+        let broker_id = self.replication.broker_id();
+        tracing::warn!(
+            epoch,
+            broker_id,
+            "named master of the epoch this broker led before it restarted: asking the \
+             controller for a new term instead of resuming"
+        );
+        let request = ElectMasterRequest {
+            cluster_name: self.cluster.clone(),
+            broker_name: self.broker_name.clone(),
+            broker_id: None,
+            renew: Some(TermRenewal {
+                broker_id,
+                master_epoch: epoch,
+            }),
+        };
+        let timeout = self.call_timeout();
+        match self
+            .client
+            .call::<_, ReplicaInfo>(request::CONTROLLER_ELECT_MASTER, &request, timeout)
+            .await
+        {
+            Ok(info) => Some(info),
+            Err(error) => {
+                self.counters
+                    .renewal_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(epoch, %error, "term renewal failed; the next heartbeat asks again");
+                None
+            }
+        }
+    }
+
     /// Acts on a group state: role change, then (as master) the in-sync set.
     async fn act(&self, info: &ReplicaInfo) {
         let acting = {
@@ -485,6 +548,7 @@ impl ControllerLink {
                 master: self.replication.role().is_master(),
                 epoch: state.known.as_ref().map_or(0, |k| k.master_epoch),
                 following: state.following,
+                log_epoch: self.replication.epoch(),
             }
         };
         match decide(acting, info) {
@@ -499,14 +563,7 @@ impl ControllerLink {
                     dispatched,
                     "the whole log is dispatched; taking the master role"
                 );
-                // The epoch file already ends with this epoch: this broker led it before a
-                // restart the controller did not notice; no new term begins.
-                let outcome = if epoch == self.replication.epoch() {
-                    self.replication.resume_master(role)
-                } else {
-                    self.replication.promote(epoch, role)
-                };
-                match outcome {
+                match self.replication.promote(epoch, role) {
                     Ok(start) => {
                         self.counters.promotions.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -534,6 +591,16 @@ impl ControllerLink {
                 self.counters.demotions.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(master_id, master = %master_ha, epoch, "following the master the controller names");
                 self.state().following = Some(master_id);
+            }
+            RoleAction::Renew { epoch } => {
+                // `known` is not updated: until the controller elects at a new epoch, the next
+                // heartbeat asks again.
+                if let Some(next) = self.renew_term(epoch).await {
+                    if next.master_epoch > epoch {
+                        Box::pin(self.act(&next)).await;
+                    }
+                }
+                return;
             }
             RoleAction::StepDown => {
                 self.replication.revoke_lease();
@@ -645,13 +712,42 @@ mod tests {
         }
     }
 
+    /// A broker whose log ends with the epoch it last acted on.
     fn acting(me: u64, master: bool, epoch: u64, following: Option<u64>) -> Acting {
         Acting {
             me,
             master,
             epoch,
             following,
+            log_epoch: epoch,
         }
+    }
+
+    #[test]
+    fn a_restarted_master_named_for_its_own_epoch_renews_the_term_instead_of_resuming() {
+        // Restarted: it has acted on nothing yet, and its log ends with epoch 3.
+        let restarted = Acting {
+            log_epoch: 3,
+            ..acting(1, false, 0, None)
+        };
+        assert_eq!(
+            decide(restarted, &info(Some(1), 3)),
+            RoleAction::Renew { epoch: 3 }
+        );
+        // The renewal elected it again at a new epoch: a new term begins.
+        assert_eq!(
+            decide(restarted, &info(Some(1), 4)),
+            RoleAction::Promote { epoch: 4 }
+        );
+        // Or elected a replica holding more: it follows.
+        assert!(matches!(
+            decide(restarted, &info(Some(2), 4)),
+            RoleAction::Follow {
+                master_id: 2,
+                epoch: 4,
+                ..
+            }
+        ));
     }
 
     #[test]

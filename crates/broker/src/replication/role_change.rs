@@ -1,34 +1,12 @@
 //! Role changes the controller-mode driver (`controlled`) needs besides
-//! [`Replication::promote`] and [`Replication::demote`]: taking the master role back in the
-//! epoch this broker already leads (a restart the controller did not notice), and stepping
-//! down while the group has no master.
+//! [`Replication::promote`] and [`Replication::demote`]: stepping down while the group has
+//! no master, and exposing the whole log before a promotion. (A broker never resumes the
+//! master role in an epoch it led before a restart: it asks for a new term,
+//! `controlled::RoleAction::Renew`.)
 
-use super::{BrokerRole, Replication, RoleChangeError};
+use super::{BrokerRole, Replication};
 
 impl Replication {
-    /// Acts as master again in the epoch its epoch file already ends with: the controller
-    /// still names this broker master of that epoch (it restarted within the controller's
-    /// heartbeat timeout), so no new epoch begins and the log continues as it is.
-    ///
-    /// # Errors
-    /// `flavor` is not a master role.
-    pub fn resume_master(&self, flavor: BrokerRole) -> Result<u64, RoleChangeError> {
-        if !flavor.is_master() {
-            return Err(RoleChangeError::NotAMasterRole(flavor.as_str()));
-        }
-        self.master_addr.send_replace(None);
-        self.role.send_replace(flavor);
-        self.note_master_since();
-        self.apply_bound();
-        let epoch = self.epoch();
-        tracing::warn!(
-            epoch,
-            role = flavor.as_str(),
-            "master again in its own epoch"
-        );
-        Ok(self.store.committed_end())
-    }
-
     /// Stops acting as master while the group has none: a slave following nobody. The
     /// dispatch cap stays where it is (nothing new becomes visible) until a master's
     /// watermark arrives.

@@ -226,6 +226,7 @@ pub async fn elect_master(args: ElectMasterArgs) -> Result<()> {
                 cluster_name: args.cluster.clone(),
                 broker_name: args.broker_name.clone(),
                 broker_id: Some(args.broker_id),
+                renew: None,
             },
             CALL_TIMEOUT,
         )

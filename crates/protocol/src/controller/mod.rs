@@ -211,6 +211,23 @@ pub struct ElectMasterRequest {
     pub broker_name: String,
     /// A designated broker, or `None` for the election order.
     pub broker_id: Option<u64>,
+    /// Set by a broker the controller still names master of the epoch its own log ends
+    /// with, after a restart: that term is over (the broker's unreplicated tail and its
+    /// replicas' logs may differ), so the controller elects afresh among the in-sync members
+    /// in the election order, the restarted broker included, always at a new epoch.
+    /// `broker_id` is then `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew: Option<TermRenewal>,
+}
+
+/// A restarted master's request to end its term (see [`ElectMasterRequest::renew`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TermRenewal {
+    /// The restarted broker, which the controller names master.
+    pub broker_id: u64,
+    /// The epoch it was named master of: a renewal of an older epoch is refused.
+    pub master_epoch: u64,
 }
 
 /// CONTROLLER_GET_REPLICA_INFO (1004): one group's state. Reply: [`ReplicaInfo`].

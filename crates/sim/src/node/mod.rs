@@ -28,7 +28,9 @@ use ferromq_broker::replication::handshake::GroupIdentity;
 use ferromq_broker::replication::in_sync::{InSyncSet, InSyncSettings};
 use ferromq_broker::replication::lease::Lease;
 use ferromq_broker::replication::stream::StreamState;
-use ferromq_protocol::controller::{AlterSyncStateSetRequest, HeartbeatRequest, ReplicaInfo};
+use ferromq_protocol::controller::{
+    AlterSyncStateSetRequest, ElectMasterRequest, HeartbeatRequest, ReplicaInfo, TermRenewal,
+};
 
 use crate::clock::instant;
 use crate::controller::{BROKER_NAME, CLUSTER};
@@ -168,12 +170,6 @@ pub struct Broker {
     pub lease: Lease,
     /// The in-sync set (meaningful as master).
     pub in_sync: InSyncSet,
-    /// The log end recovery found when this process started.
-    pub recovered_end: u64,
-    /// Whether it acts as master by resuming, after a restart, the epoch its log ended with
-    /// (production `resume_master`). Its watermark then starts at everything it recovered:
-    /// the documented gap of `docs/replication.md` ("Not yet").
-    pub resumed: bool,
     known: Option<ReplicaInfo>,
     following: Option<u64>,
     min_master_epoch: u64,
@@ -203,8 +199,6 @@ impl Broker {
         Broker {
             id,
             in_sync: InSyncSet::new(settings, visible),
-            recovered_end: log.end(),
-            resumed: false,
             log,
             role: Role::Slave,
             lease: Lease::default(),
@@ -278,6 +272,12 @@ impl Broker {
                 master_epoch,
                 outcome,
             } => self.on_alter_reply(now_ms, *master_epoch, outcome, out),
+            // Production `ControllerLink::renew_term`: act on the new state only when the
+            // controller elected at a new epoch; otherwise the next heartbeat asks again.
+            Msg::RenewReply {
+                epoch,
+                outcome: Ok(info),
+            } if info.master_epoch > *epoch => self.act(now_ms, info, out),
             // Production: a notice only wakes the heartbeat loop.
             Msg::Notice => self.heartbeat(now_ms, out),
             Msg::Ha { conn, frame } => self.on_ha(now_ms, from, *conn, frame, out),
@@ -321,9 +321,25 @@ impl Broker {
             master: self.role == Role::Master,
             epoch: self.known.as_ref().map_or(0, |k| k.master_epoch),
             following: self.following,
+            log_epoch: self.log.newest_epoch(),
         };
         match controlled::decide(acting, info) {
             RoleAction::Keep => {}
+            RoleAction::Renew { epoch } => {
+                out.sends.push((
+                    CONTROLLER,
+                    Msg::Renew(ElectMasterRequest {
+                        cluster_name: CLUSTER.into(),
+                        broker_name: BROKER_NAME.into(),
+                        broker_id: None,
+                        renew: Some(TermRenewal {
+                            broker_id: self.id,
+                            master_epoch: epoch,
+                        }),
+                    }),
+                ));
+                return;
+            }
             RoleAction::Promote { epoch } => {
                 if !self.promote(now_ms, epoch, out) {
                     return;
@@ -409,22 +425,19 @@ impl Broker {
         self.refresh(now_ms, out);
     }
 
-    /// Production `Replication::promote` (or `resume_master` in the epoch the log already
-    /// ends with), after `expose_whole_log`. False when the epoch file refused the term.
+    /// Production `Replication::promote`, after `expose_whole_log`. False when the epoch
+    /// file refused the term.
     fn promote(&mut self, now_ms: u64, epoch: u64, out: &mut Out) -> bool {
         self.link = None;
         self.following = None;
         self.log.set_replication_bound(Some(self.log.end()));
-        self.resumed = epoch == self.log.newest_epoch();
-        if !self.resumed {
-            // Production logs the failure and leaves `known` as it was: the next heartbeat
-            // tries again.
-            let Ok(start) = self.log.begin_epoch(epoch) else {
-                return false;
-            };
-            if self.bug != InjectedBug::StaleWatermarkAcrossTerms {
-                self.in_sync.begin_term(start);
-            }
+        // Production logs the failure and leaves `known` as it was: the next heartbeat
+        // tries again.
+        let Ok(start) = self.log.begin_epoch(epoch) else {
+            return false;
+        };
+        if self.bug != InjectedBug::StaleWatermarkAcrossTerms {
+            self.in_sync.begin_term(start);
         }
         self.close_streams(out);
         self.role = Role::Master;
@@ -437,7 +450,6 @@ impl Broker {
     /// streams close, waiting writes fail, and the slave follows `master` (if any).
     fn demote(&mut self, now_ms: u64, master: Option<u64>, epoch: u64, out: &mut Out) {
         self.lease.revoke();
-        self.resumed = false;
         self.min_master_epoch = self.min_master_epoch.max(epoch);
         let visible = self.log.dispatched_end();
         let frozen = self
