@@ -277,6 +277,9 @@ impl Driver {
             ])
             .args(global)
             .arg("serve")
+            // Files a tool writes relative to its working directory (mqadmin consumerStatus
+            // writes one per client) land in the run directory, not the source tree.
+            .current_dir(dir)
             .env("HOME", &home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
