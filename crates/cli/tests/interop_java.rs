@@ -1322,11 +1322,19 @@ fn java5_mqadmin_commands_against_ferromq() {
             );
         rows.push((command.to_string(), flags, outcome));
     }
-    for command in ["getSyncStateSet", "getControllerMetaData"] {
+    for (command, flags) in [
+        ("getSyncStateSet", "-a CONTROLLER -b broker-0"),
+        ("getControllerMetaData", "-a CONTROLLER"),
+        ("getBrokerEpoch", "-n NAMESRV -b broker-0"),
+    ] {
         rows.push((
             command.to_string(),
-            "-a CONTROLLER".to_string(),
-            Outcome::NotRun("needs a controller-mode cluster; this test runs one standalone"),
+            flags.to_string(),
+            Outcome::NotRun(
+                "here (needs a controller-mode cluster): `interop_java_ha.rs` \
+                 (`java5_mqadmin_ha_commands_against_a_controller_cluster`) runs it against \
+                 `ferromq cluster` and checks the leader, master, in-sync set and epochs",
+            ),
         ));
     }
     d.ok("push-stop --name a1", CONSUME);

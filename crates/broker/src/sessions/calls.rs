@@ -145,7 +145,7 @@ mod tests {
     #[tokio::test]
     async fn the_reply_with_the_calls_opaque_ends_the_call() {
         let calls = Arc::new(PendingCalls::default());
-        let (tx, mut rx) = mpsc::channel(4);
+        let (tx, mut rx) = mpsc::channel::<RemotingCommand>(4);
         let answerer = {
             let calls = calls.clone();
             tokio::spawn(async move {
