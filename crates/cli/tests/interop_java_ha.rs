@@ -7,6 +7,11 @@
 //! - `java5_mqadmin_ha_commands_against_a_controller_cluster`: mqadmin `getControllerMetaData`,
 //!   `getSyncStateSet` and `getBrokerEpoch` print the controller group, its leader, the
 //!   master, the in-sync set and the epochs that ferromq's own controller protocol reports.
+//! - `java5_push_consumer_keeps_consuming_through_a_master_kill`: a 5.5.0 `DefaultMQPushConsumer`
+//!   keeps consuming through a kill -9 of the SYNC_MASTER and the automatic failover: every
+//!   acknowledged message (before the kill and after the failover) is consumed, duplicates stay
+//!   within the in-flight bound, and no committed offset on the new master is below what the
+//!   old master acknowledged.
 
 mod common;
 
@@ -333,4 +338,215 @@ fn java5_mqadmin_ha_commands_against_a_controller_cluster() {
         started.elapsed().as_secs_f64(),
         dir.display()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Java push consumer through a master kill -9
+
+/// Queues of the failover test's topic.
+const QUEUES: i32 = 4;
+/// Messages acknowledged before the kill, and after the failover.
+const BEFORE: u32 = 1500;
+const AFTER: u32 = 400;
+/// The consumer's pace: one thread, 10 ms a message, so about this many a second...
+const RATE: f64 = 100.0;
+/// Offsets the old master must have acknowledged before the kill (the Java client's first
+/// persist runs 10 s after it starts), so the no-rewind check has something to hold.
+const COMMITTED_BEFORE_KILL: i64 = 300;
+/// ...and it persists offsets every second.
+const PERSIST: Duration = Duration::from_secs(1);
+/// Bound on waiting for deliveries.
+const CONSUME: Duration = Duration::from_secs(120);
+
+fn socket(addr: &str) -> SocketAddr {
+    addr.parse().expect("socket address")
+}
+
+/// The committed offset of every queue of `topic` for `group`, as `broker` stores it (`None`
+/// for a queue without one, or when the broker cannot be asked).
+fn committed(broker: &str, group: &str, topic: &str) -> Vec<Option<i64>> {
+    runtime().block_on(async {
+        let connect = ferromq_protocol::remoting::client::RemotingClient::connect(
+            socket(broker),
+            Duration::from_secs(2),
+        )
+        .await;
+        let Ok(client) = connect else {
+            return vec![None; QUEUES as usize];
+        };
+        let mut out = Vec::new();
+        for q in 0..QUEUES {
+            out.push(common::remoting::query_offset(&client, group, topic, q).await);
+        }
+        client.close();
+        out
+    })
+}
+
+/// Waits (bounded) until the name server routes `topic` to `master` as broker id 0.
+fn wait_route_to(namesrv: &str, topic: &str, master: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = common::admin(&["topicRoute", "-n", namesrv, "-t", topic]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && text.contains(master) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the route of {topic} does not name {master}: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn kill9(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+#[test]
+fn java5_push_consumer_keeps_consuming_through_a_master_kill() {
+    let test = "java5_push_consumer_keeps_consuming_through_a_master_kill";
+    let Some((dir, cluster, mut driver)) = setup(test, 2) else {
+        return;
+    };
+    let info = cluster.wait_master(1, 2);
+    let master = info.master_address.clone().expect("master address");
+    let ns = cluster.namesrv.clone();
+    common::create_topic(&ns, &master, "JF", &QUEUES.to_string());
+    let d = &mut driver;
+    let sent = d.ok(
+        &format!("produce --topic JF --count {BEFORE} --prefix f"),
+        CONSUME,
+    );
+    assert_eq!(sent["sent"], BEFORE, "{sent}");
+    d.ok(
+        "push-start --name f1 --topic JF --group G_fo --threads 1 --sleep-ms 10 --persist-ms 1000",
+        CONSUME,
+    );
+    let reached = d.wait_events(CONSUME, |ev| {
+        ev.iter().filter(|e| e["consumer"] == "f1").count() >= 200
+    });
+    assert!(reached, "the consumer did not reach 200 deliveries");
+
+    // What the master acknowledged (SYNC_MASTER: held by the in-sync replica too) just before
+    // it dies, once it is at least COMMITTED_BEFORE_KILL. Commits in flight may land after this
+    // read: it is a lower bound.
+    let deadline = Instant::now() + CONSUME;
+    let before = loop {
+        let now = committed(&master, "G_fo", "JF");
+        if now.iter().map(|o| o.unwrap_or(0)).sum::<i64>() >= COMMITTED_BEFORE_KILL {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the master never acknowledged {COMMITTED_BEFORE_KILL} offsets: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    d.pump();
+    let delivered_at_kill = d.deliveries("f1").count();
+    let pid = cluster
+        .nodes
+        .iter()
+        .find(|n| n.2 == master)
+        .map(|n| n.3)
+        .expect("the master's pid");
+    kill9(pid);
+    let killed = Instant::now();
+    let after_info = cluster.wait_master(info.master_epoch + 1, 1);
+    let new_master = after_info.master_address.clone().expect("new master");
+    assert_ne!(new_master, master, "the dead broker is master again");
+    let failover = killed.elapsed();
+
+    // No committed offset rewinds: the new master holds at least what the old one had.
+    let check_no_rewind = |now: &[Option<i64>], when: &str| {
+        for (q, (b, n)) in before.iter().zip(now).enumerate() {
+            if let Some(b) = b {
+                assert!(
+                    n.is_some_and(|n| n >= *b),
+                    "{when}: queue {q} committed {n:?} on the new master, below {b} acknowledged \
+                     by the old one (before {before:?}, now {now:?})"
+                );
+            }
+        }
+    };
+    check_no_rewind(
+        &committed(&new_master, "G_fo", "JF"),
+        "right after the failover",
+    );
+
+    wait_route_to(&ns, "JF", &new_master);
+    let sent = d.ok(
+        &format!("produce --topic JF --count {AFTER} --prefix g"),
+        CONSUME,
+    );
+    assert_eq!(sent["sent"], AFTER, "{sent}");
+
+    let mut want: std::collections::BTreeSet<String> =
+        (0..BEFORE).map(|i| format!("f:{i}")).collect();
+    want.extend((0..AFTER).map(|i| format!("g:{i}")));
+    let done = d.wait_events(CONSUME, |ev| {
+        let seen: std::collections::BTreeSet<&str> = ev
+            .iter()
+            .filter(|e| e["consumer"] == "f1")
+            .filter_map(|e| e["body"].as_str())
+            .collect();
+        want.iter().all(|b| seen.contains(b.as_str()))
+    });
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for e in d.deliveries("f1") {
+        *counts
+            .entry(e["body"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    let missing: Vec<&String> = want.iter().filter(|b| !counts.contains_key(*b)).collect();
+    assert!(
+        done && missing.is_empty(),
+        "{} acknowledged messages never consumed after the failover, e.g. {:?}",
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    let delivered: u64 = counts.values().sum();
+    let duplicates = delivered - counts.len() as u64;
+    // In flight at the kill: what the consumer can repeat is what it consumed after its last
+    // acknowledged persist, and until its first persist to the new master: at its rate, one
+    // persist interval plus the failover plus one more interval.
+    let bound = (RATE * (2 * PERSIST + failover).as_secs_f64()).ceil() as u64;
+    eprintln!(
+        "{test}: master {master} killed after {delivered_at_kill} deliveries; new master \
+         {new_master} after {:.1} s; committed before the kill {before:?}; {} delivered, \
+         {duplicates} duplicates (bound {bound}); run dir {}",
+        failover.as_secs_f64(),
+        delivered,
+        dir.display()
+    );
+    assert!(
+        duplicates <= bound,
+        "{duplicates} duplicates through the failover, bound {bound}"
+    );
+
+    // The committed offsets reach the end of every queue on the new master, never below
+    // what the old master acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let total = i64::from(BEFORE + AFTER);
+    let end = loop {
+        let now = committed(&new_master, "G_fo", "JF");
+        check_no_rewind(&now, "while settling");
+        let sum: i64 = now.iter().map(|o| o.unwrap_or(0)).sum();
+        if sum == total || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let sum: i64 = end.iter().map(|o| o.unwrap_or(0)).sum();
+    assert_eq!(
+        sum, total,
+        "committed offsets on the new master {end:?} do not add up to every message"
+    );
+    d.ok("push-stop --name f1", CONSUME);
 }
