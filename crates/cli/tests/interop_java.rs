@@ -1364,3 +1364,70 @@ fn java5_mqadmin_commands_against_ferromq() {
         broken.join("\n")
     );
 }
+
+/// mqadmin 4.9.8 (run with a quiet `logback_tools.xml`, without which 4.9.x mqadmin runs no
+/// command) resets an offline group: `resetOffsetByTime -s 1` moves every queue of the group
+/// back to offset 0, read back from the broker. 4.9.8's `MQAdminStartup` does not register
+/// `resetOffsetByTimeOld`; its `resetOffsetByTime` takes the old client-side path only when
+/// the broker answers CONSUMER_NOT_ONLINE, which ferromq does not (it resets offline groups
+/// itself, durably).
+#[test]
+fn java4_mqadmin_resets_an_offline_group() {
+    let test = "java4_mqadmin_resets_an_offline_group";
+    let Some(Setup {
+        server, mut driver, ..
+    }) = setup(V4, test, &[])
+    else {
+        return;
+    };
+    create_topics(&server, &["JO"]);
+    let d = &mut driver;
+    d.ok("produce --topic JO --count 20 --prefix o", PRODUCE);
+    d.ok(
+        "push-start --name o1 --topic JO --group G_old --persist-ms 1000",
+        PRODUCE,
+    );
+    assert!(
+        d.wait_events(CONSUME, |ev| ev
+            .iter()
+            .filter(|e| e["consumer"] == "o1")
+            .count()
+            >= 20),
+        "G_old did not consume"
+    );
+    assert_offsets_at_end(&server, "JO", "G_old", 20);
+    d.ok("push-stop --name o1", CONSUME);
+    let ns = server.namesrv.clone();
+    let old = d.ok(
+        &format!("mqadmin resetOffsetByTimeOld -n {ns} -g G_old -t JO -s 1"),
+        Duration::from_secs(120),
+    );
+    assert!(
+        old["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("resetOffsetByTimeOld not exist"),
+        "4.9.8 mqadmin now has resetOffsetByTimeOld: {old}"
+    );
+    let reply = d.ok(
+        &format!("mqadmin resetOffsetByTime -n {ns} -g G_old -t JO -s 1"),
+        Duration::from_secs(120),
+    );
+    let out = reply["stdout"].as_str().unwrap_or_default();
+    eprintln!("resetOffsetByTime (4.9.8):\n{out}");
+    assert!(out.contains("#brokerName"), "{reply}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 3 && !w[0].starts_with('#'))
+        .collect();
+    assert_eq!(rows.len(), QUEUES as usize, "one row per queue: {reply}");
+    assert!(rows.iter().all(|w| w[2] == "0"), "{reply}");
+    for q in 0..QUEUES {
+        assert_eq!(
+            stored(&server, "G_old", "JO", q),
+            Some(0),
+            "queue {q} not reset: {reply}"
+        );
+    }
+}

@@ -324,8 +324,7 @@ fn java5_mqadmin_ha_commands_against_a_controller_cluster() {
         }
         let last = block
             .lines()
-            .filter(|l| l.trim_start().starts_with("#Epoch:"))
-            .last()
+            .rfind(|l| l.trim_start().starts_with("#Epoch:"))
             .unwrap_or_else(|| panic!("{broker} lists no epoch: {reply}"));
         assert!(
             last.contains(&format!("epoch={}", info.master_epoch)),
