@@ -1096,20 +1096,6 @@ fn java5_mqadmin_commands_against_ferromq() {
     rust.wait_consumed(20);
     assert_offsets_at_end(&server, "JA", "G_rs", 20);
     let rust_id = rust.client_id.clone();
-    // The Java consumer's client id (consumerConnection: `<clientId>  <addr>  JAVA ...`).
-    let connections = d.ok(
-        &format!("mqadmin consumerConnection -n {ns} -g G_adm"),
-        PRODUCE,
-    );
-    let java_id = connections["stdout"]
-        .as_str()
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (w.len() >= 3 && w[2] == "JAVA").then(|| w[0].to_string())
-        })
-        .unwrap_or_else(|| panic!("no client of G_adm: {connections}"));
 
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1267,12 +1253,6 @@ fn java5_mqadmin_commands_against_ferromq() {
             contains("q-3".into()),
         ),
         (
-            "queryMsgById",
-            format!("-n {ns} -t JA -i {offset_msg_id} -g G_adm -d {java_id}"),
-            "consumed directly by the Java consumer (CONSUME_MESSAGE_DIRECTLY)",
-            contains("CR_SUCCESS".into()),
-        ),
-        (
             "queryMsgByKey",
             format!("-n {ns} -t JA -k q-3"),
             "the message id",
@@ -1334,7 +1314,6 @@ fn java5_mqadmin_commands_against_ferromq() {
             .replace(&uniq, "UNIQ_KEY")
             .replace(&now_ms.to_string(), "NOW_MS")
             .replace(&rust_id, "RUST_CLIENT_ID")
-            .replace(&java_id, "JAVA_CLIENT_ID")
             .replace(&format!("-c {cluster}"), "-c CLUSTER")
             .replace(&format!("-b {broker_name}"), "-b BROKER_NAME")
             .replace(
