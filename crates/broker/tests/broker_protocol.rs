@@ -388,10 +388,10 @@ async fn go_client_and_dashboard_request_shapes_get_clear_answers() {
             "32-bit integer",
         ),
         (
-            "dashboard resend (CONSUME_MESSAGE_DIRECTLY) without its header",
+            "dashboard resend (CONSUME_MESSAGE_DIRECTLY)",
             code_only(request::CONSUME_MESSAGE_DIRECTLY),
-            response::INVALID_PARAMETER,
-            "consumerGroup",
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            "CONSUME_MESSAGE_DIRECTLY",
         ),
         (
             "a code RocketMQ does not define",
@@ -407,6 +407,7 @@ async fn go_client_and_dashboard_request_shapes_get_clear_answers() {
         assert!(text.contains(remark), "{what}: remark {text:?}");
     }
     let metrics = &broker.context().metrics;
+    assert_eq!(metrics.unsupported_count("CONSUME_MESSAGE_DIRECTLY"), 1);
     assert_eq!(metrics.unsupported_count("unknown"), 1);
     // The Go client's heartbeat registered it in G with its tag subscription.
     let header = ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader {
@@ -1166,42 +1167,6 @@ async fn consumer_running_info_is_asked_of_the_client_and_relayed() {
     let reply = ask.await.unwrap().unwrap();
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
     assert_eq!(reply.body.as_deref(), Some(&body[..]));
-
-    // CONSUME_MESSAGE_DIRECTLY: the broker reads the message the id names and forwards it.
-    let sent = send(&tool, "T", 0, b"direct", "a").await;
-    assert_eq!(sent.code, response::SUCCESS, "{:?}", sent.remark);
-    let msg_id = sent
-        .decode_header::<SendMessageResponseHeader>()
-        .unwrap()
-        .msg_id;
-    let mut header = std::collections::BTreeMap::new();
-    header.insert("consumerGroup".to_string(), "G".to_string());
-    header.insert("clientId".to_string(), "10.0.0.1@a".to_string());
-    header.insert("msgId".to_string(), msg_id.clone());
-    header.insert("topic".to_string(), "T".to_string());
-    let direct = RemotingCommand::new_request(request::CONSUME_MESSAGE_DIRECTLY, header);
-    let ask = tokio::spawn({
-        let tool = tool.clone();
-        async move { tool.invoke(direct, TIMEOUT).await }
-    });
-    let forwarded = next_running_info_request(&mut asked).await;
-    assert_eq!(forwarded.code, request::CONSUME_MESSAGE_DIRECTLY);
-    assert_eq!(forwarded.ext_fields["msgId"], msg_id);
-    assert!(forwarded.ext_fields.contains_key("brokerName"));
-    let record = RecordView::parse(forwarded.body.as_deref().expect("the message")).unwrap();
-    assert_eq!(&record.body[..], b"direct");
-    let result = br#"{"order":false,"autoCommit":true,"consumeResult":"CR_SUCCESS","remark":"ok","spentTimeMills":1}"#;
-    member
-        .reply(
-            forwarded
-                .reply(response::SUCCESS, None)
-                .with_body(result.to_vec()),
-        )
-        .await
-        .unwrap();
-    let reply = ask.await.unwrap().unwrap();
-    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-    assert_eq!(reply.body.as_deref(), Some(&result[..]));
 
     // The member's connection closes while the broker waits for it.
     let ask = tokio::spawn({

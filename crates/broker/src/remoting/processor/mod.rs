@@ -99,7 +99,6 @@ pub async fn handle(
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
         request::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by::handle(ctx, &command).await,
         request::GET_CONSUMER_RUNNING_INFO => running_info::handle(ctx, &command).await,
-        request::CONSUME_MESSAGE_DIRECTLY => running_info::consume_directly(ctx, &command).await,
         code => unsupported(ctx, &command, code),
     }
 }

@@ -113,21 +113,3 @@ header! {
         jstack_enable: Option<bool> = "jstackEnable",
     }
 }
-
-header! {
-    /// CONSUME_MESSAGE_DIRECTLY (309): tools to broker (`queryMsgById -g <group> -d
-    /// <clientId>`, the dashboard's resend); the broker adds the message as the body and
-    /// forwards it to the client, whose reply body is `ConsumeMessageDirectlyResult`.
-    pub struct ConsumeMessageDirectlyRequestHeader {
-        /// Consumer group.
-        consumer_group: String = "consumerGroup",
-        /// The client asked.
-        client_id: String = "clientId",
-        /// The message's offset message id (its CommitLog offset is the last 16 hex digits).
-        msg_id: String = "msgId",
-        /// The broker group holding the message.
-        broker_name: Option<String> = "brokerName",
-        /// The message's topic.
-        topic: Option<String> = "topic",
-    }
-}
