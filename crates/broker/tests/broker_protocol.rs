@@ -252,34 +252,32 @@ async fn bad_input_gets_errors_and_the_broker_keeps_serving() {
     // Request shapes the official Java client and mqadmin send that ferromq does not serve
     // (crates/cli/tests/interop_java.rs, docs/compat.md): a clear code, a remark naming the
     // request, a counter, and the connection stays open.
-    let java_unsupported: &[(i32, &str)] = &[
-        // mqadmin consumerStatus: the broker would forward it to the consumer client.
-        (
-            request::GET_CONSUMER_RUNNING_INFO,
-            "GET_CONSUMER_RUNNING_INFO",
-        ),
-    ];
-    for (code, name) in java_unsupported {
-        let mut header = std::collections::BTreeMap::new();
-        header.insert("consumerGroup".to_string(), "G".to_string());
-        header.insert("clientId".to_string(), "127.0.0.1@1".to_string());
-        header.insert("jstackEnable".to_string(), "false".to_string());
-        let reply = good
-            .invoke(RemotingCommand::new_request(*code, header), TIMEOUT)
-            .await
-            .unwrap();
-        assert_eq!(reply.code, response::REQUEST_CODE_NOT_SUPPORTED, "{name}");
-        let remark = reply.remark.unwrap_or_default();
-        assert!(
-            remark.contains(name) && remark.contains("not supported"),
-            "{remark}"
-        );
-        assert_eq!(
-            broker.context().metrics.unsupported_count(name),
-            1,
-            "{name} counted"
-        );
-    }
+    // mqadmin consumerStatus for a client that is not online: a clear error naming it,
+    // counted, and the connection stays open (the served path is tested below).
+    let mut header = std::collections::BTreeMap::new();
+    header.insert("consumerGroup".to_string(), "G".to_string());
+    header.insert("clientId".to_string(), "127.0.0.1@1".to_string());
+    header.insert("jstackEnable".to_string(), "false".to_string());
+    let reply = good
+        .invoke(
+            RemotingCommand::new_request(request::GET_CONSUMER_RUNNING_INFO, header),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SYSTEM_ERROR);
+    let remark = reply.remark.unwrap_or_default();
+    assert!(
+        remark.contains("127.0.0.1@1") && remark.contains("not online"),
+        "{remark}"
+    );
+    assert_eq!(
+        broker
+            .context()
+            .metrics
+            .refused_count("consumer_not_online"),
+        1
+    );
     assert_eq!(
         broker.context().metrics.unsupported_count("unknown"),
         1,
@@ -1108,4 +1106,86 @@ async fn a_send_to_a_queue_the_topic_does_not_have_is_refused_not_wrapped() {
         response::SUCCESS
     );
     broker.shutdown().await.unwrap();
+}
+
+/// The next GET_CONSUMER_RUNNING_INFO among a member's server requests (membership
+/// notifications are skipped).
+async fn next_running_info_request(
+    asked: &mut tokio::sync::mpsc::Receiver<RemotingCommand>,
+) -> RemotingCommand {
+    loop {
+        let next = tokio::time::timeout(TIMEOUT, asked.recv())
+            .await
+            .expect("forwarded in time")
+            .expect("a request");
+        if next.code != request::NOTIFY_CONSUMER_IDS_CHANGED {
+            return next;
+        }
+    }
+}
+
+fn running_info_request(client_id: &str) -> RemotingCommand {
+    let mut header = std::collections::BTreeMap::new();
+    header.insert("consumerGroup".to_string(), "G".to_string());
+    header.insert("clientId".to_string(), client_id.to_string());
+    header.insert("jstackEnable".to_string(), "false".to_string());
+    RemotingCommand::new_request(request::GET_CONSUMER_RUNNING_INFO, header)
+}
+
+/// GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus) is forwarded to the named member's own
+/// connection and its reply relayed as it is; a member whose connection closes before it
+/// answers gives a clear error, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_running_info_is_asked_of_the_client_and_relayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let member = client(broker.local_addr()).await;
+    let mut asked = member.take_server_requests().unwrap();
+    common::join_group(&member, "10.0.0.1@a", "T").await;
+    let tool = std::sync::Arc::new(client(broker.local_addr()).await);
+    let ask = tokio::spawn({
+        let tool = tool.clone();
+        async move {
+            tool.invoke(running_info_request("10.0.0.1@a"), TIMEOUT)
+                .await
+        }
+    });
+    let forwarded = next_running_info_request(&mut asked).await;
+    assert_eq!(forwarded.code, request::GET_CONSUMER_RUNNING_INFO);
+    assert!(!forwarded.is_oneway());
+    assert_eq!(forwarded.ext_fields["clientId"], "10.0.0.1@a");
+    assert_eq!(forwarded.ext_fields["consumerGroup"], "G");
+    let body = br#"{"properties":{"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"},"mqTable":{}}"#;
+    member
+        .reply(
+            forwarded
+                .reply(response::SUCCESS, None)
+                .with_body(body.to_vec()),
+        )
+        .await
+        .unwrap();
+    let reply = ask.await.unwrap().unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(reply.body.as_deref(), Some(&body[..]));
+
+    // The member's connection closes while the broker waits for it.
+    let ask = tokio::spawn({
+        let tool = tool.clone();
+        async move {
+            tool.invoke(running_info_request("10.0.0.1@a"), TIMEOUT)
+                .await
+        }
+    });
+    let forwarded = next_running_info_request(&mut asked).await;
+    assert_eq!(forwarded.code, request::GET_CONSUMER_RUNNING_INFO);
+    drop(asked);
+    member.close();
+    let reply = ask.await.unwrap().unwrap();
+    assert_eq!(reply.code, response::SYSTEM_ERROR, "{:?}", reply.remark);
+    let remark = reply.remark.unwrap_or_default();
+    assert!(remark.contains("10.0.0.1@a"), "{remark}");
+    assert_eq!(
+        broker.context().metrics.refused_count("consumer_no_answer"),
+        1
+    );
 }

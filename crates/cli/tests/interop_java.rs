@@ -942,6 +942,99 @@ fn render_compat(rows: &[(String, String, Outcome)], version: &str) -> String {
     out
 }
 
+/// A ferromq (Rust) push consumer run inside the test, for mqadmin consumerStatus.
+struct RustConsumer {
+    runtime: tokio::runtime::Runtime,
+    consumer: Option<ferromq_client::PushConsumer>,
+    consumed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    client_id: String,
+}
+
+impl RustConsumer {
+    fn start(namesrv: &str, group: &str, topic: &str) -> RustConsumer {
+        use ferromq_client::push::{
+            ConsumeFromWhere, ConsumeStatus, MessageListener, PushConsumer, PushConsumerConfig,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let consumed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = consumed.clone();
+        let config = PushConsumerConfig {
+            namesrv_addrs: vec![socket(namesrv)],
+            group: group.to_string(),
+            consume_from_where: ConsumeFromWhere::FirstOffset,
+            persist_interval: Duration::from_millis(200),
+            pull_hold: Duration::from_secs(2),
+            ..PushConsumerConfig::default()
+        };
+        let listener = MessageListener::concurrently(move |batch| {
+            counter.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            ConsumeStatus::ConsumeSuccess
+        });
+        let consumer = runtime
+            .block_on(PushConsumer::start(
+                config,
+                vec![(topic.to_string(), "*".to_string())],
+                listener,
+            ))
+            .expect("Rust push consumer starts");
+        let client_id = consumer.client_id().to_string();
+        RustConsumer {
+            runtime,
+            consumer: Some(consumer),
+            consumed,
+            client_id,
+        }
+    }
+
+    fn wait_consumed(&self, count: u64) {
+        let started = Instant::now();
+        while self.consumed.load(std::sync::atomic::Ordering::Relaxed) < count {
+            assert!(
+                started.elapsed() < CONSUME,
+                "the Rust push consumer consumed {} of {count}",
+                self.consumed.load(std::sync::atomic::Ordering::Relaxed)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn shutdown(mut self) {
+        if let Some(consumer) = self.consumer.take() {
+            let report = self.runtime.block_on(consumer.shutdown());
+            let report = report.expect("Rust push consumer shutdown");
+            assert!(report.is_complete(), "{report:?}");
+        }
+    }
+}
+
+/// `consumerStatus -i` of the Rust consumer: its push type, its subscription to JA, and under
+/// `#Consumer Offset#` one line per queue of JA on `broker_name` whose offsets add up to
+/// `total` (everything consumed and committed).
+fn rust_running_info_ok(out: &str, broker_name: &str, total: i64) -> bool {
+    let Some(offsets) = out.split("#Consumer Offset#").nth(1) else {
+        return false;
+    };
+    let offsets = offsets
+        .split("#Consumer MQ Detail#")
+        .next()
+        .unwrap_or_default();
+    let rows: Vec<Vec<&str>> = offsets
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 4 && w[0] == "JA" && w[1] == broker_name)
+        .collect();
+    let sum: i64 = rows.iter().filter_map(|w| w[3].parse::<i64>().ok()).sum();
+    out.contains("CONSUME_PASSIVELY")
+        && out.contains("Topic: JA ")
+        && out.contains("Topic: %RETRY%G_rs ")
+        && rows.len() == QUEUES as usize
+        && sum == total
+}
+
 #[test]
 fn java5_mqadmin_commands_against_ferromq() {
     let test = "java5_mqadmin_commands_against_ferromq";
@@ -998,6 +1091,11 @@ fn java5_mqadmin_commands_against_ferromq() {
     );
     // The Java client persists offsets on a timer (first run 10 s after it starts).
     assert_offsets_at_end(&server, "JA", "G_adm", 20);
+    // A Rust push consumer in its own group, for consumerStatus against ferromq's client.
+    let rust = RustConsumer::start(&ns, "G_rs", "JA");
+    rust.wait_consumed(20);
+    assert_offsets_at_end(&server, "JA", "G_rs", 20);
+    let rust_id = rust.client_id.clone();
 
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1105,8 +1203,21 @@ fn java5_mqadmin_commands_against_ferromq() {
         (
             "consumerStatus",
             format!("-n {ns} -g G_adm"),
-            "the client's running info",
-            contains("JA".into()),
+            "the Java consumer's running info, same subscriptions, rebalance OK",
+            Box::new(|out: &str| {
+                out.contains("V5_5_0")
+                    && out.contains("Same subscription")
+                    && out.contains("Rebalance OK")
+            }),
+        ),
+        (
+            "consumerStatus",
+            format!("-n {ns} -g G_rs -i {rust_id}"),
+            "the Rust push consumer's properties, subscriptions and committed offset per queue",
+            Box::new({
+                let broker_name = broker_name.clone();
+                move |out: &str| rust_running_info_ok(out, &broker_name, 20)
+            }),
         ),
         (
             "resetOffsetByTime",
@@ -1202,6 +1313,7 @@ fn java5_mqadmin_commands_against_ferromq() {
             .replace(&offset_msg_id, "OFFSET_MSG_ID")
             .replace(&uniq, "UNIQ_KEY")
             .replace(&now_ms.to_string(), "NOW_MS")
+            .replace(&rust_id, "RUST_CLIENT_ID")
             .replace(&format!("-c {cluster}"), "-c CLUSTER")
             .replace(&format!("-b {broker_name}"), "-b BROKER_NAME")
             .replace(
@@ -1210,14 +1322,23 @@ fn java5_mqadmin_commands_against_ferromq() {
             );
         rows.push((command.to_string(), flags, outcome));
     }
-    for command in ["getSyncStateSet", "getControllerMetaData"] {
+    for (command, flags) in [
+        ("getSyncStateSet", "-a CONTROLLER -b broker-0"),
+        ("getControllerMetaData", "-a CONTROLLER"),
+        ("getBrokerEpoch", "-n NAMESRV -b broker-0"),
+    ] {
         rows.push((
             command.to_string(),
-            "-a CONTROLLER".to_string(),
-            Outcome::NotRun("needs a controller-mode cluster; this test runs one standalone"),
+            flags.to_string(),
+            Outcome::NotRun(
+                "here (needs a controller-mode cluster): `interop_java_ha.rs` \
+                 (`java5_mqadmin_ha_commands_against_a_controller_cluster`) runs it against \
+                 `ferromq cluster` and checks the leader, master, in-sync set and epochs",
+            ),
         ));
     }
     d.ok("push-stop --name a1", CONSUME);
+    rust.shutdown();
 
     let table = render_compat(&rows, V5);
     let path = compat_path();
@@ -1242,4 +1363,71 @@ fn java5_mqadmin_commands_against_ferromq() {
         "mqadmin commands broken against ferromq:\n{}",
         broken.join("\n")
     );
+}
+
+/// mqadmin 4.9.8 (run with a quiet `logback_tools.xml`, without which 4.9.x mqadmin runs no
+/// command) resets an offline group: `resetOffsetByTime -s 1` moves every queue of the group
+/// back to offset 0, read back from the broker. 4.9.8's `MQAdminStartup` does not register
+/// `resetOffsetByTimeOld`; its `resetOffsetByTime` takes the old client-side path only when
+/// the broker answers CONSUMER_NOT_ONLINE, which ferromq does not (it resets offline groups
+/// itself, durably).
+#[test]
+fn java4_mqadmin_resets_an_offline_group() {
+    let test = "java4_mqadmin_resets_an_offline_group";
+    let Some(Setup {
+        server, mut driver, ..
+    }) = setup(V4, test, &[])
+    else {
+        return;
+    };
+    create_topics(&server, &["JO"]);
+    let d = &mut driver;
+    d.ok("produce --topic JO --count 20 --prefix o", PRODUCE);
+    d.ok(
+        "push-start --name o1 --topic JO --group G_old --persist-ms 1000",
+        PRODUCE,
+    );
+    assert!(
+        d.wait_events(CONSUME, |ev| ev
+            .iter()
+            .filter(|e| e["consumer"] == "o1")
+            .count()
+            >= 20),
+        "G_old did not consume"
+    );
+    assert_offsets_at_end(&server, "JO", "G_old", 20);
+    d.ok("push-stop --name o1", CONSUME);
+    let ns = server.namesrv.clone();
+    let old = d.ok(
+        &format!("mqadmin resetOffsetByTimeOld -n {ns} -g G_old -t JO -s 1"),
+        Duration::from_secs(120),
+    );
+    assert!(
+        old["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("resetOffsetByTimeOld not exist"),
+        "4.9.8 mqadmin now has resetOffsetByTimeOld: {old}"
+    );
+    let reply = d.ok(
+        &format!("mqadmin resetOffsetByTime -n {ns} -g G_old -t JO -s 1"),
+        Duration::from_secs(120),
+    );
+    let out = reply["stdout"].as_str().unwrap_or_default();
+    eprintln!("resetOffsetByTime (4.9.8):\n{out}");
+    assert!(out.contains("#brokerName"), "{reply}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 3 && !w[0].starts_with('#'))
+        .collect();
+    assert_eq!(rows.len(), QUEUES as usize, "one row per queue: {reply}");
+    assert!(rows.iter().all(|w| w[2] == "0"), "{reply}");
+    for q in 0..QUEUES {
+        assert_eq!(
+            stored(&server, "G_old", "JO", q),
+            Some(0),
+            "queue {q} not reset: {reply}"
+        );
+    }
 }

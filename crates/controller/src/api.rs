@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use ferromq_protocol::controller::{
     AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, GetReplicaInfoRequest,
-    GetSyncStateDataRequest, GroupState, HeartbeatReply, HeartbeatRequest, MemberState,
-    RegisterBrokerReply, RegisterBrokerRequest, SyncStateData, LEADER_ADDRESS_EXT,
+    GetSyncStateDataRequest, GroupState, HeartbeatReply, HeartbeatRequest, JavaBrokerReplicasInfo,
+    MemberState, RegisterBrokerReply, RegisterBrokerRequest, SyncStateData, LEADER_ADDRESS_EXT,
     RAFT_APPEND_ENTRIES, RAFT_INSTALL_SNAPSHOT, RAFT_VOTE,
 };
 use ferromq_protocol::remoting::{request, response, RemotingCommand};
@@ -86,7 +86,18 @@ async fn dispatch(core: &Arc<Core>, command: &RemotingCommand) -> Answer {
         }
         request::CONTROLLER_ELECT_MASTER => elect_master(core, decode(command)?).await,
         request::CONTROLLER_GET_REPLICA_INFO => replica_info(core, decode(command)?).await,
-        request::CONTROLLER_GET_METADATA_INFO => json(&core.metadata()),
+        request::CONTROLLER_GET_METADATA_INFO => {
+            let metadata = core.metadata();
+            json_with(&metadata, metadata.ext_fields())
+        }
+        request::CONTROLLER_GET_SYNC_STATE_DATA if java_broker_names(command).is_some() => {
+            let names = java_broker_names(command).unwrap_or_default();
+            let request = GetSyncStateDataRequest {
+                broker_names: names,
+            };
+            let data = sync_state(core, &request).await?;
+            json(&JavaBrokerReplicasInfo::from_sync_state_data(&data))
+        }
         request::CONTROLLER_GET_SYNC_STATE_DATA => sync_state_data(core, decode(command)?).await,
         request::CLEAN_BROKER_DATA => clean_broker_data(core, decode(command)?).await,
         request::CONTROLLER_GET_NEXT_BROKER_ID | request::CONTROLLER_APPLY_BROKER_ID => {
@@ -284,7 +295,25 @@ async fn replica_info(core: &Arc<Core>, request: GetReplicaInfoRequest) -> Answe
     json_with(&info, ext)
 }
 
+/// The broker names of a CONTROLLER_GET_SYNC_STATE_DATA in Java's form (`mqadmin
+/// getSyncStateSet` sends a JSON array of names as the body); `None` for ferromq's form.
+fn java_broker_names(command: &RemotingCommand) -> Option<Vec<String>> {
+    let body = command.body.as_deref()?;
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
+}
+
 async fn sync_state_data(core: &Arc<Core>, request: GetSyncStateDataRequest) -> Answer {
+    json(&sync_state(core, &request).await?)
+}
+
+/// The groups `request` names (all when it names none) with their members' liveness.
+async fn sync_state(
+    core: &Arc<Core>,
+    request: &GetSyncStateDataRequest,
+) -> Result<SyncStateData, Refusal> {
     core.ensure_leader().await?;
     let groups: Vec<GroupRecord> = {
         let applied = core.state_machine.read();
@@ -325,7 +354,7 @@ async fn sync_state_data(core: &Arc<Core>, request: GetSyncStateDataRequest) -> 
         })
         .collect();
     drop(liveness);
-    json(&SyncStateData { groups })
+    Ok(SyncStateData { groups })
 }
 
 async fn clean_broker_data(core: &Arc<Core>, request: CleanBrokerDataRequest) -> Answer {

@@ -17,7 +17,9 @@
 //! - `ferromq_requests_refused_total{reason,request}`: requests refused for what they name
 //!   (`processor::access`): `reason` is `reserved_topic`, `internal_group`, `invalid_name`,
 //!   `schedule_target`, `transaction_target` (a half message's real topic or queue), `reserved_record`
-//!   or `bad_commitlog_offset`; `request` the operation.
+//!   or `bad_commitlog_offset`; `consumer_not_online` / `consumer_no_answer` for a
+//!   GET_CONSUMER_RUNNING_INFO the named client could not answer (`request="client"`);
+//!   `request` the operation.
 //! - `ferromq_scheduler_dead_letters_total`: delayed messages whose target was invalid when
 //!   they fired, moved to `RMQ_SYS_FERROMQ_SCHEDULE_DLQ` (or dropped when even that failed).
 //!

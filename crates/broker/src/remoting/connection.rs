@@ -143,6 +143,7 @@ async fn serve_io<R, W>(
         language: LanguageCode::Java,
         version: 0,
         held_pulls: Arc::default(),
+        calls: Arc::default(),
     };
     let in_flight = InFlight::new(ctx.config.max_in_flight_requests_per_connection);
     // Sends of this connection being handled (read, reply not yet queued). Held pulls are
@@ -204,7 +205,9 @@ async fn serve_io<R, W>(
             }
         };
         if command.is_response() {
-            // Replies to the broker's one-way pushes; nothing waits for them.
+            // A reply to a call of the broker's (`sessions::calls`); replies to one-way
+            // pushes find no waiter and are dropped.
+            channel.calls.complete(command);
             continue;
         }
         let permit = match in_flight.try_begin(&ctx.metrics) {
@@ -250,6 +253,7 @@ async fn serve_io<R, W>(
             tokio::spawn(request);
         }
     }
+    channel.calls.close();
     ctx.sessions.connection_closed(channel.id);
     let changed = ctx.clients.channel_closed(channel.id);
     ctx.notify_ids_changed(&changed);

@@ -34,6 +34,8 @@ pub struct ClientChannel {
     /// Pulls of this connection held now (long polling), bounded by
     /// `pullHoldMaxPerConnection`.
     pub held_pulls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Requests the broker sent on this connection and waits for (`calls`).
+    pub calls: std::sync::Arc<super::calls::PendingCalls>,
 }
 
 /// One consumer in a group.

@@ -256,6 +256,15 @@ impl Driver {
         let stderr_path = dir.join("driver.stderr");
         let stderr = File::create(&stderr_path).expect("driver stderr file");
         let home = dir.join("home");
+        // 4.9.x mqadmin configures its logging from `<rocketmq.home.dir>/conf/
+        // logback_tools.xml` and does not run a command without it: give it a quiet one.
+        let rocketmq_home = dir.join("rocketmq-home");
+        std::fs::create_dir_all(rocketmq_home.join("conf")).expect("rocketmq home");
+        std::fs::write(
+            rocketmq_home.join("conf/logback_tools.xml"),
+            "<configuration><root level=\"OFF\"/></configuration>\n",
+        )
+        .expect("logback_tools.xml");
         let mut child = Command::new("java")
             .args([
                 "-Xmx512m",
@@ -264,6 +273,7 @@ impl Driver {
                 "-Xss512k",
             ])
             .arg(format!("-Duser.home={}", home.display()))
+            .arg(format!("-Drocketmq.home.dir={}", rocketmq_home.display()))
             .arg(format!(
                 "-Drocketmq.client.logRoot={}",
                 home.join("logs").display()
@@ -277,6 +287,9 @@ impl Driver {
             ])
             .args(global)
             .arg("serve")
+            // Files a tool writes relative to its working directory (mqadmin consumerStatus
+            // writes one per client) land in the run directory, not the source tree.
+            .current_dir(dir)
             .env("HOME", &home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -49,11 +49,14 @@
 //!   send-back fails stays in flight and is consumed again locally after
 //!   [`PushConsumerConfig::local_retry_delay`]. Broadcasting retries locally up to
 //!   `max_reconsume_times`, then drops the message (counted).
+//! - **Running info** (GET_CONSUMER_RUNNING_INFO, forwarded by the broker for `mqadmin
+//!   consumerStatus`): answered with [`PushConsumer::running_info`] (`running_info`).
 //! - **Shutdown** ([`PushConsumer::shutdown`]) stops pulling, waits (bounded) for running
 //!   listeners, persists every offset, releases orderly locks, unregisters from every
 //!   broker, and reports every failure.
 
 mod queue;
+mod running_info;
 mod session;
 
 use std::collections::BTreeMap;
@@ -363,6 +366,8 @@ struct Inner {
     permits: Arc<Semaphore>,
     counters: Counters,
     server_tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// When the consumer started, ms since the epoch (GET_CONSUMER_RUNNING_INFO).
+    started_ms: i64,
 }
 
 impl Inner {
@@ -506,6 +511,7 @@ impl PushConsumer {
             permits,
             counters: Counters::default(),
             server_tasks: Mutex::new(Vec::new()),
+            started_ms: queue::now_ms(),
             config,
         });
         for (topic, _) in &inner.subscriptions {
@@ -554,6 +560,14 @@ impl PushConsumer {
     /// Offset store counters.
     pub fn offset_stats(&self) -> OffsetStoreStats {
         self.inner.offsets.stats()
+    }
+
+    /// This consumer's state as it answers GET_CONSUMER_RUNNING_INFO (`mqadmin
+    /// consumerStatus`): settings, subscriptions, and per assigned queue its processing state.
+    pub fn running_info(
+        &self,
+    ) -> ferromq_protocol::remoting::body::running_info::ConsumerRunningInfo {
+        running_info::running_info(&self.inner)
     }
 
     /// Consumer counters.

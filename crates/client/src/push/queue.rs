@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferromq_protocol::remoting::body::misc::MessageQueue;
+use ferromq_protocol::remoting::body::running_info::ProcessQueueInfo;
 use ferromq_protocol::remoting::codes::request;
 use ferromq_protocol::remoting::headers::client::ConsumerSendMsgBackRequestHeader;
 use ferromq_protocol::remoting::headers::offset::{
@@ -34,6 +35,10 @@ struct State {
     next: Option<u64>,
     /// Bumped by a correction; results of older generations are not committed (C8).
     generation: u64,
+    /// Last pull answered (messages or none), ms since the epoch; 0 before the first.
+    last_pull_ms: i64,
+    /// Last batch acknowledged, ms since the epoch; 0 before the first.
+    last_consume_ms: i64,
 }
 
 /// The client-side state of one assigned queue.
@@ -108,6 +113,28 @@ impl ProcessQueue {
             .is_some_and(|until| Instant::now() < until)
     }
 
+    /// The queue's state for GET_CONSUMER_RUNNING_INFO: the offset it would commit now (-1
+    /// before its start offset is known, as Java prints "no offset"), the cached (pulled,
+    /// unacknowledged) messages, the orderly lock, and the last pull and consume times.
+    pub(super) fn running_info(&self) -> ProcessQueueInfo {
+        let s = self.state();
+        let commit = s.in_flight.keys().next().copied().or(s.next);
+        let offset = |o: Option<&u64>| o.map_or(0, |o| i64::try_from(*o).unwrap_or(i64::MAX));
+        let lock_until = *self.lock_until.lock().unwrap_or_else(|e| e.into_inner());
+        ProcessQueueInfo {
+            commit_offset: commit.map_or(-1, |c| i64::try_from(c).unwrap_or(i64::MAX)),
+            cached_msg_min_offset: offset(s.in_flight.keys().next()),
+            cached_msg_max_offset: offset(s.in_flight.keys().next_back()),
+            cached_msg_count: s.in_flight.len() as i64,
+            cached_msg_size_in_mi_b: (s.bytes / (1024 * 1024)) as i64,
+            locked: lock_until.is_some_and(|until| Instant::now() < until),
+            droped: self.dropped.load(Ordering::SeqCst) || self.is_stopped(),
+            last_pull_timestamp: s.last_pull_ms,
+            last_consume_timestamp: s.last_consume_ms,
+            ..ProcessQueueInfo::default()
+        }
+    }
+
     pub(super) fn cached(&self) -> (usize, usize) {
         let s = self.state();
         (s.in_flight.len(), s.bytes)
@@ -126,6 +153,7 @@ impl ProcessQueue {
             }
         }
         s.next = Some(next);
+        s.last_pull_ms = now_ms();
         true
     }
 
@@ -143,6 +171,7 @@ impl ProcessQueue {
                 s.bytes -= bytes;
             }
         }
+        s.last_consume_ms = now_ms();
         let commit = s.in_flight.keys().next().copied().or(s.next);
         if let Some(commit) = commit {
             store.update(&self.queue, commit);
@@ -158,6 +187,7 @@ impl ProcessQueue {
             return;
         }
         s.next = Some(next);
+        s.last_pull_ms = now_ms();
         if s.in_flight.is_empty() {
             store.update(&self.queue, next);
         }

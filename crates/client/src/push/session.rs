@@ -28,7 +28,8 @@ use crate::rebalance::{allocate_averagely, fetch_consumer_ids};
 /// A newly assigned queue with its subscription expression.
 type Assigned = (MessageQueue, String);
 
-fn subscription_data(topic: &str, expression: &str) -> SubscriptionData {
+/// The wire form of one subscription (heartbeats and running info).
+pub(super) fn subscription_data(topic: &str, expression: &str) -> SubscriptionData {
     let tags = TagExpression::parse_subscription(expression);
     SubscriptionData {
         topic: topic.to_string(),
@@ -93,6 +94,13 @@ pub(super) async fn heartbeat(inner: &Arc<Inner>) -> Result<(), ClientError> {
                 let task = tokio::spawn(async move {
                     while let Some(cmd) = requests.recv().await {
                         let Some(inner) = weak.upgrade() else { return };
+                        if cmd.code == request::GET_CONSUMER_RUNNING_INFO {
+                            let reply = super::running_info::reply(&inner, &cmd);
+                            if let Err(error) = conn.reply(reply).await {
+                                tracing::debug!(%error, "running info reply failed");
+                            }
+                            continue;
+                        }
                         let handled = match cmd.code {
                             request::NOTIFY_CONSUMER_IDS_CHANGED => {
                                 tracing::debug!("consumer ids changed; rebalancing");

@@ -378,6 +378,9 @@ pub struct BrokerEpochCache {
     /// The broker's id.
     pub broker_id: u64,
     /// Epoch entries, oldest first; `end_offset` is the next entry's start, or the log end.
+    /// Written as `epochList` (RocketMQ's `EpochEntryCache`, read by `mqadmin
+    /// getBrokerEpoch`); `epochs` is read too.
+    #[serde(rename = "epochList", alias = "epochs")]
     pub epochs: Vec<EpochEntryInfo>,
     /// The broker's log end.
     pub max_offset: u64,
@@ -393,4 +396,107 @@ pub struct EpochEntryInfo {
     pub start_offset: u64,
     /// Where it ends.
     pub end_offset: u64,
+}
+
+impl ControllerMetadata {
+    /// The fields RocketMQ's `GetMetaDataResponseHeader` carries, as ext fields (Java
+    /// `mqadmin getControllerMetaData` reads them from the reply header): `group`,
+    /// `controllerLeaderId`, `controllerLeaderAddress`, `isLeader` and `peers` as
+    /// `n<id>-<address>` joined by `;`.
+    pub fn ext_fields(&self) -> ExtFields {
+        let mut ext = ExtFields::new();
+        ext.insert("group".into(), self.group.clone());
+        if let Some(id) = self.controller_leader_id {
+            ext.insert("controllerLeaderId".into(), format!("n{id}"));
+        }
+        if let Some(addr) = &self.controller_leader_address {
+            ext.insert("controllerLeaderAddress".into(), addr.clone());
+        }
+        ext.insert("isLeader".into(), self.is_leader.to_string());
+        let peers: Vec<String> = self
+            .peers
+            .iter()
+            .map(|p| format!("n{}-{}", p.id, p.address))
+            .collect();
+        ext.insert("peers".into(), peers.join(";"));
+        ext
+    }
+}
+
+/// RocketMQ's `BrokerReplicasInfo`: the reply to a CONTROLLER_GET_SYNC_STATE_DATA (1006) sent
+/// in Java's form (a JSON array of broker names as the body), which `mqadmin
+/// getSyncStateSet` reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JavaBrokerReplicasInfo {
+    /// Per broker name.
+    pub replicas_info_table: std::collections::BTreeMap<String, JavaReplicasInfo>,
+}
+
+/// One group in [`JavaBrokerReplicasInfo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JavaReplicasInfo {
+    /// The master's id; absent without a master.
+    pub master_broker_id: Option<u64>,
+    /// The master's address; absent without a master.
+    pub master_address: Option<String>,
+    /// The master epoch.
+    pub master_epoch: u64,
+    /// The in-sync set's epoch.
+    pub sync_state_set_epoch: u64,
+    /// Members in the in-sync set.
+    pub in_sync_replicas: Vec<JavaReplicaIdentity>,
+    /// Members outside it.
+    pub not_in_sync_replicas: Vec<JavaReplicaIdentity>,
+}
+
+/// One member in [`JavaReplicasInfo`] (`ReplicaIdentity`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JavaReplicaIdentity {
+    /// `brokerName`.
+    pub broker_name: String,
+    /// Broker id.
+    pub broker_id: u64,
+    /// Remoting address.
+    pub broker_address: String,
+    /// Whether the controller leader hears its heartbeats (`alive` in 5.0-5.1).
+    pub alive: bool,
+    /// The same (`online` in later 5.x releases).
+    pub online: bool,
+}
+
+impl JavaBrokerReplicasInfo {
+    /// Java's form of `data`.
+    pub fn from_sync_state_data(data: &SyncStateData) -> JavaBrokerReplicasInfo {
+        let mut out = JavaBrokerReplicasInfo::default();
+        for group in &data.groups {
+            let info = &group.replica_info;
+            let mut entry = JavaReplicasInfo {
+                master_broker_id: info.master_broker_id,
+                master_address: info.master_address.clone(),
+                master_epoch: info.master_epoch,
+                sync_state_set_epoch: info.sync_state_set_epoch,
+                ..JavaReplicasInfo::default()
+            };
+            for member in &group.members {
+                let identity = JavaReplicaIdentity {
+                    broker_name: info.broker_name.clone(),
+                    broker_id: member.member.broker_id,
+                    broker_address: member.member.broker_address.clone(),
+                    alive: member.alive,
+                    online: member.alive,
+                };
+                if info.sync_state_set.contains(&member.member.broker_id) {
+                    entry.in_sync_replicas.push(identity);
+                } else {
+                    entry.not_in_sync_replicas.push(identity);
+                }
+            }
+            out.replicas_info_table
+                .insert(info.broker_name.clone(), entry);
+        }
+        out
+    }
 }

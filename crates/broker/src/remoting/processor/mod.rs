@@ -19,6 +19,7 @@ mod offset;
 mod pull;
 mod query;
 mod reset;
+mod running_info;
 mod send;
 mod send_back;
 mod transaction;
@@ -97,6 +98,7 @@ pub async fn handle(
         request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
         request::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by::handle(ctx, &command).await,
+        request::GET_CONSUMER_RUNNING_INFO => running_info::handle(ctx, &command).await,
         code => unsupported(ctx, &command, code),
     }
 }

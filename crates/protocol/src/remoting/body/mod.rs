@@ -13,6 +13,7 @@ pub mod lenient;
 pub mod misc;
 pub mod mq_map;
 pub mod route;
+pub mod running_info;
 pub mod topic;
 
 #[cfg(test)]

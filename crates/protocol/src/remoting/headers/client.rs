@@ -100,3 +100,16 @@ header! {
         index_last_update_timestamp: i64 = "indexLastUpdateTimestamp",
     }
 }
+
+header! {
+    /// GET_CONSUMER_RUNNING_INFO (307): tools to broker, and the broker forwards it unchanged
+    /// to the client's connection; the client's reply body is `ConsumerRunningInfo`.
+    pub struct GetConsumerRunningInfoRequestHeader {
+        /// Consumer group.
+        consumer_group: String = "consumerGroup",
+        /// The client asked (`<ip>@<instance>`).
+        client_id: String = "clientId",
+        /// Whether a thread dump is asked for.
+        jstack_enable: Option<bool> = "jstackEnable",
+    }
+}
