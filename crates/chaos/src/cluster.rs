@@ -145,14 +145,29 @@ struct BrokerPlan {
     ha: SocketAddr,
 }
 
-fn free_port() -> Result<SocketAddr, ClusterError> {
-    let io = |source| ClusterError::Io {
-        what: "finding a free port".into(),
-        source,
-    };
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(io)
+/// Hands out distinct free loopback ports: every port it picked stays bound until the
+/// picker is dropped, so the OS never offers the same one twice while a plan is made (seed
+/// 2006 once got one port for a broker's listen and HA addresses).
+#[derive(Default)]
+struct PortPicker {
+    held: Vec<TcpListener>,
+}
+
+impl PortPicker {
+    fn pick(&mut self) -> Result<SocketAddr, ClusterError> {
+        let io = |source| ClusterError::Io {
+            what: "finding a free port".into(),
+            source,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?;
+        self.held.push(listener);
+        Ok(addr)
+    }
+
+    fn pick_n(&mut self, n: usize) -> Result<Vec<SocketAddr>, ClusterError> {
+        (0..n).map(|_| self.pick()).collect()
+    }
 }
 
 async fn proxy_to(target: SocketAddr) -> Result<FaultProxy, ClusterError> {
@@ -178,21 +193,21 @@ fn joined(proxies: &[FaultProxy]) -> String {
 
 impl Plan {
     fn new(topology: Topology) -> Result<Plan, ClusterError> {
-        let ports = |n: usize| (0..n).map(|_| free_port()).collect::<Result<Vec<_>, _>>();
+        let mut ports = PortPicker::default();
         let mut brokers = Vec::new();
         for group in 0..topology.groups() {
             for replica in 0..topology.replicas() {
                 brokers.push(BrokerPlan {
                     group,
                     replica,
-                    listen: free_port()?,
-                    ha: free_port()?,
+                    listen: ports.pick()?,
+                    ha: ports.pick()?,
                 });
             }
         }
         Ok(Plan {
-            namesrvs: ports(topology.namesrvs())?,
-            controllers: ports(topology.controllers())?,
+            namesrvs: ports.pick_n(topology.namesrvs())?,
+            controllers: ports.pick_n(topology.controllers())?,
             brokers,
         })
     }
