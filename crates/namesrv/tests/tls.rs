@@ -74,7 +74,7 @@ async fn served(client: &RemotingClient) -> bool {
     matches!(client.invoke(command, T).await, Ok(reply) if reply.code == response::SUCCESS)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_enforcing_name_server_refuses_a_plain_client_and_serves_tls() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = certificate(dir.path());
@@ -125,7 +125,7 @@ async fn an_enforcing_name_server_refuses_a_plain_client_and_serves_tls() {
     let _ = stop.send(());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_permissive_name_server_serves_plain_and_tls_clients() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = certificate(dir.path());
