@@ -1,5 +1,5 @@
-//! ACL with real RocketMQ clients: `ferromq standalone --acl-file` and the clients' own
-//! signing — PyPI `rocketmq` 0.4.4 (C++ core, `set_session_credentials`) and npm `ali-ons`
+//! ACL and TLS with real RocketMQ clients: `ferromq standalone --acl-file` and the clients'
+//! own signing — PyPI `rocketmq` 0.4.4 (C++ core, `set_session_credentials`) and npm `ali-ons`
 //! 3.12.0 (`accessKeyId`/`accessKeySecret`), driven through `scripts/interop/py_remoting.py`
 //! and `scripts/interop/ali_ons.js`. With credentials they produce and consume; without them
 //! (or with a wrong secret) every send is refused. `ferromq admin` creates the topic with
@@ -11,7 +11,12 @@
 //! `received`, `ok`; a driver that prints one line per delivery instead of `distinct` gets it
 //! counted from those lines). The official Java client is the third implementation
 //! ([`Java`]: `scripts/interop/java`'s driver run once per command, `AclClientRPCHook`,
-//! rocketmq-client 4.9.8).
+//! rocketmq-client 4.9.8). With ACL on, the consumers' commits appear in `ferromq admin
+//! offsetHistory` under the access key they signed with.
+//!
+//! TLS: the Java client 5.5.0 with `-Dtls.enable=true` produces and consumes through
+//! `ferromq standalone --tls-mode enforcing` (name server and broker TLS only); the same
+//! client without TLS is refused.
 //!
 //! Clients live in `target/interop/` (scripts/interop/install.sh, and install-java.sh for
 //! Java). Missing clients skip the test with a printed reason unless
@@ -249,14 +254,28 @@ impl AclClient for AliOns {
     }
 }
 
-/// The official Java remoting client 4.9.8 through `scripts/interop/java`'s driver, one JVM
-/// per run (`Driver [--access-key K --secret-key S] produce|lite-pull ...`), signing with
-/// `AclClientRPCHook`.
-struct Java;
+/// The official Java remoting client through `scripts/interop/java`'s driver, one JVM per run
+/// (`Driver [--access-key K --secret-key S] [--tls] produce|lite-pull ...`), signing with
+/// `AclClientRPCHook`, TLS by `-Dtls.enable=true` and `ClientConfig.setUseTLS`.
+struct Java {
+    /// rocketmq-client release (`common::java::V4` or `V5`).
+    version: &'static str,
+    /// Connect with TLS (name server and brokers).
+    tls: bool,
+}
+
+/// Java 4.9.8, plain TCP: the ACL scenario's client.
+const JAVA_ACL: Java = Java {
+    version: common::java::V4,
+    tls: false,
+};
 
 impl Java {
-    fn args(namesrv: &str, keys: Option<Keys>, command: &[&str]) -> Vec<String> {
+    fn args(&self, namesrv: &str, keys: Option<Keys>, command: &[&str]) -> Vec<String> {
         let mut args = strings(&["--namesrv", namesrv]);
+        if self.tls {
+            args.push("--tls".into());
+        }
         if let Some(keys) = keys {
             args.extend(strings(&[
                 "--access-key",
@@ -282,7 +301,7 @@ impl AclClient for Java {
         true
     }
     fn program(&self) -> Result<(PathBuf, Vec<String>), String> {
-        java_program(common::java::V4)
+        java_program(self.version)
     }
     fn produce(
         &self,
@@ -296,7 +315,7 @@ impl AclClient for Java {
         let command = [
             "produce", "--topic", topic, "--group", group, "--count", &count, "--prefix", "acl",
         ];
-        Java::args(namesrv, keys, &command)
+        self.args(namesrv, keys, &command)
     }
     fn consume(
         &self,
@@ -319,7 +338,7 @@ impl AclClient for Java {
             "--timeout",
             &timeout,
         ];
-        Java::args(namesrv, keys, &command)
+        self.args(namesrv, keys, &command)
     }
 }
 
@@ -428,7 +447,7 @@ struct Standalone {
     stderr: PathBuf,
 }
 
-fn standalone(dir: &Path, accounts: &Path) -> Standalone {
+fn standalone(dir: &Path, extra: &[&std::ffi::OsStr]) -> Standalone {
     let stderr = dir.join("standalone.stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args([
@@ -440,8 +459,7 @@ fn standalone(dir: &Path, accounts: &Path) -> Standalone {
             "--data-dir",
         ])
         .arg(dir.join("data"))
-        .arg("--acl-file")
-        .arg(accounts)
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(File::create(&stderr).unwrap()))
@@ -621,7 +639,7 @@ fn scenario(client: &dyn AclClient, test: &str) {
     fs::create_dir_all(dir.join("home")).unwrap();
     let accounts = dir.join("plain_acl.yml");
     fs::write(&accounts, ACCOUNTS).unwrap();
-    let server = standalone(&dir, &accounts);
+    let server = standalone(&dir, &["--acl-file".as_ref(), accounts.as_os_str()]);
     let topic = "AclTopic";
     // ferromq admin: refused without credentials, served with an admin account.
     let (ok, text) = admin_update_topic(&server, topic, None);
@@ -706,5 +724,77 @@ fn ali_ons_signs_and_is_refused_without_credentials() {
 
 #[test]
 fn java_signs_and_is_refused_without_credentials() {
-    scenario(&Java, "acl_java");
+    scenario(&JAVA_ACL, "acl_java");
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key (rcgen): (cert, key) paths.
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("rcgen makes a certificate");
+    let cert = dir.join("server.pem");
+    let key = dir.join("server.key");
+    fs::write(&cert, certified.cert.pem()).unwrap();
+    fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// TLS with the official Java client 5.5.0 (`-Dtls.enable=true`; its default
+/// `tls.test.mode.enable` trusts the self-signed certificate): against `ferromq standalone
+/// --tls-mode enforcing` (name server and broker both TLS only) it produces and consumes; the
+/// same client without TLS is refused (it gets no route, so it sends nothing).
+#[test]
+fn java_over_tls_is_served_by_an_enforcing_server_and_a_plain_one_refused() {
+    let test = "tls_java";
+    let secure = Java {
+        version: common::java::V5,
+        tls: true,
+    };
+    let plain = Java {
+        version: common::java::V5,
+        tls: false,
+    };
+    let Some(program) = program_or_skip(&secure, test) else {
+        return;
+    };
+    let dir = interop_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("home")).unwrap();
+    let (cert, key) = certificate(&dir);
+    let server = standalone(
+        &dir,
+        &[
+            "--tls-mode".as_ref(),
+            "enforcing".as_ref(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ],
+    );
+    let (topic, count) = ("TlsTopic", 10);
+    let args = secure.produce(&server.namesrv, topic, "TlsProducers", count, None);
+    let summary = run(&program, &args, &dir, "produce-tls");
+    assert_eq!(
+        summary["sent"],
+        count,
+        "{summary}\n{}",
+        tail(&server.stderr)
+    );
+    let args = secure.consume(&server.namesrv, topic, "TlsConsumers", count, 60, None);
+    let summary = run(&program, &args, &dir, "consume-tls");
+    assert_eq!(
+        summary["distinct"],
+        count,
+        "{summary}\n{}",
+        tail(&server.stderr)
+    );
+    let args = plain.produce(&server.namesrv, topic, "TlsProducers", 3, None);
+    let summary = run(&program, &args, &dir, "produce-plain");
+    assert_eq!(summary["sent"], 0, "a plain client was served: {summary}");
+    let refused = fs::read_to_string(&server.stderr).unwrap_or_default();
+    assert!(
+        refused.contains("connection refused before its first request"),
+        "the server logged no refused plain connection:\n{}",
+        tail(&server.stderr)
+    );
 }
