@@ -42,7 +42,8 @@ pub struct SecurityFlags {
         hide_env_values = true
     )]
     pub secret_key: Option<String>,
-    /// Connect with TLS (the server's tls.server.mode must be permissive or enforcing).
+    /// Connect with TLS to every server, name servers included (their tls.server.mode must
+    /// be permissive or enforcing).
     #[arg(long = "tls", requires = "tls_ca")]
     pub tls: bool,
     /// PEM file of the CA (or self-signed certificate) to trust for --tls.
