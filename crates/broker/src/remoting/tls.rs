@@ -57,3 +57,20 @@ pub fn from_config(config: &BrokerConfig) -> Result<ServerTls, TlsError> {
         config.tls_server_key_path.as_deref(),
     )?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_tls_needs_a_readable_trust_file_named_in_the_error() {
+        let mut config = BrokerConfig::default();
+        assert!(client_from_config(&config).unwrap().is_none());
+        config.tls_enable = true;
+        let error = client_from_config(&config).unwrap_err().to_string();
+        assert!(error.contains("tls.client.trustCertPath"), "{error}");
+        config.tls_client_trust_cert_path = Some("/nonexistent/ferromq-ca-test.pem".into());
+        let error = client_from_config(&config).unwrap_err().to_string();
+        assert!(error.contains("ferromq-ca-test.pem"), "{error}");
+    }
+}
