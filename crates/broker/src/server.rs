@@ -104,7 +104,8 @@ impl Broker {
             (true, Some(path)) => Some(Arc::new(ferromq_acl::Acl::load(path)?)),
             _ => None,
         };
-        let tls = crate::remoting::tls::ServerTls::from_config(&config)?;
+        let tls = crate::remoting::tls::from_config(&config)?;
+        let namesrv_tls = crate::remoting::tls::client_from_config(&config)?;
         let bind = SocketAddr::new(config.bind_ip(), config.listen_port);
         let listener = TcpListener::bind(bind)
             .await
@@ -220,7 +221,8 @@ impl Broker {
             locks: QueueLocks::default(),
             namesrv_client: ferromq_namesrv::NamesrvClient::with_credentials(
                 config.inner_credentials(),
-            ),
+            )
+            .with_tls(namesrv_tls),
             fences,
             sessions: crate::sessions::identity::Sessions::new(std::time::Instant::now()),
             metrics: Default::default(),

@@ -152,6 +152,7 @@ fn forged_body(which: usize) -> Vec<u8> {
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
     .encode()
     .unwrap()

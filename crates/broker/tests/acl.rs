@@ -3,7 +3,8 @@
 //! fields or an altered body, and an account without the permission — each refused with
 //! NO_PERMISSION (16), counted, and the broker still serving. Also: reloading the accounts
 //! file, keeping the last good one when it turns bad, a bad file at start, the name server's
-//! writes, and a bounded burst of bad signatures measured against a normal client's latency.
+//! writes, a bounded burst of bad signatures measured against a normal client's latency, and
+//! the offset history naming the access key that moved each offset (across a restart).
 
 mod common;
 
@@ -564,6 +565,105 @@ async fn p99_send(client: &RemotingClient, sends: usize) -> Duration {
     }
     latencies.sort();
     latencies[(sends * 99 / 100).min(sends - 1)]
+}
+
+/// (kind, queue offset, access key) of each event of GROUP on TOPIC queue 0, asked as admin01
+/// (ACL on) or unsigned (ACL off).
+async fn history_of(
+    client: &RemotingClient,
+    credentials: Option<&Credentials>,
+) -> Vec<(String, u64, Option<String>)> {
+    let fields = [("group", GROUP), ("topic", TOPIC), ("queueId", "0")];
+    let mut ask = command(ferromq_broker::codes::OFFSET_HISTORY, &fields, None);
+    if let Some(credentials) = credentials {
+        ask = signed(ask, credentials);
+    }
+    let reply = call(client, ask).await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let events: Vec<serde_json::Value> =
+        serde_json::from_slice(reply.body.as_deref().unwrap_or_default()).unwrap();
+    events
+        .iter()
+        .map(|event| {
+            assert!(
+                event.get("accessKey").is_some(),
+                "every event has the field: {event}"
+            );
+            (
+                event["kind"].as_str().unwrap().to_string(),
+                event["offset"].as_u64().unwrap(),
+                event["accessKey"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// Sends three messages to TOPIC queue 0, commits 2 as `committer`, resets the group to
+/// offset 1 as `resetter` (each signed when given).
+async fn commit_then_reset(
+    client: &RemotingClient,
+    committer: Option<&Credentials>,
+    resetter: Option<&Credentials>,
+) {
+    let sign = |command: RemotingCommand, credentials: Option<&Credentials>| match credentials {
+        Some(credentials) => signed(command, credentials),
+        None => command,
+    };
+    for _ in 0..3 {
+        let reply = call(client, sign(cases_send()(), committer)).await;
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    }
+    let commit = common::commit_request(TOPIC, 0, 2, false);
+    let reply = call(client, sign(commit, committer)).await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    let fields = [
+        ("topic", TOPIC),
+        ("group", GROUP),
+        ("queueId", "0"),
+        ("offset", "1"),
+        ("timestamp", "0"),
+        ("isForce", "true"),
+    ];
+    let reset = command(request::INVOKE_BROKER_TO_RESET_OFFSET, &fields, None);
+    let reply = call(client, sign(reset, resetter)).await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offset_history_names_the_access_key_that_moved_each_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, accounts) = acl_broker(dir.path()).await;
+    let client = common::client(broker.local_addr()).await;
+    commit_then_reset(&client, Some(&user()), Some(&admin())).await;
+    let expected = vec![
+        ("commit".to_string(), 2, Some("user01".to_string())),
+        ("reset".to_string(), 1, Some("admin01".to_string())),
+    ];
+    assert_eq!(history_of(&client, Some(&admin())).await, expected);
+    drop(client);
+    broker.shutdown().await.unwrap();
+
+    // The records keep the keys: a restarted broker recovers them from its log.
+    let broker = Broker::start(acl_config(&dir.path().join("store"), &accounts))
+        .await
+        .expect("broker restarts");
+    let client = common::client(broker.local_addr()).await;
+    assert_eq!(history_of(&client, Some(&admin())).await, expected);
+    broker.shutdown().await.unwrap();
+
+    // ACL off: the same moves name no access key.
+    let plain_dir = tempfile::tempdir().unwrap();
+    let broker = common::broker(plain_dir.path(), true).await;
+    let client = common::client(broker.local_addr()).await;
+    commit_then_reset(&client, None, None).await;
+    assert_eq!(
+        history_of(&client, None).await,
+        vec![
+            ("commit".to_string(), 2, None),
+            ("reset".to_string(), 1, None)
+        ]
+    );
+    broker.shutdown().await.unwrap();
 }
 
 fn replace_file(path: &Path, text: &str) {

@@ -62,6 +62,7 @@ fn forged_bodies() -> Vec<Vec<u8>> {
         generation,
         entries: vec![entry(offset)],
         fenced_clients: Vec::new(),
+        access_key: None,
     };
     [
         command(OffsetKind::Commit, "G", None, 9),

@@ -11,6 +11,23 @@ use ferromq_protocol::remoting::acl::Credentials;
 use ferromq_protocol::remoting::tls::ClientTls;
 use ferromq_protocol::remoting::ClientOptions;
 
+/// The server TLS of a name server's port from the `--tls-mode`, `--tls-cert`, `--tls-key`
+/// flags (the broker's `tls.server.mode`, `tls.server.certPath`, `tls.server.keyPath`).
+///
+/// # Errors
+/// An unknown mode, a mode without both files, or a file that is missing or bad (named).
+pub fn server_tls(
+    mode: &str,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> Result<ferromq_protocol::remoting::tls_server::ServerTls> {
+    use ferromq_protocol::remoting::tls_server::{ServerTls, TlsMode};
+    let Some(mode) = TlsMode::parse(mode) else {
+        bail!("--tls-mode (tls.server.mode) {mode:?} is not disabled, permissive or enforcing");
+    };
+    ServerTls::new(mode, cert, key).context("setting up the name server's TLS")
+}
+
 /// `--access-key`, `--secret-key`, `--tls`, `--tls-ca`, `--tls-server-name`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SecurityFlags {
@@ -25,7 +42,8 @@ pub struct SecurityFlags {
         hide_env_values = true
     )]
     pub secret_key: Option<String>,
-    /// Connect with TLS (the server's tls.server.mode must be permissive or enforcing).
+    /// Connect with TLS to every server, name servers included (their tls.server.mode must
+    /// be permissive or enforcing).
     #[arg(long = "tls", requires = "tls_ca")]
     pub tls: bool,
     /// PEM file of the CA (or self-signed certificate) to trust for --tls.

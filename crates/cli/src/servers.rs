@@ -38,6 +38,16 @@ pub struct NamesrvArgs {
     /// (plain_acl.yml's shape). Reads stay open. Reloaded when it changes.
     #[arg(long = "acl-file", value_name = "FILE")]
     acl_file: Option<PathBuf>,
+    /// TLS on the name server port (tls.server.mode, as the broker's): disabled,
+    /// permissive or enforcing.
+    #[arg(long, value_name = "MODE", default_value = "disabled")]
+    tls_mode: String,
+    /// PEM certificate chain of the name server port (tls.server.certPath).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the name server port (tls.server.keyPath).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Flags of `ferromq broker`.
@@ -64,7 +74,11 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
     };
     crate::runtime()?.block_on(async {
         let mut signals = crate::ShutdownSignals::install()?;
-
+        let tls = crate::security::server_tls(
+            &args.tls_mode,
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+        )?;
         let server = NameServer::bind(NamesrvConfig {
             listen: args.listen,
             ..NamesrvConfig::default()
@@ -81,6 +95,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
             }
             None => server,
         };
+        let server = server.with_tls(tls);
         println!("ferromq namesrv: listening on {}", server.local_addr());
         // The controller's line follows the name server's (scripts read the first line).
         let controller = match controller_config {

@@ -77,13 +77,14 @@ pub struct StandaloneArgs {
     /// account (by access key order), so the file needs one.
     #[arg(long, value_name = "FILE")]
     acl_file: Option<PathBuf>,
-    /// TLS on the broker port (tls.server.mode): disabled, permissive or enforcing.
+    /// TLS on the name server and broker ports (tls.server.mode): disabled, permissive or
+    /// enforcing. The broker registers with the name server over TLS, trusting --tls-cert.
     #[arg(long, value_name = "MODE", default_value = "disabled")]
     tls_mode: String,
-    /// PEM certificate chain of the broker port (tls.server.certPath).
+    /// PEM certificate chain of both ports (tls.server.certPath); it must carry 127.0.0.1.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
-    /// PEM private key of the broker port (tls.server.keyPath).
+    /// PEM private key of both ports (tls.server.keyPath).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
 }
@@ -165,6 +166,12 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
     let mut signals = crate::ShutdownSignals::install()?;
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let acl = standalone_acl(args)?;
+    let tls = crate::security::server_tls(
+        &args.tls_mode,
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+    )?;
+    let tls_on = tls.acceptor().is_some();
     let namesrv = NameServer::bind(NamesrvConfig {
         listen: SocketAddr::new(loopback, args.namesrv_port),
         ..NamesrvConfig::default()
@@ -175,6 +182,7 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         Some((acl, _, _)) => namesrv.with_acl(acl.clone(), ferromq_acl::RELOAD_INTERVAL_DEFAULT),
         None => namesrv,
     };
+    let namesrv = namesrv.with_tls(tls);
     let namesrv_addr = namesrv.local_addr();
     let (stop_namesrv, namesrv_stopped) = tokio::sync::oneshot::channel::<()>();
     let namesrv_task = tokio::spawn(namesrv.run(async move {
@@ -209,6 +217,8 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         tls_server_mode: args.tls_mode.clone(),
         tls_server_cert_path: args.tls_cert.clone(),
         tls_server_key_path: args.tls_key.clone(),
+        tls_enable: tls_on,
+        tls_client_trust_cert_path: args.tls_cert.clone().filter(|_| tls_on),
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;

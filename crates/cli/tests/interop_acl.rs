@@ -1,5 +1,5 @@
-//! ACL with real RocketMQ clients: `ferromq standalone --acl-file` and the clients' own
-//! signing — PyPI `rocketmq` 0.4.4 (C++ core, `set_session_credentials`) and npm `ali-ons`
+//! ACL and TLS with real RocketMQ clients: `ferromq standalone --acl-file` and the clients'
+//! own signing — PyPI `rocketmq` 0.4.4 (C++ core, `set_session_credentials`) and npm `ali-ons`
 //! 3.12.0 (`accessKeyId`/`accessKeySecret`), driven through `scripts/interop/py_remoting.py`
 //! and `scripts/interop/ali_ons.js`. With credentials they produce and consume; without them
 //! (or with a wrong secret) every send is refused. `ferromq admin` creates the topic with
@@ -8,12 +8,24 @@
 //! The clients are plugged in through [`AclClient`]: a client is a program plus the argument
 //! lists for "produce N messages" and "consume until N arrived", with or without
 //! credentials, printing the JSON summary line `scripts/interop/*` print (`sent`, `failed`,
-//! `received`, `ok`). A Java driver (AclClientRPCHook) adds one more implementation.
+//! `received`, `ok`; a driver that prints one line per delivery instead of `distinct` gets it
+//! counted from those lines). The official Java client is the third implementation
+//! ([`Java`]: `scripts/interop/java`'s driver run once per command, `AclClientRPCHook`,
+//! rocketmq-client 4.9.8). With ACL on, the consumers' commits appear in `ferromq admin
+//! offsetHistory` under the access key they signed with.
 //!
-//! Clients live in `target/interop/` (scripts/interop/install.sh). Missing clients skip the
-//! test with a printed reason unless `FERROMQ_INTEROP_REQUIRED` is set, which fails it.
+//! TLS: the Java client 5.5.0 with `-Dtls.enable=true` produces and consumes through
+//! `ferromq standalone --tls-mode enforcing` (name server and broker TLS only); the same
+//! client without TLS is refused.
+//!
+//! Clients live in `target/interop/` (scripts/interop/install.sh, and install-java.sh for
+//! Java). Missing clients skip the test with a printed reason unless
+//! `FERROMQ_INTEROP_REQUIRED` is set, which fails it.
 //! Every child is killed on drop, every wait has a deadline, every address is 127.0.0.1.
 
+mod common;
+
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -71,6 +83,20 @@ const ADMIN: Keys = Keys {
 trait AclClient {
     /// Short name for logs.
     fn name(&self) -> &'static str;
+    /// The file whose presence says the client's install script ran.
+    fn stamp(&self) -> PathBuf {
+        interop_dir().join("installed.stamp")
+    }
+    /// Whether its consumer surely commits its offsets to the broker before its run ends (so
+    /// the offset history must show a commit signed by its access key).
+    fn commits_before_exit(&self) -> bool {
+        false
+    }
+    /// Whether its produce summary's `first_error` carries the broker's refusal (code and
+    /// remark) when a send is refused.
+    fn reports_refusal(&self) -> bool {
+        false
+    }
     /// Program and leading arguments, or why the client is not installed.
     fn program(&self) -> Result<(PathBuf, Vec<String>), String>;
     /// Arguments to send `count` messages to `topic` as producer group `group`.
@@ -233,6 +259,123 @@ impl AclClient for AliOns {
     }
 }
 
+/// The official Java remoting client through `scripts/interop/java`'s driver, one JVM per run
+/// (`Driver [--access-key K --secret-key S] [--tls] produce|lite-pull ...`), signing with
+/// `AclClientRPCHook`, TLS by `-Dtls.enable=true` and `ClientConfig.setUseTLS`.
+struct Java {
+    /// rocketmq-client release (`common::java::V4` or `V5`).
+    version: &'static str,
+    /// Connect with TLS (name server and brokers).
+    tls: bool,
+}
+
+/// Java 4.9.8, plain TCP: the ACL scenario's client.
+const JAVA_ACL: Java = Java {
+    version: common::java::V4,
+    tls: false,
+};
+
+impl Java {
+    fn args(&self, namesrv: &str, keys: Option<Keys>, command: &[&str]) -> Vec<String> {
+        let mut args = strings(&["--namesrv", namesrv]);
+        if self.tls {
+            args.push("--tls".into());
+        }
+        if let Some(keys) = keys {
+            args.extend(strings(&[
+                "--access-key",
+                keys.access,
+                "--secret-key",
+                keys.secret,
+            ]));
+        }
+        args.extend(strings(command));
+        args
+    }
+}
+
+impl AclClient for Java {
+    fn name(&self) -> &'static str {
+        "java"
+    }
+    fn stamp(&self) -> PathBuf {
+        common::java::java_dir().join("installed.stamp")
+    }
+    fn commits_before_exit(&self) -> bool {
+        // lite-pull commits, and the consumer's shutdown persists the offsets.
+        true
+    }
+    fn reports_refusal(&self) -> bool {
+        // MQBrokerException's text: "CODE: 16  DESC: <the broker's remark>".
+        true
+    }
+    fn program(&self) -> Result<(PathBuf, Vec<String>), String> {
+        java_program(self.version)
+    }
+    fn produce(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        count: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
+        let count = count.to_string();
+        let command = [
+            "produce", "--topic", topic, "--group", group, "--count", &count, "--prefix", "acl",
+        ];
+        self.args(namesrv, keys, &command)
+    }
+    fn consume(
+        &self,
+        namesrv: &str,
+        topic: &str,
+        group: &str,
+        expect: u32,
+        timeout_s: u32,
+        keys: Option<Keys>,
+    ) -> Vec<String> {
+        let (expect, timeout) = (expect.to_string(), timeout_s.to_string());
+        let command = [
+            "lite-pull",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--expect",
+            &expect,
+            "--timeout",
+            &timeout,
+        ];
+        self.args(namesrv, keys, &command)
+    }
+}
+
+/// `java` with the driver's classpath for rocketmq-client `version`: small heap, quick start,
+/// the client's logs under `target/interop/java/runs/`.
+fn java_program(version: &str) -> Result<(PathBuf, Vec<String>), String> {
+    if Command::new("java").arg("-version").output().is_err() {
+        return Err("no `java` on PATH".into());
+    }
+    let dir = common::java::java_dir().join(format!("v{version}"));
+    let deps = fs::read_to_string(dir.join("classpath.txt"))
+        .map_err(|e| format!("{}: {e}", dir.join("classpath.txt").display()))?;
+    let home = common::java::java_dir().join("runs").join("acl-home");
+    fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    let args = vec![
+        "-Xmx256m".to_string(),
+        "-XX:+UseSerialGC".into(),
+        "-XX:TieredStopAtLevel=1".into(),
+        "-Xss512k".into(),
+        format!("-Duser.home={}", home.display()),
+        format!("-Drocketmq.client.logRoot={}", home.join("logs").display()),
+        "-cp".into(),
+        format!("{}:{}", dir.join("build/classes").display(), deps.trim()),
+        "ferromq.interop.Driver".into(),
+    ];
+    Ok((PathBuf::from("java"), args))
+}
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -250,7 +393,7 @@ fn required() -> bool {
 
 /// The client's program, or `None` after saying why the test is skipped.
 fn program_or_skip(client: &dyn AclClient, test: &str) -> Option<(PathBuf, Vec<String>)> {
-    let stamp = interop_dir().join("installed.stamp");
+    let stamp = client.stamp();
     let found = if stamp.exists() {
         client.program()
     } else {
@@ -262,7 +405,9 @@ fn program_or_skip(client: &dyn AclClient, test: &str) -> Option<(PathBuf, Vec<S
             "{test}: interop clients are not installed ({why}) and FERROMQ_INTEROP_REQUIRED is set"
         ),
         Err(why) => {
-            eprintln!("SKIPPED {test}: {why}; run scripts/interop/install.sh");
+            eprintln!(
+                "SKIPPED {test}: {why}; run scripts/interop/install.sh (install-java.sh for Java)"
+            );
             None
         }
     }
@@ -311,7 +456,7 @@ struct Standalone {
     stderr: PathBuf,
 }
 
-fn standalone(dir: &Path, accounts: &Path) -> Standalone {
+fn standalone(dir: &Path, extra: &[&std::ffi::OsStr]) -> Standalone {
     let stderr = dir.join("standalone.stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
         .args([
@@ -323,8 +468,7 @@ fn standalone(dir: &Path, accounts: &Path) -> Standalone {
             "--data-dir",
         ])
         .arg(dir.join("data"))
-        .arg("--acl-file")
-        .arg(accounts)
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(File::create(&stderr).unwrap()))
@@ -372,13 +516,29 @@ fn run(program: &(PathBuf, Vec<String>), args: &[String], dir: &Path, name: &str
     let mut guard = Guard(child);
     let deadline = Instant::now() + CLIENT_DEADLINE;
     let mut last = None;
+    // Keys of per-delivery lines (`{"event":"msg","keys":...}`), for drivers that print them.
+    let mut delivered = BTreeSet::new();
+    // Lines that are not JSON are a client library's own output (the Java client logs to
+    // stdout); the summary is the last JSON line.
+    let mut keep = |line: String, last: &mut Option<String>| {
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            return;
+        };
+        if value["event"] == "msg" {
+            if delivered.len() < 100_000 {
+                delivered.insert(value["keys"].to_string());
+            }
+            return;
+        }
+        *last = Some(line);
+    };
     loop {
         while let Ok(line) = lines.try_recv() {
-            last = Some(line);
+            keep(line, &mut last);
         }
         if let Ok(Some(_)) = guard.0.try_wait() {
             while let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-                last = Some(line);
+                keep(line, &mut last);
             }
             break;
         }
@@ -389,13 +549,18 @@ fn run(program: &(PathBuf, Vec<String>), args: &[String], dir: &Path, name: &str
         );
         thread::sleep(Duration::from_millis(50));
     }
-    let last = last.unwrap_or_else(|| panic!("{name} printed nothing; stderr:\n{}", tail(&stderr)));
-    serde_json::from_str(&last).unwrap_or_else(|e| {
+    let last =
+        last.unwrap_or_else(|| panic!("{name} printed no JSON line; stderr:\n{}", tail(&stderr)));
+    let mut summary: Value = serde_json::from_str(&last).unwrap_or_else(|e| {
         panic!(
             "{name}: last line {last:?} is not JSON ({e}); stderr:\n{}",
             tail(&stderr)
         )
-    })
+    });
+    if summary.get("distinct").is_none() {
+        summary["distinct"] = Value::from(delivered.len());
+    }
+    summary
 }
 
 /// `ferromq admin updateTopic` with or without credentials; (exit success, output).
@@ -429,6 +594,51 @@ fn admin_update_topic(server: &Standalone, topic: &str, keys: Option<Keys>) -> (
     (output.status.success(), text)
 }
 
+/// `ferromq admin offsetHistory` of the consumers' group: every commit names `access` (the
+/// key the client signed with), and there is one when the client commits before it exits.
+fn assert_commits_signed_by(server: &Standalone, client: &dyn AclClient, access: &str) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferromq"));
+    command
+        .args([
+            "admin",
+            "offsetHistory",
+            "-n",
+            &server.namesrv,
+            "-b",
+            &server.broker,
+        ])
+        .args(["-g", "AclConsumers", "-t", "AclTopic", "--json"])
+        .args(["--access-key", ADMIN.access, "--secret-key", ADMIN.secret])
+        .env_remove("FERROMQ_ACCESS_KEY")
+        .env_remove("FERROMQ_SECRET_KEY");
+    let output = command
+        .output()
+        .expect("running ferromq admin offsetHistory");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "offsetHistory: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let history: Value = serde_json::from_str(&text).expect("offsetHistory --json");
+    let commits: Vec<&Value> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["kind"] == "commit")
+        .collect();
+    assert!(
+        commits.iter().all(|e| e["accessKey"] == access),
+        "{}: commits not all signed by {access}: {history}",
+        client.name()
+    );
+    assert!(
+        !client.commits_before_exit() || !commits.is_empty(),
+        "{}: no commit in the history: {history}",
+        client.name()
+    );
+}
+
 fn scenario(client: &dyn AclClient, test: &str) {
     let Some(program) = program_or_skip(client, test) else {
         return;
@@ -438,7 +648,7 @@ fn scenario(client: &dyn AclClient, test: &str) {
     fs::create_dir_all(dir.join("home")).unwrap();
     let accounts = dir.join("plain_acl.yml");
     fs::write(&accounts, ACCOUNTS).unwrap();
-    let server = standalone(&dir, &accounts);
+    let server = standalone(&dir, &["--acl-file".as_ref(), accounts.as_os_str()]);
     let topic = "AclTopic";
     // ferromq admin: refused without credentials, served with an admin account.
     let (ok, text) = admin_update_topic(&server, topic, None);
@@ -452,10 +662,22 @@ fn scenario(client: &dyn AclClient, test: &str) {
         tail(&server.stderr)
     );
     // Without credentials, and with a wrong secret: nothing is sent.
-    for (keys, label) in [(None, "unsigned"), (Some(WRONG), "wrong-secret")] {
+    for (keys, label, remark) in [
+        (None, "unsigned", "not signed"),
+        (Some(WRONG), "wrong-secret", "signature"),
+    ] {
         let args = client.produce(&server.namesrv, topic, "AclProducers", 3, keys);
         let summary = run(&program, &args, &dir, &format!("produce-{label}"));
         assert_eq!(summary["sent"], 0, "{} {label}: {summary}", client.name());
+        // A client that reports the broker's refusal (Java) shows NO_PERMISSION.
+        if client.reports_refusal() {
+            let error = summary["first_error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("CODE: 16") && error.contains(remark),
+                "{} {label}: {summary}",
+                client.name()
+            );
+        }
     }
     // With credentials: produced and consumed.
     let args = client.produce(&server.namesrv, topic, "AclProducers", COUNT, Some(USER));
@@ -483,6 +705,7 @@ fn scenario(client: &dyn AclClient, test: &str) {
         client.name(),
         tail(&server.stderr)
     );
+    assert_commits_signed_by(&server, client, USER.access);
     // Without credentials the consumer gets nothing.
     let args = client.consume(&server.namesrv, topic, "AclConsumers", COUNT, 8, None);
     let summary = run(&program, &args, &dir, "consume-unsigned");
@@ -507,4 +730,81 @@ fn cpp_core_signs_and_is_refused_without_credentials() {
 #[test]
 fn ali_ons_signs_and_is_refused_without_credentials() {
     scenario(&AliOns, "acl_ali_ons");
+}
+
+#[test]
+fn java_signs_and_is_refused_without_credentials() {
+    scenario(&JAVA_ACL, "acl_java");
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key (rcgen): (cert, key) paths.
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("rcgen makes a certificate");
+    let cert = dir.join("server.pem");
+    let key = dir.join("server.key");
+    fs::write(&cert, certified.cert.pem()).unwrap();
+    fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// TLS with the official Java client 5.5.0 (`-Dtls.enable=true`; its default
+/// `tls.test.mode.enable` trusts the self-signed certificate): against `ferromq standalone
+/// --tls-mode enforcing` (name server and broker both TLS only) it produces and consumes; the
+/// same client without TLS is refused (it gets no route, so it sends nothing).
+#[test]
+fn java_over_tls_is_served_by_an_enforcing_server_and_a_plain_one_refused() {
+    let test = "tls_java";
+    let secure = Java {
+        version: common::java::V5,
+        tls: true,
+    };
+    let plain = Java {
+        version: common::java::V5,
+        tls: false,
+    };
+    let Some(program) = program_or_skip(&secure, test) else {
+        return;
+    };
+    let dir = interop_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("home")).unwrap();
+    let (cert, key) = certificate(&dir);
+    let server = standalone(
+        &dir,
+        &[
+            "--tls-mode".as_ref(),
+            "enforcing".as_ref(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ],
+    );
+    let (topic, count) = ("TlsTopic", 10);
+    let args = secure.produce(&server.namesrv, topic, "TlsProducers", count, None);
+    let summary = run(&program, &args, &dir, "produce-tls");
+    assert_eq!(
+        summary["sent"],
+        count,
+        "{summary}\n{}",
+        tail(&server.stderr)
+    );
+    let args = secure.consume(&server.namesrv, topic, "TlsConsumers", count, 60, None);
+    let summary = run(&program, &args, &dir, "consume-tls");
+    assert_eq!(
+        summary["distinct"],
+        count,
+        "{summary}\n{}",
+        tail(&server.stderr)
+    );
+    let args = plain.produce(&server.namesrv, topic, "TlsProducers", 3, None);
+    let summary = run(&program, &args, &dir, "produce-plain");
+    assert_eq!(summary["sent"], 0, "a plain client was served: {summary}");
+    let refused = fs::read_to_string(&server.stderr).unwrap_or_default();
+    assert!(
+        refused.contains("connection refused before its first request"),
+        "the server logged no refused plain connection:\n{}",
+        tail(&server.stderr)
+    );
 }

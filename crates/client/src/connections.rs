@@ -40,9 +40,6 @@ pub struct ConnectionPool {
     /// One connect at a time per address: callers racing to the same server wait for the
     /// first connect instead of each opening (and then dropping) their own.
     connecting: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
-    /// Addresses connected without TLS even when the options have it: the name servers,
-    /// which serve plain TCP only.
-    plain: Mutex<std::collections::HashSet<SocketAddr>>,
 }
 
 impl ConnectionPool {
@@ -52,16 +49,7 @@ impl ConnectionPool {
             options,
             connections: Mutex::new(HashMap::new()),
             connecting: Mutex::new(HashMap::new()),
-            plain: Mutex::new(std::collections::HashSet::new()),
         }
-    }
-
-    /// Connects to `addrs` (name servers) without TLS.
-    pub fn plain_for(&self, addrs: &[SocketAddr]) {
-        self.plain
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(addrs.iter().copied());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Arc<RemotingClient>>> {
@@ -109,18 +97,8 @@ impl ConnectionPool {
         let timeout = timeout
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(1));
-        let plain = self
-            .plain
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&addr);
         let options = ClientOptions {
             connect_timeout: self.options.connect_timeout.min(timeout),
-            tls: if plain {
-                None
-            } else {
-                self.options.tls.clone()
-            },
             ..self.options.clone()
         };
         let conn = RemotingClient::connect_with(addr, options)

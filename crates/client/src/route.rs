@@ -226,8 +226,6 @@ impl RouteCache {
         if namesrvs.is_empty() {
             return Err(ClientError::Config("no name server address".into()));
         }
-        // The name server speaks plain TCP only (it has no TLS yet): TLS is for brokers.
-        pool.plain_for(&namesrvs);
         Ok(RouteCache {
             namesrvs,
             pool,

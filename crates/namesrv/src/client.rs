@@ -181,6 +181,8 @@ pub struct NamesrvClient {
     connections: tokio::sync::Mutex<HashMap<SocketAddr, Arc<RemotingClient>>>,
     /// Credentials every request is signed with (name servers with ACL on).
     credentials: Option<Arc<ferromq_protocol::remoting::acl::Credentials>>,
+    /// TLS of every connection (name servers with `tls.server.mode` enforcing).
+    tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 
 impl NamesrvClient {
@@ -196,7 +198,14 @@ impl NamesrvClient {
         NamesrvClient {
             connections: Default::default(),
             credentials: credentials.map(Arc::new),
+            tls: None,
         }
+    }
+
+    /// The same client connecting with `tls` (`None`: plain TCP).
+    pub fn with_tls(mut self, tls: Option<ferromq_protocol::remoting::tls::ClientTls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Registers with `namesrv` (see [`register_broker`]), within `timeout` overall.
@@ -279,6 +288,7 @@ impl NamesrvClient {
         let options = ferromq_protocol::remoting::ClientOptions {
             connect_timeout: timeout,
             credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
             ..Default::default()
         };
         let client = Arc::new(RemotingClient::connect_with(addr, options).await?);

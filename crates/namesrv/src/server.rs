@@ -15,6 +15,13 @@
 //! open-file limit; more are closed at accept), accepts paused when descriptors run out, and
 //! per connection an idle timeout, a frame deadline and a share of the partial-frame budget.
 //!
+//! TLS ([`NameServer::with_tls`]): the broker's `tls.server.mode` (disabled, permissive,
+//! enforcing) with the same certificate files, shared code
+//! (`ferromq_protocol::remoting::tls_server`); a connection the mode refuses (a plain client
+//! of an enforcing name server, a failed or slow handshake) is closed before its first
+//! request and counted ([`NameServer::tls_refusals`]). The handshake is bounded by
+//! `frame_read_timeout`.
+//!
 //! Invariants: network input never panics; a bad frame (too long, bad header, garbage), a
 //! read or write error, a write that does not finish within `write_timeout`, a connection
 //! idle for `idle_timeout`, a frame that misses `frame_read_timeout` or would pass the
@@ -24,6 +31,7 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,9 +40,10 @@ use ferromq_protocol::remoting::limits::{
     self, Accepted, Acceptor, ConnectionGuard, FrameReadError, FrameReader, LimitError,
     LimitSettings,
 };
+use ferromq_protocol::remoting::tls_server::{ServerTls, Upgraded};
 use ferromq_protocol::remoting::{response, RemotingCommand, DEFAULT_MAX_FRAME_LENGTH};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::kv::KvConfig;
@@ -124,6 +133,8 @@ pub struct NameServer {
     config: NamesrvConfig,
     processor: Processor,
     acl_reload_interval: Duration,
+    tls: ServerTls,
+    tls_refusals: Arc<AtomicU64>,
 }
 
 impl NameServer {
@@ -151,7 +162,29 @@ impl NameServer {
             config,
             processor,
             acl_reload_interval: ferromq_acl::RELOAD_INTERVAL_DEFAULT,
+            tls: ServerTls::disabled(),
+            tls_refusals: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Serves the port with `tls` (`tls.server.mode` and its certificate; see the module
+    /// documentation). Build it with `ServerTls::new`, whose errors name the bad file.
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        tracing::info!(addr = %self.local_addr, mode = ?tls.mode(), "name server TLS");
+        self.tls = tls;
+        self
+    }
+
+    /// Connections refused by the TLS mode so far (plain clients of an enforcing name
+    /// server, failed or slow handshakes).
+    pub fn tls_refusals(&self) -> u64 {
+        self.tls_refusals.load(Ordering::Relaxed)
+    }
+
+    /// A shared handle on [`NameServer::tls_refusals`], readable after `run` consumed the
+    /// server.
+    pub fn tls_refusal_counter(&self) -> Arc<AtomicU64> {
+        self.tls_refusals.clone()
     }
 
     /// The bound address (with the OS-chosen port when the configured port was 0).
@@ -195,6 +228,8 @@ impl NameServer {
             config,
             processor,
             acl_reload_interval,
+            tls,
+            tls_refusals,
         } = self;
         let (acl_stop, acl_stop_rx) = tokio::sync::watch::channel(false);
         if let Some(acl) = processor.acl() {
@@ -223,6 +258,8 @@ impl NameServer {
                         config,
                         processor: processor.clone(),
                         guard: acceptor.guard().clone(),
+                        tls: tls.clone(),
+                        tls_refusals: tls_refusals.clone(),
                     };
                     connections.spawn(conn.serve(accepted));
                 }
@@ -247,6 +284,8 @@ struct Connection {
     config: NamesrvConfig,
     processor: Processor,
     guard: Arc<ConnectionGuard>,
+    tls: ServerTls,
+    tls_refusals: Arc<AtomicU64>,
 }
 
 impl Connection {
@@ -261,15 +300,36 @@ impl Connection {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(peer = %self.peer, error = %e, "cannot set TCP_NODELAY");
         }
-        let why = self.serve_frames(stream).await;
+        let why = match self
+            .tls
+            .upgrade(stream, self.peer, self.config.frame_read_timeout)
+            .await
+        {
+            Ok(Upgraded::Plain(stream)) => {
+                let (read_half, write_half) = stream.into_split();
+                self.serve_frames(read_half, write_half).await
+            }
+            Ok(Upgraded::Tls(stream)) => {
+                let (read_half, write_half) = tokio::io::split(*stream);
+                self.serve_frames(read_half, write_half).await
+            }
+            Err(remark) => {
+                self.tls_refusals.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(peer = %self.peer, %remark, "connection refused before its first request");
+                "refused by tls.server.mode"
+            }
+        };
         tracing::debug!(peer = %self.peer, conn = self.id, why, "connection closed");
         self.processor.registry().connection_closed(self.id);
     }
 
     /// Serves frames until the connection must close; returns why. Every request already
     /// buffered is answered in one write.
-    async fn serve_frames(&self, stream: TcpStream) -> &'static str {
-        let (read_half, mut write_half) = stream.into_split();
+    async fn serve_frames(
+        &self,
+        read_half: impl AsyncRead + Unpin,
+        mut write_half: impl AsyncWrite + Unpin,
+    ) -> &'static str {
         let mut reader = FrameReader::new(read_half, self.guard.clone());
         let mut output = BytesMut::new();
         loop {

@@ -165,6 +165,7 @@ impl Consumer {
                 offset,
             }],
             fenced_clients: Vec::new(),
+            access_key: None,
         }
     }
 

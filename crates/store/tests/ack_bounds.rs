@@ -45,6 +45,7 @@ fn commit(offset: u64) -> OffsetCommand {
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 

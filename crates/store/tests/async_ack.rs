@@ -104,6 +104,7 @@ fn async_acknowledgement_means_the_record_is_in_the_segment_file() {
             offset: 1,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     };
     let outcome = store.commit_offsets(&command).unwrap();
     let record = outcome.record.expect("the commit was written");

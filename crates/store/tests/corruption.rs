@@ -68,6 +68,7 @@ fn command(
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 

@@ -314,6 +314,7 @@ fn committer(
             },
             entries,
             fenced_clients: Vec::new(),
+            access_key: None,
         };
         emit(
             out,

@@ -59,6 +59,7 @@ fn commit(store: &MessageStore, offset: u64) {
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     };
     let outcome = store.commit_offsets(&command).expect("commit");
     assert_eq!(outcome.verdicts, vec![Verdict::Applied]);

@@ -36,6 +36,7 @@ fn commit(offset: u64) -> OffsetCommand {
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 

@@ -423,6 +423,7 @@ impl Model {
                     timestamp_ms: *timestamp_ms,
                     kind: command.kind,
                     client_id: command.client_id.clone(),
+                    access_key: command.access_key.clone(),
                     generation: command.generation,
                     topic: entry.topic.clone(),
                     queue_id: entry.queue_id,
@@ -521,6 +522,7 @@ impl Harness {
                         offset,
                     }],
                     fenced_clients: Vec::new(),
+                    access_key: None,
                 };
                 let resolved =
                     format!("commit {group} {topic}/{queue} = {offset} gen {generation:?}");
@@ -556,6 +558,7 @@ impl Harness {
                     generation: None,
                     entries,
                     fenced_clients: Vec::new(),
+                    access_key: None,
                 };
                 self.offsets(&view, command)
                     .map(|v| format!("{resolved} -> {v}"))

@@ -30,6 +30,7 @@ fn commit(group: &str, queue_id: u32, offset: u64) -> OffsetCommand {
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 
@@ -355,4 +356,87 @@ mod interleavings {
             prop_assert_eq!(master.offset_fences().unwrap(), replica.offset_fences().unwrap());
         }
     }
+}
+
+/// Offset records of every format version (1: plain, 2: fencing clients, 3: naming the ACL
+/// access key) in one log: the replica's dispatcher and the master's recovery read them all,
+/// and the history keeps who moved what.
+#[test]
+fn offset_records_of_every_version_replicate_and_survive_a_restart() {
+    let (m_dir, r_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let expected = {
+        let master = MessageStore::open(config(m_dir.path(), FlushDiskType::SyncFlush)).unwrap();
+        let replica = MessageStore::open(config(r_dir.path(), FlushDiskType::SyncFlush)).unwrap();
+        for _ in 0..10 {
+            master.put(&[draft("T", 0, b"m", b"")]).expect("put");
+        }
+        let mut keyed = commit("G", 0, 4);
+        keyed.access_key = Some("user01".into());
+        let mut fencing_reset = commit("G", 0, 2);
+        fencing_reset.kind = OffsetKind::Reset;
+        fencing_reset.fenced_clients = vec!["c1".into()];
+        let mut keyed_reset = fencing_reset.clone();
+        keyed_reset.entries[0].offset = 1;
+        keyed_reset.access_key = Some("admin01".into());
+        let mut keyed_commit = commit("G", 0, 3);
+        keyed_commit.generation = Some(2);
+        keyed_commit.access_key = Some("user01".into());
+        for command in [
+            commit("G", 0, 1),
+            keyed,
+            fencing_reset,
+            keyed_reset,
+            keyed_commit,
+        ] {
+            let outcome = master.commit_offsets(&command).expect("commit");
+            assert!(outcome.all_accepted(), "{command:?}: {outcome:?}");
+        }
+        catch_up(&master, &replica);
+        replica.wait_dispatched(master.committed_end(), Duration::from_secs(5));
+        let history = |store: &MessageStore| -> Vec<(OffsetKind, u64, Option<String>)> {
+            store
+                .offset_history("G", "T", Some(0))
+                .expect("history")
+                .into_iter()
+                .map(|e| (e.kind, e.offset, e.access_key))
+                .collect()
+        };
+        let expected = vec![
+            (OffsetKind::Commit, 1, None),
+            (OffsetKind::Commit, 4, Some("user01".to_string())),
+            (OffsetKind::Reset, 2, None),
+            (OffsetKind::Reset, 1, Some("admin01".to_string())),
+            (OffsetKind::Commit, 3, Some("user01".to_string())),
+        ];
+        assert_eq!(history(&master), expected);
+        assert_eq!(
+            history(&replica),
+            expected,
+            "the replica reads every version"
+        );
+        assert_eq!(
+            replica
+                .consumer_offset("G", "T", 0)
+                .unwrap()
+                .map(|o| o.offset),
+            Some(3)
+        );
+        expected
+    };
+    // Recovery replays the same records after a restart.
+    let master = MessageStore::open(config(m_dir.path(), FlushDiskType::SyncFlush)).unwrap();
+    let history: Vec<(OffsetKind, u64, Option<String>)> = master
+        .offset_history("G", "T", Some(0))
+        .expect("history")
+        .into_iter()
+        .map(|e| (e.kind, e.offset, e.access_key))
+        .collect();
+    assert_eq!(history, expected);
+    assert_eq!(
+        master
+            .consumer_offset("G", "T", 0)
+            .unwrap()
+            .map(|o| o.offset),
+        Some(3)
+    );
 }

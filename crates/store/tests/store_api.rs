@@ -53,6 +53,7 @@ fn commit(
             offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn reset(group: &str, topic: &str, offsets: &[(u32, u64)]) -> OffsetCommand {
             })
             .collect(),
         fenced_clients: Vec::new(),
+        access_key: None,
     }
 }
 

@@ -192,6 +192,18 @@ pub struct BrokerConfig {
     /// PKCS#1 or SEC1, unencrypted).
     #[serde(rename = "tls.server.keyPath", skip_serializing_if = "Option::is_none")]
     pub tls_server_key_path: Option<PathBuf>,
+    /// The broker's own connections to the name servers (registration) use TLS (RocketMQ's
+    /// `tls.enable`), for name servers whose `tls.server.mode` is enforcing.
+    #[serde(rename = "tls.enable")]
+    pub tls_enable: bool,
+    /// PEM file of the CA (or self-signed certificate) the broker trusts for `tls.enable`
+    /// (RocketMQ's `tls.client.trustCertPath`); the name server's certificate must carry the
+    /// IP address the broker connects to.
+    #[serde(
+        rename = "tls.client.trustCertPath",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls_client_trust_cert_path: Option<PathBuf>,
     /// Most long-poll pulls the broker holds at once; a pull that would pass it is answered
     /// SYSTEM_BUSY at once (`work_limits`). ferromq's own key.
     pub pull_hold_max: u32,
@@ -286,6 +298,8 @@ impl Default for BrokerConfig {
             tls_server_mode: "disabled".into(),
             tls_server_cert_path: None,
             tls_server_key_path: None,
+            tls_enable: false,
+            tls_client_trust_cert_path: None,
             pull_hold_max: work_limits::DEFAULT_PULL_HOLD_MAX,
             pull_hold_max_per_connection: work_limits::DEFAULT_PULL_HOLD_MAX_PER_CONNECTION,
             max_in_flight_requests_per_connection:
@@ -468,14 +482,16 @@ impl BrokerConfig {
     /// [`ConfigError::Invalid`] for an unknown mode or a TLS mode without its files.
     pub fn tls_mode(&self) -> Result<crate::remoting::tls::TlsMode, ConfigError> {
         use crate::remoting::tls::TlsMode;
-        let mode = match self.tls_server_mode.to_ascii_lowercase().as_str() {
-            "disabled" => return Ok(TlsMode::Disabled),
-            "permissive" => TlsMode::Permissive,
-            "enforcing" => TlsMode::Enforcing,
-            other => {
+        let mode = match TlsMode::parse(&self.tls_server_mode) {
+            Some(TlsMode::Disabled) => return Ok(TlsMode::Disabled),
+            Some(mode) => mode,
+            None => {
                 return Err(ConfigError::Invalid {
                     key: "tls.server.mode",
-                    message: format!("{other:?} is not disabled, permissive or enforcing"),
+                    message: format!(
+                        "{:?} is not disabled, permissive or enforcing",
+                        self.tls_server_mode
+                    ),
                 })
             }
         };

@@ -193,6 +193,11 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "tls.server.keyPath",
         "the listener's TLS is set up at startup",
     ),
+    ("tls.enable", "the name-server clients are built at startup"),
+    (
+        "tls.client.trustCertPath",
+        "the name-server clients are built at startup",
+    ),
 ];
 
 /// Keys whose values GET_BROKER_CONFIG never shows (it answers with a mask instead).
@@ -489,6 +494,7 @@ mod tests {
             inner_secret_key: Some("12345678".into()),
             tls_server_cert_path: Some("cert.pem".into()),
             tls_server_key_path: Some("key.pem".into()),
+            tls_client_trust_cert_path: Some("ca.pem".into()),
             ..BrokerConfig::default()
         };
         let text = RuntimeConfig::new(&config).properties(&config);

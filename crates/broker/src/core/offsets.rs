@@ -30,8 +30,9 @@
 //!    when the queue's state justifies them — the stored offset lies outside the queue's
 //!    [min, max] and the proposal inside ([`judge_correction`]) — and fence the group's
 //!    online clients (the sender included) like a reset.
-//! 6. Every accepted commit records the caller's client id, so the log says who moved what
-//!    (and a commit from a fenced client that followed lifts its recorded fence).
+//! 6. Every accepted commit records the caller's client id and, with ACL on, the access key
+//!    the request was granted to, so the log says who moved what (and a commit from a fenced
+//!    client that followed lifts its recorded fence).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -468,6 +469,7 @@ fn single(kind: OffsetKind, caller: &Caller, request: &CommitRequest) -> OffsetC
             offset: request.offset,
         }],
         fenced_clients: Vec::new(),
+        access_key: caller.access_key.clone(),
     }
 }
 

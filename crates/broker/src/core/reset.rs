@@ -8,7 +8,9 @@
 //! - The group's consumers online now are fenced ([`super::fences`]) *before* the record is
 //!   appended, and the record names them, so the fences hold across reconnects, restarts and
 //!   (later) failovers: a running consumer cannot undo the reset (invariant 3).
-//! - Every moved queue is logged with group, topic, queue, old and new offset and the cause.
+//! - Every moved queue is logged with group, topic, queue, old and new offset and the cause;
+//!   with ACL on, the record names the access key of the administrator's request
+//!   ([`Principal`]), so `offsetHistory` says which account moved the offsets.
 //! - An internal group or a reserved topic is refused (`access`): only the broker moves
 //!   their offsets. A reset never creates a group by a typo ([`known_group`]).
 //!
@@ -22,6 +24,7 @@ use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind, Verdict};
 use ferromq_store::{ReadError, TagFilter, TimeBoundary};
 
 use super::access::{self, Request};
+use super::authorisation::Principal;
 use super::error::{Refusal, RefusalKind, ResetError};
 use super::{ack, view};
 use crate::context::BrokerContext;
@@ -59,6 +62,9 @@ pub struct ResetPlan {
     pub entries: Vec<OffsetEntry>,
     /// Client id recorded on the reset record.
     pub client_id: &'static str,
+    /// The access key the administrator's request was granted to (ACL on), recorded on the
+    /// reset record.
+    pub access_key: Option<String>,
     /// Logged with every moved queue.
     pub cause: String,
 }
@@ -111,6 +117,7 @@ async fn admit(
 /// `queue_id` only — to `target`.
 pub async fn reset(
     ctx: &BrokerContext,
+    by: &Principal,
     group: &str,
     topic: &str,
     queue_id: Option<u32>,
@@ -158,6 +165,7 @@ pub async fn reset(
         topic: topic.to_string(),
         entries,
         client_id: ADMIN_CLIENT_ID,
+        access_key: by.access_key.clone(),
         cause,
     };
     apply(ctx, plan).await
@@ -248,6 +256,7 @@ pub async fn apply(ctx: &BrokerContext, plan: ResetPlan) -> Result<ResetDone, Re
         generation: None,
         entries: plan.entries.clone(),
         fenced_clients: fenced,
+        access_key: plan.access_key.clone(),
     };
     let outcome = match ack::put_offsets(ctx, &reset).await {
         Ok(outcome) => outcome,
@@ -311,6 +320,7 @@ pub struct CloneDone {
 /// group does not subscribe to are skipped, as RocketMQ does.
 pub async fn clone_group(
     ctx: &BrokerContext,
+    by: &Principal,
     source: &str,
     destination: &str,
     topic: Option<&str>,
@@ -391,6 +401,7 @@ pub async fn clone_group(
             topic: topic.clone(),
             entries: entries.clone(),
             client_id: CLONE_CLIENT_ID,
+            access_key: by.access_key.clone(),
             cause: format!("admin clone of group {source}'s offsets"),
         };
         let applied = apply(ctx, plan).await.map_err(|error| match error {
@@ -419,6 +430,7 @@ pub async fn clone_group(
 /// when that record is damaged. Returns the reset and the record's CommitLog offset.
 pub async fn skip_damaged(
     ctx: &BrokerContext,
+    by: &Principal,
     group: &str,
     topic: &str,
     queue_id: u32,
@@ -439,6 +451,7 @@ pub async fn skip_damaged(
             offset: queue_offset.saturating_add(1),
         }],
         client_id: SKIP_CLIENT_ID,
+        access_key: by.access_key.clone(),
         cause: format!(
             "admin skipped the damaged record at queue offset {queue_offset} \
              (CommitLog offset {phys_offset})"

@@ -431,6 +431,7 @@ async fn commit_progress(ctx: &BrokerContext, level_queue: u32, next: u64) -> Re
             offset: next,
         }],
         fenced_clients: Vec::new(),
+        access_key: None,
     };
     super::ack::put_offsets(ctx, &command)
         .await

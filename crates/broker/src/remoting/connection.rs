@@ -35,7 +35,6 @@ use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingC
 use futures_util::SinkExt;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedWrite;
 
@@ -43,7 +42,7 @@ use crate::context::BrokerContext;
 use crate::core::access::Request;
 use crate::core::work_limits::InFlight;
 use crate::remoting::processor;
-use crate::remoting::tls::{TlsMode, TLS_HANDSHAKE_BYTE};
+use crate::remoting::tls::Upgraded;
 use crate::sessions::registry::ClientChannel;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
@@ -64,7 +63,8 @@ pub async fn serve(
         permit: _permit,
     } = accepted;
     let _ = stream.set_nodelay(true);
-    match upgrade(&ctx, stream, peer).await {
+    let deadline = Duration::from_millis(ctx.config.frame_read_timeout_millis);
+    match ctx.tls.upgrade(stream, peer, deadline).await {
         Ok(Upgraded::Plain(stream)) => {
             let (read_half, write_half) = stream.into_split();
             serve_io(ctx, read_half, write_half, peer, stop).await
@@ -78,45 +78,6 @@ pub async fn serve(
                 .refused("tls_handshake_failed", Request::Connection.as_str());
             tracing::warn!(%peer, %remark, "connection refused before its first request");
         }
-    }
-}
-
-/// A connection after the TLS decision of `tls.server.mode`.
-enum Upgraded {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
-}
-
-/// Applies `tls.server.mode`: plain as is; TLS through the handshake; permissive by the
-/// first byte (a TLS handshake record opens with [`TLS_HANDSHAKE_BYTE`]). Both the wait for
-/// the first byte and the handshake are bounded by `frameReadTimeoutMillis`.
-async fn upgrade(
-    ctx: &BrokerContext,
-    stream: TcpStream,
-    peer: SocketAddr,
-) -> Result<Upgraded, String> {
-    let Some(acceptor) = ctx.tls.acceptor() else {
-        return Ok(Upgraded::Plain(stream));
-    };
-    let deadline = Duration::from_millis(ctx.config.frame_read_timeout_millis);
-    if ctx.tls.mode() == TlsMode::Permissive {
-        let mut first = [0u8; 1];
-        let peeked = tokio::time::timeout(deadline, stream.peek(&mut first)).await;
-        match peeked {
-            Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_BYTE => return Ok(Upgraded::Plain(stream)),
-            Ok(Ok(1)) => {}
-            Ok(Ok(_)) => return Err("closed before its first byte".into()),
-            Ok(Err(error)) => return Err(format!("read failed: {error}")),
-            Err(_) => return Err(format!("no first byte within {deadline:?}")),
-        }
-    }
-    match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => {
-            tracing::debug!(%peer, "TLS connection");
-            Ok(Upgraded::Tls(Box::new(tls)))
-        }
-        Ok(Err(error)) => Err(format!("TLS handshake failed: {error}")),
-        Err(_) => Err(format!("TLS handshake not done within {deadline:?}")),
     }
 }
 

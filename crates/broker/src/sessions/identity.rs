@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::core::authorisation::Principal;
+
 /// Most groups whose last-member-left time is remembered.
 pub const GROUPS_TRACKED_MAX: usize = 65_536;
 
@@ -27,9 +29,20 @@ pub struct Caller {
     pub connection: u64,
     /// The client id the connection identified with, if it did.
     pub client_id: Option<String>,
+    /// With ACL on: the access key this request was granted to (per request, not per
+    /// connection: each request is signed on its own). Recorded on the offset records the
+    /// request writes, so the log says which account moved an offset.
+    pub access_key: Option<String>,
 }
 
 impl Caller {
+    /// The same caller, acting for the account `principal` (the core's ACL decision on the
+    /// request it sent).
+    pub fn granted(mut self, principal: &Principal) -> Caller {
+        self.access_key = principal.access_key.clone();
+        self
+    }
+
     /// The client id, or a stand-in naming the connection (for records and logs).
     pub fn label(&self) -> String {
         match &self.client_id {
@@ -81,6 +94,7 @@ impl Sessions {
                 .expect("sessions lock")
                 .get(&connection)
                 .cloned(),
+            access_key: None,
         }
     }
 

@@ -77,11 +77,8 @@ impl Admin {
                 .next()
                 .ok_or_else(|| anyhow!("address {addr:?} resolves to nothing"))?,
         };
-        let mut options = self.options.clone();
-        if self.namesrv.iter().any(|n| n == addr) {
-            // The name server speaks plain TCP only: TLS is for brokers.
-            options.tls = None;
-        }
+        // --tls is for every server, name servers included (as Java's `tls.enable`).
+        let options = self.options.clone();
         let client = Arc::new(RemotingClient::connect_with(resolved, options).await?);
         clients.insert(addr.to_string(), client.clone());
         Ok(client)

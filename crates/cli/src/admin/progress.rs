@@ -569,6 +569,7 @@ pub async fn history(args: OffsetHistoryArgs) -> Result<()> {
                     text("kind"),
                     text("generation"),
                     text("clientId"),
+                    text("accessKey"),
                 ]
             })
             .collect();
@@ -581,6 +582,7 @@ pub async fn history(args: OffsetHistoryArgs) -> Result<()> {
                 "Kind",
                 "Generation",
                 "Client",
+                "Access Key",
             ],
             &rows,
         );

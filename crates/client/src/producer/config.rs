@@ -59,7 +59,8 @@ pub struct ProducerConfig {
     /// ACL credentials every request is signed with (`None`: unsigned, for brokers without
     /// ACL).
     pub credentials: Option<ferromq_protocol::remoting::acl::Credentials>,
-    /// TLS (`None`: plain TCP): trusts the CA file it was built from.
+    /// TLS (`None`: plain TCP) of every connection, name servers and brokers: trusts the CA
+    /// file it was built from.
     pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
 }
 

@@ -33,6 +33,7 @@ pub mod json_header;
 pub mod language;
 pub mod limits;
 pub mod tls;
+pub mod tls_server;
 
 #[cfg(test)]
 mod tests;

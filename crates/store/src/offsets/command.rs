@@ -14,6 +14,12 @@
 //! Format version 2 is version 1 followed by the clients a reset or correction fences
 //! (`u16 count, then str client_id each`); a command fencing nobody is written as version 1,
 //! so records from before fences existed and records of commits keep their bytes.
+//!
+//! Format version 3 is version 2 whose fenced-client count may be 0, followed by the ACL
+//! access key the command was granted to (`str access_key`, never empty): with ACL on, the
+//! log says which access key moved an offset. A command without an access key (ACL off) is
+//! written as version 1 or 2 as before, so every older record keeps its bytes and every
+//! version stays readable.
 
 use std::fmt;
 
@@ -24,6 +30,9 @@ pub const OFFSET_FORMAT_VERSION: u8 = 1;
 /// The format version of a command that names fenced clients (a reset or correction issued
 /// while consumers were online), and of a view snapshot holding fences.
 pub const OFFSET_FORMAT_VERSION_FENCES: u8 = 2;
+/// The format version of a command that names the ACL access key it was granted to (commands
+/// only; view snapshots never use it).
+pub const OFFSET_FORMAT_VERSION_ACCESS_KEY: u8 = 3;
 
 /// What an offset record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +103,10 @@ pub struct OffsetCommand {
     /// fences); recorded so the fences survive a restart and replicate with the log. Empty for
     /// commits.
     pub fenced_clients: Vec<String>,
+    /// With ACL on: the access key of the account the request that issued the command was
+    /// granted to (who moved the offset). `None` with ACL off, for the broker's own commands
+    /// and in records written before access keys were recorded. Never `Some("")`.
+    pub access_key: Option<String>,
 }
 
 /// Why an offset command or offset view could not be encoded or decoded.
@@ -169,10 +182,19 @@ impl OffsetCommand {
                 max: usize::from(u16::MAX),
             }
         })?;
-        out.push(if fenced == 0 {
-            OFFSET_FORMAT_VERSION
-        } else {
-            OFFSET_FORMAT_VERSION_FENCES
+        let access_key = match self.access_key.as_deref() {
+            Some("") => {
+                return Err(OffsetCodecError::NonCanonical {
+                    reason: "an empty access key (None means no access key)",
+                    at: 0,
+                })
+            }
+            other => other,
+        };
+        out.push(match (access_key, fenced) {
+            (Some(_), _) => OFFSET_FORMAT_VERSION_ACCESS_KEY,
+            (None, 0) => OFFSET_FORMAT_VERSION,
+            (None, _) => OFFSET_FORMAT_VERSION_FENCES,
         });
         out.push(self.kind.code());
         put_str16(&mut out, "group", &self.group)?;
@@ -190,11 +212,14 @@ impl OffsetCommand {
             out.extend_from_slice(&entry.queue_id.to_be_bytes());
             out.extend_from_slice(&entry.offset.to_be_bytes());
         }
-        if fenced > 0 {
+        if fenced > 0 || access_key.is_some() {
             out.extend_from_slice(&fenced.to_be_bytes());
             for client in &self.fenced_clients {
                 put_str16(&mut out, "fenced client", client)?;
             }
+        }
+        if let Some(key) = access_key {
+            put_str16(&mut out, "access_key", key)?;
         }
         Ok(out)
     }
@@ -206,10 +231,13 @@ impl OffsetCommand {
     pub fn decode(bytes: &[u8]) -> Result<OffsetCommand, OffsetCodecError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("version")?;
-        if version != OFFSET_FORMAT_VERSION && version != OFFSET_FORMAT_VERSION_FENCES {
+        if !matches!(
+            version,
+            OFFSET_FORMAT_VERSION | OFFSET_FORMAT_VERSION_FENCES | OFFSET_FORMAT_VERSION_ACCESS_KEY
+        ) {
             return Err(OffsetCodecError::UnknownVersion {
                 found: version,
-                supported: OFFSET_FORMAT_VERSION_FENCES,
+                supported: OFFSET_FORMAT_VERSION_ACCESS_KEY,
             });
         }
         let kind_at = r.pos();
@@ -245,10 +273,10 @@ impl OffsetCommand {
             });
         }
         let mut fenced_clients = Vec::new();
-        if version == OFFSET_FORMAT_VERSION_FENCES {
+        if version >= OFFSET_FORMAT_VERSION_FENCES {
             let at = r.pos();
             let count = r.u16("fenced client count")?;
-            if count == 0 {
+            if count == 0 && version == OFFSET_FORMAT_VERSION_FENCES {
                 return Err(OffsetCodecError::NonCanonical {
                     reason: "version 2 command without fenced clients",
                     at,
@@ -257,6 +285,18 @@ impl OffsetCommand {
             for _ in 0..count {
                 fenced_clients.push(r.str16("fenced client")?);
             }
+        }
+        let mut access_key = None;
+        if version == OFFSET_FORMAT_VERSION_ACCESS_KEY {
+            let at = r.pos();
+            let key = r.str16("access_key")?;
+            if key.is_empty() {
+                return Err(OffsetCodecError::NonCanonical {
+                    reason: "version 3 command with an empty access key",
+                    at,
+                });
+            }
+            access_key = Some(key);
         }
         if r.remaining() > 0 {
             return Err(OffsetCodecError::TrailingBytes {
@@ -271,6 +311,7 @@ impl OffsetCommand {
             generation,
             entries,
             fenced_clients,
+            access_key,
         })
     }
 }
@@ -394,6 +435,7 @@ mod tests {
                 },
             ],
             fenced_clients: Vec::new(),
+            access_key: None,
         }
     }
 
@@ -427,6 +469,7 @@ mod tests {
                 offset: 5,
             }],
             fenced_clients: Vec::new(),
+            access_key: None,
         };
         let bytes = cmd.encode().unwrap();
         let expected: Vec<u8> = [
@@ -454,12 +497,12 @@ mod tests {
     #[test]
     fn decode_rejects_unknown_version() {
         let mut bytes = sample().encode().unwrap();
-        bytes[0] = 3;
+        bytes[0] = 4;
         assert_eq!(
             OffsetCommand::decode(&bytes),
             Err(OffsetCodecError::UnknownVersion {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             })
         );
     }
@@ -593,6 +636,65 @@ mod tests {
         assert_eq!(OffsetCommand::decode(&cmd.encode().unwrap()).unwrap(), cmd);
     }
 
+    #[test]
+    fn an_access_key_is_written_as_version_3_and_reads_back() {
+        let mut cmd = sample();
+        cmd.access_key = Some("user01".into());
+        let bytes = cmd.encode().unwrap();
+        assert_eq!(bytes[0], OFFSET_FORMAT_VERSION_ACCESS_KEY);
+        // Version 1's bytes, then a zero fenced count, then the key.
+        let mut plain = cmd.clone();
+        plain.access_key = None;
+        let v1 = plain.encode().unwrap();
+        assert_eq!(v1[0], OFFSET_FORMAT_VERSION);
+        assert_eq!(&bytes[1..v1.len()], &v1[1..]);
+        assert_eq!(
+            &bytes[v1.len()..],
+            &[0, 0, 0, 6, b'u', b's', b'e', b'r', b'0', b'1']
+        );
+        assert_eq!(OffsetCommand::decode(&bytes).unwrap(), cmd);
+
+        // With fenced clients too.
+        cmd.kind = OffsetKind::Reset;
+        cmd.fenced_clients = vec!["c1".into(), "c2".into()];
+        let bytes = cmd.encode().unwrap();
+        assert_eq!(bytes[0], OFFSET_FORMAT_VERSION_ACCESS_KEY);
+        assert_eq!(OffsetCommand::decode(&bytes).unwrap(), cmd);
+        cmd.access_key = None;
+        let v2 = cmd.encode().unwrap();
+        assert_eq!(v2[0], OFFSET_FORMAT_VERSION_FENCES);
+        assert_eq!(OffsetCommand::decode(&v2).unwrap(), cmd);
+    }
+
+    #[test]
+    fn an_empty_access_key_is_refused_both_ways() {
+        let mut cmd = sample();
+        cmd.access_key = Some(String::new());
+        assert!(matches!(
+            cmd.encode(),
+            Err(OffsetCodecError::NonCanonical { .. })
+        ));
+        cmd.access_key = Some("k".into());
+        let mut bytes = cmd.encode().unwrap();
+        // Cut the key to a zero-length string.
+        bytes.truncate(bytes.len() - 3);
+        bytes.extend_from_slice(&[0, 0]);
+        assert!(matches!(
+            OffsetCommand::decode(&bytes),
+            Err(OffsetCodecError::NonCanonical { .. })
+        ));
+        // A version 3 record without its key is truncated, never a keyless command.
+        let mut bytes = cmd.encode().unwrap();
+        bytes.truncate(bytes.len() - 3);
+        assert!(matches!(
+            OffsetCommand::decode(&bytes),
+            Err(OffsetCodecError::Truncated {
+                field: "access_key",
+                ..
+            })
+        ));
+    }
+
     fn arb_command() -> impl Strategy<Value = OffsetCommand> {
         (
             prop_oneof![
@@ -620,6 +722,7 @@ mod tests {
                         })
                         .collect(),
                     fenced_clients: Vec::new(),
+                    access_key: None,
                 },
             )
     }

@@ -689,6 +689,7 @@ mod tests {
                 })
                 .collect(),
             fenced_clients: Vec::new(),
+            access_key: None,
         }
     }
 
@@ -1671,6 +1672,7 @@ mod tests {
             generation,
             entries,
             fenced_clients: Vec::new(),
+            access_key: None,
         }
     }
 

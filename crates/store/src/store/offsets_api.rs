@@ -48,6 +48,9 @@ pub struct OffsetEvent {
     pub kind: OffsetKind,
     /// Who sent it.
     pub client_id: String,
+    /// With ACL on: the access key the request was granted to; `None` otherwise (and in
+    /// records written before access keys were recorded).
+    pub access_key: Option<String>,
     /// The generation it carried (commits) or established (resets, corrections).
     pub generation: Option<u64>,
     /// Topic.
@@ -382,6 +385,7 @@ impl MessageStore {
                             timestamp_ms: view.store_timestamp_ms,
                             kind: command.kind,
                             client_id: command.client_id.clone(),
+                            access_key: command.access_key.clone(),
                             generation: command.generation,
                             topic: entry.topic.clone(),
                             queue_id: entry.queue_id,
@@ -552,6 +556,7 @@ mod tests {
                 offset,
             }],
             fenced_clients: Vec::new(),
+            access_key: None,
         }
     }
 

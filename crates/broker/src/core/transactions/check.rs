@@ -313,6 +313,7 @@ async fn commit_watermarks(ctx: &BrokerContext) -> Result<(), EndError> {
             },
         ],
         fenced_clients: Vec::new(),
+        access_key: None,
     };
     let outcome = crate::core::ack::put_offsets(ctx, &command).await?;
     if !outcome.all_accepted() {

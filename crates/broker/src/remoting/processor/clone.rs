@@ -27,15 +27,21 @@ use ferromq_protocol::remoting::RemotingCommand;
 use super::code_map::error_reply;
 use super::{bad_header, success};
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
 use crate::core::reset;
 
-pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn handle(
+    ctx: &BrokerContext,
+    principal: &Principal,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<CloneGroupOffsetRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
     };
     let done = match reset::clone_group(
         ctx,
+        principal,
         &header.src_group,
         &header.dest_group,
         header.topic.as_deref(),

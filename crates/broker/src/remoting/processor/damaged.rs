@@ -12,6 +12,7 @@ use ferromq_protocol::remoting::{ExtFieldsExt, HeaderError, RemotingCommand};
 use super::code_map::error_reply;
 use super::{bad_header, success};
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
 use crate::core::reset;
 
 /// QUARANTINE_LIST: the store's quarantined ranges as JSON.
@@ -66,7 +67,11 @@ fn parse_skip(command: &RemotingCommand) -> Result<Result<SkipRequest, String>, 
 
 /// SKIP_DAMAGED_MESSAGE: reset (group, topic, queue) to `queueOffset + 1`, only when the
 /// record at `queueOffset` is damaged (`core::reset::skip_damaged`).
-pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn skip(
+    ctx: &BrokerContext,
+    principal: &Principal,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let request = match parse_skip(command) {
         Ok(Ok(request)) => request,
         Ok(Err(remark)) => return command.reply(response::INVALID_PARAMETER, Some(remark)),
@@ -78,7 +83,7 @@ pub(super) async fn skip(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         queue_id,
         queue_offset,
     } = &request;
-    match reset::skip_damaged(ctx, group, topic, *queue_id, *queue_offset).await {
+    match reset::skip_damaged(ctx, principal, group, topic, *queue_id, *queue_offset).await {
         Ok((done, phys_offset)) => {
             let body = super::reset::notify_reset(ctx, group, topic, &done, 0, false);
             let mut reply = super::reset::reset_reply(command, &body, done.generation);

@@ -4,8 +4,10 @@
 //!
 //! Ext fields: `group`, `topic` (required), `queueId` (optional), `since` (optional, store
 //! time in ms; older events are left out). Reply body: a JSON array of
-//! `{"time","queueId","offset","kind","clientId","generation","physOffset"}`; `generation`
-//! is null for a commit that carried none.
+//! `{"time","queueId","offset","kind","clientId","accessKey","generation","physOffset"}`;
+//! `generation` is null for a commit that carried none, `accessKey` (the ACL account the
+//! request that moved the offset was granted to) is null with ACL off and in records written
+//! before access keys were recorded.
 
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::{ExtFieldsExt, RemotingCommand};
@@ -87,6 +89,7 @@ fn event_json(event: &OffsetEvent) -> serde_json::Value {
         "offset": event.offset,
         "kind": event.kind.as_str(),
         "clientId": event.client_id,
+        "accessKey": event.access_key,
         "generation": event.generation,
         "physOffset": event.phys_offset,
     })

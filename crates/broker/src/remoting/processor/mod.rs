@@ -49,7 +49,7 @@ pub async fn handle(
         );
     }
     // ACL: every request kind, once, before anything else reads it.
-    let _principal = match authorise::check(ctx, channel.peer.ip(), &command) {
+    let principal = match authorise::check(ctx, channel.peer.ip(), &command) {
         Ok(principal) => principal,
         Err(refused) => return refused,
     };
@@ -58,10 +58,10 @@ pub async fn handle(
             send::handle(ctx, channel, &command).await
         }
         request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
-            pull::handle(ctx, channel, &command).await
+            pull::handle(ctx, channel, &principal, &command).await
         }
         request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command).await,
-        request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, channel, &command).await,
+        request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, channel, &principal, &command).await,
         request::GET_MAX_OFFSET => admin::max_offset(ctx, &command).await,
         request::GET_MIN_OFFSET => admin::min_offset(ctx, &command),
         request::SEARCH_OFFSET_BY_TIMESTAMP => admin::search_offset(ctx, &command),
@@ -84,10 +84,10 @@ pub async fn handle(
         request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &command),
         request::GET_SUBSCRIPTIONGROUP_CONFIG => admin::group_config(ctx, &command),
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &command).await,
-        request::INVOKE_BROKER_TO_RESET_OFFSET => reset::handle(ctx, &command).await,
+        request::INVOKE_BROKER_TO_RESET_OFFSET => reset::handle(ctx, &principal, &command).await,
         crate::codes::OFFSET_HISTORY => history::handle(ctx, &command).await,
         crate::codes::QUARANTINE_LIST => damaged::list(ctx, &command),
-        crate::codes::SKIP_DAMAGED_MESSAGE => damaged::skip(ctx, &command).await,
+        crate::codes::SKIP_DAMAGED_MESSAGE => damaged::skip(ctx, &principal, &command).await,
         request::GET_BROKER_RUNTIME_INFO => broker_info::runtime_info(ctx, &command),
         request::GET_BROKER_CONFIG => broker_info::get_config(ctx, &command),
         request::GET_BROKER_HA_STATUS => broker_info::ha_status(ctx, &command),
@@ -95,7 +95,7 @@ pub async fn handle(
         request::UPDATE_BROKER_CONFIG => broker_info::update_config(ctx, &command),
         request::NOTIFY_BROKER_ROLE_CHANGED => broker_info::role_changed(ctx, &command),
         request::QUERY_MESSAGE => query::handle(ctx, &command).await,
-        request::CLONE_GROUP_OFFSET => clone::handle(ctx, &command).await,
+        request::CLONE_GROUP_OFFSET => clone::handle(ctx, &principal, &command).await,
         request::GET_CONSUMER_CONNECTION_LIST => connection::handle(ctx, &command),
         request::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by::handle(ctx, &command).await,
         request::GET_CONSUMER_RUNNING_INFO => running_info::handle(ctx, &command).await,

@@ -20,6 +20,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use super::bad_header;
 use super::code_map::error_reply;
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
 use crate::core::offsets::{self, CommitKind, CommitRequest, Committed};
 use crate::sessions::registry::ClientChannel;
 
@@ -69,6 +70,7 @@ pub(super) async fn query(ctx: &BrokerContext, command: &RemotingCommand) -> Rem
 pub(super) async fn update(
     ctx: &BrokerContext,
     channel: &ClientChannel,
+    principal: &Principal,
     command: &RemotingCommand,
 ) -> RemotingCommand {
     let header = match command.decode_header::<UpdateConsumerOffsetRequestHeader>() {
@@ -101,7 +103,7 @@ pub(super) async fn update(
             CommitKind::Update
         },
     };
-    let caller = ctx.sessions.caller(channel.id);
+    let caller = ctx.sessions.caller(channel.id).granted(principal);
     match offsets::commit(ctx, &caller, &request).await {
         Ok(Committed::Stored) => command.reply(response::SUCCESS, None),
         Ok(Committed::OfflineReset { .. }) => command.reply(response::SUCCESS, None),

@@ -20,6 +20,7 @@ use ferromq_store::{GetResult, GetStatus};
 use super::bad_header;
 use super::code_map::error_reply;
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
 use crate::core::pull::{self, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX};
 use crate::sessions::registry::ClientChannel;
 
@@ -33,6 +34,7 @@ pub const PULL_SYSFLAG_SUBSCRIPTION: i32 = 0x4;
 pub(super) async fn handle(
     ctx: &std::sync::Arc<BrokerContext>,
     channel: &ClientChannel,
+    principal: &Principal,
     command: &RemotingCommand,
 ) -> RemotingCommand {
     let header = match command.decode_header::<PullMessageRequestHeader>() {
@@ -40,7 +42,7 @@ pub(super) async fn handle(
         Err(error) => return bad_header(command, error),
     };
     let request = request_of(ctx, &header);
-    let caller = ctx.sessions.caller(channel.id);
+    let caller = ctx.sessions.caller(channel.id).granted(principal);
     // The writer of a closed connection drops its receiver.
     let closed = channel.tx.closed();
     match pull::pull(ctx, &caller, &request, &channel.held_pulls, closed).await {

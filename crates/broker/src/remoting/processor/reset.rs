@@ -20,9 +20,14 @@ use ferromq_protocol::remoting::{LanguageCode, RemotingCommand};
 use super::code_map::error_reply;
 use super::{bad_header, success};
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
 use crate::core::reset::{self, ResetDone, ResetTarget};
 
-pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> RemotingCommand {
+pub(super) async fn handle(
+    ctx: &BrokerContext,
+    principal: &Principal,
+    command: &RemotingCommand,
+) -> RemotingCommand {
     let header = match command.decode_header::<ResetOffsetRequestHeader>() {
         Ok(header) => header,
         Err(error) => return bad_header(command, error),
@@ -35,7 +40,16 @@ pub(super) async fn handle(ctx: &BrokerContext, command: &RemotingCommand) -> Re
         None if header.timestamp < 0 => ResetTarget::Max,
         None => ResetTarget::Time(header.timestamp),
     };
-    let done = match reset::reset(ctx, &header.group, &header.topic, queue_id, target).await {
+    let done = match reset::reset(
+        ctx,
+        principal,
+        &header.group,
+        &header.topic,
+        queue_id,
+        target,
+    )
+    .await
+    {
         Ok(done) => done,
         Err(error) => return error_reply(command, &error),
     };
