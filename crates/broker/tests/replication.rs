@@ -406,6 +406,88 @@ async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
     master.shutdown().await.unwrap();
 }
 
+/// Offsets always travel the synchronous path (both master roles): a commit is acknowledged
+/// only once the in-sync slave holds what its verdict rests on. Also a commit that writes
+/// nothing because an earlier, not yet replicated record holds its value already ("unchanged")
+/// — once the local write of that record is done. `ferromq chaos` seed 2006 caught two
+/// consumers' commits acknowledged in a millisecond that way while the slave was paused:
+/// held by no replica, invisible to offset reads for 1.3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_resting_on_an_unreplicated_record_waits_for_the_in_sync_slave() {
+    for role in ["SYNC_MASTER", "ASYNC_MASTER"] {
+        let dir = tempfile::tempdir().unwrap();
+        let master = Broker::start(BrokerConfig {
+            flush_disk_type: "ASYNC_FLUSH".into(),
+            ..master_config(dir.path(), role)
+        })
+        .await
+        .unwrap();
+        let producer = client(master.local_addr()).await;
+        for i in 0..3 {
+            let reply = send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
+            assert_eq!(reply.code, response::SUCCESS, "{role}: {:?}", reply.remark);
+        }
+        let store = master.context().store.clone();
+        eventually("the messages visible", || {
+            store.queue_bounds("T", 0) == Some((0, 3))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let replication = master.context().replication.clone();
+        let mut slave = FakeSlave::join(&master, 7).await;
+        eventually("the fake slave in sync", || {
+            replication.runtime().in_sync_members == 2
+        })
+        .await;
+
+        let held = store.committed_end();
+        let spawn_commit = || {
+            let addr = master.local_addr();
+            tokio::spawn(async move {
+                let committer = client(addr).await;
+                commit(&committer, "T", 0, 2).await
+            })
+        };
+        let first = spawn_commit();
+        // The slave keeps talking (a silent one is dropped from the set) but holds nothing
+        // new; meanwhile the first commit's record is written locally.
+        let mut second = None;
+        for round in 0..8 {
+            slave.ack(held).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if round == 3 {
+                second = Some(spawn_commit());
+            }
+        }
+        let second = second.unwrap();
+        assert!(
+            store.committed_end() > held,
+            "{role}: the record is written locally"
+        );
+        for (name, pending) in [("first", &first), ("second (unchanged)", &second)] {
+            assert!(
+                !pending.is_finished(),
+                "{role}: the {name} commit was answered while no replica held its record"
+            );
+        }
+        slave.ack(store.committed_end()).await;
+        for pending in [first, second] {
+            let reply = tokio::time::timeout(Duration::from_secs(5), pending)
+                .await
+                .expect("the commit completes once the slave holds it")
+                .unwrap();
+            assert_eq!(reply.code, response::SUCCESS, "{role}: {:?}", reply.remark);
+        }
+        let read = common::query(&producer, "T", 0).await;
+        assert_eq!(read.code, response::SUCCESS, "{role}: {:?}", read.remark);
+        let header = read
+            .decode_header::<ferromq_protocol::remoting::headers::offset::QueryConsumerOffsetResponseHeader>()
+            .unwrap();
+        assert_eq!(header.offset, 2, "{role}: readable once acknowledged");
+        master.shutdown().await.unwrap();
+    }
+}
+
 /// R7: a slave behind a consumer's committed offset answers "not found" at that offset,
 /// never an offset correction that would move the consumer back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,6 +216,7 @@ impl Builder {
         self.check_with(CheckOptions {
             durability,
             duplicate_bound: None,
+            failover_slack: 0,
         })
     }
 
@@ -945,9 +946,11 @@ fn restart_history(committed: u64, resume: u64) -> Builder {
 
 #[test]
 fn duplicate_bound_exceeded_is_caught() {
+    // The failover slack does not loosen a consumer restart's bound.
     let bounded = CheckOptions {
         durability: Durability::Sync,
         duplicate_bound: Some(100),
+        failover_slack: 50,
     };
     // Committed 3 of 5 delivered: at most 2 may come again; 4 came again.
     let builder = restart_history(3, 1);
@@ -1295,6 +1298,7 @@ fn options(durability: Durability, duplicate_bound: Option<u64>) -> CheckOptions
     CheckOptions {
         durability,
         duplicate_bound,
+        failover_slack: 0,
     }
 }
 
@@ -1496,6 +1500,43 @@ fn failover_duplicates_within_their_bound_pass() {
     assert_eq!(report.failovers.count, 1);
     assert_eq!(report.failovers.items[0].duplicates, 0);
     assert_eq!(report.duplicates.max_per_failover, 0);
+}
+
+#[test]
+fn failover_slack_covers_what_a_consumer_read_before_it_learned_of_the_failover() {
+    // Consumer 0 reads 0..5 and commits 3; the master dies and the group fails over; the
+    // consumer, still on the old route, reads 5..7 without a commit, then learns of the
+    // failover and resumes at 3: 3, 4, 5 and 6 come again.
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..8, 0, 0)
+        .start(reader, 0, 0)
+        .delivers(reader, 0, 0, 0..5)
+        .commit(reader, 0, 3)
+        .kill_role(NodeRole::Master)
+        .failover("broker-a", 2)
+        .delivers(reader, 0, 0, 5..7)
+        .stop(reader, 0)
+        .start(reader, 0, 3)
+        .delivers(reader, 0, 0, 3..8)
+        .drain(true);
+    let strict = builder.check_with(options(Durability::Sync, Some(100)));
+    assert_eq!(failed(&strict), ["K6 failover duplicates over bound"]);
+    let item = &strict.duplicates.failover_bound_exceeded.items[0];
+    assert_eq!((item.duplicates, item.bound), (4, 2));
+
+    let mut slack = options(Durability::Sync, Some(100));
+    slack.failover_slack = 2;
+    let report = builder.check_with(slack);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.failover, 4);
+
+    slack.failover_slack = 1;
+    let report = builder.check_with(slack);
+    assert_eq!(failed(&report), ["K6 failover duplicates over bound"]);
+    let item = &report.duplicates.failover_bound_exceeded.items[0];
+    assert_eq!((item.duplicates, item.bound), (4, 3));
 }
 
 #[test]

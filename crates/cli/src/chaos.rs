@@ -161,6 +161,7 @@ pub fn run_chaos(args: &ChaosArgs) -> Result<()> {
         &CheckOptions {
             durability,
             duplicate_bound: Some(args.duplicate_bound),
+            failover_slack: ferromq_chaos::workload::pull::FAILOVER_SLACK,
         },
     );
     let summary = summary(&config, &outcome, &report)?;

@@ -383,6 +383,20 @@ impl OffsetError {
         }
     }
 
+    /// True for a commit refused as a stale generation: on a ferromq broker, either a commit
+    /// from a connection that has not identified its client (no heartbeat yet) on a queue a
+    /// reset fences, or one from a client the reset fenced. After a heartbeat the first is
+    /// accepted; the second is refused again (the client follows the reset on its next pull).
+    pub fn is_unidentified(&self) -> bool {
+        matches!(
+            self,
+            OffsetError::Rejected {
+                reason: RejectReason::StaleGeneration,
+                ..
+            }
+        )
+    }
+
     /// True when the outcome is unknown and the same commit may be retried (transport failure
     /// or not durable).
     pub fn is_retriable(&self) -> bool {

@@ -35,8 +35,8 @@ pub use lite_pull::{TransactionalBatch, TransactionalError};
 pub use message::{Message, MessageExt};
 pub use offset_store::CORRECTION_EXT;
 pub use offset_store::{
-    BrokerOffsetStore, Claim, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
-    Persister, ReadMode,
+    BrokerOffsetStore, Claim, Identify, LocalFileOffsetStore, OffsetStore, OffsetStoreStats,
+    PersistHooks, PersistReport, Persister, ReadMode,
 };
 pub use producer::{
     BatchSendResult, Producer, ProducerConfig, ProducerStats, QueueSelection, QueueSelector,

@@ -61,7 +61,7 @@ use ferromq_protocol::remoting::RemotingCommand;
 use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
-use crate::error::{ClientError, OffsetError, RejectReason};
+use crate::error::{ClientError, OffsetError};
 use crate::message::{decode_pull_body, MessageExt};
 use crate::offset_store::{BrokerOffsetStore, OffsetStore, PersistReport, ReadMode};
 use crate::read_failover::{MasterState, ReadFailover};
@@ -811,14 +811,7 @@ impl PullConsumer {
         self.inner.offsets.remove(queue);
         self.inner.offsets.update(queue, offset);
         let result = self.inner.offsets.persist(queue).await;
-        let unidentified = matches!(
-            &result,
-            Err(OffsetError::Rejected {
-                reason: RejectReason::StaleGeneration,
-                ..
-            })
-        );
-        if !unidentified {
+        if !result.as_ref().is_err_and(OffsetError::is_unidentified) {
             return result;
         }
         if let Err(error) = self.heartbeat().await {

@@ -71,7 +71,9 @@ pub async fn put_messages(
 }
 
 /// Appends an offset command (judged by the store's offset rules under its append lock) and
-/// waits for the acknowledgement of its record, if one was written.
+/// waits for the acknowledgement of what its verdicts rest on: its record, or, when nothing
+/// was written, everything appended before the judgement. Always, also when the local flush
+/// covers it already: the in-sync replicas must hold it too.
 pub async fn put_offsets(
     ctx: &BrokerContext,
     command: &OffsetCommand,
@@ -82,9 +84,7 @@ pub async fn put_offsets(
         .store
         .append_offsets(command)
         .map_err(|error| WriteError::from_store(what, error))?;
-    if let Some(ticket) = ticket {
-        acknowledged_progress(ctx, ticket, what).await?;
-    }
+    acknowledged_progress(ctx, ticket, what).await?;
     Ok(outcome)
 }
 
@@ -100,9 +100,7 @@ pub async fn put_correction(
         .store
         .append_correction(command, expected)
         .map_err(|error| WriteError::from_store("correction", error))?;
-    if let Some(ticket) = ticket {
-        acknowledged_progress(ctx, ticket, "correction").await?;
-    }
+    acknowledged_progress(ctx, ticket, "correction").await?;
     Ok(outcome)
 }
 

@@ -129,7 +129,9 @@
 //!
 //! Failover bound, the same per failover: at each `Failover` the checker snapshots, per queue
 //! of the group known so far, `H` and `C` as above; the duplicates attributed to that
-//! failover on queue q must be ≤ `max(H + 1 − C, 0)` (0 when nothing was delivered on q), and
+//! failover on queue q must be ≤ `max(H + 1 − C, 0) + S` (`H + 1 − C` is 0 when nothing was
+//! delivered on q; `S` is [`CheckOptions::failover_slack`]: a consumer learns of a failover
+//! only after it, and what it reads meanwhile is not committed, up to its window), and
 //! with `duplicate_bound` set the failover's total must be ≤ that cap. Over-bound failovers
 //! are always listed (`duplicates.failover_bound_exceeded`) and fail K6 only when
 //! `duplicate_bound` is set. `failovers` lists every failover with its duplicates;
@@ -200,6 +202,12 @@ pub struct CheckOptions {
     /// When set, K6 fails on a consumer restart or a failover whose duplicates exceed the
     /// bound computed from the history, or exceed this absolute cap.
     pub duplicate_bound: Option<u64>,
+    /// Per queue, added to each failover's computed bound: how many messages a consumer may
+    /// deliver past its last acknowledged commit before it learns of the failover (its
+    /// uncommitted window plus one pull batch). A consumer goes on reading from the deposed
+    /// master's route until it sees the new one, and its commits are refused meanwhile; what
+    /// it read then comes again from the new master's committed offset.
+    pub failover_slack: u64,
 }
 
 /// Checks `history` against K1–K7; see the module docs for the exact rules.

@@ -437,7 +437,7 @@ fn failover_duplicates(
         let mut queues: Vec<_> = failover.duplicates.iter().collect();
         queues.sort_unstable();
         for (queue, count) in queues {
-            let bound = failover_bound(failover, *queue);
+            let bound = failover_bound(failover, *queue, options.failover_slack);
             if *count > bound {
                 let queue = Some(scan.queues[*queue as usize].clone());
                 let item = exceeded(queue, *count, bound);
@@ -452,12 +452,15 @@ fn failover_duplicates(
     records
 }
 
-/// `max(H + 1 − C, 0)` for `queue` at `failover` (0 when nothing was delivered on it).
-fn failover_bound(failover: &FailoverState, queue: QueueIndex) -> u64 {
+/// `max(H + 1 − C, 0) + slack` for `queue` at `failover` (`H + 1 − C` is 0 when nothing was
+/// delivered on it); `slack` is [`CheckOptions::failover_slack`].
+fn failover_bound(failover: &FailoverState, queue: QueueIndex, slack: u64) -> u64 {
     let (max_delivered, committed) = failover
         .snapshot
         .get(&queue)
         .copied()
         .unwrap_or((None, None));
-    max_delivered.map_or(0, |max| (max + 1).saturating_sub(committed.unwrap_or(0)))
+    let uncommitted =
+        max_delivered.map_or(0, |max| (max + 1).saturating_sub(committed.unwrap_or(0)));
+    uncommitted.saturating_add(slack)
 }

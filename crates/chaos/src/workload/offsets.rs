@@ -275,6 +275,14 @@ impl OffsetStore for RecordingStore {
         self.inner.remove(queue);
     }
 
+    fn reports_acknowledged(&self) -> bool {
+        true
+    }
+
+    fn acknowledged(&self, queue: &MessageQueue) -> Option<u64> {
+        self.table().committed.get(queue).copied()
+    }
+
     fn stats(&self) -> OffsetStoreStats {
         self.inner.stats()
     }

@@ -12,7 +12,9 @@
 //!   there (the broker accepts it only when justified);
 //! - a commit refused as a regression (another member got further during a rebalance): the
 //!   queue restarts at the committed offset read back;
-//! - losing a queue: `QueueStop` (its last batch is already committed).
+//! - losing a queue: `QueueStop` (its last batch is already committed);
+//! - [`UNCOMMITTED_MAX`] past the last acknowledged commit (commits keep failing, e.g. to a
+//!   deposed master): no more pulls of the queue, only the commit again, until one lands.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +39,13 @@ use crate::recorder::Recorder;
 pub const PULL_BATCH_MAX: u32 = 32;
 /// How often the session recomputes its queues.
 pub const REBALANCE_INTERVAL: Duration = Duration::from_secs(1);
+/// Largest distance a queue is pulled past its last acknowledged commit (the push sessions
+/// use the same window): bounds what comes again after a failover.
+pub const UNCOMMITTED_MAX: u64 = 256;
+/// The checker's per-queue failover slack for these consumers
+/// ([`CheckOptions::failover_slack`](crate::checker::CheckOptions::failover_slack)): the
+/// window plus the one pull that may cross it.
+pub const FAILOVER_SLACK: u64 = UNCOMMITTED_MAX + PULL_BATCH_MAX as u64;
 /// Pause when no owned queue had anything new.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
@@ -51,6 +60,8 @@ pub struct PullSession {
     pool: ConnectionPool,
     /// Next offset to pull per owned queue.
     owned: BTreeMap<MessageQueue, u64>,
+    /// Per owned queue, the last offset the broker acknowledged (or the start offset).
+    acked: BTreeMap<MessageQueue, u64>,
 }
 
 impl PullSession {
@@ -86,6 +97,7 @@ impl PullSession {
                 ..ClientOptions::default()
             }),
             owned: BTreeMap::new(),
+            acked: BTreeMap::new(),
         })
     }
 
@@ -150,6 +162,7 @@ impl PullSession {
             .collect();
         for queue in gone {
             self.owned.remove(&queue);
+            self.acked.remove(&queue);
             self.client.offset_store().remove(&queue);
             self.active
                 .stop(&self.recorder, self.consumer, &queue_of(&queue));
@@ -193,6 +206,7 @@ impl PullSession {
         self.active
             .start(&self.recorder, self.consumer, ConsumerKind::Pull, q, offset);
         self.owned.insert(queue.clone(), offset);
+        self.acked.insert(queue.clone(), offset);
     }
 
     /// One pull of `queue`; true when it found messages.
@@ -200,6 +214,12 @@ impl PullSession {
         let Some(&offset) = self.owned.get(queue) else {
             return false;
         };
+        let acked = self.acked.get(queue).copied().unwrap_or(offset);
+        if offset.saturating_sub(acked) >= UNCOMMITTED_MAX {
+            // At the window: commit again instead of reading further.
+            self.commit(queue, offset).await;
+            return false;
+        }
         match self.client.pull(queue, "*", offset, PULL_BATCH_MAX).await {
             Ok(PullResult::Found {
                 messages,
@@ -244,6 +264,9 @@ impl PullSession {
         let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.offset_store().correct(queue, offset).await;
         self.record_commit(queue, offset, sent_ms, &result);
+        if result.is_ok() {
+            self.acked.insert(queue.clone(), offset);
+        }
     }
 
     /// Records the outcome of a commit (or correction) of `offset` sent at `sent_ms`.
@@ -264,6 +287,9 @@ impl PullSession {
         let sent_ms = self.recorder.elapsed_ms();
         let result = self.client.commit(queue, offset).await;
         self.record_commit(queue, offset, sent_ms, &result);
+        if result.is_ok() {
+            self.acked.insert(queue.clone(), offset);
+        }
         if matches!(
             result,
             Err(OffsetError::Rejected {
@@ -273,6 +299,7 @@ impl PullSession {
         ) {
             self.client.offset_store().remove(queue);
             self.owned.remove(queue);
+            self.acked.remove(queue);
             self.take(queue).await;
         }
     }

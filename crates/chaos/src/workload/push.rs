@@ -49,6 +49,7 @@ pub async fn start(
         pull_error_backoff: Duration::from_millis(200),
         rebalance_interval: Duration::from_secs(1),
         persist_interval: Duration::from_millis(500),
+        max_uncommitted_per_queue: super::pull::UNCOMMITTED_MAX,
         heartbeat_interval: Duration::from_secs(1),
         request_timeout: REQUEST_TIMEOUT,
         shutdown_timeout: Duration::from_secs(5),

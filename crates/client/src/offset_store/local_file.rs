@@ -265,6 +265,14 @@ impl OffsetStore for LocalFileOffsetStore {
         self.table.lock().remove(queue);
     }
 
+    fn reports_acknowledged(&self) -> bool {
+        true
+    }
+
+    fn acknowledged(&self, queue: &MessageQueue) -> Option<u64> {
+        self.table.acknowledged(queue)
+    }
+
     fn stats(&self) -> OffsetStoreStats {
         self.counters.snapshot()
     }

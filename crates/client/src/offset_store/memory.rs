@@ -40,6 +40,11 @@ impl Table {
         self.lock().get(queue).copied()
     }
 
+    /// The last persisted offset of `queue` ([`OffsetStore::acknowledged`](super::OffsetStore::acknowledged)).
+    pub(super) fn acknowledged(&self, queue: &MessageQueue) -> Option<u64> {
+        self.lock().get(queue).and_then(|e| e.persisted)
+    }
+
     pub(super) fn mark_persisted(&self, queue: &MessageQueue, offset: u64) {
         if let Some(e) = self.lock().get_mut(queue) {
             e.persisted = Some(offset);

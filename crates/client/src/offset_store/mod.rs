@@ -41,7 +41,7 @@ use crate::error::OffsetError;
 
 pub use broker::BrokerOffsetStore;
 pub use local_file::LocalFileOffsetStore;
-pub use persister::Persister;
+pub use persister::{Identify, PersistHooks, Persister};
 
 /// Ext field with which [`BrokerOffsetStore`] marks the commit sent by
 /// [`OffsetStore::correct`] as a correction (ferromq extension, value `true`; see
@@ -180,6 +180,22 @@ pub trait OffsetStore: Send + Sync + std::fmt::Debug {
 
     /// Counters.
     fn stats(&self) -> OffsetStoreStats;
+
+    /// The offset of `queue` the store last acknowledged from this consumer (the value of
+    /// its last successful persist or correction, or the stored value it read), `None` when
+    /// nothing was acknowledged since the queue entered memory (or was forgotten, reset or
+    /// forced). Consumers bound how far they consume past it, only when
+    /// [`OffsetStore::reports_acknowledged`] is true.
+    fn acknowledged(&self, queue: &MessageQueue) -> Option<u64> {
+        let _ = queue;
+        None
+    }
+
+    /// True when [`OffsetStore::acknowledged`] reports acknowledgements. The default (a store
+    /// that does not track them) is false: consumers then apply no uncommitted window.
+    fn reports_acknowledged(&self) -> bool {
+        false
+    }
 
     /// Takes `queue` over for this consumer and reads its stored offset. Consumers call it
     /// whenever a queue (re)enters their assignment: at start, after every rebalance and

@@ -74,8 +74,8 @@ use crate::connections::ConnectionPool;
 use crate::error::{ClientError, OffsetError};
 use crate::message::MessageExt;
 use crate::offset_store::{
-    BrokerOffsetStore, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistReport,
-    Persister,
+    BrokerOffsetStore, Identify, LocalFileOffsetStore, OffsetStore, OffsetStoreStats, PersistHooks,
+    PersistReport, Persister,
 };
 use crate::pull_consumer::{PullConsumer, PullConsumerConfig};
 use crate::route::RouteCache;
@@ -194,6 +194,13 @@ pub struct PushConsumerConfig {
     pub rebalance_interval: Duration,
     /// Periodic offset persist.
     pub persist_interval: Duration,
+    /// Stop pulling a queue while it is this many offsets past the last commit its store
+    /// acknowledged (pulled, whether consumed or not, but not durably committed), and persist
+    /// at once. This bounds what a restart, a rebalance or a failover can deliver again when
+    /// commits fail (an unreachable or deposed master): without it a consumer whose commits
+    /// are refused consumes on without limit and all of it comes back. Only stores that report
+    /// [`OffsetStore::acknowledged`] are bounded.
+    pub max_uncommitted_per_queue: u64,
     /// Heartbeat period.
     pub heartbeat_interval: Duration,
     /// Deliveries before the broker moves a message to the DLQ.
@@ -238,6 +245,7 @@ impl Default for PushConsumerConfig {
             pull_error_backoff: Duration::from_secs(1),
             rebalance_interval: Duration::from_secs(20),
             persist_interval: Duration::from_secs(5),
+            max_uncommitted_per_queue: 10_000,
             heartbeat_interval: Duration::from_secs(30),
             max_reconsume_times: 16,
             send_back_delay_level: 0,
@@ -277,6 +285,9 @@ pub struct PushConsumerStats {
     pub corrections: u64,
     /// Times a queue's pulling paused for flow control.
     pub flow_control_pauses: u64,
+    /// Times a queue's pulling paused because it reached `max_uncommitted_per_queue` past its
+    /// last acknowledged commit.
+    pub commit_window_pauses: u64,
     /// Rebalances run.
     pub rebalances: u64,
     /// Queues moved by a RESET_CONSUMER_CLIENT_OFFSET push.
@@ -294,6 +305,7 @@ struct Counters {
     batches_discarded: AtomicU64,
     corrections: AtomicU64,
     flow_control_pauses: AtomicU64,
+    commit_window_pauses: AtomicU64,
     rebalances: AtomicU64,
     resets_applied: AtomicU64,
 }
@@ -315,6 +327,7 @@ impl Counters {
             batches_discarded: get(&self.batches_discarded),
             corrections: get(&self.corrections),
             flow_control_pauses: get(&self.flow_control_pauses),
+            commit_window_pauses: get(&self.commit_window_pauses),
             rebalances: get(&self.rebalances),
             resets_applied: get(&self.resets_applied),
         }
@@ -369,6 +382,8 @@ struct Inner {
     server_tasks: Mutex<Vec<JoinHandle<()>>>,
     /// When the consumer started, ms since the epoch (GET_CONSUMER_RUNNING_INFO).
     started_ms: i64,
+    /// Wakes the persister (a queue paused on its uncommitted window).
+    persist_now: Arc<Notify>,
 }
 
 impl Inner {
@@ -513,6 +528,7 @@ impl PushConsumer {
             counters: Counters::default(),
             server_tasks: Mutex::new(Vec::new()),
             started_ms: queue::now_ms(),
+            persist_now: Arc::new(Notify::new()),
             config,
         });
         for (topic, _) in &inner.subscriptions {
@@ -524,10 +540,14 @@ impl PushConsumer {
             tracing::warn!(%error, "first heartbeat failed");
         }
         session::rebalance(&inner).await;
-        let persister = Persister::spawn(
+        let persister = Persister::spawn_with(
             offsets,
             inner.config.persist_interval,
             inner.config.persist_interval * 8,
+            PersistHooks {
+                identify: Some(identify_hook(&inner)),
+                wake: inner.persist_now.clone(),
+            },
         );
         let mut tasks = vec![
             tokio::spawn(session::heartbeat_loop(inner.clone())),
@@ -668,6 +688,23 @@ impl PushConsumer {
             unregister_failures,
         })
     }
+}
+
+/// Heartbeats to every known master before the persister retries a commit refused as
+/// unidentified (a connection opened after the last heartbeat, e.g. to a new master after a
+/// failover, on a queue a reset fences). Holds the consumer weakly: the persister must not
+/// keep a dropped consumer alive.
+fn identify_hook(inner: &Arc<Inner>) -> Identify {
+    let weak = Arc::downgrade(inner);
+    Arc::new(move || {
+        let weak = weak.clone();
+        Box::pin(async move {
+            match weak.upgrade() {
+                Some(inner) => session::heartbeat(&inner).await,
+                None => Err(ClientError::Config("the consumer was dropped".into())),
+            }
+        })
+    })
 }
 
 impl Drop for PushConsumer {

@@ -33,6 +33,9 @@ struct State {
     bytes: usize,
     /// Next offset to pull (`None` until the start offset is known).
     next: Option<u64>,
+    /// The offset the queue (re)started from: a value the store holds, so the floor of the
+    /// uncommitted window until the store acknowledges a commit of this queue.
+    baseline: u64,
     /// Bumped by a correction; results of older generations are not committed (C8).
     generation: u64,
     /// Last pull answered (messages or none), ms since the epoch; 0 before the first.
@@ -200,6 +203,7 @@ impl ProcessQueue {
         s.in_flight.clear();
         s.bytes = 0;
         s.next = Some(offset);
+        s.baseline = offset;
     }
 
     /// An offset reset pushed by the broker: new generation at `offset`, cached messages
@@ -212,6 +216,7 @@ impl ProcessQueue {
             s.in_flight.clear();
             s.bytes = 0;
             s.next = Some(offset);
+            s.baseline = offset;
             if !self.dropped.load(Ordering::SeqCst) {
                 // Forget what was persisted: the broker's offset moved, so the next persist
                 // must be sent even if it repeats a value acknowledged before the reset.
@@ -243,7 +248,21 @@ impl ProcessQueue {
     }
 
     fn set_start(&self, offset: u64) {
-        self.state().next = Some(offset);
+        let mut s = self.state();
+        s.next = Some(offset);
+        s.baseline = offset;
+    }
+
+    /// How far the queue has been pulled past the last commit `store` acknowledged (or past
+    /// its start, before the first acknowledgement): what a restart from the store would
+    /// deliver again. 0 when the store does not report acknowledgements (no window).
+    fn uncommitted(&self, store: &dyn OffsetStore) -> u64 {
+        if !store.reports_acknowledged() {
+            return 0;
+        }
+        let s = self.state();
+        let floor = store.acknowledged(&self.queue).unwrap_or(s.baseline);
+        s.next.map_or(0, |next| next.saturating_sub(floor))
     }
 }
 
@@ -266,6 +285,7 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
     };
     pq.set_start(start);
     let mut paused = false;
+    let mut window = CommitWindow::default();
     loop {
         if pq.is_stopped() {
             return;
@@ -298,6 +318,12 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
             continue;
         }
         paused = false;
+        if window.holds(&inner, &pq) {
+            if pq.sleep(Duration::from_millis(20)).await {
+                return;
+            }
+            continue;
+        }
         if inner.orderly_locks() && !pq.lock_valid() {
             if pq.sleep(Duration::from_millis(50)).await {
                 return;
@@ -386,7 +412,7 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
             }
             Err(error) => {
                 tracing::warn!(queue = ?pq.queue, %error, "pull failed; backing off");
-                if matches!(error, ClientError::Transport { .. }) {
+                if error.signals_master_change() {
                     inner.routes.invalidate(&pq.queue.topic);
                 }
                 if pq.sleep(cfg.pull_error_backoff).await {
@@ -394,6 +420,39 @@ pub(super) async fn run(inner: Arc<Inner>, pq: Arc<ProcessQueue>) {
                 }
             }
         }
+    }
+}
+
+/// The uncommitted-window gate of one queue's pull task
+/// ([`PushConsumerConfig::max_uncommitted_per_queue`](super::PushConsumerConfig)).
+#[derive(Debug, Default)]
+struct CommitWindow {
+    /// When the persister was last woken for this queue; `None` while the window is open.
+    woke: Option<Instant>,
+}
+
+impl CommitWindow {
+    /// True while `pq` is at its window: pulling waits. Wakes the persister when the queue
+    /// first reaches it and again every persist interval (at least 100 ms apart) while it
+    /// stays there, so the wait is one commit round trip, not the rest of the interval.
+    fn holds(&mut self, inner: &Inner, pq: &ProcessQueue) -> bool {
+        let cfg = &inner.config;
+        if pq.uncommitted(inner.offsets.as_ref()) < cfg.max_uncommitted_per_queue.max(1) {
+            self.woke = None;
+            return false;
+        }
+        let rewake = cfg.persist_interval.max(Duration::from_millis(100));
+        match self.woke {
+            None => {
+                Counters::add(&inner.counters.commit_window_pauses, 1);
+                tracing::debug!(queue = ?pq.queue, "uncommitted window full; pulling waits for a commit");
+            }
+            Some(at) if at.elapsed() < rewake => return true,
+            Some(_) => {}
+        }
+        self.woke = Some(Instant::now());
+        inner.persist_now.notify_one();
+        true
     }
 }
 

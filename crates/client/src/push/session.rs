@@ -14,6 +14,7 @@ use ferromq_protocol::remoting::body::heartbeat::{
 use ferromq_protocol::remoting::body::misc::{
     LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
 };
+use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::client::UnregisterClientRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
@@ -83,58 +84,90 @@ pub(super) async fn heartbeat(inner: &Arc<Inner>) -> Result<(), ClientError> {
         heartbeat_fingerprint: None,
         without_sub: None,
     };
-    let body = encode_json(&data);
-    let mut first_error = None;
+    let body = bytes::Bytes::from(encode_json(&data));
+    // Every master at once: a dead or paused one (its request times out) must not delay the
+    // heartbeat that identifies this client to a new master after a failover.
+    let mut sends = tokio::task::JoinSet::new();
     for addr in inner.routes.known_masters() {
-        let result = async {
-            let conn = inner.pool.get(addr, cfg.request_timeout).await?;
-            if let Some(mut requests) = conn.take_server_requests() {
-                let weak = Arc::downgrade(inner);
-                let conn = conn.clone();
-                let task = tokio::spawn(async move {
-                    while let Some(cmd) = requests.recv().await {
-                        let Some(inner) = weak.upgrade() else { return };
-                        if cmd.code == request::GET_CONSUMER_RUNNING_INFO {
-                            let reply = super::running_info::reply(&inner, &cmd);
-                            if let Err(error) = conn.reply(reply).await {
-                                tracing::debug!(%error, "running info reply failed");
-                            }
-                            continue;
-                        }
-                        let handled = match cmd.code {
-                            request::NOTIFY_CONSUMER_IDS_CHANGED => {
-                                tracing::debug!("consumer ids changed; rebalancing");
-                                inner.rebalance_now.notify_one();
-                                true
-                            }
-                            request::RESET_CONSUMER_CLIENT_OFFSET => apply_reset(&inner, &cmd),
-                            _ => false,
-                        };
-                        if !cmd.is_oneway() {
-                            let code = if handled {
-                                response::SUCCESS
-                            } else {
-                                response::REQUEST_CODE_NOT_SUPPORTED
-                            };
-                            let _ = conn.reply(cmd.reply(code, None)).await;
-                        }
-                    }
-                });
-                let mut tasks = inner.server_tasks.lock().unwrap_or_else(|e| e.into_inner());
-                tasks.retain(|t| !t.is_finished());
-                tasks.push(task);
+        sends.spawn(heartbeat_one(inner.clone(), addr, body.clone()));
+    }
+    let mut first_error = None;
+    while let Some(joined) = sends.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
             }
-            let cmd = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
-                .with_body(body.clone());
-            let reply = inner.pool.invoke(addr, cmd, cfg.request_timeout).await?;
-            check(addr, reply).map(|_| ())
-        }
-        .await;
-        if let Err(error) = result {
-            first_error.get_or_insert(error);
+            Err(error) => {
+                first_error.get_or_insert(ClientError::Config(format!(
+                    "heartbeat task failed: {error}"
+                )));
+            }
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// HEART_BEAT of `body` to `addr`; takes the connection's server requests the first time.
+async fn heartbeat_one(
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    body: bytes::Bytes,
+) -> Result<(), ClientError> {
+    let cfg = &inner.config;
+    let inner = &inner;
+    let conn = inner.pool.get(addr, cfg.request_timeout).await?;
+    if let Some(requests) = conn.take_server_requests() {
+        let task = tokio::spawn(serve_server_requests(
+            Arc::downgrade(inner),
+            conn.clone(),
+            requests,
+        ));
+        let mut tasks = inner.server_tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+    let cmd = RemotingCommand::new_request(request::HEART_BEAT, Default::default())
+        .with_body(body.clone());
+    let reply = inner.pool.invoke(addr, cmd, cfg.request_timeout).await?;
+    check(addr, reply).map(|_| ())
+}
+
+/// Answers the requests a broker sends on one connection: running info, consumer-ids-changed
+/// notifications (a rebalance), offset reset pushes; anything else is refused
+/// REQUEST_CODE_NOT_SUPPORTED. Ends when the connection closes or the consumer is dropped.
+async fn serve_server_requests(
+    weak: std::sync::Weak<Inner>,
+    conn: Arc<RemotingClient>,
+    mut requests: tokio::sync::mpsc::Receiver<RemotingCommand>,
+) {
+    while let Some(cmd) = requests.recv().await {
+        let Some(inner) = weak.upgrade() else { return };
+        if cmd.code == request::GET_CONSUMER_RUNNING_INFO {
+            let reply = super::running_info::reply(&inner, &cmd);
+            if let Err(error) = conn.reply(reply).await {
+                tracing::debug!(%error, "running info reply failed");
+            }
+            continue;
+        }
+        let handled = match cmd.code {
+            request::NOTIFY_CONSUMER_IDS_CHANGED => {
+                tracing::debug!("consumer ids changed; rebalancing");
+                inner.rebalance_now.notify_one();
+                true
+            }
+            request::RESET_CONSUMER_CLIENT_OFFSET => apply_reset(&inner, &cmd),
+            _ => false,
+        };
+        if !cmd.is_oneway() {
+            let code = if handled {
+                response::SUCCESS
+            } else {
+                response::REQUEST_CODE_NOT_SUPPORTED
+            };
+            let _ = conn.reply(cmd.reply(code, None)).await;
+        }
+    }
 }
 
 /// RESET_CONSUMER_CLIENT_OFFSET: moves every assigned queue the push names to its reset

@@ -122,7 +122,11 @@ pub enum Role {
 struct PendingWrite {
     client: NodeId,
     req: u64,
-    record: RecordMeta,
+    /// The write's record; `None` for an offset command that wrote nothing (its verdict
+    /// rests on everything appended before it, up to `end`).
+    record: Option<RecordMeta>,
+    /// What must be durable and replicated before the reply.
+    end: u64,
     deadline_ms: u64,
     is_message: bool,
 }

@@ -13,7 +13,6 @@ use ferromq_protocol::{DraftRecord, RecordView};
 
 use super::{AckTicket, MessageStore, StoreError};
 use crate::commitlog::writer::{Placement, WriterState};
-use crate::config::FlushDiskType;
 use crate::error::{AppendError, ReadError};
 use crate::offsets::{
     CommitRejection, OffsetCommand, OffsetKind, StoredOffset, Verdict, OFFSET_TOPIC,
@@ -147,20 +146,21 @@ impl MessageStore {
     /// writer's view (which includes records appended but not yet acknowledged): accepted
     /// ones are written together in one record, rejected ones are reported in the outcome.
     ///
-    /// The ticket is `None` when nothing was written and every record the verdicts were
-    /// judged against is already acknowledgeable. When nothing was written but an earlier
-    /// record is still pending (an entry "already held" by a commit not yet fsynced), it is
-    /// `Some` for the log end at judgement: the verdicts may be acknowledged only once that
-    /// record is.
+    /// The ticket is the written record's, or, when nothing was written, the log end at
+    /// judgement: the verdicts rest on every record appended so far (an entry "already held"
+    /// by a commit not yet fsynced or not yet replicated), so they may be acknowledged only
+    /// once those are. The caller always waits on it, even when the flush policy already
+    /// covers it: a replicated broker must still wait for its in-sync replicas (a ticket
+    /// withheld because the local write was done let a master acknowledge commits no replica
+    /// held, found by `ferromq chaos` seed 2006).
     ///
     /// # Errors
     /// The record could not be encoded or appended; nothing was written.
     pub fn append_offsets(
         &self,
         command: &OffsetCommand,
-    ) -> Result<(CommitOutcome, Option<AckTicket>), StoreError> {
-        let (outcome, ticket) = self.judge_and_append(command, None)?;
-        Ok((outcome, self.pending(ticket)))
+    ) -> Result<(CommitOutcome, AckTicket), StoreError> {
+        self.judge_and_append(command, None)
     }
 
     /// Like [`MessageStore::append_offsets`] for a correction, applied only to the entries
@@ -181,21 +181,9 @@ impl MessageStore {
         &self,
         command: &OffsetCommand,
         expected: &[Option<u64>],
-    ) -> Result<(CommitOutcome, Option<AckTicket>), StoreError> {
+    ) -> Result<(CommitOutcome, AckTicket), StoreError> {
         check_correction(command, expected);
-        let (outcome, ticket) = self.judge_and_append(command, Some(expected))?;
-        Ok((outcome, self.pending(ticket)))
-    }
-
-    /// `None` when nothing was written and `ticket` is acknowledgeable already.
-    fn pending(&self, ticket: AckTicket) -> Option<AckTicket> {
-        let inner = &self.inner;
-        let acknowledgeable_end = match inner.config.flush_disk_type {
-            FlushDiskType::SyncFlush => inner.flush.flushed_end(),
-            FlushDiskType::AsyncFlush => inner.log.committed_end(),
-        };
-        let done = inner.flush.epoch() == ticket.epoch && acknowledgeable_end >= ticket.end;
-        (!done).then_some(ticket)
+        self.judge_and_append(command, Some(expected))
     }
 
     /// The one judging path of every offset write: judges `command` (and `expected`, for a

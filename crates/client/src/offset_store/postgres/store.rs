@@ -403,6 +403,14 @@ impl OffsetStore for PostgresOffsetStore {
         self.generations().remove(queue);
     }
 
+    fn reports_acknowledged(&self) -> bool {
+        true
+    }
+
+    fn acknowledged(&self, queue: &MessageQueue) -> Option<u64> {
+        self.table.acknowledged(queue)
+    }
+
     fn stats(&self) -> OffsetStoreStats {
         self.counters.snapshot()
     }
