@@ -82,6 +82,28 @@ fn produce_then_consume_every_message_then_e2e() {
     check_figures(&consumed);
     assert_eq!(consumed["bench"], "consume");
     assert!(consumed["messages"].as_u64().unwrap() >= n, "{consumed}");
+    assert_eq!(consumed["measured"], "drain of --count messages");
+
+    // Without --count the rate covers the busy interval, not the idle rest of the window:
+    // the backlog drains well within 5 s.
+    let busy = bench(&[
+        "consume",
+        "--namesrv",
+        &namesrv,
+        "--topic",
+        "CliBench",
+        "--seconds",
+        "5",
+        "--json",
+    ]);
+    check_figures(&busy);
+    assert_eq!(busy["measured"], "busy interval (start to last message)");
+    assert!(busy["messages"].as_u64().unwrap() >= n, "{busy}");
+    let seconds = busy["seconds"].as_f64().unwrap();
+    assert!(
+        seconds > 0.0 && seconds < 4.5,
+        "busy {seconds} s of a 5 s window: {busy}"
+    );
 
     let e2e = bench(&[
         "e2e",

@@ -8,7 +8,6 @@ use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::admin::{
     CreateTopicRequestHeader, DeleteTopicRequestHeader, GetTopicStatsInfoRequestHeader,
 };
-use ferromq_protocol::remoting::headers::enums::TopicFilterType;
 use ferromq_protocol::remoting::headers::namesrv::DeleteTopicFromNamesrvRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
@@ -108,16 +107,13 @@ pub async fn update(args: UpdateTopicArgs) -> Result<()> {
         .targets(args.broker.as_deref(), args.cluster.as_deref())
         .await?;
     let header = CreateTopicRequestHeader {
-        topic: args.topic.clone(),
-        default_topic: "TBW102".into(),
-        read_queue_nums: args.read_queues,
-        write_queue_nums: args.write_queues,
-        perm: args.perm,
-        topic_filter_type: TopicFilterType::SingleTag,
-        topic_sys_flag: None,
         order: Some(args.order),
-        attributes: None,
-        force: None,
+        ..CreateTopicRequestHeader::as_java_sends(
+            &args.topic,
+            args.read_queues,
+            args.write_queues,
+            args.perm,
+        )
     };
     for broker in &targets {
         admin

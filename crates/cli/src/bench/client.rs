@@ -111,9 +111,29 @@ struct Progress {
     messages: AtomicU64,
     errors: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// When the last counted message arrived (consume: the end of the busy interval).
+    last_message_at: Mutex<Option<Instant>>,
 }
 
 impl Progress {
+    /// Counts `n` messages received now.
+    fn received(&self, n: u64) {
+        self.messages.fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            *self
+                .last_message_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    fn last_message_at(&self) -> Option<Instant> {
+        *self
+            .last_message_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn error(&self, error: impl std::fmt::Display) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,7 +155,12 @@ struct Outcome {
     messages: u64,
     elapsed: Duration,
     latency: Histogram,
+    /// What `elapsed` covers (printed, and `measured` in the JSON).
+    measured: &'static str,
 }
+
+/// `Outcome::measured` of a bench timed over its whole `--seconds` window.
+const FIXED_WINDOW: &str = "fixed window";
 
 /// Runs a client bench.
 pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
@@ -187,14 +212,12 @@ pub(super) async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
         bail!("no broker master is registered with the name server");
     }
     for addr in masters {
-        let header = CreateTopicRequestHeader {
-            topic: args.topic.clone(),
-            default_topic: "TBW102".into(),
-            read_queue_nums: args.queues,
-            write_queue_nums: args.queues,
-            perm: perm::READ | perm::WRITE,
-            ..Default::default()
-        };
+        let header = CreateTopicRequestHeader::as_java_sends(
+            &args.topic,
+            args.queues,
+            args.queues,
+            perm::READ | perm::WRITE,
+        );
         let cmd = RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header);
         let reply = pool
             .invoke(addr, cmd, TIMEOUT)
@@ -371,6 +394,7 @@ async fn produce_phase(
         messages: progress.messages.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
         latency,
+        measured: FIXED_WINDOW,
     }
 }
 
@@ -494,7 +518,7 @@ async fn poll_phase(
                                 }
                             }
                         }
-                        progress.messages.fetch_add(counted, Ordering::Relaxed);
+                        progress.received(counted);
                     }
                     Err(error) => progress.error(error),
                 }
@@ -562,9 +586,18 @@ async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
         None,
     )
     .await;
-    let ended = match watcher {
-        Some(w) => w.await.unwrap_or_else(|_| Instant::now()),
-        None => Instant::now(),
+    // With --count: the time to drain that backlog. Without: the busy interval, from the
+    // start to the last message received — not the whole window, which would divide the
+    // backlog by the idle time after it drained.
+    let (ended, measured) = match watcher {
+        Some(w) => (
+            w.await.unwrap_or_else(|_| Instant::now()),
+            "drain of --count messages",
+        ),
+        None => (
+            progress.last_message_at().unwrap_or(started),
+            "busy interval (start to last message)",
+        ),
     };
     stop.store(true, Ordering::Relaxed);
     printer.abort();
@@ -573,6 +606,7 @@ async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
         messages: progress.messages.load(Ordering::Relaxed),
         elapsed: ended.min(Instant::now()) - started,
         latency,
+        measured,
     };
     report(
         Kind::Consume,
@@ -655,6 +689,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         messages: produced.messages,
         elapsed: produced.elapsed,
         latency,
+        measured: "produce window (receives timed per message)",
     };
     report(
         Kind::E2e,
@@ -710,6 +745,7 @@ fn report(
         args.batch,
         args.in_flight,
     );
+    println!("measured : {}", outcome.measured);
     println!("latency  : p50 {p50} us, p99 {p99} us, p999 {p999} us, max {max} us ({latency_of})");
     if let Some((send, received)) = e2e {
         println!(
@@ -734,6 +770,7 @@ fn report(
             "batch": args.batch,
             "in_flight": args.in_flight,
             "seconds": round(outcome.elapsed.as_secs_f64(), 3),
+            "measured": outcome.measured,
             "messages": outcome.messages,
             "msgs_per_sec": round(msgs_per_sec, 1),
             "mb_per_sec": round(mb_per_sec, 3),

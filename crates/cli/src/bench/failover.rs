@@ -231,14 +231,8 @@ async fn wait_info(
 
 async fn create_topic(master: SocketAddr) -> Result<()> {
     let client = RemotingClient::connect(master, Duration::from_secs(3)).await?;
-    let header = CreateTopicRequestHeader {
-        topic: TOPIC.into(),
-        default_topic: "TBW102".into(),
-        read_queue_nums: QUEUES,
-        write_queue_nums: QUEUES,
-        perm: perm::READ | perm::WRITE,
-        ..Default::default()
-    };
+    let header =
+        CreateTopicRequestHeader::as_java_sends(TOPIC, QUEUES, QUEUES, perm::READ | perm::WRITE);
     let reply = client
         .invoke(
             RemotingCommand::request_with_header(request::UPDATE_AND_CREATE_TOPIC, &header),

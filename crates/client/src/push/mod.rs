@@ -25,6 +25,18 @@
 //!   [`Persister`] writes them every [`PushConsumerConfig::persist_interval`]. The duplicate
 //!   window after a crash is therefore the messages in flight or acknowledged since the last
 //!   acknowledged persist (pitfalls C5, C9).
+//! - **Uncommitted window**: a queue pulled [`PushConsumerConfig::max_uncommitted_per_queue`]
+//!   offsets past the last commit its store acknowledged stops pulling and wakes the
+//!   persister, until a commit lands ([`PushConsumerStats::commit_window_pauses`]). While
+//!   commits fail (a deposed master answering NOT_MASTER until the route names its successor)
+//!   the consumer therefore reads at most that much (plus one pull) that a restart, rebalance
+//!   or failover would deliver again; without it `ferromq chaos` saw a consumer read ~300
+//!   messages per queue past a refused commit, all delivered again.
+//! - **Identified commits**: a ferromq broker refuses a commit from a connection that has not
+//!   said which client it serves (no heartbeat yet, e.g. a new connection to a new master) on a
+//!   queue a reset fences. The persister then heartbeats to every master and persists the
+//!   refused queues once more in the same round ([`crate::offset_store::PersistHooks`]).
+//!   Heartbeats go to all masters at once, so a dead or paused one never delays them.
 //! - **Start offset**: the store's offset; [`ConsumeFromWhere`] only when the store answers
 //!   `Ok(None)`; when it answers `Err` (broker unreachable) the queue waits and retries —
 //!   it never guesses (pitfall C6). The retry topic always starts at its first offset.

@@ -29,6 +29,32 @@ header! {
     }
 }
 
+impl CreateTopicRequestHeader {
+    /// The header Java's `MQClientAPIImpl.createTopic` (mqadmin `updateTopic`) sends for a
+    /// plain topic: template `TBW102`, `SINGLE_TAG`, and `topicSysFlag` 0 and `order` false
+    /// always present. Some RocketMQ-compatible brokers refuse a creation that omits them
+    /// (mxsm/rocketmq-rust answers 29 "Request header is invalid" without `order`).
+    pub fn as_java_sends(
+        topic: &str,
+        read_queue_nums: i32,
+        write_queue_nums: i32,
+        perm: i32,
+    ) -> Self {
+        CreateTopicRequestHeader {
+            topic: topic.to_string(),
+            default_topic: "TBW102".into(),
+            read_queue_nums,
+            write_queue_nums,
+            perm,
+            topic_filter_type: TopicFilterType::SingleTag,
+            topic_sys_flag: Some(0),
+            order: Some(false),
+            attributes: None,
+            force: None,
+        }
+    }
+}
+
 header! {
     /// DELETE_TOPIC_IN_BROKER (215) request.
     pub struct DeleteTopicRequestHeader {

@@ -348,6 +348,19 @@ fn client_namesrv_admin_headers_round_trip() {
         attributes: Some("+message.type=NORMAL".into()),
         force: None,
     });
+    let java = CreateTopicRequestHeader::as_java_sends("T", 4, 2, 6).to_ext();
+    for (key, value) in [
+        ("topic", "T"),
+        ("defaultTopic", "TBW102"),
+        ("readQueueNums", "4"),
+        ("writeQueueNums", "2"),
+        ("perm", "6"),
+        ("topicFilterType", "SINGLE_TAG"),
+        ("topicSysFlag", "0"),
+        ("order", "false"),
+    ] {
+        assert_eq!(java.get(key).map(String::as_str), Some(value), "{key}");
+    }
     round_trip(&DeleteTopicRequestHeader { topic: "T".into() });
     round_trip(&GetTopicConfigRequestHeader { topic: "T".into() });
     round_trip(&GetTopicStatsInfoRequestHeader { topic: "T".into() });
