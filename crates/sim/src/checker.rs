@@ -20,6 +20,12 @@
 //!    master with a valid lease at that virtual instant.
 //! 7. **Liveness** (checked by the run): after every fault heals, a write is acknowledged
 //!    within a bound.
+//! 8. **No acknowledged commit lost**: every new master's offset state (generation, offset),
+//!    what its log sets, is at least the highest commit acknowledged to the consumer so far,
+//!    also one acknowledged as "unchanged" (its value held by an earlier record), which
+//!    property 1 does not cover: it has no record of its own (checked at each promotion and
+//!    at the end). A consumer reading on from memory would hide the loss; one restarting from
+//!    the stored offset would rewind.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +116,19 @@ pub enum Violation {
         acker: u64,
         /// The other.
         other: u64,
+    },
+    /// Property 8.
+    #[error(
+        "commit {acknowledged:?} (generation, offset) was acknowledged, but master {broker} \
+         holds {held:?}"
+    )]
+    AcknowledgedCommitLost {
+        /// The master.
+        broker: u64,
+        /// The highest acknowledged commit.
+        acknowledged: (u64, u64),
+        /// What the master's log sets (offset `None`: no commit at all).
+        held: (u64, Option<u64>),
     },
     /// Property 7.
     #[error("no write acknowledged within {waited_ms} ms after all faults healed")]
@@ -241,6 +260,31 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// `master` (just promoted, or master at the end) holds `acknowledged`, the consumer's
+    /// highest acknowledged commit (property 8).
+    ///
+    /// # Errors
+    /// [`Violation::AcknowledgedCommitLost`].
+    pub fn commit_held(
+        &self,
+        master: &Broker,
+        acknowledged: Option<(u64, u64)>,
+    ) -> Result<(), Violation> {
+        let Some(acknowledged) = acknowledged else {
+            return Ok(());
+        };
+        let (offset, generation) = master.log.writer_offset();
+        let holds = offset.is_some_and(|offset| (generation, offset) >= acknowledged);
+        if holds {
+            return Ok(());
+        }
+        Err(Violation::AcknowledgedCommitLost {
+            broker: master.id,
+            acknowledged,
+            held: (generation, offset),
+        })
     }
 
     /// The per-step checks (properties 3 and 5).

@@ -61,4 +61,8 @@ pub enum InjectedBug {
     /// Production before `in_sync` rule 7: a new master term keeps the watermark of an older
     /// term (possibly above the log end after a truncation).
     StaleWatermarkAcrossTerms,
+    /// Production before the fix of `ferromq chaos` seed 2006: an offset command that writes
+    /// nothing ("unchanged": an earlier record holds the value) is acknowledged at once, even
+    /// when that record is not yet replicated.
+    UnchangedAckedAtOnce,
 }

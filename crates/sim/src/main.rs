@@ -4,7 +4,7 @@
 //! ferromq-sim --seed S                 one seed, verbose (replay a failure)
 //! ferromq-sim --seeds N [--start S]    N seeds from S (default 0); exit 1 on any failure
 //!             [--bug ack-before-replicated|elect-outside-in-sync-set|growth-not-waited-for|
-//!                    stale-watermark-across-terms]
+//!                    stale-watermark-across-terms|unchanged-acked-at-once]
 //!             [--trace EVENTS]              how many events a failure shows
 //! ```
 
@@ -47,6 +47,7 @@ fn parse() -> Result<Args, String> {
                     "elect-outside-in-sync-set" => InjectedBug::ElectOutsideInSyncSet,
                     "growth-not-waited-for" => InjectedBug::GrowthNotWaitedFor,
                     "stale-watermark-across-terms" => InjectedBug::StaleWatermarkAcrossTerms,
+                    "unchanged-acked-at-once" => InjectedBug::UnchangedAckedAtOnce,
                     other => return Err(format!("unknown bug {other}")),
                 }
             }

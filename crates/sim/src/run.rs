@@ -176,13 +176,19 @@ fn drive(world: &mut World, events: &mut u64) -> Result<(), Violation> {
     Ok(())
 }
 
-/// After the liveness phase: the master holds every committed record.
+/// After the liveness phase: the master holds every committed record and every acknowledged
+/// commit.
 fn final_checks(world: &World) -> Result<(), Violation> {
     let group = world.controller.group();
     let up = world.up_brokers();
     let master = up.iter().find(|b| Some(b.id) == group.master_id);
     match master {
-        Some(master) => world.checker.promoted(master, group.master_epoch),
+        Some(master) => {
+            world.checker.promoted(master, group.master_epoch)?;
+            world
+                .checker
+                .commit_held(master, world.consumer.acknowledged_commit)
+        }
         None => Ok(()),
     }
 }

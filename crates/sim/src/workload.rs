@@ -7,6 +7,11 @@
 //! 1. Every draw comes from the workload stream of the seed.
 //! 2. The consumer commits only what it read, with the reset generation it read it under,
 //!    and follows a reset (a new generation) by adopting the stored offset.
+//! 3. A commit that was not acknowledged (refused, failed or unanswered) is sent again, with
+//!    the same value, before the consumer reads on — as a real consumer's persister resends
+//!    its offset — at most [`COMMIT_RETRIES_MAX`] times. The resend may find its value
+//!    already held by the first attempt's record ("unchanged"), which must then be
+//!    acknowledged no earlier than that record (`ferromq chaos` seed 2006).
 
 use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
 
@@ -24,6 +29,8 @@ pub const CONSUMER: NodeId = 5;
 pub const REQUEST_TIMEOUT_MS: u64 = 2_500;
 /// How often the consumer polls, virtual ms.
 pub const CONSUME_INTERVAL_MS: u64 = 60;
+/// Resends of one unacknowledged commit before the consumer reads on without it.
+pub const COMMIT_RETRIES_MAX: u32 = 3;
 /// Most filler bytes in a message body.
 pub const PADDING_MAX: u64 = 48;
 
@@ -128,6 +135,12 @@ pub struct Consumer {
     next_offset: u64,
     generation: u64,
     reset_ppm: u32,
+    /// The commit in flight: (request, generation, offset).
+    commit_in_flight: Option<(u64, u64, u64)>,
+    /// A commit not yet acknowledged: (generation, offset, resends so far).
+    unacknowledged: Option<(u64, u64, u32)>,
+    /// The highest (generation, offset) commit acknowledged to this consumer.
+    pub acknowledged_commit: Option<(u64, u64)>,
     /// Messages consumed.
     pub consumed: u64,
     /// Resets sent.
@@ -143,6 +156,9 @@ impl Consumer {
             next_offset: 0,
             generation: 0,
             reset_ppm,
+            commit_in_flight: None,
+            unacknowledged: None,
+            acknowledged_commit: None,
             consumed: 0,
             resets: 0,
         }
@@ -174,6 +190,14 @@ impl Consumer {
         let Some((master, req)) = self.session.target(now_ms, out) else {
             return CONSUME_INTERVAL_MS;
         };
+        if let Some((generation, offset, resends)) = self.unacknowledged {
+            if generation == self.generation && resends < COMMIT_RETRIES_MAX {
+                self.unacknowledged = Some((generation, offset, resends + 1));
+                self.send_commit(master, req, generation, offset, out);
+                return CONSUME_INTERVAL_MS;
+            }
+            self.unacknowledged = None;
+        }
         if self.rng.chance(self.reset_ppm) {
             self.resets += 1;
             let offset = self.rng.below(self.next_offset + 1);
@@ -190,8 +214,8 @@ impl Consumer {
     pub fn on_message(&mut self, now_ms: u64, msg: &Msg, out: &mut Vec<(NodeId, Msg)>) {
         match msg {
             Msg::RouteReply { master } => self.session.master = *master,
-            Msg::OffsetsReply { req, outcome } => {
-                self.session.answered(*req, outcome.is_ok());
+            Msg::OffsetsReply { req, outcome } if self.session.answered(*req, outcome.is_ok()) => {
+                self.on_offsets_reply(*req, outcome.is_ok());
             }
             Msg::PullReply { req, outcome } if self.session.answered(*req, outcome.is_ok()) => {
                 if let Ok(pulled) = outcome {
@@ -214,9 +238,43 @@ impl Consumer {
         };
         self.consumed += pulled.messages.len() as u64;
         self.next_offset = last + 1;
-        let command = self.command(OffsetKind::Commit, self.next_offset, Some(self.generation));
+        // Not acknowledged until the reply says so (a lost reply leaves it to resend).
+        self.unacknowledged = Some((self.generation, self.next_offset, 0));
         if let Some((master, req)) = self.session.target(now_ms, out) {
-            out.push((master, Msg::Offsets { req, command }));
+            self.send_commit(master, req, self.generation, self.next_offset, out);
+        }
+    }
+
+    fn send_commit(
+        &mut self,
+        master: NodeId,
+        req: u64,
+        generation: u64,
+        offset: u64,
+        out: &mut Vec<(NodeId, Msg)>,
+    ) {
+        let command = self.command(OffsetKind::Commit, offset, Some(generation));
+        self.commit_in_flight = Some((req, generation, offset));
+        out.push((master, Msg::Offsets { req, command }));
+    }
+
+    /// The answer to request `req`: an acknowledged commit is remembered (and needs no
+    /// resend); a refused one stays to be resent.
+    fn on_offsets_reply(&mut self, req: u64, ok: bool) {
+        let Some((sent, generation, offset)) = self.commit_in_flight else {
+            return;
+        };
+        if sent != req {
+            return;
+        }
+        self.commit_in_flight = None;
+        if !ok {
+            return;
+        }
+        let acked = (generation, offset);
+        self.acknowledged_commit = Some(self.acknowledged_commit.map_or(acked, |a| a.max(acked)));
+        if self.unacknowledged.is_some_and(|(g, o, _)| (g, o) == acked) {
+            self.unacknowledged = None;
         }
     }
 }
@@ -312,5 +370,58 @@ mod tests {
             &mut out,
         );
         assert_eq!((consumer.next_offset, consumer.generation), (1, 1));
+    }
+
+    #[test]
+    fn an_unacknowledged_commit_is_resent_before_the_consumer_reads_on() {
+        let mut consumer = Consumer::new(1, 0);
+        let mut out = Vec::new();
+        consumer.on_message(0, &Msg::RouteReply { master: Some(1) }, &mut out);
+        consumer.tick(0, &mut out);
+        let pulled = Pulled {
+            messages: vec![(0, 10)],
+            stored: None,
+            generation: 0,
+        };
+        let reply = Msg::PullReply {
+            req: 1,
+            outcome: Ok(pulled),
+        };
+        consumer.on_message(1, &reply, &mut out);
+        let refused = Msg::OffsetsReply {
+            req: 2,
+            outcome: Err("not replicated in time".into()),
+        };
+        consumer.on_message(2, &refused, &mut out);
+        assert_eq!(consumer.acknowledged_commit, None);
+        for resend in 0..COMMIT_RETRIES_MAX {
+            out.clear();
+            consumer.on_message(3, &Msg::RouteReply { master: Some(1) }, &mut out);
+            consumer.tick(4, &mut out);
+            let Some((1, Msg::Offsets { req, command })) = out.last() else {
+                panic!("resend {resend}: expected the commit again, got {out:?}");
+            };
+            assert_eq!(command.entries[0].offset, 1);
+            if resend + 1 < COMMIT_RETRIES_MAX {
+                let refused = Msg::OffsetsReply {
+                    req: *req,
+                    outcome: Err("refused".into()),
+                };
+                consumer.on_message(5, &refused, &mut out);
+            } else {
+                let acked = Msg::OffsetsReply {
+                    req: *req,
+                    outcome: Ok(()),
+                };
+                consumer.on_message(5, &acked, &mut out);
+            }
+        }
+        assert_eq!(consumer.acknowledged_commit, Some((0, 1)));
+        out.clear();
+        consumer.tick(6, &mut out);
+        assert!(
+            matches!(out.last(), Some((1, Msg::Pull { from: 1, .. }))),
+            "reads on once acknowledged: {out:?}"
+        );
     }
 }

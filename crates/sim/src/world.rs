@@ -385,7 +385,11 @@ impl World {
                 self.counters.promotions += 1;
                 let up = self.up_brokers();
                 let master = up.iter().find(|b| b.id == id).copied();
-                master.map_or(Ok(()), |m| self.checker.promoted(m, epoch))
+                let acknowledged = self.consumer.acknowledged_commit;
+                master.map_or(Ok(()), |m| {
+                    self.checker.promoted(m, epoch)?;
+                    self.checker.commit_held(m, acknowledged)
+                })
             }
             Note::Poisoned { .. } => {
                 self.counters.poisoned += 1;

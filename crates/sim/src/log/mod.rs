@@ -316,6 +316,17 @@ impl SimLog {
         )
     }
 
+    /// The writer view's stored offset and generation of the simulation's queue: what every
+    /// offset record in this log, replicated or not, sets.
+    pub fn writer_offset(&self) -> (Option<u64>, u64) {
+        let state = self.state();
+        let stored = state.writer_view.get(GROUP, TOPIC, QUEUE_ID);
+        (
+            stored.map(|s| s.offset),
+            state.writer_view.generation(GROUP, TOPIC),
+        )
+    }
+
     /// The generation a reset would establish now (the writer's view).
     pub fn next_generation(&self) -> u64 {
         self.state().writer_view.next_generation(GROUP, TOPIC)

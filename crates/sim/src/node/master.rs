@@ -336,7 +336,10 @@ impl Broker {
         match self.log.append_offsets(&command, now_ms) {
             Ok((_, Some(record))) => self.wait_for(now_ms, client, req, Some(record), false, out),
             Ok((verdicts, None)) => {
-                if verdicts.iter().all(|v| *v == OffsetVerdict::Unchanged) {
+                let unchanged = verdicts.iter().all(|v| *v == OffsetVerdict::Unchanged);
+                if unchanged && self.bug == InjectedBug::UnchangedAckedAtOnce {
+                    out.sends.push(reply(Ok(())));
+                } else if unchanged {
                     // Production: "unchanged" rests on every record appended so far (maybe
                     // one not yet replicated that holds the value): acknowledged once those
                     // are (found by `ferromq chaos` seed 2006).
