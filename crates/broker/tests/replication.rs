@@ -337,31 +337,48 @@ impl FakeSlave {
     }
 }
 
+/// A master started with `config` holding `messages` messages on T/0 (visible), and a
+/// [`FakeSlave`] in its in-sync set; with a producer connection to the master.
+async fn master_with_fake_slave(
+    config: BrokerConfig,
+    messages: u64,
+) -> (
+    Broker,
+    ferromq_protocol::remoting::RemotingClient,
+    FakeSlave,
+) {
+    let master = Broker::start(config).await.unwrap();
+    let producer = client(master.local_addr()).await;
+    for i in 0..messages {
+        let reply = send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    }
+    let store = master.context().store.clone();
+    eventually("the messages visible", || {
+        store.queue_bounds("T", 0) == Some((0, messages))
+    })
+    .await;
+    // Let the catalog record of the new topic land before the slave describes the tail.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let slave = FakeSlave::join(&master, 7).await;
+    let replication = master.context().replication.clone();
+    eventually("the fake slave in sync", || {
+        replication.runtime().in_sync_members == 2
+    })
+    .await;
+    (master, producer, slave)
+}
+
 /// Invariant 4 under ASYNC_MASTER: a send is acknowledged after the local flush, but
 /// consumers see it only once the in-sync slave holds it, or once that slave has left the
 /// in-sync set for lagging `haMaxTimeSlaveNotCatchup`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let master = Broker::start(master_config(dir.path(), "ASYNC_MASTER"))
-        .await
-        .unwrap();
-    let producer = client(master.local_addr()).await;
-    let reply = send(&producer, "T", 0, b"before the slave", "a").await;
-    assert_eq!(reply.code, response::SUCCESS);
+    let (master, producer, mut slave) =
+        master_with_fake_slave(master_config(dir.path(), "ASYNC_MASTER"), 1).await;
     let store = master.context().store.clone();
-    eventually("the first message visible", || {
-        store.queue_bounds("T", 0) == Some((0, 1))
-    })
-    .await;
-    // Let the catalog record of the new topic land before the slave describes the tail.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let replication = master.context().replication.clone();
-    let mut slave = FakeSlave::join(&master, 7).await;
-    eventually("the fake slave in sync", || {
-        replication.runtime().in_sync_members == 2
-    })
-    .await;
     let held_at = replication.watermark();
     let joined = Instant::now();
     let reply = send(&producer, "T", 0, b"not replicated", "a").await;
@@ -416,29 +433,12 @@ async fn async_master_exposes_only_what_the_in_sync_slave_holds() {
 async fn a_commit_resting_on_an_unreplicated_record_waits_for_the_in_sync_slave() {
     for role in ["SYNC_MASTER", "ASYNC_MASTER"] {
         let dir = tempfile::tempdir().unwrap();
-        let master = Broker::start(BrokerConfig {
+        let config = BrokerConfig {
             flush_disk_type: "ASYNC_FLUSH".into(),
             ..master_config(dir.path(), role)
-        })
-        .await
-        .unwrap();
-        let producer = client(master.local_addr()).await;
-        for i in 0..3 {
-            let reply = send(&producer, "T", 0, format!("m{i}").as_bytes(), "a").await;
-            assert_eq!(reply.code, response::SUCCESS, "{role}: {:?}", reply.remark);
-        }
+        };
+        let (master, producer, mut slave) = master_with_fake_slave(config, 3).await;
         let store = master.context().store.clone();
-        eventually("the messages visible", || {
-            store.queue_bounds("T", 0) == Some((0, 3))
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let replication = master.context().replication.clone();
-        let mut slave = FakeSlave::join(&master, 7).await;
-        eventually("the fake slave in sync", || {
-            replication.runtime().in_sync_members == 2
-        })
-        .await;
 
         let held = store.committed_end();
         let spawn_commit = || {

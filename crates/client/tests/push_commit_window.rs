@@ -8,9 +8,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{broker, create_topic, namesrv, produce, producer, wait_route};
+use common::{broker, create_topic, namesrv, produce, producer, wait_route, wait_until};
 use ferromq_client::offset_store::BoxFuture;
 use ferromq_client::{
     BrokerOffsetStore, ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, MessageQueue,
@@ -103,14 +103,6 @@ fn config(ns: std::net::SocketAddr, group: &str) -> PushConsumerConfig {
         max_uncommitted_per_queue: WINDOW,
         shutdown_timeout: Duration::from_secs(3),
         ..PushConsumerConfig::default()
-    }
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{cluster, produce, producer, T};
+use common::{cluster, produce, producer, wait_until, T};
 use ferromq_client::{
     ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, MessageQueue, PullConsumer,
     PullConsumerConfig, PushConsumer, PushConsumerConfig,
@@ -64,14 +64,6 @@ fn keys_of(log: &Log, label: Option<&str>) -> Vec<String> {
         .filter(|e| label.is_none_or(|l| e.0 == l))
         .map(|e| e.1.clone())
         .collect()
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn reader(ns: SocketAddr, group: &str) -> PullConsumer {

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{broker, create_topic, namesrv, produce, producer, wait_route};
+use common::{broker, create_topic, namesrv, produce, producer, wait_route, wait_until};
 use ferromq_client::offset_store::BoxFuture;
 use ferromq_client::{
     BrokerOffsetStore, ConsumeFromWhere, ConsumeStatus, MessageExt, MessageListener, MessageModel,
@@ -109,14 +109,6 @@ fn recording(log: &Offsets) -> MessageListener {
         }
         ConsumeStatus::ConsumeSuccess
     })
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn faulty(

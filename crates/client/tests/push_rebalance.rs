@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{broker, create_topic, namesrv, wait_route, T};
+use common::{broker, create_topic, namesrv, wait_route, wait_until, T};
 use ferromq_client::{
     ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageListener, Producer,
     ProducerConfig, PushConsumer, PushConsumerConfig,
@@ -16,14 +16,6 @@ use ferromq_client::{
 
 /// Acknowledged deliveries in call order: (member, queue id, queue offset).
 type Acks = Arc<Mutex<Vec<(&'static str, i32, u64)>>>;
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_orderly_members_join_and_leave_over_eight_queues() {

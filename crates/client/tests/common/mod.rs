@@ -288,3 +288,12 @@ pub async fn produce(p: &Producer, topic: &str, from: usize, n: usize) {
             .expect("send");
     }
 }
+
+/// Waits (polling every 20 ms) until `done` holds; panics naming `what` after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
