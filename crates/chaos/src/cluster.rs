@@ -145,9 +145,29 @@ struct BrokerPlan {
     ha: SocketAddr,
 }
 
-/// Hands out distinct free loopback ports: every port it picked stays bound until the
-/// picker is dropped, so the OS never offers the same one twice while a plan is made (seed
-/// 2006 once got one port for a broker's listen and HA addresses).
+/// Lowest port [`PortPicker`] hands out (below it live well-known services).
+const PICK_FLOOR: u16 = 10_000;
+/// Random ports [`PortPicker`] tries before it takes one the OS chooses.
+const PICK_ATTEMPTS_MAX: usize = 2_000;
+/// The start of the kernel's ephemeral range when it cannot be read.
+const EPHEMERAL_LOW_DEFAULT: u16 = 32_768;
+
+/// The first port of the kernel's ephemeral range (the local ports of outgoing connections).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(EPHEMERAL_LOW_DEFAULT)
+}
+
+/// Hands out distinct free loopback ports for the nodes: every port it picked stays bound
+/// until the picker is dropped, so it never hands out one port twice while a plan is made
+/// (seed 2006 once got one port for a broker's listen and HA addresses). The ports come from
+/// below the kernel's ephemeral range: a node restarted after a kill must bind its port
+/// again, and a port of the ephemeral range may meanwhile have become the local port of some
+/// outgoing connection (replicated seed 2013 lost its run to "address already in use" on a
+/// restarted broker's HA port). Only when that range leaves no room does it take a port the
+/// OS chooses.
 #[derive(Default)]
 struct PortPicker {
     held: Vec<TcpListener>,
@@ -159,10 +179,27 @@ impl PortPicker {
             what: "finding a free port".into(),
             source,
         };
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let listener = match Self::below_ephemeral() {
+            Some(listener) => listener,
+            None => TcpListener::bind("127.0.0.1:0").map_err(io)?,
+        };
         let addr = listener.local_addr().map_err(io)?;
         self.held.push(listener);
         Ok(addr)
+    }
+
+    /// A listener on a random free port in `PICK_FLOOR..` the ephemeral range.
+    fn below_ephemeral() -> Option<TcpListener> {
+        use rand::Rng;
+        let high = ephemeral_low();
+        if high <= PICK_FLOOR + 1_000 {
+            return None;
+        }
+        let mut rng = rand::thread_rng();
+        (0..PICK_ATTEMPTS_MAX).find_map(|_| {
+            let port = rng.gen_range(PICK_FLOOR..high);
+            TcpListener::bind(("127.0.0.1", port)).ok()
+        })
     }
 
     fn pick_n(&mut self, n: usize) -> Result<Vec<SocketAddr>, ClusterError> {
@@ -670,4 +707,29 @@ fn pick_one(nodes: &[NodeRef], pick: usize) -> Option<NodeRef> {
 fn toml_string(path: &Path) -> String {
     let text = path.display().to_string();
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ports_are_distinct_and_below_the_ephemeral_range() {
+        let mut picker = PortPicker::default();
+        let ports: Vec<u16> = picker
+            .pick_n(24)
+            .unwrap()
+            .iter()
+            .map(SocketAddr::port)
+            .collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        let high = ephemeral_low();
+        if high > PICK_FLOOR + 1_000 {
+            assert!(
+                ports.iter().all(|p| (PICK_FLOOR..high).contains(p)),
+                "{ports:?} not in {PICK_FLOOR}..{high}"
+            );
+        }
+    }
 }
