@@ -12,6 +12,7 @@
 //! client library share.
 
 pub mod controller;
+pub mod grpc;
 pub mod ha;
 pub mod java_hash;
 pub mod message;
