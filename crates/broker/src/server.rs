@@ -43,7 +43,9 @@ pub enum BrokerError {
         source: std::io::Error,
     },
     /// The gRPC socket could not be opened.
-    #[error("cannot listen for gRPC on {addr} (grpcListenPort; -1 turns the endpoint off): {source}")]
+    #[error(
+        "cannot listen for gRPC on {addr} (grpcListenPort; -1 turns the endpoint off): {source}"
+    )]
     GrpcListen {
         addr: SocketAddr,
         source: std::io::Error,

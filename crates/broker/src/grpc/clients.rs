@@ -95,7 +95,9 @@ impl Drop for StreamGuard {
 
 fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
     // A panic elsewhere while holding the lock leaves counts that are still usable.
-    table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    table
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl GrpcClients {
@@ -176,7 +178,8 @@ fn entry<'t>(
         let now = Instant::now();
         table.clients.retain(|_, e| {
             e.telemetry_streams > 0
-                || e.last_seen.is_some_and(|seen| now.duration_since(seen) < expiry)
+                || e.last_seen
+                    .is_some_and(|seen| now.duration_since(seen) < expiry)
         });
         if table.clients.len() >= GRPC_CLIENTS_MAX {
             return Err(Limit::Clients);
@@ -201,7 +204,9 @@ mod tests {
             clients.open_stream("c1", EXPIRY).unwrap_err(),
             Limit::StreamsPerClient
         );
-        let other = clients.open_stream("c2", EXPIRY).expect("another client may open");
+        let other = clients
+            .open_stream("c2", EXPIRY)
+            .expect("another client may open");
         assert_eq!(clients.streams(), TELEMETRY_STREAMS_PER_CLIENT_MAX + 1);
         drop(guards);
         drop(other);

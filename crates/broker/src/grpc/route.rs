@@ -31,6 +31,9 @@ pub fn query_route(
     let Some(topic) = request.topic.as_ref().filter(|t| !t.name.is_empty()) else {
         return refused(status(Code::IllegalTopic, "topic.name is required"));
     };
+    if let Err(error) = ferromq_protocol::names::validate_topic(&topic.name) {
+        return refused(status(Code::IllegalTopic, error.to_string()));
+    }
     if let Err(refusal) = access::client_topic(ctx, &topic.name, Request::Send) {
         return refused(status(refusal_code(&refusal), refusal.remark));
     }
@@ -44,7 +47,9 @@ pub fn query_route(
             );
             match (created, ctx.topics.get(&topic.name)) {
                 (Ok(_), Some(config)) => config,
-                (Err(refusal), _) => return refused(status(refusal_code(&refusal), refusal.remark)),
+                (Err(refusal), _) => {
+                    return refused(status(refusal_code(&refusal), refusal.remark))
+                }
                 (Ok(_), None) => {
                     return refused(status(
                         Code::TopicNotFound,
@@ -167,7 +172,9 @@ mod tests {
             .attributes
             .insert("+message.type".into(), "FIFO".into());
         assert_eq!(accepted_types(Some(&config)), vec![MessageType::Fifo]);
-        config.attributes.insert("message.type".into(), "MIXED".into());
+        config
+            .attributes
+            .insert("message.type".into(), "MIXED".into());
         assert_eq!(accepted_types(Some(&config)).len(), 4);
     }
 }

@@ -121,7 +121,10 @@ pub async fn send_all(
 /// inspects each entry).
 pub fn overall_status(entries: &[SendResultEntry]) -> Status {
     let ok = Code::Ok as i32;
-    if entries.iter().all(|e| e.status.as_ref().is_some_and(|s| s.code == ok)) {
+    if entries
+        .iter()
+        .all(|e| e.status.as_ref().is_some_and(|s| s.code == ok))
+    {
         return super::status::ok();
     }
     match entries {
@@ -139,13 +142,21 @@ async fn send_one(
     origin: Origin<'_>,
     message: &Message,
 ) -> Result<Sent, Status> {
-    let topic = message.topic.as_ref().map(|t| t.name.as_str()).unwrap_or("");
+    let topic = message
+        .topic
+        .as_ref()
+        .map(|t| t.name.as_str())
+        .unwrap_or("");
     if topic.is_empty() {
         return Err(status(Code::IllegalTopic, "message.topic.name is required"));
     }
-    let system = message.system_properties.as_ref().ok_or_else(|| {
-        status(Code::BadRequest, "message.system_properties is required")
-    })?;
+    if let Err(error) = ferromq_protocol::names::validate_topic(topic) {
+        return Err(status(Code::IllegalTopic, error.to_string()));
+    }
+    let system = message
+        .system_properties
+        .as_ref()
+        .ok_or_else(|| status(Code::BadRequest, "message.system_properties is required"))?;
     if system.message_id.is_empty() {
         return Err(status(
             Code::IllegalMessageId,
@@ -197,13 +208,21 @@ fn check_type(
     system: &SystemProperties,
 ) -> Result<MessageType, Status> {
     let declared = MessageType::try_from(system.message_type).unwrap_or(MessageType::Unspecified);
-    let has_group = system.message_group.as_deref().is_some_and(|g| !g.is_empty());
+    let has_group = system
+        .message_group
+        .as_deref()
+        .is_some_and(|g| !g.is_empty());
     let message_type = match declared {
         MessageType::Unspecified if has_group => MessageType::Fifo,
         MessageType::Unspecified => MessageType::Normal,
         other => other,
     };
-    let conflict = |what: &str| Err(status(Code::MessagePropertyConflictWithType, what.to_string()));
+    let conflict = |what: &str| {
+        Err(status(
+            Code::MessagePropertyConflictWithType,
+            what.to_string(),
+        ))
+    };
     match message_type {
         MessageType::Normal if has_group => {
             return conflict("a NORMAL message may not carry a message_group (send it as FIFO)")
@@ -213,9 +232,7 @@ fn check_type(
                 "a NORMAL message may not carry a delivery_timestamp (send it as DELAY)",
             )
         }
-        MessageType::Fifo if !has_group => {
-            return conflict("a FIFO message needs a message_group")
-        }
+        MessageType::Fifo if !has_group => return conflict("a FIFO message needs a message_group"),
         MessageType::Delay if system.delivery_timestamp.is_none() => {
             return conflict("a DELAY message needs a delivery_timestamp")
         }
@@ -315,12 +332,19 @@ fn encode_properties(message: &Message, system: &SystemProperties) -> Result<Vec
     }
     if let Some(tag) = system.tag.as_deref().filter(|t| !t.is_empty()) {
         if has_separator(tag) || tag.contains('|') {
-            return Err(status(Code::IllegalMessageTag, format!("tag {tag:?} is illegal")));
+            return Err(status(
+                Code::IllegalMessageTag,
+                format!("tag {tag:?} is illegal"),
+            ));
         }
         pairs.push((property_names::TAGS, tag.to_string()));
     }
     if !system.keys.is_empty() {
-        if system.keys.iter().any(|k| has_separator(k) || k.contains(' ')) {
+        if system
+            .keys
+            .iter()
+            .any(|k| has_separator(k) || k.contains(' '))
+        {
             return Err(status(
                 Code::IllegalMessageKey,
                 "a key may not hold a space or a \\u0001/\\u0002 separator",
@@ -329,16 +353,24 @@ fn encode_properties(message: &Message, system: &SystemProperties) -> Result<Vec
         pairs.push((property_names::KEYS, system.keys.join(" ")));
     }
     if has_separator(&system.message_id) {
-        return Err(status(Code::IllegalMessageId, "message_id holds a separator"));
+        return Err(status(
+            Code::IllegalMessageId,
+            "message_id holds a separator",
+        ));
     }
     pairs.push((property_names::UNIQ_KEY, system.message_id.clone()));
     if let Some(group) = system.message_group.as_deref().filter(|g| !g.is_empty()) {
         if has_separator(group) {
-            return Err(status(Code::IllegalMessageGroup, "message_group holds a separator"));
+            return Err(status(
+                Code::IllegalMessageGroup,
+                "message_group holds a separator",
+            ));
         }
         pairs.push((PROPERTY_SHARDING_KEY, group.to_string()));
     }
-    Ok(Properties::encode(pairs.iter().map(|(n, v)| (*n, v.as_str()))))
+    Ok(Properties::encode(
+        pairs.iter().map(|(n, v)| (*n, v.as_str())),
+    ))
 }
 
 fn has_separator(text: &str) -> bool {
@@ -382,7 +414,10 @@ mod tests {
         encoder.write_all(&plain).unwrap();
         let gz = encoder.finish().unwrap();
         assert!(gz.len() < 200);
-        assert_eq!(decode_body(&system(Encoding::Gzip), &gz, 10_000).unwrap(), plain);
+        assert_eq!(
+            decode_body(&system(Encoding::Gzip), &gz, 10_000).unwrap(),
+            plain
+        );
         let refused = decode_body(&system(Encoding::Gzip), &gz, 9_999).unwrap_err();
         assert_eq!(refused.code, Code::MessageBodyTooLarge as i32);
         let corrupt = decode_body(&system(Encoding::Gzip), b"not gzip", 100).unwrap_err();
@@ -404,8 +439,7 @@ mod tests {
             ..Default::default()
         };
         message.user_properties.insert("color".into(), "red".into());
-        let raw = encode_properties(&message, message.system_properties.as_ref().unwrap())
-            .unwrap();
+        let raw = encode_properties(&message, message.system_properties.as_ref().unwrap()).unwrap();
         let props = Properties(&raw);
         assert_eq!(props.get_str("TAGS"), Some("TagA"));
         assert_eq!(props.get_str("KEYS"), Some("k1 k2"));

@@ -26,7 +26,10 @@ use crate::core::error::{Refusal, RefusalKind, SendError, WriteError};
 
 /// A `Status` of `code` with `message`.
 pub fn status(code: Code, message: impl Into<String>) -> Status {
-    debug_assert!(is_safe(code), "{code:?} must not be sent to released clients");
+    debug_assert!(
+        is_safe(code),
+        "{code:?} must not be sent to released clients"
+    );
     Status {
         code: code as i32,
         message: message.into(),
@@ -114,7 +117,10 @@ mod tests {
             refusal_code(&Refusal::new(TopicMissing, "x")),
             Code::TopicNotFound
         );
-        assert_eq!(refusal_code(&Refusal::new(InvalidName, "x")), Code::IllegalTopic);
+        assert_eq!(
+            refusal_code(&Refusal::new(InvalidName, "x")),
+            Code::IllegalTopic
+        );
     }
 
     #[test]

@@ -71,7 +71,8 @@ pub fn merged(ctx: &BrokerContext, mut settings: Settings) -> Settings {
         .unwrap_or(ClientType::Unspecified);
     match settings.pub_sub.as_mut() {
         Some(PubSub::Publishing(publishing)) => {
-            publishing.max_body_size = i32::try_from(ctx.config.max_message_size).unwrap_or(i32::MAX);
+            publishing.max_body_size =
+                i32::try_from(ctx.config.max_message_size).unwrap_or(i32::MAX);
             publishing.validate_message_type = true;
             settings.backoff_policy = Some(producer_backoff());
         }
