@@ -771,6 +771,24 @@ mod tests {
     }
 
     #[test]
+    fn grpc_port_defaults_to_8081_follows_listen_port_0_and_minus_one_turns_it_off() {
+        assert_eq!(BrokerConfig::default().grpc_port(), Some(8081));
+        let ephemeral = BrokerConfig {
+            listen_port: 0,
+            ..BrokerConfig::default()
+        };
+        assert_eq!(ephemeral.grpc_port(), Some(0));
+        let config: BrokerConfig = toml::from_str("grpcListenPort = -1\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.grpc_port(), None);
+        let config: BrokerConfig = toml::from_str("grpcListenPort = 18081\n").unwrap();
+        assert_eq!(config.grpc_port(), Some(18081));
+        let bad: BrokerConfig = toml::from_str("grpcListenPort = 70000\n").unwrap();
+        let error = bad.validate().unwrap_err().to_string();
+        assert!(error.contains("grpcListenPort"), "{error}");
+    }
+
+    #[test]
     fn metrics_port_is_off_unless_given() {
         assert_eq!(BrokerConfig::default().metrics_port, None);
         let config: BrokerConfig = toml::from_str("metricsPort = 0\n").unwrap();
