@@ -4,7 +4,7 @@ client (PyPI rocketmq-python-client 5.1.2), for crates/cli/tests/interop_grpc.rs
 
 Usage: py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N [--prefix P]
 
-Message i is FIFO (group "<prefix>-group-<i % 4>") when i is odd, NORMAL otherwise; it has
+Message i is FIFO (group "<prefix>-group-<(i // 2) % 4>") when i is odd, NORMAL otherwise; it has
 tag "Tag<i % 3>", keys "<prefix>-key-<i>" and "<prefix>-alt-<i>", user properties
 {"index": i, "kind": "fifo"|"normal"} and body "<prefix>:<i>". Prints one JSON line per
 acknowledged send (what was sent, and the broker's message id and offset), then a summary
@@ -46,7 +46,7 @@ def main():
                 message.add_property(name, value)
             group = None
             if fifo:
-                group = f"{args.prefix}-group-{i % 4}"
+                group = f"{args.prefix}-group-{(i // 2) % 4}"
                 message.message_group = group
             try:
                 receipt = producer.send(message)
