@@ -574,3 +574,81 @@ impl tonic::codec::Encoder for RawEncoder {
         Ok(())
     }
 }
+
+#[tokio::test]
+async fn a_client_opening_too_many_telemetry_streams_gets_too_many_requests() {
+    use ferromq_broker::grpc::clients::TELEMETRY_STREAMS_PER_CLIENT_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let mut grpc = grpc_client(&broker).await;
+    let mut open = Vec::new();
+    for _ in 0..TELEMETRY_STREAMS_PER_CLIENT_MAX {
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::TelemetryCommand>(1);
+        let outbound =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|c| (c, rx)) },
+            );
+        let replies = grpc
+            .telemetry(with_client_id(outbound))
+            .await
+            .expect("within the limit")
+            .into_inner();
+        open.push((tx, replies));
+    }
+    let (_tx, rx) = tokio::sync::mpsc::channel::<pb::TelemetryCommand>(1);
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let mut refused = grpc
+        .telemetry(with_client_id(outbound))
+        .await
+        .expect("the refusal travels as a status entry")
+        .into_inner();
+    let reply = tokio::time::timeout(TIMEOUT, refused.message())
+        .await
+        .expect("in time")
+        .expect("stream OK")
+        .expect("one status entry");
+    assert_eq!(code(&reply.status), Code::TooManyRequests as i32);
+    assert!(
+        reply.status.unwrap().message.contains("Telemetry streams"),
+        "the remark names the limit"
+    );
+    let end = tokio::time::timeout(TIMEOUT, refused.message())
+        .await
+        .expect("in time");
+    assert!(matches!(end, Ok(None)), "then the stream closes: {end:?}");
+    // Closing one stream makes room again.
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (_tx, rx) = tokio::sync::mpsc::channel::<pb::TelemetryCommand>(1);
+        let outbound =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|c| (c, rx)) },
+            );
+        let mut stream = grpc
+            .telemetry(with_client_id(outbound))
+            .await
+            .unwrap()
+            .into_inner();
+        let first = tokio::time::timeout(Duration::from_millis(200), stream.message()).await;
+        // An accepted stream sends nothing until the client writes settings.
+        if first.is_err() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "room never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Streams still open do not hold the broker's shutdown past its grace.
+    tokio::time::timeout(Duration::from_secs(10), broker.shutdown())
+        .await
+        .expect("shutdown bounded with Telemetry streams open")
+        .unwrap();
+    drop(open);
+    drop(grpc);
+}

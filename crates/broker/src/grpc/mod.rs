@@ -38,6 +38,10 @@ use crate::context::BrokerContext;
 /// message), the protobuf framing, and a batch's other messages.
 pub const GRPC_REQUEST_HEADROOM_BYTES: usize = 1 << 20;
 
+/// How long a stopping broker waits for gRPC calls to finish before closing their
+/// connections (clients keep Telemetry streams open for as long as they run).
+pub const GRPC_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The largest request the endpoint decodes: `maxMessageSize` plus the headroom.
 pub fn max_request_bytes(ctx: &BrokerContext) -> usize {
     ctx.config
@@ -59,18 +63,35 @@ pub async fn serve(
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut stop = stop;
-    let signal = async move {
-        while !*stop.borrow() {
-            if stop.changed().await.is_err() {
-                return;
+    let stopped = {
+        let mut stop = stop.clone();
+        async move {
+            while !*stop.borrow() {
+                if stop.changed().await.is_err() {
+                    return;
+                }
             }
         }
     };
-    if let Err(error) = tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(server, incoming, signal)
-        .await
-    {
-        tracing::error!(%error, "gRPC endpoint stopped");
+    let server =
+        tonic::transport::Server::builder().serve_with_incoming_shutdown(server, incoming, stopped);
+    let mut stop = stop;
+    let grace_over = async move {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                break;
+            }
+        }
+        tokio::time::sleep(GRPC_SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        result = server => {
+            if let Err(error) = result {
+                tracing::error!(%error, "gRPC endpoint stopped");
+            }
+        }
+        () = grace_over => {
+            tracing::info!(grace = ?GRPC_SHUTDOWN_GRACE, "gRPC calls still open at shutdown; closing their connections");
+        }
     }
 }
