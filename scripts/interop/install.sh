@@ -3,6 +3,8 @@
 # target/interop/ (gitignored; nothing is installed globally):
 #   target/interop/venv-remoting   Python venv with PyPI rocketmq==0.4.4 (messense, C++ core)
 #   target/interop/node            npm prefix with ali-ons@3.12.0 (pure JS)
+#   target/interop/venv-grpc       Python venv with PyPI rocketmq-python-client==5.1.2 (the
+#                                  official 5.x gRPC client; crates/cli/tests/interop_grpc.rs)
 #   target/interop/installed.stamp written last; when it matches this script's pins the
 #                                  script exits at once.
 #
@@ -18,7 +20,9 @@ stamp="$dest/installed.stamp"
 
 PY_PIN="rocketmq==0.4.4"
 NPM_PIN="ali-ons@3.12.0"
-want_stamp="python:$PY_PIN npm:$NPM_PIN"
+PY_GRPC_PIN="rocketmq-python-client==5.1.2"
+venv_grpc="$dest/venv-grpc"
+want_stamp="python:$PY_PIN npm:$NPM_PIN python-grpc:$PY_GRPC_PIN"
 
 say() { printf 'interop install: %s\n' "$*"; }
 die() { printf 'interop install: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -27,7 +31,7 @@ force=0
 if [[ "${1:-}" == "--force" ]]; then force=1; fi
 
 if [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" \
-      && -x "$venv/bin/python" && -f "$node_prefix/node_modules/ali-ons/package.json" ]]; then
+      && -x "$venv/bin/python" && -x "$venv_grpc/bin/python" && -f "$node_prefix/node_modules/ali-ons/package.json" ]]; then
     say "already installed ($want_stamp) in $dest; nothing to do (--force reinstalls)"
     exit 0
 fi
@@ -55,6 +59,20 @@ if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
 fi
 if ! "$venv/bin/python" -c 'from rocketmq.client import Producer, PushConsumer, Message' 2>/dev/null; then
     die "$PY_PIN installed but 'from rocketmq.client import ...' fails (librocketmq.so not loadable?)"
+fi
+
+# --- Python: the official RocketMQ 5.x gRPC client -------------------------------------------
+if [[ ! -x "$venv_grpc/bin/python" ]]; then
+    say "creating venv $venv_grpc"
+    python3 -m venv "$venv_grpc" || die "python3 -m venv failed (on Debian/Ubuntu install python3-venv)"
+fi
+say "pip install $PY_GRPC_PIN into $venv_grpc"
+if ! "$venv_grpc/bin/python" -m pip install --disable-pip-version-check --no-input \
+        --timeout 30 --retries 2 --quiet "$PY_GRPC_PIN"; then
+    die "pip install $PY_GRPC_PIN failed: is PyPI reachable (https://pypi.org/simple/rocketmq-python-client/, proxy, PIP_INDEX_URL)?"
+fi
+if ! "$venv_grpc/bin/python" -c 'from rocketmq import ClientConfiguration, Credentials, Message, Producer' 2>/dev/null; then
+    die "$PY_GRPC_PIN installed but 'from rocketmq import ClientConfiguration, Credentials, Message, Producer' fails"
 fi
 
 # --- Node: ali-ons 3.12.0 ---------------------------------------------------------------------

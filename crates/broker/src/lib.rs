@@ -6,6 +6,8 @@
 //! - [`remoting`]: the RocketMQ remoting adapter: the TCP connections, the processors that
 //!   decode a request, call the core and map its answer to a code (one table,
 //!   `remoting::processor::code_map`), and the registration with the name servers.
+//! - [`grpc`]: the RocketMQ 5.x gRPC adapter (`apache.rocketmq.v2`) on `grpcListenPort`:
+//!   producers today (QueryRoute, Heartbeat, Telemetry, SendMessage); docs/grpc.md.
 //! - [`sessions`]: who a request comes from (client id, not connection) and the registry of
 //!   connected producers and consumers.
 //! - [`catalog`]: topic configs and subscription groups.
@@ -27,6 +29,7 @@ pub mod codes;
 pub mod config;
 pub mod context;
 pub mod core;
+pub mod grpc;
 pub mod observability;
 pub mod remoting;
 pub mod replication;

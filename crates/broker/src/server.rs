@@ -42,6 +42,14 @@ pub enum BrokerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// The gRPC socket could not be opened.
+    #[error(
+        "cannot listen for gRPC on {addr} (grpcListenPort; -1 turns the endpoint off): {source}"
+    )]
+    GrpcListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     /// The HA (replication) socket could not be opened.
     #[error("cannot listen for replication on {addr} (haListenPort): {source}")]
     HaListen {
@@ -90,6 +98,7 @@ pub struct Broker {
     ctx: Arc<BrokerContext>,
     local_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
+    grpc_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -125,6 +134,19 @@ impl Broker {
                 let bound = listener
                     .local_addr()
                     .map_err(|source| BrokerError::MetricsListen { addr, source })?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
+        let grpc_listener = match config.grpc_port() {
+            Some(port) => {
+                let addr = SocketAddr::new(config.bind_ip(), port);
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| BrokerError::GrpcListen { addr, source })?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|source| BrokerError::GrpcListen { addr, source })?;
                 Some((listener, bound))
             }
             None => None,
@@ -285,6 +307,17 @@ impl Broker {
             tracing::info!(%addr, "metrics endpoint listening (GET /metrics)");
             addr
         });
+        let grpc_addr = grpc_listener.map(|(listener, addr)| {
+            let advertised = SocketAddr::new(ctx.broker_addr.ip(), addr.port());
+            tasks.push(tokio::spawn(crate::grpc::serve(
+                ctx.clone(),
+                listener,
+                advertised,
+                stop_rx.clone(),
+            )));
+            tracing::info!(%addr, "gRPC endpoint listening (RocketMQ 5.x clients)");
+            addr
+        });
         if !namesrvs.is_empty() {
             tasks.push(tokio::spawn(registration::run(
                 ctx.clone(),
@@ -306,6 +339,7 @@ impl Broker {
             ctx,
             local_addr,
             metrics_addr,
+            grpc_addr,
             stop,
             tasks,
         })
@@ -326,6 +360,12 @@ impl Broker {
     /// set; with `metricsPort = 0` this is the port the OS chose.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The address of the gRPC endpoint (RocketMQ 5.x clients' `endpoints`), unless
+    /// `grpcListenPort = -1`; with port 0 this is the port the OS chose.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
     }
 
     /// Shared state (for tests and the admin endpoints).

@@ -371,6 +371,7 @@ impl ChaosCluster {
                  brokerName = \"{}\"\n\
                  brokerIP1 = \"127.0.0.1\"\n\
                  listenPort = {}\n\
+                 grpcListenPort = -1\n\
                  brokerAdvertisedPort = {}\n\
                  haListenPort = {}\n\
                  haAdvertisedPort = {}\n\

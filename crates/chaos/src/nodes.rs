@@ -488,6 +488,8 @@ fn standalone_args(
     for (flag, value) in [
         ("--namesrv-port", namesrv_port.to_string()),
         ("--broker-port", broker_port.to_string()),
+        // Chaos drives remoting only; several nodes must not contend for gRPC's 8081.
+        ("--grpc-port", "-1".to_string()),
         ("--flush", flush.name().to_string()),
         ("--advertise", advertise.to_string()),
     ] {

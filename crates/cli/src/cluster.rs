@@ -359,6 +359,7 @@ fn broker_toml(
          brokerName = \"broker-{group}\"\n\
          brokerIP1 = \"127.0.0.1\"\n\
          listenPort = {}\n\
+         grpcListenPort = -1\n\
          haListenPort = {}\n\
          namesrvAddr = \"{}\"\n\
          storePathRootDir = \"{}\"\n\

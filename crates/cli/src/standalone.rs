@@ -33,6 +33,11 @@ pub struct StandaloneArgs {
     /// Broker port; 0 picks a free one.
     #[arg(long, value_name = "PORT", default_value_t = 10911)]
     broker_port: u16,
+    /// Port of the RocketMQ 5.x gRPC endpoint (grpcListenPort): 8081 by default, 0 picks a
+    /// free one (the default when --broker-port is 0), -1 turns it off. Printed on stderr
+    /// as `ferromq standalone: grpc ADDR`.
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
+    grpc_port: Option<i32>,
     /// How sends and commits become durable (RocketMQ flushDiskType). ferromq defaults to
     /// sync: a send or commit is acknowledged only once fsynced (group commit).
     #[arg(long, value_enum, default_value_t = Flush::Sync)]
@@ -196,6 +201,7 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         bind_address: Some(loopback),
         broker_advertised_port: args.advertise.map(|addr| addr.port()),
         listen_port: args.broker_port,
+        grpc_listen_port: args.grpc_port,
         // A standalone broker has no slaves: its HA port is any free one (logged at start),
         // so a restart on a fixed --broker-port never depends on --broker-port + 1 being free.
         ha_listen_port: Some(0),
@@ -224,6 +230,9 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
     let broker = Broker::start(config).await.context("starting the broker")?;
     if let Some(addr) = broker.metrics_addr() {
         eprintln!("ferromq standalone: metrics http://{addr}/metrics");
+    }
+    if let Some(addr) = broker.grpc_addr() {
+        eprintln!("ferromq standalone: grpc {addr} (RocketMQ 5.x clients: endpoints = {addr})");
     }
     let report = broker.context().store.recovery_report().clone();
     for line in report::recovery_lines(&report) {

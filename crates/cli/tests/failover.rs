@@ -234,7 +234,7 @@ impl Broker {
         let ha = free_port();
         let mut text = format!(
             "brokerClusterName = \"{CLUSTER}\"\nbrokerName = \"fb\"\nbrokerIP1 = \"127.0.0.1\"\n\
-             listenPort = {}\nhaListenPort = {}\nnamesrvAddr = \"{}\"\n\
+             listenPort = {}\ngrpcListenPort = -1\nhaListenPort = {}\nnamesrvAddr = \"{}\"\n\
              storePathRootDir = \"{}\"\nbrokerRole = \"{}\"\nflushDiskType = \"ASYNC_FLUSH\"\n\
              enableControllerMode = true\ncontrollerAddr = \"{}\"\n\
              haSendHeartbeatInterval = 100\nhaMaxTimeSlaveNotCatchup = 1500\n\

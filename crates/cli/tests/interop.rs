@@ -217,6 +217,9 @@ impl Standalone {
             ports.0.to_string(),
             "--broker-port".to_string(),
             ports.1.to_string(),
+            // Restarts reuse fixed ports, with which gRPC would default to 8081: parallel
+            // tests would contend for it. These tests use remoting only.
+            "--grpc-port=-1".to_string(),
         ];
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
             .args(&args)

@@ -4,14 +4,16 @@
 //! (RocketMQ's `MessageDecoder` layout), which is at once the CommitLog record and the body of
 //! a pull reply, so a broker can send stored bytes to real clients unchanged, and the remoting
 //! protocol (`remoting`): frames, commands, request/response codes, typed headers and JSON
-//! bodies, RocketMQ's tag expressions (`tags`), and ferromq's own master/slave replication
-//! frames (`ha`).
+//! bodies, RocketMQ's tag expressions (`tags`), ferromq's own master/slave replication
+//! frames (`ha`), and the RocketMQ 5.x gRPC protocol (`grpc`, `apache.rocketmq.v2`: prost
+//! messages and the tonic `MessagingService`, generated once by `scripts/gen-grpc`).
 //!
 //! Everything except `remoting::client` maps bytes to values and back without touching a file
 //! or a socket; the client is the small tokio transport that brokers, tests and the Rust
 //! client library share.
 
 pub mod controller;
+pub mod grpc;
 pub mod ha;
 pub mod java_hash;
 pub mod message;

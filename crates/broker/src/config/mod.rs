@@ -63,6 +63,13 @@ pub struct BrokerConfig {
     pub broker_ip1: IpAddr,
     /// Port to listen on (0: any free port).
     pub listen_port: u16,
+    /// Port of the RocketMQ 5.x gRPC endpoint (`crate::grpc`, docs/grpc.md): 8081 (the Java
+    /// proxy's port) by default; 0: any free port, see `Broker::grpc_addr`; -1: no gRPC
+    /// endpoint. Absent while `listenPort` is 0 it is 0 too, so brokers on OS-chosen ports
+    /// (tests, embedded brokers) never contend for 8081. ferromq's key, named like the
+    /// proxy's `grpcServerPort` in RocketMQ's style.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_listen_port: Option<i32>,
     /// IP the listening sockets (broker and metrics) bind; absent: `brokerIP1`. RocketMQ's
     /// `bindAddress` (there `0.0.0.0` by default; ferromq listens only where it registers
     /// unless told otherwise).
@@ -247,6 +254,24 @@ pub struct BrokerConfig {
     pub transaction_tracked_max: u32,
 }
 
+/// `grpcListenPort` value that turns the gRPC endpoint off.
+pub const GRPC_DISABLED: i32 = -1;
+
+/// `grpcListenPort` when absent (and `listenPort` is not 0): the Java proxy's gRPC port.
+pub const GRPC_LISTEN_PORT_DEFAULT: u16 = 8081;
+
+impl BrokerConfig {
+    /// The port the gRPC endpoint listens on (0: any free port), or `None` when it is off
+    /// (`grpcListenPort = -1`). See [`BrokerConfig::grpc_listen_port`].
+    pub fn grpc_port(&self) -> Option<u16> {
+        match self.grpc_listen_port {
+            None if self.listen_port == 0 => Some(0),
+            None => Some(GRPC_LISTEN_PORT_DEFAULT),
+            Some(port) => u16::try_from(port).ok(),
+        }
+    }
+}
+
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
@@ -255,6 +280,7 @@ impl Default for BrokerConfig {
             broker_id: 0,
             broker_ip1: IpAddr::V4(Ipv4Addr::LOCALHOST),
             listen_port: 10911,
+            grpc_listen_port: None,
             bind_address: None,
             broker_advertised_port: None,
             ha_advertised_port: None,
@@ -425,6 +451,14 @@ impl BrokerConfig {
                 "haAdvertisedPort",
                 "must be between 1 and 65535 (leave it out to register the HA listening port)",
             );
+        }
+        if let Some(port) = self.grpc_listen_port {
+            if !(GRPC_DISABLED..=i32::from(u16::MAX)).contains(&port) {
+                return invalid(
+                    "grpcListenPort",
+                    "must be -1 (no gRPC endpoint), 0 (any free port) or a port up to 65535",
+                );
+            }
         }
         self.flush_type()?;
         self.replication_settings()?;
@@ -734,6 +768,24 @@ mod tests {
         assert!(error.to_string().contains("maxMessageSize"), "{error}");
         let config: BrokerConfig = toml::from_str("maxMessageSize = 1\n").unwrap();
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn grpc_port_defaults_to_8081_follows_listen_port_0_and_minus_one_turns_it_off() {
+        assert_eq!(BrokerConfig::default().grpc_port(), Some(8081));
+        let ephemeral = BrokerConfig {
+            listen_port: 0,
+            ..BrokerConfig::default()
+        };
+        assert_eq!(ephemeral.grpc_port(), Some(0));
+        let config: BrokerConfig = toml::from_str("grpcListenPort = -1\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.grpc_port(), None);
+        let config: BrokerConfig = toml::from_str("grpcListenPort = 18081\n").unwrap();
+        assert_eq!(config.grpc_port(), Some(18081));
+        let bad: BrokerConfig = toml::from_str("grpcListenPort = 70000\n").unwrap();
+        let error = bad.validate().unwrap_err().to_string();
+        assert!(error.contains("grpcListenPort"), "{error}");
     }
 
     #[test]

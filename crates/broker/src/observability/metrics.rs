@@ -52,6 +52,10 @@
 //!   REQUEST_CODE_NOT_SUPPORTED, labelled with RocketMQ's name of the code (`unknown` for a
 //!   code RocketMQ does not define).
 //!
+//! - `ferromq_grpc_requests_unimplemented_total{rpc}`: gRPC requests answered NOT_IMPLEMENTED
+//!   (`grpc`), by RPC name; `ferromq_grpc_requests_limited_total{limit}`: gRPC requests refused
+//!   by a client or Telemetry stream limit (`clients`, `telemetry`, `telemetry_per_client`).
+//!
 //! Also counted: `ferromq_damaged_reads_total`, pulls answered MESSAGE_DAMAGED;
 //! `ferromq_requests_busy_total{reason}`, requests answered SYSTEM_BUSY by a work limit
 //! (`held_pulls`, `held_pulls_per_connection`, `in_flight_per_connection`; see
@@ -197,6 +201,8 @@ pub struct BrokerMetrics {
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
+    grpc_unimplemented: Family<StaticLabel, Counter>,
+    grpc_limited: Family<StaticLabel, Counter>,
     /// Transactional messages (`super::transactions`).
     pub transactions: super::transactions::TransactionMetrics,
 }
@@ -227,6 +233,8 @@ impl BrokerMetrics {
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
+            grpc_unimplemented: Family::default(),
+            grpc_limited: Family::default(),
             transactions: Default::default(),
         };
         let mut registry = Registry::default();
@@ -309,6 +317,16 @@ impl BrokerMetrics {
             "ferromq_requests_busy",
             "Requests answered SYSTEM_BUSY because a work limit was reached, by reason",
             metrics.busy.clone(),
+        );
+        registry.register(
+            "ferromq_grpc_requests_unimplemented",
+            "gRPC requests answered NOT_IMPLEMENTED, by RPC",
+            metrics.grpc_unimplemented.clone(),
+        );
+        registry.register(
+            "ferromq_grpc_requests_limited",
+            "gRPC requests refused by a client or stream limit, by limit",
+            metrics.grpc_limited.clone(),
         );
         metrics.transactions.register(&mut registry);
         BrokerMetrics {
@@ -505,6 +523,23 @@ impl BrokerMetrics {
         self.unsupported
             .get(&[("request", name)])
             .map_or(0, |c| c.get())
+    }
+
+    /// A gRPC request answered NOT_IMPLEMENTED; `rpc` is the RPC's name.
+    pub fn grpc_unimplemented(&self, rpc: &'static str) {
+        self.grpc_unimplemented.get_or_create(&[("rpc", rpc)]).inc();
+    }
+
+    /// gRPC requests answered NOT_IMPLEMENTED so far for `rpc`.
+    pub fn grpc_unimplemented_count(&self, rpc: &'static str) -> u64 {
+        self.grpc_unimplemented
+            .get(&[("rpc", rpc)])
+            .map_or(0, |c| c.get())
+    }
+
+    /// A gRPC request refused by the limit `limit` (`grpc::clients::Limit`).
+    pub fn grpc_limited(&self, limit: &'static str) {
+        self.grpc_limited.get_or_create(&[("limit", limit)]).inc();
     }
 
     /// A remoting connection opened.

@@ -141,6 +141,7 @@ impl Server {
             .arg(&data)
             .args(["--namesrv-port", &ports.0.to_string()])
             .args(["--broker-port", &ports.1.to_string()])
+            .args(["--grpc-port", "0"])
             .args(&extra)
             .env(
                 "RUST_LOG",

@@ -181,6 +181,9 @@ pub fn broker_config(dir: &Path, namesrv: SocketAddr, name: &str, port: u16) -> 
     BrokerConfig {
         broker_name: name.into(),
         listen_port: port,
+        // Restarted brokers reuse a fixed `port`; with it the gRPC port would default to
+        // 8081, which parallel tests would contend for. These tests use remoting only.
+        grpc_listen_port: Some(ferromq_broker::config::GRPC_DISABLED),
         // Restarts reuse `port`; the HA port must not depend on `port + 1` being free.
         ha_listen_port: Some(0),
         namesrv_addr: namesrv.to_string(),

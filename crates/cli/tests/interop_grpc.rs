@@ -1,0 +1,304 @@
+//! Interop with the official RocketMQ 5.x gRPC client: PyPI `rocketmq-python-client` 5.1.2,
+//! driven through `scripts/interop/py_grpc.py`, produces 1,000 messages (normal and FIFO, with
+//! tag, keys and user properties) through `ferromq standalone`'s gRPC endpoint; ferromq's
+//! Rust client (`LitePullConsumer`, remoting) then consumes them all and checks every body,
+//! key, tag and property, and that each FIFO group stayed on one queue in send order.
+//!
+//! The client lives in `target/interop/venv-grpc`, installed by `scripts/interop/install.sh`.
+//! When it is missing the test prints why and passes, unless `FERROMQ_INTEROP_REQUIRED` is set
+//! (as `scripts/test` does after installing): then a missing install fails the test. Logs are
+//! kept in `target/interop/runs/<test>/`; every child is killed when its guard drops and
+//! every wait has a deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Messages the Python producer sends.
+const COUNT: usize = 1_000;
+/// How long `ferromq standalone` may take to print its ports.
+const STANDALONE_READY: Duration = Duration::from_secs(20);
+/// Deadline for the Python producer.
+const PRODUCE_DEADLINE: Duration = Duration::from_secs(180);
+/// Deadline for consuming everything back.
+const CONSUME_DEADLINE: Duration = Duration::from_secs(90);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+fn interop_dir() -> PathBuf {
+    repo_root().join("target").join("interop")
+}
+
+fn required() -> bool {
+    std::env::var("FERROMQ_INTEROP_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The venv's python, or `None` (after saying why) when the test should be skipped. Panics
+/// when it is missing and `FERROMQ_INTEROP_REQUIRED` is set.
+fn python_or_skip(test: &str) -> Option<PathBuf> {
+    let python = interop_dir().join("venv-grpc").join("bin").join("python");
+    let stamp = interop_dir().join("installed.stamp");
+    let stamp_ok = fs::read_to_string(&stamp).is_ok_and(|s| s.contains("rocketmq-python-client"));
+    if python.exists() && stamp_ok {
+        return Some(python);
+    }
+    let why = format!(
+        "{} or a stamp naming rocketmq-python-client in {} is missing",
+        python.display(),
+        stamp.display()
+    );
+    if required() {
+        panic!("{test}: {why} and FERROMQ_INTEROP_REQUIRED is set: run scripts/interop/install.sh");
+    }
+    eprintln!("SKIPPED {test}: {why}; run scripts/interop/install.sh (or scripts/test)");
+    None
+}
+
+/// A child killed when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `ferromq standalone` on free ports; returns it with its name server and gRPC
+/// addresses (read from its stdout and stderr lines).
+fn start_standalone(data: &Path, log_dir: &Path) -> (Guard, String, String) {
+    let stderr_path = log_dir.join("standalone.stderr");
+    let stdout_path = log_dir.join("standalone.stdout");
+    let child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(File::create(&stdout_path).unwrap())
+        .stderr(File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("spawning ferromq standalone");
+    let mut guard = Guard(child);
+    let started = Instant::now();
+    loop {
+        let stdout = fs::read_to_string(&stdout_path).unwrap_or_default();
+        let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
+        let namesrv = stdout.lines().find_map(|l| {
+            l.strip_prefix("ferromq standalone: namesrv ")
+                .and_then(|rest| rest.split_whitespace().next())
+        });
+        let grpc = stderr.lines().find_map(|l| {
+            l.strip_prefix("ferromq standalone: grpc ")
+                .and_then(|rest| rest.split_whitespace().next())
+        });
+        if let (Some(namesrv), Some(grpc)) = (namesrv, grpc) {
+            return (guard, namesrv.to_string(), grpc.to_string());
+        }
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            panic!("standalone exited ({status}) before printing its ports:\n{stderr}");
+        }
+        assert!(
+            started.elapsed() < STANDALONE_READY,
+            "standalone did not print its name server and gRPC addresses in time:\n{stdout}\n{stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What the producer says it sent, by body.
+#[derive(Debug, Clone)]
+struct Sent {
+    index: usize,
+    tag: String,
+    keys: BTreeSet<String>,
+    group: Option<String>,
+    properties: BTreeMap<String, String>,
+    message_id: String,
+}
+
+fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTreeMap<String, Sent> {
+    let script = repo_root().join("scripts/interop/py_grpc.py");
+    let stdout_path = log_dir.join("py_grpc.stdout");
+    let stderr_path = log_dir.join("py_grpc.stderr");
+    let child = Command::new(python)
+        .arg(&script)
+        .args(["--endpoints", endpoints, "--topic", topic, "--count"])
+        .arg(COUNT.to_string())
+        .env("HOME", log_dir)
+        .stdout(File::create(&stdout_path).unwrap())
+        .stderr(File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("spawning py_grpc.py");
+    let mut guard = Guard(child);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = guard.0.try_wait().expect("waiting for py_grpc.py") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < PRODUCE_DEADLINE,
+            "py_grpc.py still running after {PRODUCE_DEADLINE:?}; stderr:\n{}",
+            fs::read_to_string(&stderr_path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(status.success(), "py_grpc.py failed ({status}):\n{stderr}");
+    let mut sent = BTreeMap::new();
+    for line in BufReader::new(File::open(&stdout_path).unwrap()).lines() {
+        let value: Value = serde_json::from_str(&line.unwrap()).expect("a JSON line");
+        if value.get("summary").is_some() {
+            assert_eq!(value["summary"]["sent"], COUNT, "{value}");
+            continue;
+        }
+        assert!(value.get("error").is_none(), "a send failed: {value}");
+        let strings = |v: &Value| -> BTreeSet<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap().to_string())
+                .collect()
+        };
+        let body = value["body"].as_str().unwrap().to_string();
+        let previous = sent.insert(
+            body.clone(),
+            Sent {
+                index: value["index"].as_u64().unwrap() as usize,
+                tag: value["tag"].as_str().unwrap().to_string(),
+                keys: strings(&value["keys"]),
+                group: value["group"].as_str().map(str::to_string),
+                properties: value["properties"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect(),
+                message_id: value["message_id"].as_str().unwrap().to_string(),
+            },
+        );
+        assert!(previous.is_none(), "{body} reported twice");
+    }
+    assert_eq!(sent.len(), COUNT, "one line per message");
+    sent
+}
+
+#[test]
+fn python_grpc_client_produces_1000_and_rust_client_reads_them_over_remoting() {
+    use ferromq_client::{LitePullConsumer, LitePullConsumerConfig, MessageExt, StartPosition};
+    let test = "python_grpc_client_produces_1000_and_rust_client_reads_them_over_remoting";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    let log_dir = interop_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&log_dir);
+    fs::create_dir_all(&log_dir).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (standalone, namesrv, grpc) = start_standalone(data.path(), &log_dir);
+    let topic = "InteropGrpcPy";
+    let started = Instant::now();
+    let sent = produce(&python, &grpc, topic, &log_dir);
+    eprintln!(
+        "{test}: {COUNT} messages sent over gRPC in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let received: Vec<MessageExt> = runtime.block_on(async {
+        let consumer = LitePullConsumer::start(LitePullConsumerConfig {
+            namesrv_addrs: vec![namesrv.parse().unwrap()],
+            group: "CG_rust_from_py_grpc".into(),
+            start_position: StartPosition::First,
+            ..LitePullConsumerConfig::default()
+        })
+        .expect("lite pull consumer starts");
+        consumer.subscribe(topic, "*").await.expect("subscribe");
+        let mut received = Vec::new();
+        let deadline = Instant::now() + CONSUME_DEADLINE;
+        while received.len() < COUNT && Instant::now() < deadline {
+            received.extend(
+                consumer
+                    .poll(Duration::from_millis(500))
+                    .await
+                    .expect("poll"),
+            );
+        }
+        let closed = consumer.shutdown().await.expect("shutdown");
+        assert!(closed.is_complete(), "{closed:?}");
+        received
+    });
+    assert_eq!(received.len(), COUNT, "{test}: every message once");
+    let mut fifo_queues: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    let mut fifo_order: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for message in &received {
+        let body = String::from_utf8(message.body.to_vec()).expect("UTF-8 body");
+        let expected = sent
+            .get(&body)
+            .unwrap_or_else(|| panic!("{test}: unexpected body {body}"));
+        assert!(seen.insert(body.clone()), "{test}: {body} delivered twice");
+        assert_eq!(
+            message.tags.as_deref(),
+            Some(expected.tag.as_str()),
+            "tag of {body}"
+        );
+        let keys: BTreeSet<String> = message.keys.iter().cloned().collect();
+        assert_eq!(keys, expected.keys, "keys of {body}");
+        for (name, value) in &expected.properties {
+            assert_eq!(
+                message.properties.get(name),
+                Some(value),
+                "{name} of {body}"
+            );
+        }
+        // The client's message id is UNIQ_KEY: the id the gRPC client generated.
+        assert_eq!(message.msg_id, expected.message_id, "message id of {body}");
+        assert_eq!(
+            message.properties.get("__SHARDINGKEY"),
+            expected.group.as_ref()
+        );
+        if let Some(group) = &expected.group {
+            fifo_queues
+                .entry(group.clone())
+                .or_default()
+                .insert(message.queue_id);
+            fifo_order
+                .entry(group.clone())
+                .or_default()
+                .push((message.queue_offset, expected.index));
+        }
+    }
+    assert_eq!(fifo_queues.len(), 4, "four FIFO groups");
+    for (group, queues) in &fifo_queues {
+        assert_eq!(
+            queues.len(),
+            1,
+            "{test}: group {group} spread over {queues:?}"
+        );
+    }
+    for (group, mut order) in fifo_order {
+        order.sort();
+        let indexes: Vec<usize> = order.iter().map(|(_, index)| *index).collect();
+        let mut sorted = indexes.clone();
+        sorted.sort();
+        assert_eq!(
+            indexes, sorted,
+            "{test}: group {group} stored out of send order"
+        );
+    }
+    eprintln!("{test}: {COUNT} messages read back with identical body, tag, keys and properties");
+    drop(standalone);
+}
