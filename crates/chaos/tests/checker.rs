@@ -944,6 +944,50 @@ fn restart_history(committed: u64, resume: u64) -> Builder {
     builder
 }
 
+/// Chaos ha seeds 3014 and 3016: a reset retried for seconds (its `Fault::Reset` recorded,
+/// its op not yet), a consumer restart meanwhile, then the consumer follows the broker's reset
+/// push — restarts the queue at the reset offset and reads again — before the harness records
+/// the op. Those duplicates are the reset's; without the op's offset matching, they stay the
+/// restart's.
+#[test]
+fn a_reset_followed_before_its_op_was_recorded_is_the_duplicates_cause() {
+    let build = |reset_offset: u64| {
+        let old = consumer(0, 0);
+        let new = consumer(0, 1);
+        let mut builder = Builder::new();
+        builder
+            .sends(0, 0..8, 0, 0)
+            .start(old, 0, 0)
+            .delivers(old, 0, 0, 0..5)
+            .commit(old, 0, 5)
+            .fault(Fault::Reset)
+            .fault(Fault::RestartConsumer { consumer: 0 })
+            .start(new, 0, 5)
+            .delivers(new, 0, 0, 5..8)
+            .commit(new, 0, 8)
+            .stop(new, 0)
+            .start(new, 0, 2)
+            .delivers(new, 0, 0, 2..4)
+            .op(Op::Reset {
+                offsets: vec![(queue(0), reset_offset)],
+                generation: Some(1),
+            })
+            .delivers(new, 0, 0, 4..8)
+            .drain(true);
+        builder.check_with(options(Durability::Sync, Some(100)))
+    };
+    let report = build(2);
+    assert!(report.valid, "{report}");
+    assert_eq!(report.duplicates.by_cause.reset, 6);
+    assert_eq!(report.duplicates.by_cause.consumer_restart, 0);
+
+    // The op names another offset: the restart at 2 was not the reset's; its two
+    // duplicates before the op stay the consumer restart's, over its bound of 0.
+    let report = build(3);
+    assert_eq!(failed(&report), ["K6 duplicates over bound"]);
+    assert_eq!(report.duplicates.by_cause.consumer_restart, 2);
+}
+
 #[test]
 fn duplicate_bound_exceeded_is_caught() {
     // The failover slack does not loosen a consumer restart's bound.
@@ -1125,6 +1169,29 @@ fn forward_reset_skips_are_not_lost_nor_gaps() {
     assert_eq!(values(&report.skipped_by_reset), ["0:1", "0:3"]);
     assert_eq!(report.offset_violations.gaps.count, 0);
     assert_eq!(report.lost.count, 0);
+}
+
+#[test]
+fn an_incomplete_drain_is_explained_only_by_values_a_reset_skipped() {
+    let reader = consumer(0, 0);
+    let mut builder = Builder::new();
+    builder
+        .sends(0, 0..6, 0, 0)
+        .start(reader, 0, 0)
+        .deliver(reader, 0, 0, v(0, 0))
+        .reset(0, 4, 1)
+        .delivers(reader, 0, 0, 4..6)
+        .drain(false);
+    let report = builder.check(Durability::Sync);
+    assert!(report.valid, "{report}");
+    assert_eq!(values(&report.skipped_by_reset), ["0:1", "0:2", "0:3"]);
+
+    // One more acknowledged value that nobody read and no reset skipped: lost, and the
+    // drain is not explained.
+    builder.history.events.pop();
+    builder.send(v(0, 6), 0, 6).drain(false);
+    let report = builder.check(Durability::Sync);
+    assert_eq!(failed(&report), ["K1 lost", "drain"]);
 }
 
 #[test]

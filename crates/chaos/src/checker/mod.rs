@@ -110,8 +110,10 @@
 //! occur) → `consumer_restart`; a `Kill` or `Restart` fault of a standalone or master node →
 //! `broker_restart`; a `QueueStart` of the queue by a consumer other than the one of the
 //! queue's last `QueueStop`, or while another consumer still holds it (a restarted consumer's
-//! old session counts as stopped) → `rebalance`; a `Reset` op naming the queue or a `Reset`
-//! fault → `reset`; a `Failover` whose `group` is the queue's `broker` → `failover`; none →
+//! old session counts as stopped) → `rebalance`; a `Reset` op naming the queue, a `Reset`
+//! fault, or a `QueueStart` that followed a pending reset at the very offset its op then names
+//! (the consumer acted on the broker's reset push before the harness recorded the op) →
+//! `reset`; a `Failover` whose `group` is the queue's `broker` → `failover`; none →
 //! `other`.
 //! One exception: when the value's previous delivery was by an older session of the same
 //! consumer, before that consumer's restart, a rebalance does not beat the restart (the
@@ -229,7 +231,8 @@ pub struct CheckOptions {
 /// assert!(report.failures()[0].starts_with("K1 lost"));
 /// ```
 pub fn check(history: &History, options: &CheckOptions) -> Report {
-    let mut scan = scan::Scan::new(options.durability);
+    let mut scan = scan::Scan::new(options.durability)
+        .with_reset_follows(scan::reset_follows(&history.events));
     for (index, event) in history.events.iter().enumerate() {
         scan.observe(index, event);
     }

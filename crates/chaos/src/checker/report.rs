@@ -725,10 +725,21 @@ impl Report {
         self.progress_failures(&mut failures);
         if !self.drain_recorded {
             failures.push("drain: the history has no DrainEnd (run cut short)".to_owned());
-        } else if !self.drain_complete && self.durability == Durability::Sync {
+        } else if !self.drain_complete
+            && self.durability == Durability::Sync
+            && !self.drain_explained_by_resets()
+        {
             failures.push("drain: incomplete (some acknowledged values never read)".to_owned());
         }
         failures
+    }
+
+    /// An incomplete drain is explained when every acknowledged value left unread was skipped
+    /// by a forward reset (the harness waits for every acknowledged value; a reset that moved
+    /// the group past some never lets them be read) and none is lost. Seen on ha seed 3012:
+    /// 789 values skipped by a reset to 2 s ago while the consumer was further behind.
+    fn drain_explained_by_resets(&self) -> bool {
+        self.skipped_by_reset.count > 0 && self.lost.count == 0
     }
 
     fn value_failures(&self, failures: &mut Vec<String>) {

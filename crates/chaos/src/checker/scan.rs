@@ -2,7 +2,7 @@
 //! the properties that are decided in history order (K4, K5, K7 mid-session, K3 slot
 //! conflicts, duplicate attribution). End-of-run verdicts live in `verdict.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::cluster::{AckOrder, FailoverState, Watermark};
 use super::report::{
@@ -74,6 +74,9 @@ pub(super) struct QueueState {
     pub last_commit: Option<u64>,
     /// Index of the last event that reset this queue.
     pub last_reset: Option<usize>,
+    /// Index of the last `QueueStart` that followed a reset whose `Reset` op was recorded
+    /// later ([`reset_follows`]): a K6 cause, recorded as early as the consumer acted.
+    pub reset_follow: Option<usize>,
     /// Index of the last rebalance of this queue.
     pub last_rebalance: Option<usize>,
     /// Consumer of the last `QueueStop`.
@@ -177,6 +180,9 @@ pub(super) struct Scan {
     observes: u64,
     /// Index of the last `Reset` fault (the op is per queue).
     last_reset_fault: Option<usize>,
+    /// `QueueStart` events that followed a reset before its op was recorded
+    /// ([`reset_follows`]).
+    reset_follows: HashSet<usize>,
     /// A `Reset` fault was recorded and its `Reset` op not yet.
     reset_pending: bool,
     /// A `ResetUnsettled` was recorded and no `Reset` op since: the reset may still land, so
@@ -201,7 +207,45 @@ pub(super) struct Scan {
     pub drain_complete: Option<bool>,
 }
 
+/// The `QueueStart` events (by index) that followed a reset the harness recorded only later:
+/// recorded while a reset was pending (its `Fault::Reset` recorded, its `Reset` op not yet),
+/// at the very offset that op then names for the queue. The harness records the op once the
+/// reset is acknowledged, and the broker pushes the reset to the consumers before it answers,
+/// so a push consumer may restart the queue at the reset offset — and deliver again from
+/// there — before the op is in the history. Those duplicates are the reset's, not those of
+/// an earlier consumer restart (ha seeds 3014 and 3016: a reset retried for seconds while a
+/// new master refused it, with a consumer restart in between).
+pub(super) fn reset_follows(events: &[Event]) -> HashSet<usize> {
+    let mut follows = HashSet::new();
+    let mut pending: Option<Vec<(usize, &Queue, u64)>> = None;
+    for (index, event) in events.iter().enumerate() {
+        match &event.op {
+            Op::Fault(Fault::Reset) => pending = Some(Vec::new()),
+            Op::QueueStart { queue, offset, .. } => {
+                if let Some(starts) = pending.as_mut() {
+                    starts.push((index, queue, *offset));
+                }
+            }
+            Op::Reset { offsets, .. } => {
+                for (start, queue, offset) in pending.take().unwrap_or_default() {
+                    if offsets.iter().any(|(q, o)| q == queue && *o == offset) {
+                        follows.insert(start);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    follows
+}
+
 impl Scan {
+    /// Marks the `QueueStart` events of [`reset_follows`].
+    pub fn with_reset_follows(mut self, follows: HashSet<usize>) -> Scan {
+        self.reset_follows = follows;
+        self
+    }
+
     pub fn new(durability: Durability) -> Scan {
         Scan {
             durability,
@@ -224,6 +268,7 @@ impl Scan {
             group_failover: HashMap::new(),
             observes: 0,
             last_reset_fault: None,
+            reset_follows: HashSet::new(),
             reset_pending: false,
             reset_unsettled: false,
             last_commit_event: HashMap::new(),
@@ -619,8 +664,12 @@ impl Scan {
         offset: u64,
     ) {
         self.note_session(index, at_ms, consumer);
+        let follows_reset = self.reset_follows.contains(&index);
         let queue = self.intern(queue);
         let state = &mut self.queue_states[queue as usize];
+        if follows_reset {
+            state.reset_follow = Some(index);
+        }
         // The queue moves between consumers: it was last stopped by another one, or another
         // one still holds it (both took it while membership changed).
         let other = |id: u32| id != consumer.consumer;
@@ -728,7 +777,10 @@ impl Scan {
     ) {
         let consumer_state = self.consumers.get(&consumer.consumer);
         let queue_state = &self.queue_states[queue as usize];
-        let last_reset = queue_state.last_reset.max(self.last_reset_fault);
+        let last_reset = queue_state
+            .last_reset
+            .max(self.last_reset_fault)
+            .max(queue_state.reset_follow);
         let restart_at = consumer_state.and_then(|state| state.restart_at);
         let own_restart = previous_by.consumer == consumer.consumer
             && previous_by.session < consumer.session
