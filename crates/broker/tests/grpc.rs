@@ -1,7 +1,7 @@
 //! The gRPC v5 endpoint (docs/grpc.md) driven by a tonic client built from ferromq's own
 //! generated code, against an in-process broker on OS-chosen ports: routes, Telemetry,
 //! Heartbeat, SendMessage (normal, FIFO, GZIP, refusals), the stored messages read back over
-//! the remoting pull path, NOT_IMPLEMENTED RPCs counted, and malformed input.
+//! the remoting pull path, unsupported RPCs refused with UNSUPPORTED and counted, and malformed input.
 
 mod common;
 
@@ -420,20 +420,20 @@ async fn refused_messages_get_their_code_per_entry_and_nothing_is_stored() {
 }
 
 #[tokio::test]
-async fn unimplemented_rpcs_answer_50100_and_are_counted() {
+async fn unsupported_rpcs_answer_50500_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(dir.path(), true).await;
     let mut grpc = grpc_client(&broker).await;
     let metrics = &broker.context().metrics;
-    assert_eq!(metrics.grpc_unimplemented_count("AckMessage"), 0);
+    assert_eq!(metrics.grpc_unsupported_count("AckMessage"), 0);
     let ack = grpc
         .ack_message(with_client_id(pb::AckMessageRequest::default()))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(code(&ack.status), Code::NotImplemented as i32);
+    assert_eq!(code(&ack.status), Code::Unsupported as i32);
     assert!(ack.status.unwrap().message.contains("AckMessage"));
-    assert_eq!(metrics.grpc_unimplemented_count("AckMessage"), 1);
+    assert_eq!(metrics.grpc_unsupported_count("AckMessage"), 1);
     let mut stream = grpc
         .receive_message(with_client_id(pb::ReceiveMessageRequest::default()))
         .await
@@ -443,7 +443,7 @@ async fn unimplemented_rpcs_answer_50100_and_are_counted() {
     let Some(pb::receive_message_response::Content::Status(status)) = first.content else {
         panic!("status first, got {first:?}");
     };
-    assert_eq!(status.code, Code::NotImplemented as i32);
+    assert_eq!(status.code, Code::Unsupported as i32);
     assert!(matches!(
         stream.message().await.unwrap().and_then(|m| m.content),
         Some(pb::receive_message_response::Content::DeliveryTimestamp(_))
@@ -452,7 +452,7 @@ async fn unimplemented_rpcs_answer_50100_and_are_counted() {
         stream.message().await.unwrap().is_none(),
         "then the stream ends"
     );
-    assert_eq!(metrics.grpc_unimplemented_count("ReceiveMessage"), 1);
+    assert_eq!(metrics.grpc_unsupported_count("ReceiveMessage"), 1);
     drop(grpc);
     broker.shutdown().await.unwrap();
 }

@@ -6,7 +6,7 @@
 //!
 //! Served now (producers): QueryRoute ([`route`]), Heartbeat and NotifyClientTermination
 //! ([`clients`]), Telemetry ([`telemetry`]), SendMessage ([`send`]). Every other RPC answers
-//! NOT_IMPLEMENTED (50100) naming it, counted in `ferromq_grpc_requests_unimplemented_total`.
+//! UNSUPPORTED (50500) naming it, counted in `ferromq_grpc_requests_unsupported_total`.
 //!
 //! Invariants:
 //! 1. Every answer carries a `Status` whose code released clients know

@@ -62,11 +62,18 @@ impl GrpcService {
         Duration::from_millis(self.ctx.runtime_config.channel_expired_timeout())
     }
 
-    fn not_implemented(&self, rpc: &'static str) -> pb::Status {
-        self.ctx.metrics.grpc_unimplemented(rpc);
+    /// The refusal of an RPC this endpoint does not serve: UNSUPPORTED (50500, known to every
+    /// released client) with a message naming the RPC and what ferromq offers instead,
+    /// counted per RPC.
+    fn unsupported(&self, rpc: &'static str) -> pb::Status {
+        self.ctx.metrics.grpc_unsupported(rpc);
         status(
-            Code::NotImplemented,
-            format!("{rpc} is not implemented by ferromq's gRPC endpoint yet (issue 17)"),
+            Code::Unsupported,
+            format!(
+                "{rpc} is not supported by ferromq's gRPC endpoint, which serves producers only \
+                 (QueryRoute, Heartbeat, Telemetry, SendMessage, NotifyClientTermination); \
+                 consume over the remoting protocol (docs/grpc.md)"
+            ),
         )
     }
 }
@@ -158,7 +165,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, RpcStatus> {
         Ok(Response::new(pb::QueryAssignmentResponse {
-            status: Some(self.not_implemented("QueryAssignment")),
+            status: Some(self.unsupported("QueryAssignment")),
             assignments: Vec::new(),
         }))
     }
@@ -174,7 +181,7 @@ impl MessagingService for GrpcService {
         // The Java proxy's order for an error: the status, the delivery timestamp, close.
         Ok(Response::new(once(vec![
             pb::ReceiveMessageResponse {
-                content: Some(Content::Status(self.not_implemented("ReceiveMessage"))),
+                content: Some(Content::Status(self.unsupported("ReceiveMessage"))),
             },
             pb::ReceiveMessageResponse {
                 content: Some(Content::DeliveryTimestamp(now.into())),
@@ -187,7 +194,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, RpcStatus> {
         Ok(Response::new(pb::AckMessageResponse {
-            status: Some(self.not_implemented("AckMessage")),
+            status: Some(self.unsupported("AckMessage")),
             entries: Vec::new(),
         }))
     }
@@ -197,7 +204,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, RpcStatus> {
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
-            status: Some(self.not_implemented("ForwardMessageToDeadLetterQueue")),
+            status: Some(self.unsupported("ForwardMessageToDeadLetterQueue")),
         }))
     }
 
@@ -209,7 +216,7 @@ impl MessagingService for GrpcService {
     ) -> Result<Response<Self::PullMessageStream>, RpcStatus> {
         use pb::pull_message_response::Content;
         Ok(Response::new(once(vec![pb::PullMessageResponse {
-            content: Some(Content::Status(self.not_implemented("PullMessage"))),
+            content: Some(Content::Status(self.unsupported("PullMessage"))),
         }])))
     }
 
@@ -218,7 +225,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::UpdateOffsetRequest>,
     ) -> Result<Response<pb::UpdateOffsetResponse>, RpcStatus> {
         Ok(Response::new(pb::UpdateOffsetResponse {
-            status: Some(self.not_implemented("UpdateOffset")),
+            status: Some(self.unsupported("UpdateOffset")),
         }))
     }
 
@@ -227,7 +234,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::GetOffsetRequest>,
     ) -> Result<Response<pb::GetOffsetResponse>, RpcStatus> {
         Ok(Response::new(pb::GetOffsetResponse {
-            status: Some(self.not_implemented("GetOffset")),
+            status: Some(self.unsupported("GetOffset")),
             offset: 0,
         }))
     }
@@ -237,7 +244,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::QueryOffsetRequest>,
     ) -> Result<Response<pb::QueryOffsetResponse>, RpcStatus> {
         Ok(Response::new(pb::QueryOffsetResponse {
-            status: Some(self.not_implemented("QueryOffset")),
+            status: Some(self.unsupported("QueryOffset")),
             offset: 0,
         }))
     }
@@ -247,7 +254,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, RpcStatus> {
         Ok(Response::new(pb::EndTransactionResponse {
-            status: Some(self.not_implemented("EndTransaction")),
+            status: Some(self.unsupported("EndTransaction")),
         }))
     }
 
@@ -338,7 +345,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, RpcStatus> {
         Ok(Response::new(pb::ChangeInvisibleDurationResponse {
-            status: Some(self.not_implemented("ChangeInvisibleDuration")),
+            status: Some(self.unsupported("ChangeInvisibleDuration")),
             receipt_handle: String::new(),
         }))
     }
@@ -348,7 +355,7 @@ impl MessagingService for GrpcService {
         _request: Request<pb::RecallMessageRequest>,
     ) -> Result<Response<pb::RecallMessageResponse>, RpcStatus> {
         Ok(Response::new(pb::RecallMessageResponse {
-            status: Some(self.not_implemented("RecallMessage")),
+            status: Some(self.unsupported("RecallMessage")),
             message_id: String::new(),
         }))
     }

@@ -1,7 +1,7 @@
 //! Telemetry: the client writes its `Settings`; the broker answers each one on the same
 //! stream with `status OK` and the settings merged with the broker's values, and keeps the
 //! stream open (server-initiated commands will use it). Other commands from a client answer
-//! commands this broker never sends: they are answered NOT_IMPLEMENTED and counted.
+//! commands this broker never sends: they are answered UNSUPPORTED and counted.
 
 use std::time::Duration;
 
@@ -34,10 +34,10 @@ pub fn reply(ctx: &BrokerContext, command: TelemetryCommand) -> TelemetryCommand
         },
         other => {
             let name = other.as_ref().map_or("an empty command", command_name);
-            ctx.metrics.grpc_unimplemented("Telemetry");
+            ctx.metrics.grpc_unsupported("Telemetry");
             TelemetryCommand {
                 status: Some(status(
-                    Code::NotImplemented,
+                    Code::Unsupported,
                     format!(
                         "Telemetry: ferromq does not handle {name} from clients (it sends no \
                          command that {name} would answer)"

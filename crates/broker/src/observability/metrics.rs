@@ -52,7 +52,7 @@
 //!   REQUEST_CODE_NOT_SUPPORTED, labelled with RocketMQ's name of the code (`unknown` for a
 //!   code RocketMQ does not define).
 //!
-//! - `ferromq_grpc_requests_unimplemented_total{rpc}`: gRPC requests answered NOT_IMPLEMENTED
+//! - `ferromq_grpc_requests_unsupported_total{rpc}`: gRPC requests answered UNSUPPORTED
 //!   (`grpc`), by RPC name; `ferromq_grpc_requests_limited_total{limit}`: gRPC requests refused
 //!   by a client or Telemetry stream limit (`clients`, `telemetry`, `telemetry_per_client`).
 //!
@@ -201,7 +201,7 @@ pub struct BrokerMetrics {
     damaged_reads: Counter,
     held_pulls: Gauge,
     busy: Family<StaticLabel, Counter>,
-    grpc_unimplemented: Family<StaticLabel, Counter>,
+    grpc_unsupported: Family<StaticLabel, Counter>,
     grpc_limited: Family<StaticLabel, Counter>,
     /// Transactional messages (`super::transactions`).
     pub transactions: super::transactions::TransactionMetrics,
@@ -233,7 +233,7 @@ impl BrokerMetrics {
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
             busy: Family::default(),
-            grpc_unimplemented: Family::default(),
+            grpc_unsupported: Family::default(),
             grpc_limited: Family::default(),
             transactions: Default::default(),
         };
@@ -319,9 +319,9 @@ impl BrokerMetrics {
             metrics.busy.clone(),
         );
         registry.register(
-            "ferromq_grpc_requests_unimplemented",
-            "gRPC requests answered NOT_IMPLEMENTED, by RPC",
-            metrics.grpc_unimplemented.clone(),
+            "ferromq_grpc_requests_unsupported",
+            "gRPC requests answered UNSUPPORTED, by RPC",
+            metrics.grpc_unsupported.clone(),
         );
         registry.register(
             "ferromq_grpc_requests_limited",
@@ -525,14 +525,14 @@ impl BrokerMetrics {
             .map_or(0, |c| c.get())
     }
 
-    /// A gRPC request answered NOT_IMPLEMENTED; `rpc` is the RPC's name.
-    pub fn grpc_unimplemented(&self, rpc: &'static str) {
-        self.grpc_unimplemented.get_or_create(&[("rpc", rpc)]).inc();
+    /// A gRPC request answered UNSUPPORTED; `rpc` is the RPC's name.
+    pub fn grpc_unsupported(&self, rpc: &'static str) {
+        self.grpc_unsupported.get_or_create(&[("rpc", rpc)]).inc();
     }
 
-    /// gRPC requests answered NOT_IMPLEMENTED so far for `rpc`.
-    pub fn grpc_unimplemented_count(&self, rpc: &'static str) -> u64 {
-        self.grpc_unimplemented
+    /// gRPC requests answered UNSUPPORTED so far for `rpc`.
+    pub fn grpc_unsupported_count(&self, rpc: &'static str) -> u64 {
+        self.grpc_unsupported
             .get(&[("rpc", rpc)])
             .map_or(0, |c| c.get())
     }
