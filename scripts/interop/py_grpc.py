@@ -3,6 +3,13 @@
 client (PyPI rocketmq-python-client 5.1.2), for crates/cli/tests/interop_grpc.rs.
 
 Usage: py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N [--prefix P]
+       py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N --consume GROUP
+
+Consuming: a SimpleConsumer of GROUP receives (batches of 32, invisible 20 s, long polling 2 s)
+until N messages came or 60 s passed, acks each, prints one JSON line per message (body, tag,
+keys, properties, message id, message group, delivery attempt), then receives once more
+(which must find nothing: every message was acked) and prints {"summary": {"received": ...,
+"extra": ...}}.
 
 Message i is FIFO (group "<prefix>-group-<(i // 2) % 4>") when i is odd, NORMAL otherwise; it has
 tag "Tag<i % 3>", keys "<prefix>-key-<i>" and "<prefix>-alt-<i>", user properties
@@ -15,7 +22,10 @@ import argparse
 import json
 import sys
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+import time
+
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
+                      SimpleConsumer)
 
 
 def main():
@@ -24,9 +34,13 @@ def main():
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--prefix", default="py")
+    parser.add_argument("--consume", metavar="GROUP")
     args = parser.parse_args()
 
     config = ClientConfiguration(args.endpoints, Credentials(), request_timeout=10)
+    if args.consume:
+        consume(config, args)
+        return
     producer = Producer(config, (args.topic,))
     producer.startup()
     sent = 0
@@ -74,6 +88,38 @@ def main():
         producer.shutdown()
     print(json.dumps({"summary": {"sent": sent, "failed": failed}}), flush=True)
     sys.exit(0 if failed == 0 else 1)
+
+
+def consume(config, args):
+    consumer = SimpleConsumer(config, args.consume, {args.topic: FilterExpression()}, await_duration=2)
+    consumer.startup()
+    received = 0
+    extra = 0
+    try:
+        deadline = time.monotonic() + 60
+        while received < args.count and time.monotonic() < deadline:
+            for message in consumer.receive(32, 20) or []:
+                consumer.ack(message)
+                received += 1
+                print(
+                    json.dumps(
+                        {
+                            "body": message.body.decode(),
+                            "tag": message.tag,
+                            "keys": sorted(message.keys or []),
+                            "properties": dict(message.properties or {}),
+                            "message_id": message.message_id,
+                            "group": message.message_group,
+                            "attempt": message.delivery_attempt,
+                        }
+                    ),
+                    flush=True,
+                )
+        extra = len(consumer.receive(32, 20) or [])
+    finally:
+        consumer.shutdown()
+    print(json.dumps({"summary": {"received": received, "extra": extra}}), flush=True)
+    sys.exit(0 if received == args.count and extra == 0 else 1)
 
 
 if __name__ == "__main__":

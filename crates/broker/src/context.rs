@@ -83,6 +83,8 @@ pub struct BrokerContext {
     pub held_pulls: Arc<crate::core::work_limits::HeldPulls>,
     /// Half messages and the checker's table (`crate::core::transactions`).
     pub transactions: crate::core::transactions::Transactions,
+    /// Receive / ack consumption state (`crate::core::pop`).
+    pub pop: crate::core::pop::Pop,
     /// ACL accounts in force (`aclEnable`); `None`: ACL off.
     pub acl: Option<Arc<ferromq_acl::Acl>>,
     /// TLS of the remoting port (`tls.server.mode`).

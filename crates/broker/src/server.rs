@@ -257,6 +257,7 @@ impl Broker {
             transactions: crate::core::transactions::Transactions::new(
                 crate::core::transactions::TransactionSettings::of(&config),
             ),
+            pop: Default::default(),
             acl: acl.clone(),
             tls,
             config,

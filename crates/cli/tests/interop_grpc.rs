@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,14 +126,15 @@ struct Sent {
     message_id: String,
 }
 
-fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTreeMap<String, Sent> {
+/// Runs `py_grpc.py` with `args` (bounded by [`PRODUCE_DEADLINE`]); its JSON lines. Panics
+/// when it fails.
+fn run_script(python: &Path, args: &[&str], log_dir: &Path, name: &str) -> Vec<Value> {
     let script = repo_root().join("scripts/interop/py_grpc.py");
-    let stdout_path = log_dir.join("py_grpc.stdout");
-    let stderr_path = log_dir.join("py_grpc.stderr");
+    let stdout_path = log_dir.join(format!("{name}.stdout"));
+    let stderr_path = log_dir.join(format!("{name}.stderr"));
     let child = Command::new(python)
         .arg(&script)
-        .args(["--endpoints", endpoints, "--topic", topic, "--count"])
-        .arg(COUNT.to_string())
+        .args(args)
         .env("HOME", log_dir)
         .stdout(File::create(&stdout_path).unwrap())
         .stderr(File::create(&stderr_path).unwrap())
@@ -148,16 +148,40 @@ fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTree
         }
         assert!(
             started.elapsed() < PRODUCE_DEADLINE,
-            "py_grpc.py still running after {PRODUCE_DEADLINE:?}; stderr:\n{}",
+            "py_grpc.py {name} still running after {PRODUCE_DEADLINE:?}; stderr:\n{}",
             fs::read_to_string(&stderr_path).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
     };
     let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(status.success(), "py_grpc.py failed ({status}):\n{stderr}");
+    let stdout = fs::read_to_string(&stdout_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "py_grpc.py {name} failed ({status}):\n{stdout}\n{stderr}"
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTreeMap<String, Sent> {
+    let count = COUNT.to_string();
+    let lines = run_script(
+        python,
+        &[
+            "--endpoints",
+            endpoints,
+            "--topic",
+            topic,
+            "--count",
+            &count,
+        ],
+        log_dir,
+        "py_grpc_produce",
+    );
     let mut sent = BTreeMap::new();
-    for line in BufReader::new(File::open(&stdout_path).unwrap()).lines() {
-        let value: Value = serde_json::from_str(&line.unwrap()).expect("a JSON line");
+    for value in lines {
         if value.get("summary").is_some() {
             assert_eq!(value["summary"]["sent"], COUNT, "{value}");
             continue;
@@ -300,5 +324,78 @@ fn python_grpc_client_produces_1000_and_rust_client_reads_them_over_remoting() {
         );
     }
     eprintln!("{test}: {COUNT} messages read back with identical body, tag, keys and properties");
+    drop(standalone);
+}
+
+#[test]
+fn python_grpc_simple_consumer_receives_and_acks_1000() {
+    let test = "python_grpc_simple_consumer_receives_and_acks_1000";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    let log_dir = interop_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&log_dir);
+    fs::create_dir_all(&log_dir).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (standalone, _namesrv, grpc) = start_standalone(data.path(), &log_dir);
+    let topic = "InteropGrpcPySimple";
+    let sent = produce(&python, &grpc, topic, &log_dir);
+    let count = COUNT.to_string();
+    let started = Instant::now();
+    let lines = run_script(
+        &python,
+        &[
+            "--endpoints",
+            &grpc,
+            "--topic",
+            topic,
+            "--count",
+            &count,
+            "--consume",
+            "CG_py_simple",
+        ],
+        &log_dir,
+        "py_grpc_consume",
+    );
+    eprintln!(
+        "{test}: {COUNT} messages received and acked over gRPC in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut seen = BTreeSet::new();
+    for value in &lines {
+        if let Some(summary) = value.get("summary") {
+            assert_eq!(summary["received"], COUNT, "{value}");
+            assert_eq!(summary["extra"], 0, "an acked message came back: {value}");
+            continue;
+        }
+        let body = value["body"].as_str().unwrap().to_string();
+        let expected = sent
+            .get(&body)
+            .unwrap_or_else(|| panic!("{test}: unexpected body {body}"));
+        assert!(seen.insert(body.clone()), "{test}: {body} delivered twice");
+        assert_eq!(value["tag"], expected.tag.as_str(), "tag of {body}");
+        let keys: BTreeSet<String> = value["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(keys, expected.keys, "keys of {body}");
+        for (name, v) in &expected.properties {
+            assert_eq!(value["properties"][name], v.as_str(), "{name} of {body}");
+        }
+        assert_eq!(
+            value["message_id"],
+            expected.message_id.as_str(),
+            "id of {body}"
+        );
+        assert_eq!(
+            value["group"].as_str(),
+            expected.group.as_deref(),
+            "group of {body}"
+        );
+        assert_eq!(value["attempt"], 1, "first delivery of {body}");
+    }
+    assert_eq!(seen.len(), COUNT, "{test}: every message once");
     drop(standalone);
 }

@@ -43,6 +43,9 @@ pub struct SubscriptionGroupConfig {
     pub retry_queue_nums: i32,
     /// Deliveries before the dead-letter queue.
     pub retry_max_times: i32,
+    /// Orderly (FIFO) consumption: a receive hands out a queue's messages one batch at a
+    /// time, in order (`core::pop`), and gRPC consumers are told `fifo`.
+    pub consume_message_orderly: bool,
     /// Notify members when the membership changes.
     pub notify_consumer_ids_changed_enable: bool,
 }
@@ -55,6 +58,7 @@ impl Default for SubscriptionGroupConfig {
             consume_broadcast_enable: true,
             retry_queue_nums: 1,
             retry_max_times: 16,
+            consume_message_orderly: false,
             notify_consumer_ids_changed_enable: true,
         }
     }

@@ -13,6 +13,8 @@
 //! - [`fences`]: who may not commit on which queue after a reset, by client id, recovered
 //!   from the log.
 //! - [`long_poll`], [`work_limits`]: held pulls and the limits on holding them.
+//! - [`pop`]: receive / ack / change-invisible-duration consumption (gRPC v5 consumers), its
+//!   state kept as log records; [`system_queue`]: reading a system queue for a rebuild.
 //!
 //! Who a request comes from (client id, not connection) is `crate::sessions`.
 //! - [`membership`]: heartbeats, unregistering, consumer lists, queue locks.
@@ -35,11 +37,13 @@ pub mod long_poll;
 pub mod lookup;
 pub mod membership;
 pub mod offsets;
+pub mod pop;
 pub mod pull;
 pub mod reset;
 pub mod scheduler;
 pub mod send;
 pub mod send_back;
+pub mod system_queue;
 pub mod transactions;
 pub mod view;
 pub mod work_limits;

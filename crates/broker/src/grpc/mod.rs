@@ -4,9 +4,12 @@
 //! acknowledgement, invariant 2), and core errors map to gRPC codes in one table
 //! ([`status`]).
 //!
-//! Served now (producers): QueryRoute ([`route`]), Heartbeat and NotifyClientTermination
-//! ([`clients`]), Telemetry ([`telemetry`]), SendMessage ([`send`]). Every other RPC answers
-//! UNSUPPORTED (50500) naming it, counted in `ferromq_grpc_requests_unsupported_total`.
+//! Served now: QueryRoute ([`route`]), Heartbeat and NotifyClientTermination ([`clients`]),
+//! Telemetry ([`telemetry`]), SendMessage ([`send`]), and the consumers' QueryAssignment,
+//! ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue
+//! ([`consume`], over `core::pop`, whose state is log records). Every other RPC (PullMessage,
+//! the offset RPCs, EndTransaction, RecallMessage) answers UNSUPPORTED (50500) naming it,
+//! counted in `ferromq_grpc_requests_unsupported_total`.
 //!
 //! Invariants:
 //! 1. Every answer carries a `Status` whose code released clients know
@@ -19,6 +22,7 @@
 //!    (`clients`), queued Telemetry replies (`service::TELEMETRY_OUTBOX_MAX`).
 
 pub mod clients;
+pub mod consume;
 pub mod route;
 pub mod send;
 pub mod service;

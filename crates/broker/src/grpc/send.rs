@@ -37,7 +37,7 @@ pub const PROPERTY_SHARDING_KEY: &str = "__SHARDINGKEY";
 
 /// Property names a client's `user_properties` may not set: the broker and the system
 /// properties own them.
-const RESERVED_PROPERTY_NAMES: &[&str] = &[
+pub(crate) const RESERVED_PROPERTY_NAMES: &[&str] = &[
     property_names::TAGS,
     property_names::KEYS,
     property_names::UNIQ_KEY,

@@ -70,9 +70,11 @@ impl GrpcService {
         status(
             Code::Unsupported,
             format!(
-                "{rpc} is not supported by ferromq's gRPC endpoint, which serves producers only \
-                 (QueryRoute, Heartbeat, Telemetry, SendMessage, NotifyClientTermination); \
-                 consume over the remoting protocol (docs/grpc.md)"
+                "{rpc} is not supported by ferromq's gRPC endpoint, which serves QueryRoute, \
+                 Heartbeat, Telemetry, SendMessage, QueryAssignment, ReceiveMessage, AckMessage, \
+                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and \
+                 NotifyClientTermination; commit offsets and end transactions over the \
+                 remoting protocol (docs/grpc.md)"
             ),
         )
     }
@@ -162,49 +164,48 @@ impl MessagingService for GrpcService {
 
     async fn query_assignment(
         &self,
-        _request: Request<pb::QueryAssignmentRequest>,
+        request: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, RpcStatus> {
-        Ok(Response::new(pb::QueryAssignmentResponse {
-            status: Some(self.unsupported("QueryAssignment")),
-            assignments: Vec::new(),
-        }))
+        Ok(Response::new(super::consume::query_assignment(
+            &self.ctx,
+            request.get_ref(),
+            &self.own_endpoints,
+        )))
     }
 
     type ReceiveMessageStream = ReplyStream<pb::ReceiveMessageResponse>;
 
     async fn receive_message(
         &self,
-        _request: Request<pb::ReceiveMessageRequest>,
+        request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
-        use pb::receive_message_response::Content;
-        let now = std::time::SystemTime::now();
-        // The Java proxy's order for an error: the status, the delivery timestamp, close.
-        Ok(Response::new(once(vec![
-            pb::ReceiveMessageResponse {
-                content: Some(Content::Status(self.unsupported("ReceiveMessage"))),
-            },
-            pb::ReceiveMessageResponse {
-                content: Some(Content::DeliveryTimestamp(now.into())),
-            },
-        ])))
+        let outcome = match super::consume::receive_request(request.get_ref()) {
+            Ok(receive) => crate::core::pop::receive::receive(&self.ctx, &receive)
+                .await
+                .map_err(|e| super::consume::pop_status(&e)),
+            Err(refused) => Err(refused),
+        };
+        Ok(Response::new(once(super::consume::receive_stream(
+            &self.ctx, outcome,
+        ))))
     }
 
     async fn ack_message(
         &self,
-        _request: Request<pb::AckMessageRequest>,
+        request: Request<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, RpcStatus> {
-        Ok(Response::new(pb::AckMessageResponse {
-            status: Some(self.unsupported("AckMessage")),
-            entries: Vec::new(),
-        }))
+        Ok(Response::new(
+            super::consume::ack(&self.ctx, request.get_ref()).await,
+        ))
     }
 
     async fn forward_message_to_dead_letter_queue(
         &self,
-        _request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
+        request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, RpcStatus> {
+        let status = super::consume::forward_to_dead_letter(&self.ctx, request.get_ref()).await;
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
-            status: Some(self.unsupported("ForwardMessageToDeadLetterQueue")),
+            status: Some(status),
         }))
     }
 
@@ -342,12 +343,11 @@ impl MessagingService for GrpcService {
 
     async fn change_invisible_duration(
         &self,
-        _request: Request<pb::ChangeInvisibleDurationRequest>,
+        request: Request<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, RpcStatus> {
-        Ok(Response::new(pb::ChangeInvisibleDurationResponse {
-            status: Some(self.unsupported("ChangeInvisibleDuration")),
-            receipt_handle: String::new(),
-        }))
+        Ok(Response::new(
+            super::consume::change_invisible(&self.ctx, request.get_ref()).await,
+        ))
     }
 
     async fn recall_message(

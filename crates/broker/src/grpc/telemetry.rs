@@ -78,6 +78,13 @@ pub fn merged(ctx: &BrokerContext, mut settings: Settings) -> Settings {
         }
         Some(PubSub::Subscription(subscription)) => {
             subscription.long_polling_timeout = Some(duration(CONSUMER_LONG_POLLING_TIMEOUT));
+            // The group's orderly flag decides FIFO consumption (as the Java proxy does).
+            let group = subscription.group.as_ref().map(|g| g.name.as_str());
+            subscription.fifo = Some(
+                group
+                    .and_then(|g| ctx.groups.get(g))
+                    .is_some_and(|g| g.consume_message_orderly),
+            );
             settings.backoff_policy = Some(consumer_backoff(ctx));
         }
         None if client_type == ClientType::Producer => {

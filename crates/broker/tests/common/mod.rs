@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // Each test file uses part of these helpers.
 
+pub mod grpc;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;

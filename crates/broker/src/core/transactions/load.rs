@@ -5,9 +5,9 @@
 //! Invariants:
 //! 1. The rebuild reads only what the log holds below the dispatch point it waited for, so a
 //!    rebuilt table equals the table the previous master held for everything acknowledged.
-//! 2. Reads go in batches of [`LOAD_BATCH_MAX`] records on the blocking pool; a damaged
-//!    (quarantined) record is logged and skipped, every other read failure is the caller's
-//!    error — the table is never built from a partial read.
+//! 2. Reads go through `core::system_queue::read_queue`: a damaged (quarantined) record is
+//!    logged and skipped, every other read failure is the caller's error — the table is never
+//!    built from a partial read.
 
 use std::time::Duration;
 
@@ -15,16 +15,15 @@ use ferromq_protocol::remoting::headers::transaction::{
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, PROPERTY_PRODUCER_GROUP,
 };
 use ferromq_protocol::{Properties, RecordView};
-use ferromq_store::{ReadError, StoredMessage, TagFilter};
+use ferromq_store::StoredMessage;
 
 use super::op::{Op, OpRecord};
 use super::table::{HalfEntry, HalfState, Table};
 use super::{TransactionSettings, TRANSACTION_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
 use crate::context::BrokerContext;
 use crate::core::error::ViewError;
+use crate::core::system_queue::{read_queue, QueueReadError};
 
-/// Records read per batch.
-pub const LOAD_BATCH_MAX: usize = 256;
 /// Longest wait for the dispatcher before a rebuild reads.
 const DISPATCH_WAIT: Duration = Duration::from_secs(5);
 
@@ -32,26 +31,11 @@ const DISPATCH_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// A queue could not be read.
-    #[error("reading {topic} for the transaction table: {source}")]
-    Read {
-        /// The queue's topic.
-        topic: &'static str,
-        /// The store's error.
-        #[source]
-        source: ReadError,
-    },
+    #[error("rebuilding the transaction table: {0}")]
+    Read(#[from] QueueReadError),
     /// The checker's watermarks could not be read.
     #[error(transparent)]
     View(#[from] ViewError),
-    /// A blocking read did not complete.
-    #[error("a read of {topic} for the transaction table did not complete: {source}")]
-    Join {
-        /// The queue's topic.
-        topic: &'static str,
-        /// The task's failure.
-        #[source]
-        source: tokio::task::JoinError,
-    },
     /// The master term changed during the rebuild.
     #[error("the broker's master term changed while the transaction table was rebuilt")]
     TermChanged,
@@ -92,51 +76,6 @@ pub async fn rebuild(ctx: &BrokerContext) -> Result<Table, LoadError> {
         "transaction table rebuilt from the log"
     );
     Ok(table)
-}
-
-/// Reads `topic` queue 0 from `from` to its end, calling `each` per record; returns the end.
-async fn read_queue(
-    ctx: &BrokerContext,
-    topic: &'static str,
-    from: u64,
-    mut each: impl FnMut(&StoredMessage),
-) -> Result<u64, LoadError> {
-    let mut next = from;
-    loop {
-        let store = ctx.store.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            store.get_messages(topic, 0, next, LOAD_BATCH_MAX, usize::MAX, &TagFilter::All)
-        })
-        .await
-        .map_err(|source| LoadError::Join { topic, source })?;
-        let result = match read {
-            Ok(result) => result,
-            Err(ReadError::Damaged {
-                queue_offset,
-                reason,
-                ..
-            }) if queue_offset >= next => {
-                tracing::error!(topic, queue_offset, %reason,
-                    "damaged transaction record skipped by the rebuild");
-                next = queue_offset + 1;
-                continue;
-            }
-            Err(source) => return Err(LoadError::Read { topic, source }),
-        };
-        let before = next;
-        next = next.max(result.min_offset);
-        if result.messages.is_empty() {
-            // Below the queue's start (retention removed old records): read on from there.
-            if next > before && next < result.max_offset {
-                continue;
-            }
-            return Ok(next);
-        }
-        for message in &result.messages {
-            each(message);
-            next = message.queue_offset + 1;
-        }
-    }
 }
 
 /// The table entry of a stored half.
