@@ -85,6 +85,8 @@ pub struct BrokerContext {
     pub transactions: crate::core::transactions::Transactions,
     /// Receive / ack consumption state (`crate::core::pop`).
     pub pop: crate::core::pop::Pop,
+    /// Pending timer messages (`crate::core::timer`).
+    pub timers: crate::core::timer::Timers,
     /// ACL accounts in force (`aclEnable`); `None`: ACL off.
     pub acl: Option<Arc<ferromq_acl::Acl>>,
     /// TLS of the remoting port (`tls.server.mode`).

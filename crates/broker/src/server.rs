@@ -258,6 +258,10 @@ impl Broker {
                 crate::core::transactions::TransactionSettings::of(&config),
             ),
             pop: Default::default(),
+            timers: crate::core::timer::Timers::new(crate::core::timer::TimerSettings {
+                max_delay_ms: (config.timer_max_delay_sec as i64).saturating_mul(1_000),
+                tracked_max: config.timer_tracked_max as usize,
+            }),
             acl: acl.clone(),
             tls,
             config,
@@ -274,6 +278,10 @@ impl Broker {
             tokio::spawn(expire_clients(ctx.clone(), stop_rx.clone())),
             tokio::spawn(processor::run_scheduler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(crate::core::transactions::check::run_checker(
+                ctx.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::core::timer::fire::run_timer(
                 ctx.clone(),
                 stop_rx.clone(),
             )),

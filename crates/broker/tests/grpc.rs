@@ -334,7 +334,7 @@ async fn refused_messages_get_their_code_per_entry_and_nothing_is_stored() {
         codes,
         vec![
             Code::MessageBodyTooLarge as i32,
-            Code::Unsupported as i32,
+            Code::IllegalDeliveryTime as i32,
             Code::Unsupported as i32,
             Code::MessagePropertyConflictWithType as i32,
             Code::IllegalTopic as i32,
@@ -360,7 +360,7 @@ async fn refused_messages_get_their_code_per_entry_and_nothing_is_stored() {
         ]
     );
     let remark = &reply.entries[1].status.as_ref().unwrap().message;
-    assert!(remark.contains("DELAY"), "{remark}");
+    assert!(remark.contains("timerMaxDelaySec"), "{remark}");
     let stored = pulled_all(broker.local_addr(), "RefT", 1).await;
     assert_eq!(stored.len(), 1, "only the accepted message is stored");
     assert_eq!(RecordView::parse(&stored[0].1).unwrap().body, b"fine");

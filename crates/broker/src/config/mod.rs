@@ -252,6 +252,11 @@ pub struct BrokerConfig {
     /// Most half messages the checker tracks (undecided, or decided above its low
     /// watermark); a half send past it is answered SYSTEM_BUSY. ferromq's own key.
     pub transaction_tracked_max: u32,
+    /// Longest delay a timer message may ask for, s (RocketMQ's key and default, 3 days).
+    pub timer_max_delay_sec: u64,
+    /// Most pending timer messages; a timer send past it is answered SYSTEM_BUSY. ferromq's
+    /// own key.
+    pub timer_tracked_max: u32,
 }
 
 /// `grpcListenPort` value that turns the gRPC endpoint off.
@@ -340,6 +345,8 @@ impl Default for BrokerConfig {
             transaction_check_interval: 60_000,
             transaction_check_max: 15,
             transaction_tracked_max: 100_000,
+            timer_max_delay_sec: 259_200,
+            timer_tracked_max: 1_000_000,
         }
     }
 }
@@ -574,6 +581,13 @@ impl BrokerConfig {
             (
                 "transactionTrackedMax",
                 u64::from(self.transaction_tracked_max),
+                1,
+                10_000_000,
+            ),
+            ("timerMaxDelaySec", self.timer_max_delay_sec, 1, 31_536_000),
+            (
+                "timerTrackedMax",
+                u64::from(self.timer_tracked_max),
                 1,
                 10_000_000,
             ),

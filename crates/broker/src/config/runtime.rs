@@ -164,6 +164,11 @@ const FIXED_KEYS: &[(&str, &str)] = &[
         "the transaction checker's settings are set at startup",
     ),
     (
+        "timerMaxDelaySec",
+        "the timer's settings are set at startup",
+    ),
+    ("timerTrackedMax", "the timer's settings are set at startup"),
+    (
         "metricsBindAddress",
         "the metrics endpoint binds at startup",
     ),

@@ -4,8 +4,8 @@
 //! outcome to a response code in one table (`processor::code_map`); a gRPC adapter sits
 //! beside them over the same calls.
 //!
-//! - [`send`], [`send_back`], [`scheduler`]: messages, batches, redeliveries and delayed
-//!   messages.
+//! - [`send`], [`send_back`], [`scheduler`], [`timer`]: messages, batches, redeliveries,
+//!   delayed messages (levels) and timer messages (any delivery time).
 //! - [`pull`]: reading a queue for a pull.
 //! - [`offsets`]: queries, commits, corrections, the commit a pull carries, and following a
 //!   reset on the next pull — every rule of invariant 3 the broker adds to the store's.
@@ -44,6 +44,7 @@ pub mod scheduler;
 pub mod send;
 pub mod send_back;
 pub mod system_queue;
+pub mod timer;
 pub mod transactions;
 pub mod view;
 pub mod work_limits;

@@ -76,7 +76,7 @@ pub(crate) enum TargetError {
 
 impl TargetError {
     /// The kind of refusal when a send names this target.
-    fn kind(&self) -> RefusalKind {
+    pub(crate) fn kind(&self) -> RefusalKind {
         match self {
             TargetError::InvalidName(_) | TargetError::NoSuchQueue { .. } => {
                 RefusalKind::InvalidArgument
@@ -331,7 +331,7 @@ async fn move_to_target(
 }
 
 /// The fields a moved copy keeps from the delayed record.
-fn draft_of<'a>(ctx: &BrokerContext, view: &RecordView<'a>) -> DraftRecord<'a> {
+pub(crate) fn draft_of<'a>(ctx: &BrokerContext, view: &RecordView<'a>) -> DraftRecord<'a> {
     DraftRecord {
         topic: SCHEDULE_DLQ_TOPIC,
         queue_id: 0,
@@ -349,7 +349,7 @@ fn draft_of<'a>(ctx: &BrokerContext, view: &RecordView<'a>) -> DraftRecord<'a> {
 
 /// Whether a failed move can never succeed (the message or its target is refused for what it
 /// is), as opposed to a store failure that a retry may cure.
-fn is_permanent(error: &SendError) -> bool {
+pub(crate) fn is_permanent(error: &SendError) -> bool {
     use super::error::WriteError;
     match error {
         SendError::Refused(refusal) => matches!(
@@ -368,7 +368,7 @@ fn is_permanent(error: &SendError) -> bool {
 /// Moves a delayed message whose target is refused to [`SCHEDULE_DLQ_TOPIC`] (read-only for
 /// clients), keeping `REAL_TOPIC`/`REAL_QID` for the administrator and adding the reason;
 /// drops it when even that is refused. `Err` only for a store failure worth retrying.
-async fn dead_letter(
+pub(crate) async fn dead_letter(
     ctx: &BrokerContext,
     view: &RecordView<'_>,
     queue_offset: u64,

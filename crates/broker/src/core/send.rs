@@ -11,7 +11,9 @@
 //! - A send naming a queue the topic does not have (a stale route) is refused, never wrapped
 //!   into another queue; only the send that auto-creates its topic maps its queue (picked
 //!   from the auto-create template's route) into the new topic's queues.
-//! - A message with a `DELAY` level goes through the delay scheduler (`scheduler`).
+//! - A message with a `DELAY` level goes through the delay scheduler (`scheduler`); one with a
+//!   timer property (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`, `TIMER_DELAY_MS`,
+//!   `__STARTDELIVERTIME`) through the timer (`timer`).
 //! - A half message (`TRAN_MSG=true` or the prepared sysFlag) is stored by
 //!   `transactions::half`; a batch or a delayed message cannot be one (MESSAGE_ILLEGAL).
 
@@ -77,6 +79,9 @@ pub struct Sent {
     pub receipt: PutReceipt,
     /// The queue they went to.
     pub queue_id: u32,
+    /// Stored as a timer message (the receipt names its timer record, which
+    /// `timer::schedule::recall_handle` turns into a recall handle).
+    pub timer: bool,
 }
 
 /// Stores a send and waits for its acknowledgement.
@@ -100,6 +105,7 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
     if half {
         check_half_shape(request)?;
     }
+    let due = timer_due(ctx, request, half)?;
     let base = DraftRecord {
         topic,
         queue_id,
@@ -129,6 +135,8 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
         put(ctx, &drafts).await?
     } else if half {
         super::transactions::half::store_half(ctx, &base, request.producer_group).await?
+    } else if let Some(due) = due {
+        super::timer::schedule::schedule(ctx, &base, due).await?
     } else if let Some(level) = delay_level(request.properties) {
         scheduler::schedule(ctx, &base, level).await?
     } else {
@@ -140,7 +148,36 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
     );
     ctx.metrics
         .record_send(topic, receipt.placements.len(), request.body.len());
-    Ok(Sent { receipt, queue_id })
+    Ok(Sent {
+        receipt,
+        queue_id,
+        timer: due.is_some(),
+    })
+}
+
+/// The delivery time a single message's timer properties ask for (`None` for a batch, whose
+/// messages' properties are their own and are stored as sent); a half message may not be a
+/// timer message.
+fn timer_due(
+    ctx: &BrokerContext,
+    request: &SendRequest<'_>,
+    half: bool,
+) -> Result<Option<i64>, Refusal> {
+    if request.batch.is_some() {
+        return Ok(None);
+    }
+    let due = super::timer::due_ms(
+        request.properties,
+        super::timer::now_ms(),
+        ctx.timers.settings.max_delay_ms,
+    )?;
+    if half && due.is_some() {
+        return Err(Refusal::new(
+            RefusalKind::InvalidMessage,
+            "a timer message cannot be a transactional (half) message",
+        ));
+    }
+    Ok(due)
 }
 
 /// Refuses a half message that is a batch or delayed (RocketMQ refuses both).

@@ -171,8 +171,14 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
             .encode()
         });
     let message_group = props.get_str(PROPERTY_SHARDING_KEY).map(str::to_string);
+    let delivery_timestamp = props
+        .get_str(crate::core::timer::PROPERTY_TIMER_DELIVER_MS)
+        .and_then(|ms| ms.parse::<i64>().ok())
+        .map(timestamp);
     let message_type = if message_group.is_some() {
         MessageType::Fifo
+    } else if delivery_timestamp.is_some() {
+        MessageType::Delay
     } else {
         MessageType::Normal
     };
@@ -214,6 +220,7 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         queue_offset: Some(delivery.message.queue_offset as i64),
         delivery_attempt: Some(i32::try_from(delivery.attempt).unwrap_or(i32::MAX)),
         message_group,
+        delivery_timestamp,
         ..Default::default()
     };
     Some(pb::Message {
@@ -379,6 +386,29 @@ pub async fn forward_to_dead_letter(
     }
     .await;
     outcome.map_or_else(|s| s, |()| ok())
+}
+
+/// Cancels a pending timer message by the recall handle its send returned.
+pub async fn recall(
+    ctx: &BrokerContext,
+    request: &pb::RecallMessageRequest,
+) -> pb::RecallMessageResponse {
+    use crate::core::timer::schedule::RecallError;
+    let mut message_id = String::new();
+    let status = match crate::core::timer::schedule::recall(ctx, &request.recall_handle).await {
+        Ok(id) => {
+            message_id = id.unwrap_or_default();
+            ok()
+        }
+        Err(error @ (RecallError::Malformed(_) | RecallError::NotPending(_))) => {
+            status(Code::BadRequest, error.to_string())
+        }
+        Err(error @ RecallError::Failed(_)) => status(Code::InternalServerError, error.to_string()),
+    };
+    pb::RecallMessageResponse {
+        status: Some(status),
+        message_id,
+    }
 }
 
 /// The queues a push consumer of `group` receives from on this broker: one assignment of

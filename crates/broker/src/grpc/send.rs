@@ -12,9 +12,11 @@
 //! 4. A FIFO message goes to the queue its group hashes to (Java's `String.hashCode`, so the
 //!    choice is stable across restarts and brokers with equal queue counts); other messages
 //!    go round robin.
-//! 5. DELAY messages with a delivery time and TRANSACTION messages are refused with
-//!    UNSUPPORTED: ferromq's timer and gRPC transactions are not built yet, and sending them as
-//!    normal messages would deliver them early or uncommitted.
+//! 5. A DELAY message's `delivery_timestamp` becomes `TIMER_DELIVER_MS`: the core stores it as
+//!    a timer message (`core::timer`) and the reply carries its recall handle; a time further
+//!    than `timerMaxDelaySec` is ILLEGAL_DELIVERY_TIME. TRANSACTION messages are refused with
+//!    UNSUPPORTED: gRPC transactions are not built yet, and sending them as normal messages
+//!    would deliver them uncommitted.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -103,7 +105,13 @@ pub async fn send_all(
                 message_id,
                 transaction_id: String::new(),
                 offset: sent.receipt.placements[0].queue_offset as i64,
-                recall_handle: String::new(),
+                recall_handle: if sent.timer {
+                    crate::core::timer::schedule::recall_handle(
+                        sent.receipt.placements[0].queue_offset,
+                    )
+                } else {
+                    String::new()
+                },
             },
             Err(status) => SendResultEntry {
                 status: Some(status),
@@ -236,13 +244,7 @@ fn check_type(
         MessageType::Delay if system.delivery_timestamp.is_none() => {
             return conflict("a DELAY message needs a delivery_timestamp")
         }
-        MessageType::Delay => {
-            return Err(status(
-                Code::Unsupported,
-                "DELAY messages (delivery_timestamp) are not supported by ferromq's gRPC endpoint \
-                 yet: timer messages are not built (issue 17); the message was not stored",
-            ))
-        }
+        MessageType::Delay => check_delivery_time(ctx, system)?,
         MessageType::Transaction => {
             return Err(status(
                 Code::Unsupported,
@@ -270,6 +272,29 @@ fn check_type(
         ));
     }
     Ok(message_type)
+}
+
+/// A DELAY message's delivery time must be within `timerMaxDelaySec` (ILLEGAL_DELIVERY_TIME);
+/// a time already past is delivered at once, as RocketMQ does.
+fn check_delivery_time(ctx: &BrokerContext, system: &SystemProperties) -> Result<(), Status> {
+    let at = system.delivery_timestamp.as_ref().map_or(0, timestamp_ms);
+    let ahead = at.saturating_sub(crate::core::timer::now_ms());
+    if ahead > ctx.timers.settings.max_delay_ms {
+        return Err(status(
+            Code::IllegalDeliveryTime,
+            format!(
+                "delivery_timestamp is {ahead} ms ahead; timerMaxDelaySec allows {} ms",
+                ctx.timers.settings.max_delay_ms
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn timestamp_ms(t: &prost_types::Timestamp) -> i64 {
+    t.seconds
+        .saturating_mul(1_000)
+        .saturating_add(i64::from(t.nanos) / 1_000_000)
 }
 
 /// The body to store: as sent, or inflated (GZIP), at most `max_bytes`.
@@ -367,6 +392,12 @@ fn encode_properties(message: &Message, system: &SystemProperties) -> Result<Vec
             ));
         }
         pairs.push((PROPERTY_SHARDING_KEY, group.to_string()));
+    }
+    if let Some(at) = &system.delivery_timestamp {
+        pairs.push((
+            crate::core::timer::PROPERTY_TIMER_DELIVER_MS,
+            timestamp_ms(at).to_string(),
+        ));
     }
     Ok(Properties::encode(
         pairs.iter().map(|(n, v)| (*n, v.as_str())),

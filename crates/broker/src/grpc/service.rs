@@ -72,7 +72,7 @@ impl GrpcService {
             format!(
                 "{rpc} is not supported by ferromq's gRPC endpoint, which serves QueryRoute, \
                  Heartbeat, Telemetry, SendMessage, QueryAssignment, ReceiveMessage, AckMessage, \
-                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and \
+                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, RecallMessage and \
                  NotifyClientTermination; commit offsets and end transactions over the \
                  remoting protocol (docs/grpc.md)"
             ),
@@ -352,11 +352,10 @@ impl MessagingService for GrpcService {
 
     async fn recall_message(
         &self,
-        _request: Request<pb::RecallMessageRequest>,
+        request: Request<pb::RecallMessageRequest>,
     ) -> Result<Response<pb::RecallMessageResponse>, RpcStatus> {
-        Ok(Response::new(pb::RecallMessageResponse {
-            status: Some(self.unsupported("RecallMessage")),
-            message_id: String::new(),
-        }))
+        Ok(Response::new(
+            super::consume::recall(&self.ctx, request.get_ref()).await,
+        ))
     }
 }

@@ -33,7 +33,9 @@ pub(super) async fn handle(
         Err(error) => return bad_header(command, error),
     };
     match send(ctx, channel, command, &header).await {
-        Ok(Sent { receipt, queue_id }) => {
+        Ok(Sent {
+            receipt, queue_id, ..
+        }) => {
             let first = &receipt.placements[0];
             let ids = message_ids(
                 ctx.broker_addr,
