@@ -68,6 +68,20 @@ impl Limit {
 struct Table {
     clients: HashMap<String, ClientEntry>,
     streams: usize,
+    /// Telemetry streams of producers, by client: the topics they publish and the stream's
+    /// outbox (for server commands: orphaned-transaction check-backs). One per client (the
+    /// latest stream that sent publishing settings), so bounded by [`GRPC_CLIENTS_MAX`].
+    publishers: HashMap<String, Publisher>,
+}
+
+/// The outbox of a Telemetry stream.
+pub type Outbox =
+    tokio::sync::mpsc::Sender<Result<ferromq_protocol::grpc::TelemetryCommand, tonic::Status>>;
+
+#[derive(Debug, Clone)]
+struct Publisher {
+    topics: Vec<String>,
+    outbox: Outbox,
 }
 
 /// The table of gRPC clients.
@@ -145,7 +159,10 @@ impl GrpcClients {
     pub fn remove(&self, client_id: &str) -> bool {
         let mut table = lock(&self.table);
         match table.clients.get(client_id).map(|e| e.telemetry_streams) {
-            Some(0) => table.clients.remove(client_id).is_some(),
+            Some(0) => {
+                table.publishers.remove(client_id);
+                table.clients.remove(client_id).is_some()
+            }
             Some(_) => {
                 let entry = table.clients.get_mut(client_id).expect("present");
                 entry.client_type = 0;
@@ -154,6 +171,27 @@ impl GrpcClients {
             }
             None => false,
         }
+    }
+
+    /// Records that `client_id`'s Telemetry stream (`outbox`) publishes `topics`.
+    pub fn publishes(&self, client_id: &str, topics: Vec<String>, outbox: Outbox) {
+        let mut table = lock(&self.table);
+        if table.clients.contains_key(client_id) {
+            table
+                .publishers
+                .insert(client_id.to_string(), Publisher { topics, outbox });
+        }
+    }
+
+    /// The outbox of a connected producer publishing `topic`.
+    pub fn publisher_of(&self, topic: &str) -> Option<Outbox> {
+        let mut table = lock(&self.table);
+        table.publishers.retain(|_, p| !p.outbox.is_closed());
+        table
+            .publishers
+            .values()
+            .find(|p| p.topics.iter().any(|t| t == topic))
+            .map(|p| p.outbox.clone())
     }
 
     /// What is known of `client_id`.
@@ -181,6 +219,12 @@ fn entry<'t>(
                 || e.last_seen
                     .is_some_and(|seen| now.duration_since(seen) < expiry)
         });
+        let Table {
+            clients,
+            publishers,
+            ..
+        } = table;
+        publishers.retain(|id, _| clients.contains_key(id));
         if table.clients.len() >= GRPC_CLIENTS_MAX {
             return Err(Limit::Clients);
         }

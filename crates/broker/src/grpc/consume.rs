@@ -34,6 +34,9 @@ pub const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
 /// RocketMQ's system property names beyond those a producer may not set: kept out of
 /// `user_properties` on delivery.
 const SYSTEM_PROPERTY_NAMES: &[&str] = &[
+    "TRANSACTION_PREPARED_QUEUE_OFFSET",
+    "REAL_TOPIC",
+    "REAL_QID",
     "MSG_REGION",
     "TRACE_ON",
     "CONSUME_START_TIME",
@@ -150,11 +153,34 @@ pub fn receive_stream(
 
 /// The gRPC message of a delivery (rule 2); `None` (logged) for a record that does not parse.
 pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Message> {
-    let record = match RecordView::parse(&delivery.message.bytes) {
+    let mut message = message_of_record(
+        ctx,
+        &delivery.message.bytes,
+        delivery.message.phys_offset,
+        delivery.message.queue_offset,
+    )?;
+    let system = message.system_properties.as_mut()?;
+    system.receipt_handle = Some(delivery.handle.to_string());
+    system.queue_id = delivery.queue_id as i32;
+    system.delivery_attempt = Some(i32::try_from(delivery.attempt).unwrap_or(i32::MAX));
+    if let Some(topic) = message.topic.as_mut() {
+        topic.name = delivery.handle.topic.clone();
+    }
+    Some(message)
+}
+
+/// The gRPC message of a stored record (rule 2 without the delivery's fields); `None`
+/// (logged) for a record that does not parse.
+pub fn message_of_record(
+    ctx: &BrokerContext,
+    bytes: &[u8],
+    phys_offset: u64,
+    queue_offset: u64,
+) -> Option<pb::Message> {
+    let record = match RecordView::parse(bytes) {
         Ok(record) => record,
         Err(error) => {
-            tracing::error!(phys_offset = delivery.message.phys_offset, %error,
-                "a delivered record does not parse; left out of the receive");
+            tracing::error!(phys_offset, %error, "a record does not parse; left out");
             return None;
         }
     };
@@ -166,7 +192,7 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         .unwrap_or_else(|| {
             MessageId {
                 store_host: record.store_host,
-                phys_offset: delivery.message.phys_offset,
+                phys_offset,
             }
             .encode()
         });
@@ -179,6 +205,8 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         MessageType::Fifo
     } else if delivery_timestamp.is_some() {
         MessageType::Delay
+    } else if props.get_str("TRAN_MSG").is_some() {
+        MessageType::Transaction
     } else {
         MessageType::Normal
     };
@@ -215,10 +243,8 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         born_host: record.born_host.ip().to_string(),
         store_timestamp: Some(timestamp(record.store_timestamp_ms)),
         store_host: record.store_host.to_string(),
-        receipt_handle: Some(delivery.handle.to_string()),
-        queue_id: delivery.queue_id as i32,
-        queue_offset: Some(delivery.message.queue_offset as i64),
-        delivery_attempt: Some(i32::try_from(delivery.attempt).unwrap_or(i32::MAX)),
+        queue_id: record.queue_id as i32,
+        queue_offset: Some(queue_offset as i64),
         message_group,
         delivery_timestamp,
         ..Default::default()
@@ -226,7 +252,7 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
     Some(pb::Message {
         topic: Some(pb::Resource {
             resource_namespace: String::new(),
-            name: delivery.handle.topic.clone(),
+            name: record.topic_str().to_string(),
         }),
         user_properties,
         system_properties: Some(system),

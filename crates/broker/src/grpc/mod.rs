@@ -28,6 +28,7 @@ pub mod send;
 pub mod service;
 pub mod status;
 pub mod telemetry;
+pub mod transaction;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

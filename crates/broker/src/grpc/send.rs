@@ -14,9 +14,8 @@
 //!    go round robin.
 //! 5. A DELAY message's `delivery_timestamp` becomes `TIMER_DELIVER_MS`: the core stores it as
 //!    a timer message (`core::timer`) and the reply carries its recall handle; a time further
-//!    than `timerMaxDelaySec` is ILLEGAL_DELIVERY_TIME. TRANSACTION messages are refused with
-//!    UNSUPPORTED: gRPC transactions are not built yet, and sending them as normal messages
-//!    would deliver them uncommitted.
+//!    than `timerMaxDelaySec` is ILLEGAL_DELIVERY_TIME. A TRANSACTION message is stored as a
+//!    half message (`super::transaction`) and the reply carries its transaction id.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -100,10 +99,15 @@ pub async fn send_all(
             send_one(ctx, cursor, origin, message).await
         };
         entries.push(match result {
-            Ok(sent) => SendResultEntry {
+            Ok((sent, transactional)) => SendResultEntry {
                 status: Some(super::status::ok()),
                 message_id,
-                transaction_id: String::new(),
+                transaction_id: if transactional {
+                    let half = &sent.receipt.placements[0];
+                    super::transaction::transaction_id(half.queue_offset, half.phys_offset)
+                } else {
+                    String::new()
+                },
                 offset: sent.receipt.placements[0].queue_offset as i64,
                 recall_handle: if sent.timer {
                     crate::core::timer::schedule::recall_handle(
@@ -149,7 +153,7 @@ async fn send_one(
     cursor: &QueueCursor,
     origin: Origin<'_>,
     message: &Message,
-) -> Result<Sent, Status> {
+) -> Result<(Sent, bool), Status> {
     let topic = message
         .topic
         .as_ref()
@@ -173,7 +177,11 @@ async fn send_one(
     }
     let message_type = check_type(ctx, topic, system)?;
     let body = decode_body(system, &message.body, ctx.config.max_message_size)?;
-    let properties = encode_properties(message, system)?;
+    let transactional = message_type == MessageType::Transaction;
+    let mut properties = encode_properties(message, system)?;
+    if transactional {
+        properties = half_properties(topic, system, &properties);
+    }
     let queue_nums = crate::core::send::writable_queue_nums(
         ctx,
         topic,
@@ -185,7 +193,12 @@ async fn send_one(
         _ => cursor.0.fetch_add(1, Ordering::Relaxed) % queue_nums.max(1) as u32,
     };
     let request = SendRequest {
-        producer_group: origin.client_id,
+        // A gRPC producer has no group: a half's group is its topic (`transaction` rule 1).
+        producer_group: if transactional {
+            topic
+        } else {
+            origin.client_id
+        },
         topic,
         queue_id: Some(queue_id),
         default_topic_queue_nums: ctx.runtime_config.default_topic_queue_nums() as i32,
@@ -200,7 +213,32 @@ async fn send_one(
     };
     crate::core::send::send(ctx, &request)
         .await
+        .map(|sent| (sent, transactional))
         .map_err(|error| send_error(&error))
+}
+
+/// A TRANSACTION message's properties: a half of group `topic`, checked back after its
+/// `orphaned_transaction_recovery_duration` (`transaction` rules 1 and 3).
+fn half_properties(topic: &str, system: &SystemProperties, properties: &[u8]) -> Vec<u8> {
+    use ferromq_protocol::remoting::headers::transaction::{
+        PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_PREPARED,
+    };
+    let mut added = vec![
+        (PROPERTY_TRANSACTION_PREPARED, "true".to_string()),
+        (PROPERTY_PRODUCER_GROUP, topic.to_string()),
+    ];
+    if let Some(d) = system
+        .orphaned_transaction_recovery_duration
+        .as_ref()
+        .filter(|d| d.seconds > 0)
+    {
+        added.push((
+            PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+            d.seconds.to_string(),
+        ));
+    }
+    crate::core::send_back::rewrite_properties(&Properties(properties), &[], &added)
 }
 
 /// The queue of a FIFO group: stable for a group and a queue count.
@@ -245,13 +283,6 @@ fn check_type(
             return conflict("a DELAY message needs a delivery_timestamp")
         }
         MessageType::Delay => check_delivery_time(ctx, system)?,
-        MessageType::Transaction => {
-            return Err(status(
-                Code::Unsupported,
-                "TRANSACTION messages are not supported by ferromq's gRPC endpoint yet (issue 17; \
-                 use the remoting protocol's transactional producer); the message was not stored",
-            ))
-        }
         MessageType::Lite | MessageType::Priority => {
             return Err(status(
                 Code::Unsupported,

@@ -44,9 +44,16 @@ impl GrpcService {
         own_endpoints: Endpoints,
         stop: watch::Receiver<bool>,
     ) -> GrpcService {
+        let clients = GrpcClients::default();
+        tokio::spawn(super::transaction::forward_check_backs(
+            ctx.clone(),
+            clients.clone(),
+            ctx.transactions.open_check_backs(),
+            stop.clone(),
+        ));
         GrpcService {
             ctx,
-            clients: GrpcClients::default(),
+            clients,
             cursor: Arc::default(),
             own_endpoints,
             stop,
@@ -72,9 +79,9 @@ impl GrpcService {
             format!(
                 "{rpc} is not supported by ferromq's gRPC endpoint, which serves QueryRoute, \
                  Heartbeat, Telemetry, SendMessage, QueryAssignment, ReceiveMessage, AckMessage, \
-                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, RecallMessage and \
-                 NotifyClientTermination; commit offsets and end transactions over the \
-                 remoting protocol (docs/grpc.md)"
+                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, RecallMessage, \
+                 EndTransaction and NotifyClientTermination; commit offsets over the remoting \
+                 protocol (docs/grpc.md)"
             ),
         )
     }
@@ -252,10 +259,11 @@ impl MessagingService for GrpcService {
 
     async fn end_transaction(
         &self,
-        _request: Request<pb::EndTransactionRequest>,
+        request: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, RpcStatus> {
+        let status = super::transaction::end_transaction(&self.ctx, request.get_ref()).await;
         Ok(Response::new(pb::EndTransactionResponse {
-            status: Some(self.unsupported("EndTransaction")),
+            status: Some(status),
         }))
     }
 
@@ -312,6 +320,10 @@ impl MessagingService for GrpcService {
                     };
                     let client_type = settings.client_type.unwrap_or(0);
                     let _ = clients.touch(&client, client_type, group.as_deref(), expiry);
+                    if let Some(pb::settings::PubSub::Publishing(p)) = &settings.pub_sub {
+                        let topics = p.topics.iter().map(|t| t.name.clone()).collect();
+                        clients.publishes(&client, topics, tx.clone());
+                    }
                 }
                 let reply = super::telemetry::reply(&ctx, command);
                 if tx.send(Ok(reply)).await.is_err() {

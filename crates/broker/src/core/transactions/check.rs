@@ -130,33 +130,72 @@ async fn check_back(ctx: &BrokerContext, due: Vec<(u64, HalfEntry)>) -> Result<(
     Ok(())
 }
 
-/// Sends one CHECK_TRANSACTION_STATE to a producer of the half's group, if one is online.
+/// A check-back for a producer the remoting registry does not hold (a gRPC producer, whose
+/// adapter delivers it over its own stream): the half as a record under its real topic and
+/// queue, with its check count.
+#[derive(Debug, Clone)]
+pub struct CheckBack {
+    /// The half's producer group.
+    pub producer_group: String,
+    /// The real topic.
+    pub topic: String,
+    /// The half's queue offset.
+    pub half_queue_offset: u64,
+    /// The half's CommitLog offset.
+    pub half_phys_offset: u64,
+    /// The half as a record (real topic and queue, `TRANSACTION_CHECK_TIMES`).
+    pub record: Vec<u8>,
+}
+
+/// Check-backs queued for other transports before new ones are skipped (and counted as sent:
+/// the check count moves on, invariant 1).
+pub const CHECK_BACKS_QUEUED_MAX: usize = 1_024;
+
+/// Sends one check-back to a producer of the half's group: CHECK_TRANSACTION_STATE to a
+/// remoting producer if one is online, else to the sink of other transports if one is set.
 async fn send_check(ctx: &BrokerContext, queue_offset: u64, entry: &HalfEntry) {
-    let Some((client_id, channel)) = ctx.clients.producer_channel(&entry.producer_group) else {
+    let remoting = ctx.clients.producer_channel(&entry.producer_group);
+    let sink = ctx.transactions.check_sink();
+    if remoting.is_none() && sink.is_none() {
         tracing::info!(group = %entry.producer_group, queue_offset, checks = entry.checks + 1,
             "transaction check-back: no producer of the group is online; counted");
         return;
-    };
-    let command = match check_command(ctx, queue_offset, entry).await {
-        Ok(command) => command,
+    }
+    let (topic, record, uniq) = match check_record(ctx, queue_offset, entry).await {
+        Ok(parts) => parts,
         Err(error) => {
             tracing::warn!(queue_offset, %error, "transaction check-back not sent: the half could not be read");
             return;
         }
     };
+    let Some((client_id, channel)) = remoting else {
+        let check = CheckBack {
+            producer_group: entry.producer_group.clone(),
+            topic,
+            half_queue_offset: queue_offset,
+            half_phys_offset: entry.phys_offset,
+            record,
+        };
+        if sink.is_some_and(|sink| sink.try_send(check).is_err()) {
+            tracing::info!(group = %entry.producer_group, queue_offset,
+                "transaction check-back not sent: the queue of other transports is full; counted");
+        }
+        return;
+    };
+    let command = check_command(ctx, queue_offset, entry, topic, &record, uniq);
     if channel.tx.try_send(command).is_err() {
         tracing::info!(group = %entry.producer_group, client = %client_id, queue_offset,
             "transaction check-back not sent: the producer's connection is full or closed; counted");
     }
 }
 
-/// The CHECK_TRANSACTION_STATE request of a half: header, and the half as a record with its
-/// real topic and queue and the check count.
-async fn check_command(
+/// The half as a record with its real topic and queue and the check count: (real topic,
+/// record bytes, `UNIQ_KEY`).
+async fn check_record(
     ctx: &BrokerContext,
     queue_offset: u64,
     entry: &HalfEntry,
-) -> Result<RemotingCommand, Refusal> {
+) -> Result<(String, Vec<u8>, Option<String>), Refusal> {
     let bytes = crate::core::lookup::message_at(ctx, entry.phys_offset).await?;
     let view = RecordView::parse(&bytes).map_err(|e| {
         Refusal::new(
@@ -197,6 +236,18 @@ async fn check_command(
         )
     })?;
     record.finalize(queue_offset, entry.phys_offset, view.store_timestamp_ms);
+    Ok((topic, record.as_bytes().to_vec(), uniq))
+}
+
+/// The CHECK_TRANSACTION_STATE request of a half: header, and the half as a record.
+fn check_command(
+    ctx: &BrokerContext,
+    queue_offset: u64,
+    entry: &HalfEntry,
+    topic: String,
+    record: &[u8],
+    uniq: Option<String>,
+) -> RemotingCommand {
     let header = CheckTransactionStateRequestHeader {
         tran_state_table_offset: queue_offset as i64,
         commit_log_offset: entry.phys_offset as i64,
@@ -215,8 +266,8 @@ async fn check_command(
     let mut command =
         RemotingCommand::request_with_header(request::CHECK_TRANSACTION_STATE, &header);
     command.set_oneway(true);
-    command.body = Some(Bytes::copy_from_slice(record.as_bytes()));
-    Ok(command)
+    command.body = Some(Bytes::copy_from_slice(record));
+    command
 }
 
 /// The fields a copy of a half keeps.

@@ -111,6 +111,7 @@ pub struct Transactions {
     loading: tokio::sync::Mutex<()>,
     refusals_logged_second: AtomicU64,
     refusals_unlogged: AtomicU64,
+    check_sink: Mutex<Option<tokio::sync::mpsc::Sender<check::CheckBack>>>,
 }
 
 impl Transactions {
@@ -122,6 +123,7 @@ impl Transactions {
             loading: tokio::sync::Mutex::new(()),
             refusals_logged_second: AtomicU64::new(0),
             refusals_unlogged: AtomicU64::new(0),
+            check_sink: Mutex::new(None),
         }
     }
 
@@ -137,6 +139,24 @@ impl Transactions {
     /// Runs `f` on the table of master term `epoch` if it is loaded (no rebuild, no wait).
     pub(crate) fn with_table_now(&self, epoch: u64, f: impl FnOnce(&mut Table)) {
         let _ = self.with_table(epoch, f);
+    }
+
+    /// Opens the queue of check-backs for producers the remoting registry does not hold (the
+    /// gRPC adapter reads it); bounded by [`check::CHECK_BACKS_QUEUED_MAX`]. A second call
+    /// replaces the first queue.
+    pub fn open_check_backs(&self) -> tokio::sync::mpsc::Receiver<check::CheckBack> {
+        let (tx, rx) = tokio::sync::mpsc::channel(check::CHECK_BACKS_QUEUED_MAX);
+        *self.check_sink.lock().expect("transactions lock") = Some(tx);
+        rx
+    }
+
+    /// The queue of check-backs for other transports, if one is open.
+    pub(crate) fn check_sink(&self) -> Option<tokio::sync::mpsc::Sender<check::CheckBack>> {
+        self.check_sink
+            .lock()
+            .expect("transactions lock")
+            .clone()
+            .filter(|tx| !tx.is_closed())
     }
 
     /// Drops the table (the broker is no longer master).
