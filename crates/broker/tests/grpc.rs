@@ -374,15 +374,15 @@ async fn unsupported_rpcs_answer_50500_and_are_counted() {
     let broker = broker(dir.path(), true).await;
     let mut grpc = grpc_client(&broker).await;
     let metrics = &broker.context().metrics;
-    assert_eq!(metrics.grpc_unsupported_count("UpdateOffset"), 0);
-    let update = grpc
-        .update_offset(with_client_id(pb::UpdateOffsetRequest::default()))
+    assert_eq!(metrics.grpc_unsupported_count("RecallMessage"), 0);
+    let recall = grpc
+        .recall_message(with_client_id(pb::RecallMessageRequest::default()))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(code(&update.status), Code::Unsupported as i32);
-    assert!(update.status.unwrap().message.contains("UpdateOffset"));
-    assert_eq!(metrics.grpc_unsupported_count("UpdateOffset"), 1);
+    assert_eq!(code(&recall.status), Code::Unsupported as i32);
+    assert!(recall.status.unwrap().message.contains("RecallMessage"));
+    assert_eq!(metrics.grpc_unsupported_count("RecallMessage"), 1);
     let end = grpc
         .end_transaction(with_client_id(pb::EndTransactionRequest::default()))
         .await

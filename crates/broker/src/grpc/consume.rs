@@ -5,7 +5,8 @@
 //! 1. A receive stream is `status`, then one `message` per delivery, then
 //!    `delivery_timestamp` (the Java proxy's order); nothing found is MESSAGE_NOT_FOUND.
 //! 2. A delivered message carries what clients check: the body as stored (inflated when the
-//!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle,
+//!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle
+//!    (popped messages; PullMessage's share [`stored_message_of`] without one),
 //!    queue id and offset, delivery attempt, store and born times and hosts, and the message
 //!    id (`UNIQ_KEY`, else the offset message id); properties RocketMQ reserves stay out of
 //!    `user_properties`.
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use ferromq_protocol::grpc::{self as pb, Code, DigestType, Encoding, FilterType, MessageType};
 use ferromq_protocol::{property_names, MessageId, RecordView};
-use ferromq_store::TagFilter;
+use ferromq_store::{StoredMessage, TagFilter};
 use md5::{Digest as _, Md5};
 
 use super::send::{PROPERTY_SHARDING_KEY, RESERVED_PROPERTY_NAMES};
@@ -150,14 +151,46 @@ pub fn receive_stream(
 
 /// The gRPC message of a delivery (rule 2); `None` (logged) for a record that does not parse.
 pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Message> {
-    let record = match RecordView::parse(&delivery.message.bytes) {
+    stored_message_of(
+        ctx,
+        &delivery.message,
+        Placement {
+            topic: &delivery.handle.topic,
+            queue_id: delivery.queue_id,
+        },
+        Some(delivery.handle.to_string()),
+        Some(delivery.attempt),
+    )
+}
+
+/// Where a stored message is delivered from: the topic and queue the client asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue.
+    pub queue_id: u32,
+}
+
+/// The gRPC message of a stored record read from `at` (rule 2), with `receipt_handle` when
+/// it was popped (a pulled message has none) and its delivery attempt (`None`: the record's
+/// `reconsume_times + 1`). `None` (logged) for a record that does not parse.
+pub fn stored_message_of(
+    ctx: &BrokerContext,
+    message: &StoredMessage,
+    at: Placement<'_>,
+    receipt_handle: Option<String>,
+    attempt: Option<u32>,
+) -> Option<pb::Message> {
+    let record = match RecordView::parse(&message.bytes) {
         Ok(record) => record,
         Err(error) => {
-            tracing::error!(phys_offset = delivery.message.phys_offset, %error,
-                "a delivered record does not parse; left out of the receive");
+            tracing::error!(phys_offset = message.phys_offset, %error,
+                "a stored record does not parse; left out of the reply");
             return None;
         }
     };
+    let attempt = attempt.map_or_else(|| i64::from(record.reconsume_times.max(0)) + 1, i64::from);
     let body = body_of(ctx, &record);
     let props = &record.properties;
     let message_id = props
@@ -166,7 +199,7 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         .unwrap_or_else(|| {
             MessageId {
                 store_host: record.store_host,
-                phys_offset: delivery.message.phys_offset,
+                phys_offset: message.phys_offset,
             }
             .encode()
         });
@@ -209,17 +242,17 @@ pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Messag
         born_host: record.born_host.ip().to_string(),
         store_timestamp: Some(timestamp(record.store_timestamp_ms)),
         store_host: record.store_host.to_string(),
-        receipt_handle: Some(delivery.handle.to_string()),
-        queue_id: delivery.queue_id as i32,
-        queue_offset: Some(delivery.message.queue_offset as i64),
-        delivery_attempt: Some(i32::try_from(delivery.attempt).unwrap_or(i32::MAX)),
+        receipt_handle,
+        queue_id: at.queue_id as i32,
+        queue_offset: Some(message.queue_offset as i64),
+        delivery_attempt: Some(i32::try_from(attempt).unwrap_or(i32::MAX)),
         message_group,
         ..Default::default()
     };
     Some(pb::Message {
         topic: Some(pb::Resource {
             resource_namespace: String::new(),
-            name: delivery.handle.topic.clone(),
+            name: at.topic.to_string(),
         }),
         user_properties,
         system_properties: Some(system),
@@ -457,7 +490,8 @@ pub fn query_assignment(
     }
 }
 
-fn resource_name(
+/// The name of a required `resource` field, or `code` naming `field`.
+pub(super) fn resource_name(
     resource: Option<&pb::Resource>,
     code: Code,
     field: &str,
@@ -468,7 +502,8 @@ fn resource_name(
         .ok_or_else(|| status(code, format!("{field}.name is required")))
 }
 
-fn duration(d: &prost_types::Duration) -> Option<Duration> {
+/// A protobuf duration; `None` when negative.
+pub(super) fn duration(d: &prost_types::Duration) -> Option<Duration> {
     if d.seconds < 0 || d.nanos < 0 {
         return None;
     }
