@@ -373,20 +373,18 @@ async fn refused_messages_get_their_code_per_entry_and_nothing_is_stored() {
 }
 
 #[tokio::test]
-async fn unsupported_rpcs_answer_50500_and_are_counted() {
+async fn requests_missing_their_fields_are_refused_and_unhandled_telemetry_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let broker = broker(dir.path(), true).await;
     let mut grpc = grpc_client(&broker).await;
     let metrics = &broker.context().metrics;
-    assert_eq!(metrics.grpc_unsupported_count("UpdateOffset"), 0);
-    let update = grpc
-        .update_offset(with_client_id(pb::UpdateOffsetRequest::default()))
+    let recall = grpc
+        .recall_message(with_client_id(pb::RecallMessageRequest::default()))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(code(&update.status), Code::Unsupported as i32);
-    assert!(update.status.unwrap().message.contains("UpdateOffset"));
-    assert_eq!(metrics.grpc_unsupported_count("UpdateOffset"), 1);
+    assert_eq!(code(&recall.status), Code::BadRequest as i32);
+    assert!(recall.status.unwrap().message.contains("recall handle"));
     let end = grpc
         .end_transaction(with_client_id(pb::EndTransactionRequest::default()))
         .await
@@ -397,6 +395,30 @@ async fn unsupported_rpcs_answer_50500_and_are_counted() {
         Code::IllegalTopic as i32,
         "served: refused for its topic"
     );
+    // A Telemetry command answering a server command ferromq never sent: UNSUPPORTED, counted.
+    assert_eq!(metrics.grpc_unsupported_count("Telemetry"), 0);
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::TelemetryCommand>(1);
+    tx.send(pb::TelemetryCommand {
+        status: None,
+        command: Some(Command::ThreadStackTrace(pb::ThreadStackTrace::default())),
+    })
+    .await
+    .unwrap();
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let mut replies = grpc
+        .telemetry(with_client_id(outbound))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = tokio::time::timeout(TIMEOUT, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(code(&reply.status), Code::Unsupported as i32);
+    assert_eq!(metrics.grpc_unsupported_count("Telemetry"), 1);
+    drop(tx);
     // A receive that names no group is refused with a status, then delivery_timestamp.
     let mut stream = grpc
         .receive_message(with_client_id(pb::ReceiveMessageRequest::default()))

@@ -25,7 +25,8 @@
 //!    a whole `channelExpiredTimeout` of this broker's life (so right after a restart, before
 //!    heartbeats arrive, a backward commit is a regression, not a reset). It is judged before
 //!    the fences: they guard against the group's consumers, and none is registered then. A
-//!    commit carried by a pull is a consumer's and never an offline move.
+//!    commit carried by a pull, and a gRPC UpdateOffset ([`CommitKind::Progress`]), are a
+//!    consumer's and never an offline move.
 //! 5. **Corrections** (ferromq's `ferromqCorrection` after OFFSET_ILLEGAL) are recorded only
 //!    when the queue's state justifies them — the stored offset lies outside the queue's
 //!    [min, max] and the proposal inside ([`judge_correction`]) — and fence the group's
@@ -72,6 +73,11 @@ pub enum CommitKind {
     Correction,
     /// The commit a pull carries: a consumer's progress, never an offline move.
     CarriedByPull,
+    /// A consumer's explicit commit of its own progress over a protocol no administrator's
+    /// tool commits through (gRPC UpdateOffset): never an offline move (rule 4), so a
+    /// backward one is always a regression. (gRPC consumers are not in the remoting client
+    /// table rule 4 consults, so a stale one would otherwise pass for an administrator.)
+    Progress,
 }
 
 impl CommitRequest {

@@ -7,6 +7,7 @@
 //! `sessions::registry`. Producers need nothing more: no rebalance or lock depends on them.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,9 @@ pub struct ClientEntry {
     pub group: Option<String>,
     /// Telemetry streams it holds open.
     pub telemetry_streams: usize,
+    /// Its PullMessage calls held now (long polling), bounded by `pullHoldMaxPerConnection`
+    /// per client: gRPC calls share connections tonic does not expose.
+    pub held_pulls: Arc<AtomicUsize>,
 }
 
 /// Why a client was refused a registration or a stream.
@@ -152,6 +156,14 @@ impl GrpcClients {
             table: self.table.clone(),
             client_id: client_id.to_string(),
         })
+    }
+
+    /// The count of `client_id`'s held pulls (registering the client, within the limits).
+    pub fn held_pulls(&self, client_id: &str, expiry: Duration) -> Result<Arc<AtomicUsize>, Limit> {
+        let mut table = lock(&self.table);
+        let entry = entry(&mut table, client_id, expiry)?;
+        entry.last_seen = Some(Instant::now());
+        Ok(entry.held_pulls.clone())
     }
 
     /// Drops `client_id`'s registration (NotifyClientTermination); its open streams stay

@@ -5,7 +5,8 @@
 //! 1. A receive stream is `status`, then one `message` per delivery, then
 //!    `delivery_timestamp` (the Java proxy's order); nothing found is MESSAGE_NOT_FOUND.
 //! 2. A delivered message carries what clients check: the body as stored (inflated when the
-//!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle,
+//!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle
+//!    (popped messages; PullMessage's share [`stored_message_of`] without one),
 //!    queue id and offset, delivery attempt, store and born times and hosts, and the message
 //!    id (`UNIQ_KEY`, else the offset message id); properties RocketMQ reserves stay out of
 //!    `user_properties`.
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use ferromq_protocol::grpc::{self as pb, Code, DigestType, Encoding, FilterType, MessageType};
 use ferromq_protocol::{property_names, MessageId, RecordView};
-use ferromq_store::TagFilter;
+use ferromq_store::{StoredMessage, TagFilter};
 use md5::{Digest as _, Md5};
 
 use super::send::{PROPERTY_SHARDING_KEY, RESERVED_PROPERTY_NAMES};
@@ -153,37 +154,46 @@ pub fn receive_stream(
 
 /// The gRPC message of a delivery (rule 2); `None` (logged) for a record that does not parse.
 pub fn message_of(ctx: &BrokerContext, delivery: &Delivery) -> Option<pb::Message> {
-    let mut message = message_of_record(
+    stored_message_of(
         ctx,
-        &delivery.message.bytes,
-        delivery.message.phys_offset,
-        delivery.message.queue_offset,
-    )?;
-    let system = message.system_properties.as_mut()?;
-    system.receipt_handle = Some(delivery.handle.to_string());
-    system.queue_id = delivery.queue_id as i32;
-    system.delivery_attempt = Some(i32::try_from(delivery.attempt).unwrap_or(i32::MAX));
-    if let Some(topic) = message.topic.as_mut() {
-        topic.name = delivery.handle.topic.clone();
-    }
-    Some(message)
+        &delivery.message,
+        Placement {
+            topic: &delivery.handle.topic,
+            queue_id: delivery.queue_id,
+        },
+        Some(delivery.handle.to_string()),
+        Some(delivery.attempt),
+    )
 }
 
-/// The gRPC message of a stored record (rule 2 without the delivery's fields); `None`
-/// (logged) for a record that does not parse.
-pub fn message_of_record(
+/// Where a stored message is delivered from: the topic and queue the client asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue.
+    pub queue_id: u32,
+}
+
+/// The gRPC message of a stored record read from `at` (rule 2), with `receipt_handle` when
+/// it was popped (a pulled message has none) and its delivery attempt (`None`: the record's
+/// `reconsume_times + 1`). `None` (logged) for a record that does not parse.
+pub fn stored_message_of(
     ctx: &BrokerContext,
-    bytes: &[u8],
-    phys_offset: u64,
-    queue_offset: u64,
+    message: &StoredMessage,
+    at: Placement<'_>,
+    receipt_handle: Option<String>,
+    attempt: Option<u32>,
 ) -> Option<pb::Message> {
-    let record = match RecordView::parse(bytes) {
+    let record = match RecordView::parse(&message.bytes) {
         Ok(record) => record,
         Err(error) => {
-            tracing::error!(phys_offset, %error, "a record does not parse; left out");
+            tracing::error!(phys_offset = message.phys_offset, %error,
+                "a stored record does not parse; left out of the reply");
             return None;
         }
     };
+    let attempt = attempt.map_or_else(|| i64::from(record.reconsume_times.max(0)) + 1, i64::from);
     let body = body_of(ctx, &record);
     let props = &record.properties;
     let message_id = props
@@ -192,7 +202,7 @@ pub fn message_of_record(
         .unwrap_or_else(|| {
             MessageId {
                 store_host: record.store_host,
-                phys_offset,
+                phys_offset: message.phys_offset,
             }
             .encode()
         });
@@ -243,8 +253,10 @@ pub fn message_of_record(
         born_host: record.born_host.ip().to_string(),
         store_timestamp: Some(timestamp(record.store_timestamp_ms)),
         store_host: record.store_host.to_string(),
-        queue_id: record.queue_id as i32,
-        queue_offset: Some(queue_offset as i64),
+        receipt_handle,
+        queue_id: at.queue_id as i32,
+        queue_offset: Some(message.queue_offset as i64),
+        delivery_attempt: Some(i32::try_from(attempt).unwrap_or(i32::MAX)),
         message_group,
         delivery_timestamp,
         ..Default::default()
@@ -252,7 +264,7 @@ pub fn message_of_record(
     Some(pb::Message {
         topic: Some(pb::Resource {
             resource_namespace: String::new(),
-            name: record.topic_str().to_string(),
+            name: at.topic.to_string(),
         }),
         user_properties,
         system_properties: Some(system),
@@ -513,7 +525,8 @@ pub fn query_assignment(
     }
 }
 
-fn resource_name(
+/// The name of a required `resource` field, or `code` naming `field`.
+pub(super) fn resource_name(
     resource: Option<&pb::Resource>,
     code: Code,
     field: &str,
@@ -524,7 +537,8 @@ fn resource_name(
         .ok_or_else(|| status(code, format!("{field}.name is required")))
 }
 
-fn duration(d: &prost_types::Duration) -> Option<Duration> {
+/// A protobuf duration; `None` when negative.
+pub(super) fn duration(d: &prost_types::Duration) -> Option<Duration> {
     if d.seconds < 0 || d.nanos < 0 {
         return None;
     }

@@ -7,9 +7,11 @@
 //! Served now: QueryRoute ([`route`]), Heartbeat and NotifyClientTermination ([`clients`]),
 //! Telemetry ([`telemetry`]), SendMessage ([`send`]), and the consumers' QueryAssignment,
 //! ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue
-//! ([`consume`], over `core::pop`, whose state is log records). Every other RPC (PullMessage,
-//! the offset RPCs, EndTransaction, RecallMessage) answers UNSUPPORTED (50500) naming it,
-//! counted in `ferromq_grpc_requests_unsupported_total`.
+//! ([`consume`], over `core::pop`, whose state is log records), and the offset-based pull
+//! consumer's PullMessage, UpdateOffset, GetOffset and QueryOffset ([`offsets`], over
+//! `core::pull` and `core::offsets`: one view of a group's offsets whichever protocol
+//! commits them). Every other RPC (EndTransaction, RecallMessage) answers UNSUPPORTED (50500)
+//! naming it, counted in `ferromq_grpc_requests_unsupported_total`.
 //!
 //! Invariants:
 //! 1. Every answer carries a `Status` whose code released clients know
@@ -19,10 +21,12 @@
 //!    missing or wrong are answered with a `Status` naming them.
 //! 3. Everything is bounded: request size, messages per request
 //!    (`send::SEND_MESSAGES_PER_REQUEST_MAX`), clients and Telemetry streams
-//!    (`clients`), queued Telemetry replies (`service::TELEMETRY_OUTBOX_MAX`).
+//!    (`clients`), queued Telemetry replies (`service::TELEMETRY_OUTBOX_MAX`), held
+//!    PullMessage calls (`pullHoldMax`, and `pullHoldMaxPerConnection` per client).
 
 pub mod clients;
 pub mod consume;
+pub mod offsets;
 pub mod route;
 pub mod send;
 pub mod service;

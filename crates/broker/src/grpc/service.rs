@@ -68,23 +68,6 @@ impl GrpcService {
     fn expiry(&self) -> Duration {
         Duration::from_millis(self.ctx.runtime_config.channel_expired_timeout())
     }
-
-    /// The refusal of an RPC this endpoint does not serve: UNSUPPORTED (50500, known to every
-    /// released client) with a message naming the RPC and what ferromq offers instead,
-    /// counted per RPC.
-    fn unsupported(&self, rpc: &'static str) -> pb::Status {
-        self.ctx.metrics.grpc_unsupported(rpc);
-        status(
-            Code::Unsupported,
-            format!(
-                "{rpc} is not supported by ferromq's gRPC endpoint, which serves QueryRoute, \
-                 Heartbeat, Telemetry, SendMessage, QueryAssignment, ReceiveMessage, AckMessage, \
-                 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, RecallMessage, \
-                 EndTransaction and NotifyClientTermination; commit offsets over the remoting \
-                 protocol (docs/grpc.md)"
-            ),
-        )
-    }
 }
 
 /// The `x-mq-client-id` header, when present and not empty.
@@ -220,41 +203,67 @@ impl MessagingService for GrpcService {
 
     async fn pull_message(
         &self,
-        _request: Request<pb::PullMessageRequest>,
+        request: Request<pb::PullMessageRequest>,
     ) -> Result<Response<Self::PullMessageStream>, RpcStatus> {
         use pb::pull_message_response::Content;
-        Ok(Response::new(once(vec![pb::PullMessageResponse {
-            content: Some(Content::Status(self.unsupported("PullMessage"))),
-        }])))
+        let refuse = |status| {
+            Ok(Response::new(once(vec![pb::PullMessageResponse {
+                content: Some(Content::Status(status)),
+            }])))
+        };
+        let Some(client) = client_id(&request) else {
+            return refuse(client_id_required());
+        };
+        let held = match self.clients.held_pulls(&client, self.expiry()) {
+            Ok(held) => held,
+            Err(limit) => {
+                let (label, remark) = limit.describe();
+                self.ctx.metrics.grpc_limited(label);
+                return refuse(status(Code::TooManyRequests, remark));
+            }
+        };
+        let replies = super::offsets::pull_message(
+            &self.ctx,
+            client,
+            held,
+            request.get_ref(),
+            self.stop.clone(),
+        )
+        .await;
+        Ok(Response::new(once(replies)))
     }
 
     async fn update_offset(
         &self,
-        _request: Request<pb::UpdateOffsetRequest>,
+        request: Request<pb::UpdateOffsetRequest>,
     ) -> Result<Response<pb::UpdateOffsetResponse>, RpcStatus> {
+        let reply = match client_id(&request) {
+            Some(client) => {
+                super::offsets::update_offset(&self.ctx, client, request.get_ref()).await
+            }
+            None => client_id_required(),
+        };
         Ok(Response::new(pb::UpdateOffsetResponse {
-            status: Some(self.unsupported("UpdateOffset")),
+            status: Some(reply),
         }))
     }
 
     async fn get_offset(
         &self,
-        _request: Request<pb::GetOffsetRequest>,
+        request: Request<pb::GetOffsetRequest>,
     ) -> Result<Response<pb::GetOffsetResponse>, RpcStatus> {
-        Ok(Response::new(pb::GetOffsetResponse {
-            status: Some(self.unsupported("GetOffset")),
-            offset: 0,
-        }))
+        Ok(Response::new(
+            super::offsets::get_offset(&self.ctx, request.get_ref()).await,
+        ))
     }
 
     async fn query_offset(
         &self,
-        _request: Request<pb::QueryOffsetRequest>,
+        request: Request<pb::QueryOffsetRequest>,
     ) -> Result<Response<pb::QueryOffsetResponse>, RpcStatus> {
-        Ok(Response::new(pb::QueryOffsetResponse {
-            status: Some(self.unsupported("QueryOffset")),
-            offset: 0,
-        }))
+        Ok(Response::new(
+            super::offsets::query_offset(&self.ctx, request.get_ref()).await,
+        ))
     }
 
     async fn end_transaction(

@@ -15,14 +15,26 @@
 //! | `RefusalKind::TopicMissing` | TOPIC_NOT_FOUND (40402) |
 //! | `RefusalKind::GroupMissing` | CONSUMER_GROUP_NOT_FOUND (40403) |
 //! | `RefusalKind::InvalidMessage` | MESSAGE_PROPERTIES_TOO_LARGE (43101) for properties, else BAD_REQUEST (40000) |
-//! | `RefusalKind::InvalidArgument`, `RefusalKind::QueueMissing`, `RefusalKind::BadSubscription` | BAD_REQUEST (40000) |
+//! | `RefusalKind::InvalidArgument`, `RefusalKind::QueueMissing` | BAD_REQUEST (40000) |
+//! | `RefusalKind::BadSubscription` | ILLEGAL_FILTER_EXPRESSION (40010) |
 //! | `RefusalKind::Busy` | TOO_MANY_REQUESTS (42900) |
+//! | `CommitError::Rejected(Regression)`, `Rejected(StaleGeneration)`, `Rejected(UnknownGeneration)`, `Rejected(Moved)`, `CommitError::Fenced`, `CommitError::Unidentified` (the commit conflicts with the group's stored progress: invariant 3) | PRECONDITION_FAILED (42800) |
+//! | `Rejected(PastMax)`, any other rejection, `CommitError::CorrectionRefused` (an offset outside the queue; ILLEGAL_OFFSET 40019 is not safe) | BAD_REQUEST (40000) |
+//! | `QueryError::NotFound` ("no offset"; OFFSET_NOT_FOUND 40404 is not safe) | NOT_FOUND (40400) |
+//! | `QueryError::NotMaster` | as its `WriteError` (FORBIDDEN) |
+//! | `ViewError` (the offset view cannot be read now: never "no offset", invariant 7) | INTERNAL_SERVER_ERROR (50001) |
+//! | `PullError::Busy`, `PullError::DispatchStalled` | TOO_MANY_REQUESTS (42900) |
+//! | `PullError::Damaged`, `PullError::Failed`, `PullError::View`, `PullError::CallerGone` | INTERNAL_SERVER_ERROR (50001) |
 
 use ferromq_protocol::grpc::codes::is_safe;
 use ferromq_protocol::grpc::{Code, Status};
 use ferromq_store::AppendError;
 
-use crate::core::error::{Refusal, RefusalKind, SendError, WriteError};
+use ferromq_store::offsets::CommitRejection;
+
+use crate::core::error::{
+    CommitError, PullError, QueryError, Refusal, RefusalKind, SendError, WriteError,
+};
 
 /// A `Status` of `code` with `message`.
 pub fn status(code: Code, message: impl Into<String>) -> Status {
@@ -53,10 +65,10 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
         RefusalKind::InvalidMessage if refusal.remark.contains("properties") => {
             Code::MessagePropertiesTooLarge
         }
-        RefusalKind::InvalidMessage
-        | RefusalKind::InvalidArgument
-        | RefusalKind::QueueMissing
-        | RefusalKind::BadSubscription => Code::BadRequest,
+        RefusalKind::InvalidMessage | RefusalKind::InvalidArgument | RefusalKind::QueueMissing => {
+            Code::BadRequest
+        }
+        RefusalKind::BadSubscription => Code::IllegalFilterExpression,
         RefusalKind::Internal => Code::InternalServerError,
         RefusalKind::Busy => Code::TooManyRequests,
     }
@@ -87,6 +99,44 @@ pub fn send_error(error: &SendError) -> Status {
         SendError::Write(error) => write_code(error),
     };
     status(code, error.to_string())
+}
+
+/// The code of a commit (UpdateOffset) that was not stored.
+pub fn commit_code(error: &CommitError) -> Code {
+    match error {
+        CommitError::Refused(refusal) => refusal_code(refusal),
+        CommitError::Fenced { .. } | CommitError::Unidentified { .. } => Code::PreconditionFailed,
+        CommitError::Rejected(
+            CommitRejection::Regression { .. }
+            | CommitRejection::StaleGeneration { .. }
+            | CommitRejection::UnknownGeneration { .. }
+            | CommitRejection::Moved { .. },
+        ) => Code::PreconditionFailed,
+        CommitError::Rejected(_) | CommitError::CorrectionRefused(_) => Code::BadRequest,
+        CommitError::Write(error) => write_code(error),
+        CommitError::View(_) => Code::InternalServerError,
+    }
+}
+
+/// The code of an offset query (GetOffset) that has no answer.
+pub fn query_code(error: &QueryError) -> Code {
+    match error {
+        QueryError::NotFound { .. } => Code::NotFound,
+        QueryError::NotMaster(error) => write_code(error),
+        QueryError::View(_) => Code::InternalServerError,
+    }
+}
+
+/// The code of a pull (PullMessage) that could not read its queue.
+pub fn pull_code(error: &PullError) -> Code {
+    match error {
+        PullError::Refused(refusal) => refusal_code(refusal),
+        PullError::Busy(_) | PullError::DispatchStalled(_) => Code::TooManyRequests,
+        PullError::Damaged(_)
+        | PullError::Failed { .. }
+        | PullError::View(_)
+        | PullError::CallerGone => Code::InternalServerError,
+    }
 }
 
 #[cfg(test)]
@@ -121,6 +171,47 @@ mod tests {
             refusal_code(&Refusal::new(InvalidName, "x")),
             Code::IllegalTopic
         );
+    }
+
+    #[test]
+    fn offset_outcomes_map_to_safe_codes_and_no_offset_is_not_an_error() {
+        let regression = CommitError::Rejected(CommitRejection::Regression {
+            stored: 4,
+            proposed: 2,
+        });
+        assert_eq!(commit_code(&regression), Code::PreconditionFailed);
+        let past_max = CommitError::Rejected(CommitRejection::PastMax {
+            max: 5,
+            proposed: 9,
+        });
+        assert_eq!(commit_code(&past_max), Code::BadRequest);
+        let not_found = QueryError::NotFound {
+            group: "G".into(),
+            topic: "T".into(),
+            queue_id: 0,
+        };
+        assert_eq!(query_code(&not_found), Code::NotFound);
+        let not_master = QueryError::NotMaster(WriteError::Closed);
+        assert_ne!(query_code(&not_master), Code::NotFound);
+        assert_eq!(
+            pull_code(&PullError::Busy("held".into())),
+            Code::TooManyRequests
+        );
+        assert_eq!(
+            pull_code(&PullError::Refused(Refusal::new(
+                RefusalKind::BadSubscription,
+                "x"
+            ))),
+            Code::IllegalFilterExpression
+        );
+        for code in [
+            commit_code(&regression),
+            commit_code(&past_max),
+            query_code(&not_found),
+            pull_code(&PullError::CallerGone),
+        ] {
+            assert!(is_safe(code), "{code:?}");
+        }
     }
 
     #[test]

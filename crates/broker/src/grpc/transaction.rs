@@ -118,12 +118,17 @@ pub async fn forward_check_backs(
                 "transaction check-back: no gRPC producer of the topic is connected");
             continue;
         };
-        let Some(message) = super::consume::message_of_record(
-            &ctx,
-            &check.record,
-            check.half_phys_offset,
-            check.half_queue_offset,
-        ) else {
+        let queue_id = ferromq_protocol::RecordView::parse(&check.record).map_or(0, |r| r.queue_id);
+        let stored = ferromq_store::StoredMessage {
+            queue_offset: check.half_queue_offset,
+            phys_offset: check.half_phys_offset,
+            bytes: check.record.into(),
+        };
+        let at = super::consume::Placement {
+            topic: &check.topic,
+            queue_id,
+        };
+        let Some(message) = super::consume::stored_message_of(&ctx, &stored, at, None, None) else {
             continue;
         };
         let command = pb::TelemetryCommand {
