@@ -4,6 +4,18 @@ client (PyPI rocketmq-python-client 5.1.2), for crates/cli/tests/interop_grpc.rs
 
 Usage: py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N [--prefix P]
        py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N --consume GROUP
+       py_grpc.py --endpoints HOST:PORT --topic TOPIC --count N --push GROUP
+       py_grpc.py --endpoints HOST:PORT --topic TOPIC --specials
+
+Specials: 3 DELAY messages (delivery 2-3 s after the send, whole seconds: the client puts
+delivery_timestamp into Timestamp.seconds; body "<prefix>:delay:<i>"), and 3
+TRANSACTION messages of which "<prefix>:commit:0" and ":commit:1" are committed and
+"<prefix>:rollback:0" rolled back; one JSON line each (body, kind, send time in ms, delivery
+time for DELAY), then a summary.
+
+Push: a PushConsumer of GROUP acknowledges (SUCCESS) every message and prints the same lines
+as the SimpleConsumer (plus "received_ms") until N came or 60 s passed, waits 2 s more for
+extras, then a summary {"received", "extra"}.
 
 Consuming: a SimpleConsumer of GROUP receives (batches of 32, invisible 20 s, long polling 2 s)
 until N messages came or 60 s passed, acks each, prints one JSON line per message (body, tag,
@@ -24,22 +36,33 @@ import sys
 
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
-                      SimpleConsumer)
+import threading
+
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
+                      Message, MessageListener, Producer, PushConsumer, SimpleConsumer,
+                      TransactionChecker, TransactionResolution)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--endpoints", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--prefix", default="py")
     parser.add_argument("--consume", metavar="GROUP")
+    parser.add_argument("--push", metavar="GROUP")
+    parser.add_argument("--specials", action="store_true")
     args = parser.parse_args()
 
     config = ClientConfiguration(args.endpoints, Credentials(), request_timeout=10)
     if args.consume:
         consume(config, args)
+        return
+    if args.push:
+        push(config, args)
+        return
+    if args.specials:
+        specials(config, args)
         return
     producer = Producer(config, (args.topic,))
     producer.startup()
@@ -90,6 +113,95 @@ def main():
     sys.exit(0 if failed == 0 else 1)
 
 
+def line_of(message):
+    """One JSON-ready line describing a received message."""
+    return {
+        "body": message.body.decode(),
+        "tag": message.tag,
+        "keys": sorted(message.keys or []),
+        "properties": dict(message.properties or {}),
+        "message_id": message.message_id,
+        "group": message.message_group,
+        "attempt": message.delivery_attempt,
+        "received_ms": int(time.time() * 1000),
+    }
+
+
+class CommitAll(TransactionChecker):
+    """Answers check-backs: the test commits or rolls back explicitly, so none should come."""
+
+    def check(self, message):
+        print(json.dumps({"check": message.body.decode()}), flush=True)
+        return TransactionResolution.COMMIT
+
+
+def specials(config, args):
+    producer = Producer(config, (args.topic,), CommitAll())
+    producer.startup()
+    sent = 0
+    try:
+        for i in range(3):
+            message = Message()
+            message.topic = args.topic
+            message.body = f"{args.prefix}:delay:{i}".encode()
+            # The client puts delivery_timestamp into Timestamp.seconds: it is in seconds.
+            now = int(time.time() * 1000)
+            at_seconds = now // 1000 + 3
+            message.delivery_timestamp = at_seconds
+            producer.send(message)
+            sent += 1
+            print(json.dumps({"body": message.body.decode(), "kind": "delay", "sent_ms": now,
+                              "deliver_ms": at_seconds * 1000}), flush=True)
+        for kind, i in (("commit", 0), ("commit", 1), ("rollback", 0)):
+            message = Message()
+            message.topic = args.topic
+            message.body = f"{args.prefix}:{kind}:{i}".encode()
+            transaction = producer.begin_transaction()
+            producer.send(message, transaction)
+            if kind == "commit":
+                transaction.commit()
+            else:
+                transaction.rollback()
+            sent += 1
+            print(json.dumps({"body": message.body.decode(), "kind": kind,
+                              "sent_ms": int(time.time() * 1000)}), flush=True)
+    finally:
+        producer.shutdown()
+    print(json.dumps({"summary": {"sent": sent}}), flush=True)
+
+
+class Collect(MessageListener):
+    """Acknowledges every message and prints its line."""
+
+    def __init__(self):
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def consume(self, message):
+        with self.lock:
+            self.count += 1
+            print(json.dumps(line_of(message)), flush=True)
+        return ConsumeResult.SUCCESS
+
+
+def push(config, args):
+    listener = Collect()
+    consumer = PushConsumer(config, args.push, listener, {args.topic: FilterExpression()})
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + 60
+        while listener.count < args.count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
+    finally:
+        consumer.shutdown()
+    with listener.lock:
+        received = min(listener.count, args.count)
+        extra = listener.count - received
+    print(json.dumps({"summary": {"received": received, "extra": extra}}), flush=True)
+    sys.exit(0 if received == args.count and extra == 0 else 1)
+
+
 def consume(config, args):
     consumer = SimpleConsumer(config, args.consume, {args.topic: FilterExpression()}, await_duration=2)
     consumer.startup()
@@ -101,20 +213,7 @@ def consume(config, args):
             for message in consumer.receive(32, 20) or []:
                 consumer.ack(message)
                 received += 1
-                print(
-                    json.dumps(
-                        {
-                            "body": message.body.decode(),
-                            "tag": message.tag,
-                            "keys": sorted(message.keys or []),
-                            "properties": dict(message.properties or {}),
-                            "message_id": message.message_id,
-                            "group": message.message_group,
-                            "attempt": message.delivery_attempt,
-                        }
-                    ),
-                    flush=True,
-                )
+                print(json.dumps(line_of(message)), flush=True)
         extra = len(consumer.receive(32, 20) or [])
     finally:
         consumer.shutdown()

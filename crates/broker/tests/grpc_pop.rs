@@ -467,7 +467,11 @@ async fn bad_receives_and_acks_are_refused_with_their_codes() {
     assert_eq!(code, Code::TopicNotFound as i32);
     topic(&broker, "PopB", 1);
     let (code, _) = receive(&mut grpc, "PopB", 7, 1, 5_000, 0).await;
-    assert_eq!(code, Code::BadRequest as i32, "queue out of range");
+    assert_eq!(
+        code,
+        Code::MessageNotFound as i32,
+        "the queue only names the broker: any queue is served"
+    );
     let (code, _) = receive(&mut grpc, "PopB", 0, 1, 10, 0).await;
     assert_eq!(code, Code::IllegalInvisibleTime as i32);
     let reply = ack(&mut grpc, "PopB", &["fmq1 PopB 0 0 99 0"]).await;

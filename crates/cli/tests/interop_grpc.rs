@@ -166,7 +166,18 @@ fn run_script(python: &Path, args: &[&str], log_dir: &Path, name: &str) -> Vec<V
 }
 
 fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTreeMap<String, Sent> {
-    let count = COUNT.to_string();
+    produce_n(python, endpoints, topic, log_dir, COUNT)
+}
+
+/// Produces `n` messages with `py_grpc.py` (see its header); what it says it sent, by body.
+fn produce_n(
+    python: &Path,
+    endpoints: &str,
+    topic: &str,
+    log_dir: &Path,
+    n: usize,
+) -> BTreeMap<String, Sent> {
+    let count = n.to_string();
     let lines = run_script(
         python,
         &[
@@ -183,7 +194,7 @@ fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTree
     let mut sent = BTreeMap::new();
     for value in lines {
         if value.get("summary").is_some() {
-            assert_eq!(value["summary"]["sent"], COUNT, "{value}");
+            assert_eq!(value["summary"]["sent"], n, "{value}");
             continue;
         }
         assert!(value.get("error").is_none(), "a send failed: {value}");
@@ -213,7 +224,7 @@ fn produce(python: &Path, endpoints: &str, topic: &str, log_dir: &Path) -> BTree
         );
         assert!(previous.is_none(), "{body} reported twice");
     }
-    assert_eq!(sent.len(), COUNT, "one line per message");
+    assert_eq!(sent.len(), n, "one line per message");
     sent
 }
 
@@ -397,5 +408,101 @@ fn python_grpc_simple_consumer_receives_and_acks_1000() {
         assert_eq!(value["attempt"], 1, "first delivery of {body}");
     }
     assert_eq!(seen.len(), COUNT, "{test}: every message once");
+    drop(standalone);
+}
+
+/// Messages for the delay / transaction / push test.
+const SMALL: usize = 200;
+
+#[test]
+fn python_grpc_delay_and_transaction_messages_reach_simple_and_push_consumers() {
+    let test = "python_grpc_delay_and_transaction_messages_reach_simple_and_push_consumers";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    let log_dir = interop_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&log_dir);
+    fs::create_dir_all(&log_dir).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (standalone, _namesrv, grpc) = start_standalone(data.path(), &log_dir);
+    let topic = "InteropGrpcPySpecial";
+    let sent = produce_n(&python, &grpc, topic, &log_dir, SMALL);
+    let specials = run_script(
+        &python,
+        &["--endpoints", &grpc, "--topic", topic, "--specials"],
+        &log_dir,
+        "py_grpc_specials",
+    );
+    let mut deliver_at: BTreeMap<String, i64> = BTreeMap::new();
+    let mut expected: BTreeSet<String> = sent.keys().cloned().collect();
+    let mut rolled_back = BTreeSet::new();
+    for value in &specials {
+        let (Some(body), Some(kind)) = (value["body"].as_str(), value["kind"].as_str()) else {
+            continue;
+        };
+        match kind {
+            "delay" => {
+                deliver_at.insert(body.to_string(), value["deliver_ms"].as_i64().unwrap());
+                expected.insert(body.to_string());
+            }
+            "commit" => {
+                expected.insert(body.to_string());
+            }
+            _ => {
+                rolled_back.insert(body.to_string());
+            }
+        }
+    }
+    assert_eq!(
+        (deliver_at.len(), rolled_back.len()),
+        (3, 1),
+        "{specials:?}"
+    );
+    assert_eq!(expected.len(), SMALL + 5);
+    let count = expected.len().to_string();
+    for (mode, group) in [
+        ("--consume", "CG_py_special_simple"),
+        ("--push", "CG_py_special_push"),
+    ] {
+        let lines = run_script(
+            &python,
+            &[
+                "--endpoints",
+                &grpc,
+                "--topic",
+                topic,
+                "--count",
+                &count,
+                mode,
+                group,
+            ],
+            &log_dir,
+            &format!("py_grpc{}", mode.replace('-', "_")),
+        );
+        let mut seen = BTreeSet::new();
+        for value in &lines {
+            if let Some(summary) = value.get("summary") {
+                assert_eq!(summary["extra"], 0, "{mode}: a message came twice: {value}");
+                continue;
+            }
+            let body = value["body"].as_str().unwrap().to_string();
+            assert!(
+                !rolled_back.contains(&body),
+                "{mode}: rolled back {body} delivered"
+            );
+            assert!(expected.contains(&body), "{mode}: unexpected {body}");
+            assert!(seen.insert(body.clone()), "{mode}: {body} twice");
+            if let Some(at) = deliver_at.get(&body) {
+                let received = value["received_ms"].as_i64().unwrap();
+                assert!(
+                    received >= at - 50,
+                    "{mode}: {body} received {} ms early",
+                    at - received
+                );
+            }
+        }
+        assert_eq!(seen, expected, "{mode}: every message exactly once");
+        eprintln!("{test}: {mode} got all {} messages", seen.len());
+    }
     drop(standalone);
 }

@@ -3,7 +3,8 @@
 //!
 //! Rules of this adapter:
 //! 1. A receive stream is `status`, then one `message` per delivery, then
-//!    `delivery_timestamp` (the Java proxy's order); nothing found is MESSAGE_NOT_FOUND.
+//!    `delivery_timestamp` (the Java proxy's order); nothing found is MESSAGE_NOT_FOUND. The
+//!    request's queue only names the broker: any readable queue of the topic is served.
 //! 2. A delivered message carries what clients check: the body as stored (inflated when the
 //!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle
 //!    (popped messages; PullMessage's share [`stored_message_of`] without one),
@@ -111,7 +112,10 @@ pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveReq
     Ok(ReceiveRequest {
         group,
         topic,
-        queue_id: u32::try_from(queue.id).ok(),
+        // As the Java proxy does, the queue only names the broker: a receive is served from
+        // any readable queue of the topic here (clients pick queues round robin, or at random,
+        // and would otherwise wait out long polls on empty queues while others hold messages).
+        queue_id: None,
         filter,
         batch: usize::try_from(request.batch_size).unwrap_or(1),
         invisible,
@@ -582,7 +586,7 @@ mod tests {
             ..Default::default()
         };
         let parsed = receive_request(&request).unwrap();
-        assert_eq!(parsed.queue_id, None, "id -1: any queue");
+        assert_eq!(parsed.queue_id, None, "any queue of this broker");
         assert_eq!(
             (parsed.invisible, parsed.wait),
             (DEFAULT_INVISIBLE, DEFAULT_LONG_POLLING)
