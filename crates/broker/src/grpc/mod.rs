@@ -34,6 +34,9 @@ pub mod status;
 pub mod telemetry;
 pub mod transaction;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -368,7 +368,10 @@ pub fn decode_body(
 }
 
 /// The record's properties: user properties, then the mapped system properties.
-fn encode_properties(message: &Message, system: &SystemProperties) -> Result<Vec<u8>, Status> {
+pub(crate) fn encode_properties(
+    message: &Message,
+    system: &SystemProperties,
+) -> Result<Vec<u8>, Status> {
     let illegal = |what: String| Err(status(Code::IllegalMessagePropertyKey, what));
     let mut pairs: Vec<(&str, String)> = Vec::with_capacity(message.user_properties.len() + 4);
     let mut user: Vec<(&String, &String)> = message.user_properties.iter().collect();

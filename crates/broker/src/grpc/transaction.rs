@@ -32,7 +32,7 @@ pub fn transaction_id(half_queue_offset: u64, half_phys_offset: u64) -> String {
 }
 
 /// The half a transaction id names.
-fn parse_transaction_id(id: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_transaction_id(id: &str) -> Option<(u64, u64)> {
     let mut words = id.split(' ');
     if words.next()? != TRANSACTION_TAG {
         return None;

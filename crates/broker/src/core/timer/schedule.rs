@@ -21,6 +21,14 @@ pub fn recall_handle(timer_offset: u64) -> String {
     format!("{RECALL_TAG} {timer_offset}")
 }
 
+/// The timer record offset a recall handle names.
+pub fn parse_recall_handle(handle: &str) -> Option<u64> {
+    handle
+        .strip_prefix(RECALL_TAG)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .and_then(|n| n.parse::<u64>().ok())
+}
+
 /// Stores `draft` for delivery to its topic and queue at `due_ms`, once its target passed
 /// `check_target`; the receipt names the timer record.
 pub(crate) async fn schedule(
@@ -113,10 +121,7 @@ pub enum RecallError {
 /// # Errors
 /// [`RecallError`].
 pub async fn recall(ctx: &BrokerContext, handle: &str) -> Result<Option<String>, RecallError> {
-    let offset = handle
-        .strip_prefix(RECALL_TAG)
-        .and_then(|rest| rest.strip_prefix(' '))
-        .and_then(|n| n.parse::<u64>().ok())
+    let offset = parse_recall_handle(handle)
         .ok_or_else(|| RecallError::Malformed(handle.chars().take(64).collect()))?;
     crate::core::ack::check_writable(ctx, "recall")
         .map_err(|e| RecallError::Failed(e.to_string()))?;
