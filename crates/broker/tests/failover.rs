@@ -277,3 +277,149 @@ async fn promote_fences_the_old_stream_and_refuses_stale_epochs() {
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
 }
+
+/// gRPC receive / ack state across a failover (issue 17, item 2): a SYNC_MASTER hands out ten
+/// messages and records six acks; its slave, promoted, rebuilds the pop table from the
+/// replicated records: it accepts an ack of a delivery the old master made, never hands out an
+/// acked message, and redelivers the rest after their invisibility with the attempt counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_state_survives_a_failover_to_the_slave() {
+    use common::grpc::{grpc_client, message, resource, send as grpc_send, with_client_id};
+    use ferromq_protocol::grpc::{self as pb, Code};
+
+    async fn receive_all(
+        grpc: &mut ferromq_protocol::grpc::messaging_service_client::MessagingServiceClient<
+            tonic::transport::Channel,
+        >,
+        want: usize,
+        invisible_s: i64,
+    ) -> Vec<(Vec<u8>, String, i32)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while got.len() < want && Instant::now() < deadline {
+            let request = pb::ReceiveMessageRequest {
+                group: resource("G"),
+                message_queue: Some(pb::MessageQueue {
+                    topic: resource("PopF"),
+                    id: -1,
+                    ..Default::default()
+                }),
+                batch_size: 32,
+                invisible_duration: Some(prost_types::Duration {
+                    seconds: invisible_s,
+                    nanos: 0,
+                }),
+                long_polling_timeout: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            };
+            let mut stream = grpc
+                .receive_message(with_client_id(request))
+                .await
+                .unwrap()
+                .into_inner();
+            while let Some(item) = stream.message().await.unwrap() {
+                if let Some(pb::receive_message_response::Content::Message(m)) = item.content {
+                    let system = m.system_properties.unwrap();
+                    got.push((
+                        m.body,
+                        system.receipt_handle.unwrap(),
+                        system.delivery_attempt.unwrap(),
+                    ));
+                }
+            }
+        }
+        got
+    }
+    async fn ack(
+        grpc: &mut ferromq_protocol::grpc::messaging_service_client::MessagingServiceClient<
+            tonic::transport::Channel,
+        >,
+        handles: &[String],
+    ) -> i32 {
+        grpc.ack_message(with_client_id(pb::AckMessageRequest {
+            group: resource("G"),
+            topic: resource("PopF"),
+            entries: handles
+                .iter()
+                .map(|h| pb::AckMessageEntry {
+                    message_id: String::new(),
+                    receipt_handle: h.clone(),
+                    lite_topic: None,
+                })
+                .collect(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap()
+        .code
+    }
+
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Broker::start(config(dir_a.path(), "SYNC_MASTER", 0, None))
+        .await
+        .unwrap();
+    let ra = a.context().replication.clone();
+    ra.promote(1, BrokerRole::SyncMaster).unwrap();
+    let b = Broker::start(config(
+        dir_b.path(),
+        "SLAVE",
+        1,
+        Some(a.ha_addr().to_string()),
+    ))
+    .await
+    .unwrap();
+    eventually("B in sync", || ra.runtime().in_sync_members == 2).await;
+    let topic = ferromq_broker::catalog::topics::topic_with_queues("PopF", 2);
+    a.context().topics.upsert(topic.clone()).unwrap();
+
+    let mut grpc_a = grpc_client(&a).await;
+    let messages = (0..10)
+        .map(|i| {
+            message(
+                "PopF",
+                &format!("F{i}"),
+                format!("f{i}").as_bytes(),
+                Default::default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        grpc_send(&mut grpc_a, messages).await.status.unwrap().code,
+        Code::Ok as i32
+    );
+    let got = receive_all(&mut grpc_a, 10, 3).await;
+    assert_eq!(got.len(), 10);
+    let handles: Vec<String> = got.iter().map(|g| g.1.clone()).collect();
+    assert_eq!(ack(&mut grpc_a, &handles[..6]).await, Code::Ok as i32);
+    // SYNC_MASTER: every answered receive and ack is on B already.
+    drop(grpc_a);
+    a.shutdown().await.unwrap();
+
+    let rb = b.context().replication.clone();
+    rb.promote(2, BrokerRole::AsyncMaster).unwrap();
+    b.context().topics.upsert(topic).unwrap();
+    let mut grpc_b = grpc_client(&b).await;
+    // A delivery the old master made is still the current one: its ack is accepted.
+    assert_eq!(ack(&mut grpc_b, &handles[6..7]).await, Code::Ok as i32);
+    assert_eq!(
+        ack(&mut grpc_b, &handles[..1]).await,
+        Code::InvalidReceiptHandle as i32,
+        "acked before the failover"
+    );
+    let again = receive_all(&mut grpc_b, 3, 30).await;
+    let mut bodies: Vec<Vec<u8>> = again.iter().map(|g| g.0.clone()).collect();
+    bodies.sort();
+    let mut expected: Vec<Vec<u8>> = got[7..].iter().map(|g| g.0.clone()).collect();
+    expected.sort();
+    assert_eq!(bodies, expected, "exactly the three never acked");
+    assert!(
+        again.iter().all(|g| g.2 == 2),
+        "second attempt after the failover"
+    );
+    b.shutdown().await.unwrap();
+}
