@@ -124,3 +124,52 @@ fn produce_then_consume_every_message_then_e2e() {
     check_figures(&e2e);
     assert_eq!(e2e["received"], e2e["messages"], "{e2e}");
 }
+
+#[test]
+fn grpc_bench_compares_with_remoting_and_drains_everything_it_sent() {
+    // A port the OS just handed out, for the standalone's gRPC endpoint.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = common::start_with(&["--flush", "async", "--grpc-port", &port]);
+    let report = bench(&[
+        "grpc",
+        "--namesrv",
+        &server.namesrv,
+        "--grpc",
+        &format!("127.0.0.1:{port}"),
+        "--topic",
+        "CliBenchGrpc",
+        "--in-flight",
+        "4",
+        "--consumers",
+        "2",
+        "--queues",
+        "4",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    for phase in ["remoting_send", "grpc_send", "grpc_receive_ack"] {
+        assert_eq!(report[phase]["errors"], 0, "{phase}: {report}");
+        assert!(
+            report[phase]["msgs_per_sec"].as_f64().unwrap() > 0.0,
+            "{phase}: {report}"
+        );
+        assert!(
+            report[phase]["p99_us"].as_f64().unwrap() > 0.0,
+            "{phase}: {report}"
+        );
+    }
+    assert_eq!(
+        report["received"], report["sent"],
+        "the drain got everything: {report}"
+    );
+    assert!(
+        report["ratio_throughput"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+}

@@ -107,9 +107,9 @@ impl Kind {
 
 /// Counters shared by a phase's tasks and the progress printer.
 #[derive(Debug, Default)]
-struct Progress {
-    messages: AtomicU64,
-    errors: AtomicU64,
+pub(super) struct Progress {
+    pub(super) messages: AtomicU64,
+    pub(super) errors: AtomicU64,
     first_error: Mutex<Option<String>>,
     /// When the last counted message arrived (consume: the end of the busy interval).
     last_message_at: Mutex<Option<Instant>>,
@@ -117,7 +117,7 @@ struct Progress {
 
 impl Progress {
     /// Counts `n` messages received now.
-    fn received(&self, n: u64) {
+    pub(super) fn received(&self, n: u64) {
         self.messages.fetch_add(n, Ordering::Relaxed);
         if n > 0 {
             *self
@@ -127,14 +127,14 @@ impl Progress {
         }
     }
 
-    fn last_message_at(&self) -> Option<Instant> {
+    pub(super) fn last_message_at(&self) -> Option<Instant> {
         *self
             .last_message_at
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    fn error(&self, error: impl std::fmt::Display) {
+    pub(super) fn error(&self, error: impl std::fmt::Display) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
         if first.is_none() {
@@ -142,7 +142,7 @@ impl Progress {
         }
     }
 
-    fn first_error(&self) -> Option<String> {
+    pub(super) fn first_error(&self) -> Option<String> {
         self.first_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -151,16 +151,16 @@ impl Progress {
 }
 
 /// What a phase measured.
-struct Outcome {
-    messages: u64,
-    elapsed: Duration,
-    latency: Histogram,
+pub(super) struct Outcome {
+    pub(super) messages: u64,
+    pub(super) elapsed: Duration,
+    pub(super) latency: Histogram,
     /// What `elapsed` covers (printed, and `measured` in the JSON).
-    measured: &'static str,
+    pub(super) measured: &'static str,
 }
 
 /// `Outcome::measured` of a bench timed over its whole `--seconds` window.
-const FIXED_WINDOW: &str = "fixed window";
+pub(super) const FIXED_WINDOW: &str = "fixed window";
 
 /// Runs a client bench.
 pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
@@ -383,13 +383,7 @@ async fn produce_phase(
             }));
         }
     }
-    let mut latency = Histogram::default();
-    for task in tasks {
-        match task.await {
-            Ok(h) => latency.merge(&h),
-            Err(error) => progress.error(format!("sender task failed: {error}")),
-        }
-    }
+    let latency = merge_latencies(tasks, progress).await;
     Outcome {
         messages: progress.messages.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
@@ -398,7 +392,23 @@ async fn produce_phase(
     }
 }
 
-async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
+/// Waits for every task and merges their latencies; a task that failed is counted an error.
+pub(super) async fn merge_latencies(
+    tasks: Vec<tokio::task::JoinHandle<Histogram>>,
+    progress: &Progress,
+) -> Histogram {
+    let mut latency = Histogram::default();
+    for task in tasks {
+        match task.await {
+            Ok(h) => latency.merge(&h),
+            Err(error) => progress.error(format!("task failed: {error}")),
+        }
+    }
+    latency
+}
+
+/// The produce phase of `bench produce` with its own producers, closed after it.
+pub(super) async fn produce_only(args: &ClientBenchArgs) -> Result<(Outcome, Arc<Progress>)> {
     let producers = (0..args.producers)
         .map(|_| producer(args))
         .collect::<Result<Vec<_>>>()?;
@@ -409,6 +419,11 @@ async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
     stop.store(true, Ordering::Relaxed);
     printer.abort();
     close_producers(&producers).await;
+    Ok((outcome, progress))
+}
+
+async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
+    let (outcome, progress) = produce_only(args).await?;
     report(
         Kind::Produce,
         args,

@@ -6,12 +6,14 @@
 //! - `bench produce|consume|e2e`: the Rust client against a running broker (absolute figures;
 //!   their baseline is `bench store` on the same machine).
 //! - `bench transaction`: transactional sends (half + END) against plain sends, same run.
+//! - `bench grpc`: gRPC sends and receive + ack against remoting sends, same run and broker.
 //!
 //! Every run works in a scratch directory of its own (under `--dir`, default the system temp
 //! directory) and removes it at the end, whatever happened.
 
 mod client;
 mod failover;
+mod grpc;
 mod recovery;
 mod stats;
 mod store;
@@ -81,6 +83,14 @@ pub enum BenchCommand {
     /// local callback commits at once and END is a request. Prints msgs/s and latency
     /// p50/p99/p999 per call for both and ratio = transactional msgs/s / plain msgs/s.
     Transaction(client::ClientBenchArgs),
+    /// The gRPC v5 endpoint against remoting on one broker, in one sitting.
+    ///
+    /// Remoting sends through the Rust client for --seconds (or --count), then the same load
+    /// as gRPC SendMessage calls (--producers channels x --in-flight senders, --batch messages
+    /// per call) to --grpc, then --consumers gRPC consumers of a fresh group receive and ack
+    /// everything sent (drain time). Prints msgs/s and p50/p99 per phase and the ratios
+    /// gRPC / remoting.
+    Grpc(grpc::GrpcBenchArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -98,6 +108,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::E2e(args) => client::run(client::Kind::E2e, &args),
         BenchCommand::Failover(args) => failover::run(&args),
         BenchCommand::Transaction(args) => transaction::run(&args),
+        BenchCommand::Grpc(args) => grpc::run(&args),
     }
 }
 
