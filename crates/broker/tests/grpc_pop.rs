@@ -486,3 +486,41 @@ async fn bad_receives_and_acks_are_refused_with_their_codes() {
     );
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_held_receives_are_bounded_answered_and_one_message_goes_to_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopMany", 2);
+    let grpc = grpc_client(&broker).await;
+    let mut waiting = Vec::new();
+    for _ in 0..1_000 {
+        let mut grpc = grpc.clone();
+        waiting.push(tokio::spawn(async move {
+            receive(&mut grpc, "PopMany", -1, 1, 5_000, 2_000).await
+        }));
+    }
+    // Let the receives arrive, then send one message: exactly one receive gets it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while broker.context().pop.held() < 100 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(broker.context().pop.held() <= ferromq_broker::core::pop::RECEIVES_HELD_MAX);
+    let mut sender = grpc.clone();
+    send_bodies(&mut sender, "PopMany", 1, None).await;
+    let mut delivered = 0;
+    for task in waiting {
+        let (code, got) = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("every receive is answered")
+            .unwrap();
+        assert!(
+            code == Code::Ok as i32 || code == Code::MessageNotFound as i32,
+            "code {code}"
+        );
+        delivered += got.len();
+    }
+    assert_eq!(delivered, 1, "one message, one delivery");
+    assert_eq!(broker.context().pop.held(), 0, "nothing left held");
+    broker.shutdown().await.unwrap();
+}
