@@ -529,7 +529,10 @@ async fn a_receive_naming_an_empty_queue_gets_the_other_queues_messages_at_once(
     }
     let (_, first) = receive(&mut grpc, "PopQ", 3, 1, 5_000, 1_000).await;
     assert_eq!(first.len(), 1);
-    assert_eq!((first[0].queue, first[0].body.as_slice()), (3, &b"q3-b"[..]));
+    assert_eq!(
+        (first[0].queue, first[0].body.as_slice()),
+        (3, &b"q3-b"[..])
+    );
 
     // A queue outside the topic is still refused.
     let (code, _) = receive(&mut grpc, "PopQ", 4, 1, 5_000, 0).await;

@@ -128,7 +128,10 @@ fn run_driver(classpath: &str, dir: &Path, name: &str, args: &[&str]) -> (Vec<Va
     let child = Command::new("java")
         .args(["-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
         .arg(format!("-Duser.home={}", home.display()))
-        .arg(format!("-Drocketmq.log.root={}", dir.join("logs").display()))
+        .arg(format!(
+            "-Drocketmq.log.root={}",
+            dir.join("logs").display()
+        ))
         .args(["-cp", classpath, "ferromq.interop.grpc.Driver"])
         .args(args)
         .current_dir(dir)
@@ -249,7 +252,11 @@ fn check_deliveries(
             .unwrap_or_else(|| panic!("{who}: unexpected body {body}"));
         assert!(seen.insert(body.clone()), "{who}: {body} delivered twice");
         assert_eq!(value["tag"], expected.tag.as_str(), "{who}: tag of {body}");
-        assert_eq!(strings(&value["keys"]), expected.keys, "{who}: keys of {body}");
+        assert_eq!(
+            strings(&value["keys"]),
+            expected.keys,
+            "{who}: keys of {body}"
+        );
         assert_eq!(
             string_map(&value["properties"]),
             expected.properties,
@@ -282,13 +289,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// Creates `topic` with [`QUEUES`] queues and the subscription groups (`orderly` ones with
-/// `consumeMessageOrderly`, which FIFO consumption over gRPC follows).
-fn prepare(server: &Server, topic: &str, groups: &[(&str, bool)]) {
+/// Creates `topic` with [`QUEUES`] queues and the subscription groups: (name, orderly —
+/// `consumeMessageOrderly`, which FIFO consumption over gRPC follows —, retryMaxTimes).
+fn prepare(server: &Server, topic: &str, groups: &[(&str, bool, i32)]) {
     runtime().block_on(async {
         let client = remoting::client(server.broker.parse().unwrap()).await;
         remoting::create_topic(&client, topic, QUEUES).await;
-        for (group, orderly) in groups {
+        for (group, orderly, retry_max_times) in groups {
             let body = json!({
                 "groupName": group,
                 "consumeEnable": true,
@@ -296,7 +303,7 @@ fn prepare(server: &Server, topic: &str, groups: &[(&str, bool)]) {
                 "consumeBroadcastEnable": false,
                 "consumeMessageOrderly": orderly,
                 "retryQueueNums": 1,
-                "retryMaxTimes": 16,
+                "retryMaxTimes": retry_max_times,
                 "brokerId": 0,
                 "whichBrokerWhenConsumeSlowly": 1,
                 "notifyConsumerIdsChangedEnable": true,
@@ -318,8 +325,9 @@ fn prepare(server: &Server, topic: &str, groups: &[(&str, bool)]) {
     });
 }
 
-/// Waits until each group's committed offset is the max offset of every queue of `topic`.
-fn assert_offsets_at_end(server: &Server, topic: &str, groups: &[&str]) {
+/// Waits until each group's committed offset is the max offset of every queue of `topic`,
+/// which holds `total` messages.
+fn assert_offsets_at_end(server: &Server, topic: &str, groups: &[&str], total_sent: usize) {
     runtime().block_on(async {
         let client = remoting::client(server.broker.parse().unwrap()).await;
         let deadline = Instant::now() + OFFSETS_SETTLE;
@@ -336,7 +344,7 @@ fn assert_offsets_at_end(server: &Server, topic: &str, groups: &[&str]) {
                     }
                 }
             }
-            assert_eq!(total, COUNT as i64, "{topic} holds every message once");
+            assert_eq!(total, total_sent as i64, "{topic} holds every message once");
             if behind.is_empty() {
                 break;
             }
@@ -367,7 +375,11 @@ fn java_grpc_client_produces_and_simple_and_push_consumers_get_all_1000() {
     prepare(
         &server,
         topic,
-        &[(simple_group, false), (push_group, false), (fifo_group, true)],
+        &[
+            (simple_group, false, 16),
+            (push_group, false, 16),
+            (fifo_group, true, 16),
+        ],
     );
     let count = COUNT.to_string();
     let started = Instant::now();
@@ -476,7 +488,12 @@ fn java_grpc_client_produces_and_simple_and_push_consumers_get_all_1000() {
     let push_done = started.elapsed();
 
     // 4. Every ack was durable: each group's committed offset is at the end of every queue.
-    assert_offsets_at_end(&server, topic, &[simple_group, push_group, fifo_group]);
+    assert_offsets_at_end(
+        &server,
+        topic,
+        &[simple_group, push_group, fifo_group],
+        COUNT,
+    );
     eprintln!(
         "{test}: produce {:.1} s, simple consumer {:.1} s, push consumers {:.1} s (push \
          consumption {} s, close {} s), {COUNT} messages each",
@@ -485,6 +502,152 @@ fn java_grpc_client_produces_and_simple_and_push_consumers_get_all_1000() {
         (push_done - simple_done).as_secs_f64(),
         summary["consume_seconds"],
         summary["close_seconds"],
+    );
+    drop(server);
+}
+
+/// Failed messages, with retryMaxTimes 1 (two attempts). A normal group's client nacks a
+/// failed message (ChangeInvisibleDuration with the backoff the broker told it) and the broker
+/// delivers it again with the attempt counted. An orderly group's client retries locally and,
+/// at the group's last attempt, forwards the message to `%DLQ%<group>`
+/// (ForwardMessageToDeadLetterQueue), which settles it: that group's offsets reach the end and
+/// its DLQ holds exactly the failed bodies.
+#[test]
+fn java_grpc_push_consumers_retry_failures_and_fifo_dead_letters_them() {
+    let test = "java_grpc_push_consumers_retry_failures_and_fifo_dead_letters_them";
+    let Some(classpath) = classpath_or_skip(test) else {
+        return;
+    };
+    /// Messages sent; those whose index is a multiple of `FAIL_MOD` always fail.
+    const SENT: usize = 20;
+    const FAIL_MOD: u64 = 5;
+    /// retryMaxTimes 1: two attempts.
+    const ATTEMPTS: usize = 2;
+    let failing: BTreeSet<u64> = (0..SENT as u64).filter(|i| i % FAIL_MOD == 0).collect();
+    let dir = grpc_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let server = Server::start(&dir, &[]);
+    let endpoints = grpc_addr(&server);
+    let topic = "InteropJavaGrpcRetry";
+    let (normal, orderly) = ("CG_java_retry", "CG_java_retry_fifo");
+    let retry_max_times = ATTEMPTS as i32 - 1;
+    prepare(
+        &server,
+        topic,
+        &[
+            (normal, false, retry_max_times),
+            (orderly, true, retry_max_times),
+        ],
+    );
+    let count = SENT.to_string();
+    let (lines, ok) = run_driver(
+        &classpath,
+        &dir,
+        "produce",
+        &[
+            "--endpoints",
+            &endpoints,
+            "produce",
+            "--topic",
+            topic,
+            "--count",
+            &count,
+            "--prefix",
+            "retry",
+        ],
+    );
+    assert!(ok, "produce failed: {lines:?}");
+    let started = Instant::now();
+    let deliveries = (SENT + failing.len() * (ATTEMPTS - 1)).to_string();
+    let (lines, ok) = run_driver(
+        &classpath,
+        &dir,
+        "push",
+        &[
+            "--endpoints",
+            &endpoints,
+            "push",
+            "--topic",
+            topic,
+            "--group",
+            normal,
+            "--group",
+            orderly,
+            "--count",
+            &count,
+            "--fail-mod",
+            &FAIL_MOD.to_string(),
+            "--deliveries",
+            &deliveries,
+            "--timeout",
+            CONSUME_SECONDS,
+        ],
+    );
+    assert!(
+        ok,
+        "push consumers failed: {lines:?}\n{}",
+        server.stderr_tail()
+    );
+    for group in [normal, orderly] {
+        let mut attempts: BTreeMap<u64, Vec<(u64, String)>> = BTreeMap::new();
+        for value in lines
+            .iter()
+            .filter(|v| v["consumer"] == group && v.get("body").is_some())
+        {
+            let index: u64 = value["properties"]["index"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            attempts.entry(index).or_default().push((
+                value["attempt"].as_u64().unwrap(),
+                value["result"].as_str().unwrap().to_string(),
+            ));
+        }
+        assert_eq!(attempts.len(), SENT, "{group}: every message: {attempts:?}");
+        for (index, seen) in &attempts {
+            let want: Vec<(u64, String)> = if failing.contains(index) {
+                (1..=ATTEMPTS as u64)
+                    .map(|a| (a, "FAILURE".into()))
+                    .collect()
+            } else {
+                vec![(1, "SUCCESS".into())]
+            };
+            assert_eq!(seen, &want, "{group}: deliveries of message {index}");
+        }
+    }
+    let dlq = format!("%DLQ%{orderly}");
+    let dead: BTreeSet<String> = runtime().block_on(async {
+        let client = remoting::client(server.broker.parse().unwrap()).await;
+        let deadline = Instant::now() + OFFSETS_SETTLE;
+        let end = loop {
+            let end = remoting::max_offset(&client, &dlq, 0).await.unwrap_or(0);
+            if end >= failing.len() as i64 {
+                break end;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{dlq} holds {end} of {} messages after {OFFSETS_SETTLE:?}",
+                failing.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let records = remoting::pull_range(&client, &dlq, 0, 0, end).await;
+        client.close();
+        records
+            .into_iter()
+            .map(|(_, body)| String::from_utf8(body).unwrap())
+            .collect()
+    });
+    let want: BTreeSet<String> = failing.iter().map(|i| format!("retry:{i}")).collect();
+    assert_eq!(dead, want, "{dlq} holds the failed bodies, once each");
+    assert_offsets_at_end(&server, topic, &[orderly], SENT);
+    eprintln!(
+        "{test}: {SENT} messages, {} failed {ATTEMPTS} times, dead-lettered by the orderly \
+         group, in {:.1} s",
+        failing.len(),
+        started.elapsed().as_secs_f64()
     );
     drop(server);
 }

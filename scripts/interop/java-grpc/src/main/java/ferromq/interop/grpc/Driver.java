@@ -19,6 +19,7 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientException;
@@ -54,9 +55,11 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  *       which must find nothing. One line per message {"consumer","body","tag","keys",
  *       "properties","message_id","group","attempt"}, then {"summary":{"received","extra"}}.
  *   push --topic T --group G [--group G2 ...] --count N [--timeout S] [--threads K]
- *       one PushConsumer per group, each answering SUCCESS; a line per delivery as above (in
- *       the order the listener ran), until every group saw N distinct bodies or S seconds
- *       passed, then closes them (a close waits for the receives still held) and prints
+ *           [--fail-mod M] [--deliveries D]
+ *       one PushConsumer per group, answering SUCCESS, or FAILURE for a message whose user
+ *       property index is a multiple of M; a line per delivery as above with "result" (in the
+ *       order the listener ran), until every group saw N distinct bodies and D deliveries
+ *       (default N) or S seconds passed, then closes them (a close waits for the receives still held) and prints
  *       {"summary":{"groups":{G:{"deliveries","distinct"}},"consume_seconds","close_seconds"}}.
  * </pre>
  *
@@ -253,6 +256,8 @@ public final class Driver {
         int count = bounded(flags, "count", -1, MAX_COUNT);
         int timeout = bounded(flags, "timeout", 60, MAX_TIMEOUT_S);
         int threads = bounded(flags, "threads", 4, 64);
+        int failMod = bounded(flags, "fail-mod", 0, MAX_COUNT);
+        int wantDeliveries = bounded(flags, "deliveries", count, MAX_COUNT);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         CountDownLatch done = new CountDownLatch(groups.size());
         Map<String, Set<String>> distinct = new ConcurrentHashMap<>();
@@ -266,6 +271,7 @@ public final class Driver {
                 distinct.put(group, bodies);
                 AtomicInteger seen = new AtomicInteger();
                 deliveries.put(group, seen);
+                AtomicBoolean finished = new AtomicBoolean();
                 consumers.add(provider.newPushConsumerBuilder()
                     .setClientConfiguration(config)
                     .setConsumerGroup(group)
@@ -274,14 +280,21 @@ public final class Driver {
                         Collections.singletonMap(topic, FilterExpression.SUB_ALL))
                     .setMessageListener(message -> {
                         String body = body(message);
+                        String index = message.getProperties().getOrDefault("index", "-1");
+                        ConsumeResult result = failMod > 0 && Integer.parseInt(index) % failMod == 0
+                            ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+                        String text = line(group, message);
                         synchronized (OUT) {
-                            OUT.println(line(group, message));
+                            OUT.println(text.substring(0, text.length() - 1)
+                                + ",\"result\":" + quote(result.name()) + "}");
                         }
-                        seen.incrementAndGet();
-                        if (bodies.add(body) && bodies.size() == count) {
+                        int total = seen.incrementAndGet();
+                        bodies.add(body);
+                        if (bodies.size() >= count && total >= wantDeliveries
+                                && finished.compareAndSet(false, true)) {
                             done.countDown();
                         }
-                        return ConsumeResult.SUCCESS;
+                        return result;
                     })
                     .build());
             }
@@ -372,8 +385,9 @@ public final class Driver {
         return values == null ? fallback : values.get(values.size() - 1);
     }
 
-    /** The integer flag `name` in 1..=max; `fallback` when absent (-1: required). */
-    private static int bounded(Map<String, List<String>> flags, String name, int fallback, int max) {
+    /** The integer flag `name` in 1..=max; `fallback` when absent (-1: required, 0: off). */
+    private static int bounded(Map<String, List<String>> flags, String name, int fallback,
+            int max) {
         String text = optional(flags, name, null);
         if (text == null) {
             if (fallback < 0) {
