@@ -122,6 +122,73 @@ async fn query_route_lists_every_queue_with_permission_and_endpoints() {
     broker.shutdown().await.unwrap();
 }
 
+/// Consumers are told the group's own settings (as the Java proxy does): FIFO from its orderly
+/// flag, `retryMaxTimes + 1` attempts (the limit the broker dead-letters at), and a receive
+/// batch size — without one the Java 5.x push consumer asks for 0 messages per receive and
+/// gets one at a time.
+#[tokio::test]
+async fn telemetry_tells_consumers_their_groups_order_attempts_and_batch_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    broker
+        .context()
+        .groups
+        .upsert(ferromq_broker::catalog::groups::SubscriptionGroupConfig {
+            group_name: "GOrderly".into(),
+            consume_message_orderly: true,
+            retry_max_times: 3,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut grpc = grpc_client(&broker).await;
+    for (group, fifo, attempts) in [("GOrderly", true, 4), ("GNotMadeYet", false, 17)] {
+        let settings = pb::TelemetryCommand {
+            status: None,
+            command: Some(Command::Settings(pb::Settings {
+                client_type: Some(pb::ClientType::PushConsumer as i32),
+                pub_sub: Some(pb::settings::PubSub::Subscription(pb::Subscription {
+                    group: Some(Resource {
+                        resource_namespace: String::new(),
+                        name: group.into(),
+                    }),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })),
+        };
+        let mut replies = grpc
+            .telemetry(with_client_id(futures_util::stream::iter([settings])))
+            .await
+            .expect("stream opens")
+            .into_inner();
+        let reply = tokio::time::timeout(TIMEOUT, replies.message())
+            .await
+            .expect("a reply in time")
+            .expect("stream OK")
+            .expect("a reply, not the end");
+        assert_eq!(code(&reply.status), Code::Ok as i32, "{group}");
+        let Some(Command::Settings(merged)) = reply.command else {
+            panic!("settings expected, got {reply:?}");
+        };
+        let Some(pb::settings::PubSub::Subscription(subscription)) = merged.pub_sub else {
+            panic!("subscription expected");
+        };
+        assert_eq!(subscription.fifo, Some(fifo), "{group}");
+        assert_eq!(subscription.receive_batch_size, Some(32), "{group}");
+        assert_eq!(
+            subscription.long_polling_timeout.map(|d| d.seconds),
+            Some(20),
+            "{group}"
+        );
+        assert_eq!(
+            merged.backoff_policy.map(|b| b.max_attempts),
+            Some(attempts),
+            "{group}: the group's retryMaxTimes + 1"
+        );
+    }
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn telemetry_answers_every_settings_with_merged_values_and_heartbeat_is_ok() {
     let dir = tempfile::tempdir().unwrap();

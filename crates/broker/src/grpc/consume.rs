@@ -4,7 +4,7 @@
 //! Rules of this adapter:
 //! 1. A receive stream is `status`, then one `message` per delivery, then
 //!    `delivery_timestamp` (the Java proxy's order); nothing found is MESSAGE_NOT_FOUND. The
-//!    request's queue only names the broker: any readable queue of the topic is served.
+//!    request's queue is served first, then any other readable queue of the topic.
 //! 2. A delivered message carries what clients check: the body as stored (inflated when the
 //!    record is compressed) with `IDENTITY`, its uppercase-hex MD5 digest, the receipt handle
 //!    (popped messages; PullMessage's share [`stored_message_of`] without one),
@@ -112,10 +112,9 @@ pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveReq
     Ok(ReceiveRequest {
         group,
         topic,
-        // As the Java proxy does, the queue only names the broker: a receive is served from
-        // any readable queue of the topic here (clients pick queues round robin, or at random,
-        // and would otherwise wait out long polls on empty queues while others hold messages).
-        queue_id: None,
+        // The named queue is served first, then every other readable queue of the topic
+        // (`core::pop::receive`): as the Java proxy, which only uses it to pick the broker.
+        queue_id: u32::try_from(queue.id).ok(),
         filter,
         batch: usize::try_from(request.batch_size).unwrap_or(1),
         invisible,
@@ -586,7 +585,7 @@ mod tests {
             ..Default::default()
         };
         let parsed = receive_request(&request).unwrap();
-        assert_eq!(parsed.queue_id, None, "any queue of this broker");
+        assert_eq!(parsed.queue_id, None, "id -1: no queue named");
         assert_eq!(
             (parsed.invisible, parsed.wait),
             (DEFAULT_INVISIBLE, DEFAULT_LONG_POLLING)

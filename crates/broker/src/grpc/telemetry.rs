@@ -14,7 +14,9 @@ use ferromq_protocol::grpc::{
 };
 
 use super::status::{ok, status};
+use crate::catalog::groups::SubscriptionGroupConfig;
 use crate::context::BrokerContext;
+use crate::core::pop::RECEIVE_BATCH_MAX;
 
 /// Producer retries (the Java proxy's values): 3 attempts, 10 ms doubling up to 1 s.
 pub const PRODUCER_MAX_ATTEMPTS: i32 = 3;
@@ -78,14 +80,20 @@ pub fn merged(ctx: &BrokerContext, mut settings: Settings) -> Settings {
         }
         Some(PubSub::Subscription(subscription)) => {
             subscription.long_polling_timeout = Some(duration(CONSUMER_LONG_POLLING_TIMEOUT));
-            // The group's orderly flag decides FIFO consumption (as the Java proxy does).
-            let group = subscription.group.as_ref().map(|g| g.name.as_str());
-            subscription.fifo = Some(
-                group
-                    .and_then(|g| ctx.groups.get(g))
-                    .is_some_and(|g| g.consume_message_orderly),
-            );
-            settings.backoff_policy = Some(consumer_backoff(ctx));
+            // The Java push consumer asks for exactly this many messages per receive: left
+            // out, it asks for 0 and gets one message per receive.
+            subscription.receive_batch_size = Some(RECEIVE_BATCH_MAX as i32);
+            // The group's settings decide (as the Java proxy does): its orderly flag FIFO
+            // consumption, its retryMaxTimes the attempts — the same limit the broker
+            // dead-letters at (`core::pop::receive`). A group not made yet gets what a receive
+            // would make it with.
+            let group = subscription
+                .group
+                .as_ref()
+                .and_then(|g| ctx.groups.get(&g.name))
+                .unwrap_or_default();
+            subscription.fifo = Some(group.consume_message_orderly);
+            settings.backoff_policy = Some(consumer_backoff(ctx, &group));
         }
         None if client_type == ClientType::Producer => {
             settings.backoff_policy = Some(producer_backoff());
@@ -110,11 +118,11 @@ fn producer_backoff() -> RetryPolicy {
     }
 }
 
-/// `maxReconsumeTimes + 1` attempts, waiting the broker's delay levels from the third
+/// The group's `retryMaxTimes + 1` attempts, waiting the broker's delay levels from the third
 /// (RocketMQ's retry schedule: 10 s, 30 s, 1 min, ...).
-fn consumer_backoff(ctx: &BrokerContext) -> RetryPolicy {
+fn consumer_backoff(ctx: &BrokerContext, group: &SubscriptionGroupConfig) -> RetryPolicy {
     RetryPolicy {
-        max_attempts: ctx.config.max_reconsume_times.max(0).saturating_add(1),
+        max_attempts: group.retry_max_times.max(0).saturating_add(1),
         strategy: Some(Strategy::CustomizedBackoff(CustomizedBackoff {
             next: ctx
                 .delay_levels_ms

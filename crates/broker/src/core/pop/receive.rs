@@ -1,5 +1,9 @@
-//! Receiving: hands out up to a batch of messages of a group's queue (or of any readable
-//! queue of the topic), each invisible to other consumers until its deadline.
+//! Receiving: hands out up to a batch of messages of any readable queue of the topic, each
+//! invisible to other consumers until its deadline. A queue the request names is served
+//! first, never alone: RocketMQ's proxy pops from every queue of the broker whatever queue
+//! a client names, and the Java and Python clients name each queue of the route in turn, so
+//! serving only the named queue would hold a receive for its whole long polling on an empty
+//! queue while other queues hold messages.
 //!
 //! Per queue, under the table lock: the queue's state is brought to the group's committed
 //! offset and reset generation; visible slots (un-acked deliveries past their deadline, and
@@ -47,7 +51,8 @@ pub struct ReceiveRequest {
     pub group: String,
     /// Topic.
     pub topic: String,
-    /// The queue, or `None` for any readable queue of the topic.
+    /// The queue served first (the one the client named), or `None` to start anywhere; every
+    /// readable queue of the topic is served either way (module doc).
     pub queue_id: Option<u32>,
     /// Which messages the group wants.
     pub filter: TagFilter,
@@ -87,7 +92,10 @@ pub async fn receive(
     let deadline = tokio::time::Instant::now() + wait;
     let batch = request.batch.clamp(1, RECEIVE_BATCH_MAX);
     let mut dispatched = ctx.store.subscribe_dispatched();
-    let start = ctx.pop.held() % queues.len().max(1);
+    let start = match request.queue_id {
+        Some(named) => named as usize,
+        None => ctx.pop.held(),
+    } % queues.len().max(1);
     loop {
         let mut out = Vec::new();
         for queue_id in queues.iter().cycle().skip(start).take(queues.len()) {
@@ -113,7 +121,8 @@ pub async fn receive(
     }
 }
 
-/// Checks the request; returns the queues to serve and the group's settings.
+/// Checks the request; returns the queues to serve (every readable queue of the topic) and
+/// the group's settings.
 fn admit(
     ctx: &BrokerContext,
     request: &ReceiveRequest,
@@ -143,16 +152,13 @@ fn admit(
         ));
     }
     let count = config.read_queue_nums.max(0) as u32;
-    let queues = match request.queue_id {
-        None => (0..count).collect(),
-        Some(q) if q < count => vec![q],
-        Some(q) => {
-            return Err(Refusal::new(
-                RefusalKind::InvalidArgument,
-                format!("queue {q} is outside the {count} read queues of {topic}"),
-            ))
-        }
-    };
+    if let Some(q) = request.queue_id.filter(|q| *q >= count) {
+        return Err(Refusal::new(
+            RefusalKind::InvalidArgument,
+            format!("queue {q} is outside the {count} read queues of {topic}"),
+        ));
+    }
+    let queues = (0..count).collect();
     let group = ctx
         .groups
         .ensure(&request.group)
