@@ -577,3 +577,64 @@ async fn a_receive_naming_an_empty_queue_gets_the_other_queues_messages_at_once(
     assert_eq!(code, Code::BadRequest as i32);
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_renew_keeps_a_delivery_invisible_while_its_client_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopRenew", 1);
+    let mut grpc = grpc_client(&broker).await;
+    let beat = grpc
+        .heartbeat(with_client_id(pb::HeartbeatRequest {
+            group: resource(GROUP),
+            client_type: pb::ClientType::PushConsumer as i32,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(beat.status.unwrap().code, Code::Ok as i32);
+    send_bodies(&mut grpc, "PopRenew", 2, None).await;
+    let receive_renewed = |grpc: &mut MessagingServiceClient<Channel>, auto_renew: bool| {
+        let request = pb::ReceiveMessageRequest {
+            group: resource(GROUP),
+            message_queue: Some(pb::MessageQueue {
+                topic: resource("PopRenew"),
+                id: 0,
+                ..Default::default()
+            }),
+            batch_size: 1,
+            invisible_duration: duration(2_000),
+            long_polling_timeout: duration(500),
+            auto_renew,
+            ..Default::default()
+        };
+        let mut grpc = grpc.clone();
+        async move {
+            let mut stream = grpc
+                .receive_message(with_client_id(request))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut handles = Vec::new();
+            while let Some(item) = stream.message().await.unwrap() {
+                if let Some(Content::Message(m)) = item.content {
+                    handles.push((m.body, m.system_properties.unwrap().receipt_handle.unwrap()));
+                }
+            }
+            handles
+        }
+    };
+    let renewed = receive_renewed(&mut grpc, true).await;
+    let plain = receive_renewed(&mut grpc, false).await;
+    assert_eq!((renewed.len(), plain.len()), (1, 1));
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    // Past two invisibilities: the plain delivery came back, the renewed one did not.
+    let again = receive_renewed(&mut grpc, false).await;
+    assert_eq!(again.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(), vec![plain[0].0.clone()]);
+    assert!(broker.context().pop.renewed.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    // The renewed delivery's handle is still the client's.
+    let acked = ack(&mut grpc, "PopRenew", &[renewed[0].1.as_str()]).await;
+    assert_eq!(acked.status.unwrap().code, Code::Ok as i32);
+    assert_eq!(broker.context().pop.renewals.len(), 0, "an ack ends the renewal");
+    broker.shutdown().await.unwrap();
+}

@@ -206,6 +206,14 @@ impl GrpcClients {
             .map(|p| p.outbox.clone())
     }
 
+    /// Whether `client_id` is alive: it holds a Telemetry stream, or was heard of within
+    /// `expiry`.
+    pub fn is_alive(&self, client_id: &str, expiry: Duration) -> bool {
+        lock(&self.table).clients.get(client_id).is_some_and(|e| {
+            e.telemetry_streams > 0 || e.last_seen.is_some_and(|seen| seen.elapsed() < expiry)
+        })
+    }
+
     /// What is known of `client_id`.
     pub fn get(&self, client_id: &str) -> Option<ClientEntry> {
         lock(&self.table).clients.get(client_id).cloned()

@@ -119,6 +119,7 @@ pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveReq
         batch: usize::try_from(request.batch_size).unwrap_or(1),
         invisible,
         wait: wait.min(pop::RECEIVE_WAIT_MAX),
+        auto_renew: None,
     })
 }
 

@@ -45,6 +45,12 @@ impl GrpcService {
         stop: watch::Receiver<bool>,
     ) -> GrpcService {
         let clients = GrpcClients::default();
+        let (alive, expiry) = (
+            clients.clone(),
+            Duration::from_millis(ctx.runtime_config.channel_expired_timeout()),
+        );
+        ctx.pop
+            .set_liveness(Arc::new(move |client| alive.is_alive(client, expiry)));
         tokio::spawn(super::transaction::forward_check_backs(
             ctx.clone(),
             clients.clone(),
@@ -169,10 +175,15 @@ impl MessagingService for GrpcService {
         &self,
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
+        let client = client_id(&request);
         let outcome = match super::consume::receive_request(request.get_ref()) {
-            Ok(receive) => crate::core::pop::receive::receive(&self.ctx, &receive)
-                .await
-                .map_err(|e| super::consume::pop_status(&e)),
+            Ok(mut receive) => {
+                // auto_renew: the broker extends the deliveries while this client is alive.
+                receive.auto_renew = client.filter(|_| request.get_ref().auto_renew);
+                crate::core::pop::receive::receive(&self.ctx, &receive)
+                    .await
+                    .map_err(|e| super::consume::pop_status(&e))
+            }
             Err(refused) => Err(refused),
         };
         Ok(Response::new(once(super::consume::receive_stream(

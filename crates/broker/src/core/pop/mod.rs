@@ -7,6 +7,7 @@
 //! - [`table`]: the state those records build; [`load`] rebuilds it from the log.
 //! - [`receive`]: handing out messages (long polling, FIFO, redelivery, dead letters).
 //! - [`settle`]: acks, new invisibility deadlines, forwarding to the dead-letter queue.
+//! - [`renew`]: automatic renewal of deliveries while their client is alive (`auto_renew`).
 //!
 //! Invariants:
 //! 1. The state is log records (I1): a delivery, an ack or a renewal is answered only once
@@ -30,6 +31,7 @@
 pub mod load;
 pub mod receive;
 pub mod record;
+pub mod renew;
 pub mod settle;
 pub mod table;
 
@@ -174,6 +176,12 @@ pub struct Pop {
     pub commit_failures: AtomicU64,
     /// Messages moved to a dead-letter queue after their last delivery attempt.
     pub dead_lettered: AtomicU64,
+    /// Deliveries registered for automatic renewal (`renew`).
+    pub renewals: renew::Renewals,
+    /// Automatic renewals written.
+    pub renewed: AtomicU64,
+    /// Deliveries not registered for renewal because [`renew::RENEWALS_MAX`] were.
+    pub renewals_refused: AtomicU64,
 }
 
 impl Pop {

@@ -68,6 +68,9 @@ pub async fn ack(
         return Err(error);
     }
     for (key, entries) in &claimed {
+        for (offset, _) in entries {
+            ctx.pop.renewals.forget(key, *offset);
+        }
         let mut moved = None;
         with_loaded(ctx, |t| {
             if t.acked(key, entries) {
@@ -122,6 +125,8 @@ pub async fn change_invisible(
     with_loaded(ctx, |t| {
         t.renewed(&key, handle.offset, handle.handle, new_handle, deadline_ms)
     });
+    // The client took the deadline over: no automatic renewal of the old handle.
+    ctx.pop.renewals.forget(&key, handle.offset);
     Ok(ReceiptHandle {
         handle: new_handle,
         ..handle.clone()
@@ -208,6 +213,7 @@ async fn dead_letter_inner(
         },
     };
     write_records(ctx, std::slice::from_ref(&record)).await?;
+    ctx.pop.renewals.forget(key, offset);
     let mut moved = None;
     with_loaded(ctx, |t| {
         if t.acked(key, &[(offset, handle)]) {
