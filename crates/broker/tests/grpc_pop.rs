@@ -630,11 +630,25 @@ async fn auto_renew_keeps_a_delivery_invisible_while_its_client_lives() {
     tokio::time::sleep(Duration::from_millis(4_500)).await;
     // Past two invisibilities: the plain delivery came back, the renewed one did not.
     let again = receive_renewed(&mut grpc, false).await;
-    assert_eq!(again.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(), vec![plain[0].0.clone()]);
-    assert!(broker.context().pop.renewed.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert_eq!(
+        again.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(),
+        vec![plain[0].0.clone()]
+    );
+    assert!(
+        broker
+            .context()
+            .pop
+            .renewed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
     // The renewed delivery's handle is still the client's.
     let acked = ack(&mut grpc, "PopRenew", &[renewed[0].1.as_str()]).await;
     assert_eq!(acked.status.unwrap().code, Code::Ok as i32);
-    assert_eq!(broker.context().pop.renewals.len(), 0, "an ack ends the renewal");
+    assert_eq!(
+        broker.context().pop.renewals.len(),
+        0,
+        "an ack ends the renewal"
+    );
     broker.shutdown().await.unwrap();
 }
