@@ -652,3 +652,56 @@ async fn auto_renew_keeps_a_delivery_invisible_while_its_client_lives() {
     );
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_restart_keeps_a_fifo_groups_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopFR", 2);
+    group(&broker, true, 16);
+    let mut grpc = grpc_client(&broker).await;
+    send_bodies(&mut grpc, "PopFR", 6, Some("order-r")).await;
+    let (code, first) = receive(&mut grpc, "PopFR", -1, 2, 1_000, 1_000).await;
+    assert_eq!((code, first.len()), (Code::Ok as i32, 2));
+    assert_eq!(
+        bodies(&first),
+        BTreeSet::from(["m0".to_string(), "m1".to_string()])
+    );
+    let m0 = first.iter().find(|g| g.body == b"m0").unwrap();
+    assert_eq!(
+        ack(&mut grpc, "PopFR", &[m0.handle.as_str()])
+            .await
+            .status
+            .unwrap()
+            .code,
+        Code::Ok as i32
+    );
+    drop(grpc);
+    broker.shutdown().await.unwrap();
+
+    let broker = Broker::start(broker_config(dir.path(), false))
+        .await
+        .unwrap();
+    let mut grpc = grpc_client(&broker).await;
+    let mut order = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while order.len() < 5 && tokio::time::Instant::now() < deadline {
+        let (_, got) = receive(&mut grpc, "PopFR", -1, 2, 5_000, 1_500).await;
+        for g in &got {
+            order.push(String::from_utf8(g.body.clone()).unwrap());
+        }
+        let handles: Vec<&str> = got.iter().map(|g| g.handle.as_str()).collect();
+        if !handles.is_empty() {
+            assert_eq!(
+                ack(&mut grpc, "PopFR", &handles).await.status.unwrap().code,
+                Code::Ok as i32
+            );
+        }
+    }
+    assert_eq!(
+        order,
+        ["m1", "m2", "m3", "m4", "m5"],
+        "the un-acked m1 first, then the rest in order"
+    );
+    broker.shutdown().await.unwrap();
+}
