@@ -169,10 +169,18 @@ impl MessagingService for GrpcService {
         &self,
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
-        let outcome = match super::consume::receive_request(request.get_ref()) {
-            Ok(receive) => crate::core::pop::receive::receive(&self.ctx, &receive)
-                .await
-                .map_err(|e| super::consume::pop_status(&e)),
+        let deadline = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::consume::grpc_timeout);
+        let outcome = match super::consume::receive_request(request.get_ref(), deadline) {
+            Ok(mut receive) => {
+                super::consume::any_queue_of_broker(&self.ctx, &mut receive);
+                crate::core::pop::receive::receive(&self.ctx, &receive)
+                    .await
+                    .map_err(|e| super::consume::pop_status(&e))
+            }
             Err(refused) => Err(refused),
         };
         Ok(Response::new(once(super::consume::receive_stream(
