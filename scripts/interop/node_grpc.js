@@ -14,12 +14,12 @@
 //   - N messages, body "<prefix>:<i>", tag "Tag<i%3>", keys "<prefix>-key-<i>" and
 //     "<prefix>-alt-<i>", user properties {"index": i, "kind": "fifo"|"normal"}; message i is
 //     FIFO with message group "<prefix>-group-<floor(i/2)%4>" when i is odd, NORMAL otherwise;
-//   - D DELAY messages "<prefix>:delay:<j>" delivered MS ms after their send;
 //   - K TRANSACTION messages "<prefix>:tx:<j>", each in its own transaction, committed;
 //   - one TRANSACTION message "<prefix>:tx-rollback", rolled back;
 //   - with --orphan, one "<prefix>:tx-orphan" neither committed nor rolled back, which the
 //     broker must check back (RecoverOrphanedTransactionCommand on the Telemetry stream); the
-//     checker commits it (and answers ROLLBACK only for the rolled-back body).
+//     checker commits it (and answers ROLLBACK only for the rolled-back body);
+//   - last, D DELAY messages "<prefix>:delay:<j>" delivered MS ms after their send.
 //
 // stdout carries JSON lines only: per acknowledged send {"kind", "index", "body", "tag",
 // "keys", "group", "properties", "message_id", "offset", "deliver_at_ms", "decision",
@@ -96,7 +96,8 @@ function viewLine(view) {
     keys: [...view.keys].sort(),
     properties: Object.fromEntries(view.properties),
     message_id: view.messageId,
-    group: view.messageGroup ?? null,
+    // The client reads an absent message group as '' (the protobuf getter's default).
+    group: view.messageGroup || null,
     attempt: view.deliveryAttempt ?? null,
     delivery_timestamp_ms: view.deliveryTimestamp ? view.deliveryTimestamp.getTime() : null,
     received_at_ms: Date.now(),
@@ -166,17 +167,6 @@ async function produce(o) {
       failure(line, error);
     }
   }
-  for (let j = 0; j < o.delayed; j++) {
-    const { message, line } = build('delay', j, `${o.prefix}:delay:${j}`, 'TagDelay',
-      [`${o.prefix}-delay-${j}`, `${o.prefix}-delay-alt-${j}`]);
-    line.deliver_at_ms = line.sent_at_ms + o.delayMs;
-    message.deliveryTimestamp = new Date(line.deliver_at_ms);
-    try {
-      report(line, await producer.send(message));
-    } catch (error) {
-      failure(line, error);
-    }
-  }
   const transact = async (index, body, decision) => {
     const { message, line } = build('transaction', index, body, 'TagTx',
       [`${o.prefix}-tx-${index}`, `${o.prefix}-tx-alt-${index}`]);
@@ -210,6 +200,19 @@ async function produce(o) {
     } else {
       // Let the client's EndTransaction for the check go out before shutting down.
       await new Promise(resolve => setTimeout(resolve, 500));
+    }
+  }
+  // DELAY messages last, so a consumer started right after this run would see one that came
+  // early.
+  for (let j = 0; j < o.delayed; j++) {
+    const { message, line } = build('delay', j, `${o.prefix}:delay:${j}`, 'TagDelay',
+      [`${o.prefix}-delay-${j}`, `${o.prefix}-delay-alt-${j}`]);
+    line.deliver_at_ms = line.sent_at_ms + o.delayMs;
+    message.deliveryTimestamp = new Date(line.deliver_at_ms);
+    try {
+      report(line, await producer.send(message));
+    } catch (error) {
+      failure(line, error);
     }
   }
   await producer.shutdown();

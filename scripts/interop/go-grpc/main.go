@@ -15,13 +15,13 @@
 //   - N messages, body "<prefix>:<i>", tag "Tag<i%3>", keys "<prefix>-key-<i>" and
 //     "<prefix>-alt-<i>", user properties {"index": i, "kind": "fifo"|"normal"}; message i is
 //     FIFO with message group "<prefix>-group-<(i/2)%4>" when i is odd, NORMAL otherwise;
-//   - D DELAY messages "<prefix>:delay:<j>" delivered MS ms after their send;
 //   - K TRANSACTION messages "<prefix>:tx:<j>", each in its own transaction, committed;
 //   - one TRANSACTION message "<prefix>:tx-rollback", rolled back;
 //   - with --orphan, one TRANSACTION message "<prefix>:tx-orphan" neither committed nor rolled
 //     back: the broker must ask the producer's checker (RecoverOrphanedTransactionCommand on
 //     the Telemetry stream), which commits it; the producer waits for that check (at most
-//     --orphan-wait-s) before it stops.
+//     --orphan-wait-s);
+//   - last, D DELAY messages "<prefix>:delay:<j>" delivered MS ms after their send.
 //
 // The checker answers ROLLBACK for "<prefix>:tx-rollback" and COMMIT for every other body.
 //
@@ -234,19 +234,6 @@ func produce(config *rmq.Config, topic string, count int, prefix string, delayed
 		cancel()
 		report(line, receipts, err)
 	}
-	for j := 0; j < delayed; j++ {
-		msg, line := build("delay", j, fmt.Sprintf("%s:delay:%d", prefix, j), "TagDelay",
-			[]string{fmt.Sprintf("%s-delay-%d", prefix, j), fmt.Sprintf("%s-delay-alt-%d", prefix, j)})
-		line.SentAtMs = nowMs()
-		at := time.UnixMilli(line.SentAtMs + delayMs)
-		atMs := at.UnixMilli()
-		msg.SetDelayTimestamp(at)
-		line.DeliverAtMs = &atMs
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		receipts, err := producer.Send(ctx, msg)
-		cancel()
-		report(line, receipts, err)
-	}
 	transact := func(index int, body string, decision string) {
 		msg, line := build("transaction", index, body, "TagTx",
 			[]string{fmt.Sprintf("%s-tx-%d", prefix, index), fmt.Sprintf("%s-tx-alt-%d", prefix, index)})
@@ -280,6 +267,21 @@ func produce(config *rmq.Config, topic string, count int, prefix string, delayed
 			failed++
 			emit(map[string]any{"body": orphanBody, "error": "the broker did not check the orphaned transaction in time"})
 		}
+	}
+	// DELAY messages last, so a consumer started right after this run would see one that
+	// came early.
+	for j := 0; j < delayed; j++ {
+		msg, line := build("delay", j, fmt.Sprintf("%s:delay:%d", prefix, j), "TagDelay",
+			[]string{fmt.Sprintf("%s-delay-%d", prefix, j), fmt.Sprintf("%s-delay-alt-%d", prefix, j)})
+		line.SentAtMs = nowMs()
+		at := time.UnixMilli(line.SentAtMs + delayMs)
+		atMs := at.UnixMilli()
+		msg.SetDelayTimestamp(at)
+		line.DeliverAtMs = &atMs
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		receipts, err := producer.Send(ctx, msg)
+		cancel()
+		report(line, receipts, err)
 	}
 	if err := producer.GracefulStop(); err != nil {
 		emit(map[string]any{"warning": "GracefulStop: " + err.Error()})
