@@ -253,9 +253,9 @@ async fn a_fifo_group_naming_any_queue_still_gets_each_queue_in_order() {
     send_bodies(&mut grpc, "RecvFifo", 6, Some("order-1")).await;
     let mut seen = Vec::new();
     for round in 0..3 {
-        // Each receive names another queue (batches of one); the group's messages come in
+        // Each receive names another queue (batches of two); the group's messages come in
         // order whichever queue is named.
-        let queue = (round % 4) as i32;
+        let queue = round % 4;
         let got = receive(
             &mut grpc,
             ("GF", "RecvFifo", queue),
