@@ -176,7 +176,12 @@ impl MessagingService for GrpcService {
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
         let client = client_id(&request);
-        let outcome = match super::consume::receive_request(request.get_ref()) {
+        let deadline = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::consume::grpc_timeout);
+        let outcome = match super::consume::receive_request(request.get_ref(), deadline) {
             Ok(mut receive) => {
                 // auto_renew: the broker extends the deliveries while this client is alive.
                 receive.auto_renew = client.filter(|_| request.get_ref().auto_renew);
