@@ -224,14 +224,13 @@ async fn receive_queue(
         )
     })
     .await??;
-    let served = serve(ctx, request, key, &plan).await;
-    if served.is_err() {
-        unreserve(ctx, key, &plan);
-    }
-    let deliveries = served?;
+    // An error, or the future dropped midway, makes what was reserved visible again.
+    let guard = super::Undo::new(|| unreserve(ctx, key, &plan));
+    let deliveries = serve(ctx, request, key, &plan).await?;
     for (offset, handle) in &plan.dead {
         settle::dead_letter_slot(ctx, key, *offset, *handle, generation).await?;
     }
+    guard.disarm();
     Ok(deliveries)
 }
 

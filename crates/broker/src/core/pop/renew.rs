@@ -214,15 +214,16 @@ async fn renew_one(ctx: &BrokerContext, key: &Key, offset: u64, renewal: &Renewa
             deadline_ms,
         },
     };
+    let guard = super::Undo::new(|| with_loaded(ctx, |t| t.release(key, offset, renewal.handle)));
     match write_records(ctx, std::slice::from_ref(&record)).await {
         Ok(()) => {
             with_loaded(ctx, |t| {
                 t.renewed(key, offset, renewal.handle, renewal.handle, deadline_ms)
             });
             ctx.pop.renewed.fetch_add(1, Ordering::Relaxed);
+            guard.disarm();
         }
         Err(error) => {
-            with_loaded(ctx, |t| t.release(key, offset, renewal.handle));
             tracing::warn!(group = %key.group, topic = %key.topic, queue_id = key.queue_id, offset,
                 %error, "automatic renewal failed; retrying on the next tick");
         }
