@@ -352,7 +352,7 @@ fn python_grpc_simple_consumer_receives_and_acks_1000() {
 }
 
 /// Messages for the delay / transaction / push test.
-const SMALL: usize = 200;
+const SMALL: usize = 1_000;
 
 #[test]
 fn python_grpc_delay_and_transaction_messages_reach_simple_and_push_consumers() {
