@@ -87,6 +87,19 @@ impl TargetError {
     }
 }
 
+/// The real topic and queue (`REAL_TOPIC`, `REAL_QID`) a stored delayed, timer or half message
+/// names (empty when missing: `check_target` refuses them).
+pub(crate) fn real_target<'a>(view: &RecordView<'a>) -> (&'a str, &'a str) {
+    (
+        view.properties
+            .get_str(PROPERTY_REAL_TOPIC)
+            .unwrap_or_default(),
+        view.properties
+            .get_str(PROPERTY_REAL_QUEUE_ID)
+            .unwrap_or_default(),
+    )
+}
+
 /// Checks that a delayed message may be delivered to `topic`/`queue` (`queue` as the text of
 /// `REAL_QID`, so an unreadable one is reported as it is).
 pub(crate) fn check_target(
@@ -289,14 +302,7 @@ async fn deliver_one(
     if view.store_timestamp_ms.saturating_add(delay_ms as i64) > now_ms {
         return Ok(false);
     }
-    let topic = view
-        .properties
-        .get_str(PROPERTY_REAL_TOPIC)
-        .unwrap_or_default();
-    let queue = view
-        .properties
-        .get_str(PROPERTY_REAL_QUEUE_ID)
-        .unwrap_or_default();
+    let (topic, queue) = real_target(&view);
     let reason = match check_target(ctx, topic, queue) {
         Ok(()) => match move_to_target(ctx, &view, topic, queue).await {
             Ok(()) => return Ok(true),

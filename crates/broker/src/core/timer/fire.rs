@@ -21,7 +21,8 @@ use super::{
 };
 use crate::context::BrokerContext;
 use crate::core::scheduler::{
-    check_target, dead_letter, draft_of, is_permanent, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+    check_target, dead_letter, draft_of, is_permanent, real_target, PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
 };
 use crate::core::send_back::rewrite_properties;
 use crate::core::system_queue::read_queue;
@@ -163,27 +164,12 @@ async fn fire_batch(ctx: &BrokerContext, due: &[u64]) -> Result<Vec<u64>, String
             single.push(*offset);
             continue;
         };
-        let topic = view
-            .properties
-            .get_str(PROPERTY_REAL_TOPIC)
-            .unwrap_or_default();
-        let queue = view
-            .properties
-            .get_str(PROPERTY_REAL_QUEUE_ID)
-            .unwrap_or_default();
+        let (topic, queue) = real_target(&view);
         if check_target(ctx, topic, queue).is_err() {
             single.push(*offset);
             continue;
         }
-        let properties = rewrite_properties(
-            &view.properties,
-            &[
-                PROPERTY_REAL_TOPIC,
-                PROPERTY_REAL_QUEUE_ID,
-                PROPERTY_TIMER_DUE,
-            ],
-            &[],
-        );
+        let properties = fired_properties(&view);
         let op_body = offset.to_string().into_bytes();
         let op_properties = Properties::encode([(PROPERTY_TIMER_OP, Op::Fired.as_str())]);
         parts.push((
@@ -253,25 +239,10 @@ async fn fire_one(ctx: &BrokerContext, offset: u64) -> Result<(), String> {
         return Err(format!("timer record {offset} is not dispatched yet"));
     };
     let view = RecordView::parse(&message.bytes).map_err(|e| e.to_string())?;
-    let topic = view
-        .properties
-        .get_str(PROPERTY_REAL_TOPIC)
-        .unwrap_or_default();
-    let queue = view
-        .properties
-        .get_str(PROPERTY_REAL_QUEUE_ID)
-        .unwrap_or_default();
+    let (topic, queue) = real_target(&view);
     let reason = match check_target(ctx, topic, queue) {
         Ok(()) => {
-            let properties = rewrite_properties(
-                &view.properties,
-                &[
-                    PROPERTY_REAL_TOPIC,
-                    PROPERTY_REAL_QUEUE_ID,
-                    PROPERTY_TIMER_DUE,
-                ],
-                &[],
-            );
+            let properties = fired_properties(&view);
             let real = DraftRecord {
                 topic,
                 queue_id: queue.parse().unwrap_or_default(),
@@ -298,6 +269,19 @@ async fn fire_one(ctx: &BrokerContext, offset: u64) -> Result<(), String> {
     write_op(ctx, offset, Op::Dead, None)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// A fired message's properties: the producer's, without the broker's.
+fn fired_properties(view: &RecordView<'_>) -> Vec<u8> {
+    rewrite_properties(
+        &view.properties,
+        &[
+            PROPERTY_REAL_TOPIC,
+            PROPERTY_REAL_QUEUE_ID,
+            PROPERTY_TIMER_DUE,
+        ],
+        &[],
+    )
 }
 
 /// Commits where a rebuild may start reading both queues.

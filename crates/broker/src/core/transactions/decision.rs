@@ -380,14 +380,7 @@ async fn commit(ctx: &BrokerContext, entry: &HalfEntry, op: &OpRecord) -> Result
             ),
         )
     })?;
-    let topic = view
-        .properties
-        .get_str(PROPERTY_REAL_TOPIC)
-        .unwrap_or_default();
-    let queue = view
-        .properties
-        .get_str(PROPERTY_REAL_QUEUE_ID)
-        .unwrap_or_default();
+    let (topic, queue) = crate::core::scheduler::real_target(&view);
     check_target(ctx, topic, queue).map_err(|e| {
         Refusal::new(
             RefusalKind::InvalidArgument,
