@@ -472,3 +472,127 @@ pub fn check_consumed(test: &str, label: &str, lines: &[Value], produced: &Produ
     out.received = seen.len();
     out
 }
+
+/// Deadline for a producer of [`run_every_type_scenario`] (1,008 sends, waiting for the
+/// orphan's check-back).
+const SCENARIO_PRODUCE_DEADLINE: Duration = Duration::from_secs(60);
+/// The consumers' own timeout, and the harness's deadline above it (a push consumer's
+/// shutdown waits up to the long polling, 20 s, for its held receives).
+const SCENARIO_CONSUME_TIMEOUT_S: u64 = 40;
+const SCENARIO_CONSUME_DEADLINE: Duration = Duration::from_secs(SCENARIO_CONSUME_TIMEOUT_S + 35);
+
+/// The scenario the Go and Node.js drivers share, against a fresh standalone: the producer
+/// sends [`COUNT`] normal and FIFO messages, DELAY messages, committed, rolled-back and one
+/// checked-back TRANSACTION message (`prefix`, `topic`); then a SimpleConsumer and a
+/// PushConsumer, each of its own orderly group, receive and ack everything, and every
+/// delivery is checked ([`check_consumed`]). `command` builds a driver invocation from its
+/// arguments (logs under the given directory).
+pub fn run_every_type_scenario(
+    test: &str,
+    prefix: &str,
+    topic: &str,
+    command: &dyn Fn(&Path, &[&str]) -> std::process::Command,
+) {
+    const PRODUCE_DEADLINE: Duration = SCENARIO_PRODUCE_DEADLINE;
+    const CONSUME_TIMEOUT_S: u64 = SCENARIO_CONSUME_TIMEOUT_S;
+    const CONSUME_DEADLINE: Duration = SCENARIO_CONSUME_DEADLINE;
+    let log_dir = log_dir(test);
+    let data = tempfile::tempdir().unwrap();
+    // Check-backs 1 s after a half is stored, so the undecided transaction is resolved soon.
+    let standalone = start_standalone(
+        data.path(),
+        &log_dir,
+        &[
+            "--transaction-timeout-ms",
+            "1000",
+            "--transaction-check-interval-ms",
+            "1000",
+        ],
+    );
+    let grpc = standalone.grpc.clone();
+    let (simple_group, push_group) = (format!("CG_{prefix}_simple"), format!("CG_{prefix}_push"));
+    orderly_group(&standalone.broker, &simple_group);
+    orderly_group(&standalone.broker, &push_group);
+
+    let (count, delayed, delay_ms, transactions) = (
+        COUNT.to_string(),
+        DELAYED.to_string(),
+        DELAY_MS.to_string(),
+        TRANSACTIONS.to_string(),
+    );
+    let started = Instant::now();
+    let lines = run_driver(
+        command(
+            &log_dir,
+            &[
+                "produce",
+                "--endpoints",
+                &grpc,
+                "--topic",
+                topic,
+                "--count",
+                &count,
+                "--prefix",
+                prefix,
+                "--delayed",
+                &delayed,
+                "--delay-ms",
+                &delay_ms,
+                "--transactions",
+                &transactions,
+                "--orphan",
+            ],
+        ),
+        &log_dir,
+        "produce",
+        PRODUCE_DEADLINE,
+    );
+    let produced = produced(test, &lines, prefix);
+    let produce_s = started.elapsed().as_secs_f64();
+
+    let expect = produced.expected().len().to_string();
+    let timeout = CONSUME_TIMEOUT_S.to_string();
+    let mut timings = Vec::new();
+    for (kind, group) in [
+        ("simple", simple_group.as_str()),
+        ("push", push_group.as_str()),
+    ] {
+        let started = Instant::now();
+        let lines = run_driver(
+            command(
+                &log_dir,
+                &[
+                    kind,
+                    "--endpoints",
+                    &grpc,
+                    "--topic",
+                    topic,
+                    "--group",
+                    group,
+                    "--expect",
+                    &expect,
+                    "--timeout-s",
+                    &timeout,
+                ],
+            ),
+            &log_dir,
+            kind,
+            CONSUME_DEADLINE,
+        );
+        let consumed = check_consumed(test, kind, &lines, &produced);
+        timings.push(format!(
+            "{kind} consumer {} messages in {:.1} s (DELAY messages {}..{} ms after their time)",
+            consumed.received,
+            started.elapsed().as_secs_f64(),
+            consumed.delay_lateness_min_ms,
+            consumed.delay_lateness_max_ms
+        ));
+    }
+    eprintln!(
+        "{test}: produced {} messages in {produce_s:.1} s ({} check-backs); {}",
+        produced.sent.len(),
+        produced.checks.len(),
+        timings.join("; ")
+    );
+    drop(standalone);
+}
