@@ -488,6 +488,36 @@ async fn pull_message_streams_messages_from_an_offset_then_next_offset() {
     broker.shutdown().await.unwrap();
 }
 
+/// A held pull answers before the call's deadline (`grpc-timeout`) even when the deadline is
+/// no longer than its long-polling timeout, instead of running into it.
+#[tokio::test]
+async fn a_held_pull_answers_before_the_call_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let mut grpc = grpc_client(&broker).await;
+    send_all(&broker, "TPullDeadline", 0, &["a"]).await;
+    assert_eq!(wait_max(&mut grpc, "TPullDeadline", 0, 1).await, 1);
+    let call = Duration::from_secs(2);
+    let mut held = pull_of("TPullDeadline", 0, 1, 32);
+    held.long_polling_timeout = Some(prost_types::Duration {
+        seconds: 4,
+        nanos: 0,
+    });
+    let mut request = with_client_id(held);
+    request.set_timeout(call);
+    let started = tokio::time::Instant::now();
+    let got = pull(&mut grpc, request).await;
+    let elapsed = started.elapsed();
+    assert_eq!(got.status.code, Code::MessageNotFound as i32, "{got:?}");
+    assert_eq!(got.next_offset, Some(1));
+    assert!(
+        elapsed >= call - Duration::from_millis(600) && elapsed < call,
+        "held {elapsed:?} of a {call:?} call"
+    );
+    drop(grpc);
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn pull_message_refusals_are_a_clear_status_alone() {
     let dir = tempfile::tempdir().unwrap();

@@ -218,6 +218,76 @@ async fn committed(addr: std::net::SocketAddr, topic: &str, queue: i32) -> Optio
     })
 }
 
+/// The Rust client 5.0.0 gives a receive a call deadline equal to its long-polling timeout:
+/// an empty receive must answer MESSAGE_NOT_FOUND before that deadline (not run into it and
+/// fail with CANCELLED), and a message arriving while it is held is still delivered.
+#[tokio::test]
+async fn a_held_receive_answers_before_the_call_deadline_equal_to_its_long_polling() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopDeadline", 2);
+    let mut grpc = grpc_client(&broker).await;
+    let call = Duration::from_secs(2);
+    let request = || {
+        let mut request = with_client_id(pb::ReceiveMessageRequest {
+            group: resource(GROUP),
+            message_queue: Some(pb::MessageQueue {
+                topic: resource("PopDeadline"),
+                id: 0,
+                ..Default::default()
+            }),
+            batch_size: 32,
+            invisible_duration: duration(10_000),
+            long_polling_timeout: duration(call.as_millis() as u64),
+            ..Default::default()
+        });
+        request.set_timeout(call);
+        request
+    };
+    let started = tokio::time::Instant::now();
+    let mut stream = grpc
+        .receive_message(request())
+        .await
+        .expect("answered before the deadline")
+        .into_inner();
+    let first = stream
+        .message()
+        .await
+        .expect("stream item")
+        .expect("status");
+    let Some(Content::Status(status)) = first.content else {
+        panic!("status first: {first:?}");
+    };
+    assert_eq!(status.code, Code::MessageNotFound as i32, "{status:?}");
+    let held = started.elapsed();
+    assert!(
+        held >= call - Duration::from_millis(600) && held < call,
+        "held {held:?} of a {call:?} call"
+    );
+
+    // A message sent while the receive is held still comes, within the same deadline.
+    let mut sender = grpc.clone();
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        send_bodies(&mut sender, "PopDeadline", 1, None).await;
+    });
+    let mut stream = grpc
+        .receive_message(request())
+        .await
+        .expect("answered before the deadline")
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(item) = stream.message().await.expect("stream item") {
+        if let Some(Content::Message(m)) = item.content {
+            got.push(m.body);
+        }
+    }
+    assert_eq!(got, [b"m0".to_vec()]);
+    late.await.unwrap();
+    drop(grpc);
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn receive_ack_nack_and_redelivery_follow_the_receipt_handles() {
     let dir = tempfile::tempdir().unwrap();

@@ -176,9 +176,7 @@ fn run_driver(
     );
     stdout
         .lines()
-        .map(|line| {
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line:?}"))
-        })
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line:?}")))
         .collect()
 }
 
@@ -211,7 +209,13 @@ fn string_map(value: &Value) -> BTreeMap<String, String> {
 }
 
 /// Produces [`COUNT`] messages; what the driver says it sent, by body.
-fn produce(driver: &Path, grpc: &str, topic: &str, prefix: &str, log_dir: &Path) -> BTreeMap<String, Sent> {
+fn produce(
+    driver: &Path,
+    grpc: &str,
+    topic: &str,
+    prefix: &str,
+    log_dir: &Path,
+) -> BTreeMap<String, Sent> {
     let count = COUNT.to_string();
     let groups = FIFO_GROUPS.to_string();
     let lines = run_driver(
@@ -318,7 +322,10 @@ fn rust_grpc_client_produces_receives_and_acks_1000() {
             summary = Some(s.clone());
             continue;
         }
-        assert!(value.get("extra").is_none(), "the final receive got {value}");
+        assert!(
+            value.get("extra").is_none(),
+            "the final receive got {value}"
+        );
         assert!(
             value.get("receive_error").is_none(),
             "a receive failed: {value}"

@@ -26,6 +26,7 @@
 
 pub mod clients;
 pub mod consume;
+pub mod deadline;
 pub mod offsets;
 pub mod route;
 pub mod send;

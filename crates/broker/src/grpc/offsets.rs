@@ -271,16 +271,23 @@ fn pull_request(
 }
 
 /// PullMessage (rules 4, 5): the whole reply stream. `held_pulls` counts the client's held
-/// pulls; a hold ends early when `stop` turns true.
+/// pulls; a hold ends early when `stop` turns true, and before the call's `timeout` runs out
+/// (`deadline::hold_within`).
 pub async fn pull_message(
     ctx: &Arc<BrokerContext>,
     client_id: String,
     held_pulls: Arc<std::sync::atomic::AtomicUsize>,
     request: &pb::PullMessageRequest,
+    timeout: Option<Duration>,
     stop: watch::Receiver<bool>,
 ) -> Vec<pb::PullMessageResponse> {
     let pull = match pull_request(ctx, request) {
-        Ok(pull) => pull,
+        Ok(mut pull) => {
+            pull.hold = pull
+                .hold
+                .map(|hold| super::deadline::hold_within(hold, timeout));
+            pull
+        }
         Err(refused) => return stream(vec![Content::Status(refused)]),
     };
     let outcome = pull::pull(ctx, &caller(client_id), &pull, &held_pulls, stopped(stop)).await;

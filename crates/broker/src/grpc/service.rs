@@ -170,9 +170,13 @@ impl MessagingService for GrpcService {
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
         let outcome = match super::consume::receive_request(request.get_ref()) {
-            Ok(receive) => crate::core::pop::receive::receive(&self.ctx, &receive)
-                .await
-                .map_err(|e| super::consume::pop_status(&e)),
+            Ok(mut receive) => {
+                let timeout = super::deadline::call_timeout(request.metadata());
+                receive.wait = super::deadline::hold_within(receive.wait, timeout);
+                crate::core::pop::receive::receive(&self.ctx, &receive)
+                    .await
+                    .map_err(|e| super::consume::pop_status(&e))
+            }
             Err(refused) => Err(refused),
         };
         Ok(Response::new(once(super::consume::receive_stream(
@@ -227,6 +231,7 @@ impl MessagingService for GrpcService {
             client,
             held,
             request.get_ref(),
+            super::deadline::call_timeout(request.metadata()),
             self.stop.clone(),
         )
         .await;
