@@ -272,6 +272,61 @@ fn produce(
     sent
 }
 
+/// Runs the driver's `consume` of `count` messages; its JSON lines.
+fn consume(
+    driver: &Path,
+    grpc: &str,
+    topic: &str,
+    group: &str,
+    count: usize,
+    log_dir: &Path,
+) -> Vec<Value> {
+    let count = count.to_string();
+    let timeout = CONSUME_TIMEOUT_S.to_string();
+    let polling = LONG_POLLING_S.to_string();
+    run_driver(
+        driver,
+        &[
+            "consume",
+            "--endpoints",
+            grpc,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--count",
+            &count,
+            "--timeout",
+            &timeout,
+            "--long-polling",
+            &polling,
+        ],
+        log_dir,
+        &format!("consume-{group}"),
+        CONSUME_DEADLINE,
+    )
+}
+
+/// Checks a consume summary: `count` received, no duplicate, no error, and a final receive
+/// that found nothing after holding for the long-polling timeout yet answered before the
+/// client's deadline (which the client sets to the same timeout). How long it held.
+fn check_consume_summary(summary: Option<Value>, count: usize) -> f64 {
+    let summary = summary.expect("a consume summary");
+    assert_eq!(summary["received"], count, "{summary}");
+    assert_eq!(summary["duplicates"], 0, "{summary}");
+    assert_eq!(summary["receive_errors"], 0, "{summary}");
+    assert_eq!(summary["ack_errors"], 0, "{summary}");
+    assert_eq!(summary["final_error"], Value::Null, "{summary}");
+    assert_eq!(summary["final_empty"], true, "{summary}");
+    assert_eq!(summary["shutdown_error"], Value::Null, "{summary}");
+    let held = summary["final_receive_s"].as_f64().unwrap();
+    assert!(
+        held > LONG_POLLING_S as f64 - 1.0 && held < LONG_POLLING_S as f64 + 1.0,
+        "the final receive took {held:.1} s: {summary}"
+    );
+    held
+}
+
 #[test]
 fn rust_grpc_client_produces_receives_and_acks_1000() {
     let test = "rust_grpc_client_produces_receives_and_acks_1000";
@@ -290,31 +345,8 @@ fn rust_grpc_client_produces_receives_and_acks_1000() {
     let groups: BTreeSet<&str> = sent.values().filter_map(|s| s.group.as_deref()).collect();
     assert_eq!(groups.len(), FIFO_GROUPS, "{groups:?}");
 
-    let count = COUNT.to_string();
-    let timeout = CONSUME_TIMEOUT_S.to_string();
-    let polling = LONG_POLLING_S.to_string();
     let consume_started = Instant::now();
-    let lines = run_driver(
-        &driver,
-        &[
-            "consume",
-            "--endpoints",
-            &grpc,
-            "--topic",
-            topic,
-            "--group",
-            "CG_rust_grpc",
-            "--count",
-            &count,
-            "--timeout",
-            &timeout,
-            "--long-polling",
-            &polling,
-        ],
-        &log_dir,
-        "consume",
-        CONSUME_DEADLINE,
-    );
+    let lines = consume(&driver, &grpc, topic, "CG_rust_grpc", COUNT, &log_dir);
     let mut seen = BTreeSet::new();
     let mut summary = None;
     for value in &lines {
@@ -356,27 +388,145 @@ fn rust_grpc_client_produces_receives_and_acks_1000() {
         assert_eq!(value["attempt"], 1, "first delivery of {body}");
         assert_eq!(value["acked"], true, "ack of {body}");
     }
-    let summary = summary.expect("a consume summary");
-    assert_eq!(summary["received"], COUNT, "{summary}");
-    assert_eq!(summary["duplicates"], 0, "{summary}");
-    assert_eq!(summary["receive_errors"], 0, "{summary}");
-    assert_eq!(summary["ack_errors"], 0, "{summary}");
-    assert_eq!(summary["final_error"], Value::Null, "{summary}");
-    assert_eq!(summary["final_empty"], true, "{summary}");
-    assert_eq!(summary["shutdown_error"], Value::Null, "{summary}");
+    let held = check_consume_summary(summary, COUNT);
     assert_eq!(seen.len(), COUNT, "{test}: every message once");
-    // The final receive found nothing after holding for the long-polling timeout, and
-    // answered before the client's deadline (which the client sets to the same timeout).
-    let held = summary["final_receive_s"].as_f64().unwrap();
-    assert!(
-        held > LONG_POLLING_S as f64 - 1.0 && held < LONG_POLLING_S as f64 + 1.0,
-        "the final receive took {held:.1} s: {summary}"
-    );
     eprintln!(
         "{test}: {COUNT} received and acked in {:.1} s (final empty receive {held:.1} s); \
          total {:.1} s",
         consume_started.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
+    );
+    drop(standalone);
+}
+
+/// Normal messages sent next to the special ones.
+const PLAIN: usize = 20;
+
+#[test]
+fn rust_grpc_delay_and_transaction_messages_reach_the_simple_consumer() {
+    let test = "rust_grpc_delay_and_transaction_messages_reach_the_simple_consumer";
+    let Some(driver) = driver_or_skip(test) else {
+        return;
+    };
+    let log_dir = repo_root().join("target/interop/runs-rust-grpc").join(test);
+    let _ = fs::remove_dir_all(&log_dir);
+    fs::create_dir_all(&log_dir).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (standalone, grpc) = start_standalone(data.path(), &log_dir);
+    let topic = "InteropRustGrpcSpecial";
+    let plain = PLAIN.to_string();
+    let lines = run_driver(
+        &driver,
+        &[
+            "produce",
+            "--endpoints",
+            &grpc,
+            "--topic",
+            topic,
+            "--prefix",
+            "plain",
+            "--count",
+            &plain,
+            "--fifo-groups",
+            "0",
+        ],
+        &log_dir,
+        "produce",
+        PRODUCE_DEADLINE,
+    );
+    let mut expected: BTreeSet<String> = lines
+        .iter()
+        .filter_map(|v| v["body"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(expected.len(), PLAIN, "{lines:?}");
+    let specials = run_driver(
+        &driver,
+        &[
+            "specials",
+            "--endpoints",
+            &grpc,
+            "--topic",
+            topic,
+            "--prefix",
+            "sp",
+            "--delay",
+            "3",
+        ],
+        &log_dir,
+        "specials",
+        PRODUCE_DEADLINE,
+    );
+    let mut deliver_at = BTreeMap::new();
+    let mut rolled_back = BTreeSet::new();
+    for value in &specials {
+        if let Some(summary) = value.get("summary") {
+            assert_eq!(summary["sent"], 6, "{value}");
+            assert_eq!(summary["failed"], 0, "{value}");
+            continue;
+        }
+        assert!(
+            value.get("error").is_none(),
+            "a special send failed: {value}"
+        );
+        let body = value["body"].as_str().unwrap().to_string();
+        match value["kind"].as_str().unwrap() {
+            "delay" => {
+                deliver_at.insert(body.clone(), value["deliver_ms"].as_i64().unwrap());
+                expected.insert(body);
+            }
+            "commit" => {
+                expected.insert(body);
+            }
+            _ => {
+                rolled_back.insert(body);
+            }
+        }
+    }
+    assert_eq!(
+        (deliver_at.len(), rolled_back.len()),
+        (3, 1),
+        "{specials:?}"
+    );
+    assert_eq!(expected.len(), PLAIN + 5);
+
+    let lines = consume(
+        &driver,
+        &grpc,
+        topic,
+        "CG_rust_grpc_special",
+        expected.len(),
+        &log_dir,
+    );
+    let mut seen = BTreeSet::new();
+    let mut summary = None;
+    for value in &lines {
+        if let Some(s) = value.get("summary") {
+            summary = Some(s.clone());
+            continue;
+        }
+        assert!(
+            value.get("extra").is_none(),
+            "the final receive got {value}"
+        );
+        assert!(value.get("receive_error").is_none(), "{value}");
+        let body = value["body"].as_str().unwrap().to_string();
+        assert!(!rolled_back.contains(&body), "rolled back {body} delivered");
+        assert!(expected.contains(&body), "unexpected {body}");
+        assert!(seen.insert(body.clone()), "{body} twice");
+        assert_eq!(value["acked"], true, "ack of {body}");
+        if let Some(at) = deliver_at.get(&body) {
+            let received = value["received_ms"].as_i64().unwrap();
+            assert!(
+                received >= at - 50,
+                "{body} received {} ms before its time",
+                at - received
+            );
+        }
+    }
+    check_consume_summary(summary, expected.len());
+    assert_eq!(seen, expected, "every message exactly once");
+    eprintln!(
+        "{test}: {PLAIN} normal, 3 delayed and 2 committed received once; the rolled-back one never"
     );
     drop(standalone);
 }

@@ -12,11 +12,18 @@
 //!     group "P-g<(i/2) mod G>" (G = 4 by default; 0 sends only normal messages).
 //!     One line per message {index, body, tag, keys, properties, group, message_id}, or
 //!     {index, error}; then {"summary": {sent, failed, elapsed_s}}.
+//! specials --endpoints HOST:PORT --topic T --prefix P [--delay S]
+//!     With one transaction producer: three DELAY messages "P:delay:j" due S seconds ahead
+//!     (3 by default; the client sends whole seconds), two TRANSACTION messages
+//!     "P:commit:j" committed and one "P:rollback:0" rolled back. One line per message
+//!     {body, kind ("delay" | "commit" | "rollback"), message_id, deliver_ms?}, or
+//!     {body, error}; then {"summary": {sent, failed}}.
 //! consume --endpoints HOST:PORT --topic T --group G --count N
 //!         [--timeout S] [--long-polling S] [--invisible S]
 //!     One SimpleConsumer receives (batch 32) and acks until N distinct bodies arrived or S
 //!     seconds passed, then receives once more, which must find nothing. One line per
-//!     delivery {body, tag, keys, properties, message_id, group, attempt, topic, acked}; then
+//!     delivery {body, tag, keys, properties, message_id, group, attempt, topic, acked,
+//!     received_ms (Unix time)}; then
 //!     {"summary": {received, duplicates, receive_errors, ack_errors, final_empty,
 //!     final_error, elapsed_s, final_receive_s}}.
 //! ```
@@ -26,11 +33,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rocketmq::conf::{ClientOption, ProducerOption, SimpleConsumerOption};
 use rocketmq::model::common::{FilterExpression, FilterType};
 use rocketmq::model::message::MessageBuilder;
+use rocketmq::model::transaction::{Transaction, TransactionResolution};
 use rocketmq::{Producer, SimpleConsumer};
 use serde_json::{json, Value};
 
@@ -44,7 +52,8 @@ const RECEIVE_ERROR_PAUSE: Duration = Duration::from_millis(200);
 fn usage() -> ExitCode {
     eprintln!(
         "usage: ferromq-rust-grpc-interop produce --endpoints HOST:PORT --topic T --prefix P \
-         --count N [--fifo-groups G]\n       ferromq-rust-grpc-interop consume --endpoints \
+         --count N [--fifo-groups G]\n       ferromq-rust-grpc-interop specials --endpoints \
+         HOST:PORT --topic T --prefix P [--delay S]\n       ferromq-rust-grpc-interop consume --endpoints \
          HOST:PORT --topic T --group G --count N [--timeout S] [--long-polling S] \
          [--invisible S]"
     );
@@ -80,9 +89,12 @@ async fn main() -> ExitCode {
         Some(v) => v.parse::<u64>().ok(),
         None => default,
     };
-    let (Some(endpoints), Some(topic), Some(count)) =
-        (text("endpoints"), text("topic"), number("count", None))
-    else {
+    let count_default = (command == "specials").then_some(0);
+    let (Some(endpoints), Some(topic), Some(count)) = (
+        text("endpoints"),
+        text("topic"),
+        number("count", count_default),
+    ) else {
         return usage();
     };
     let mut client = ClientOption::default();
@@ -95,6 +107,12 @@ async fn main() -> ExitCode {
                 return usage();
             };
             produce(client, &topic, &prefix, count, groups).await
+        }
+        "specials" => {
+            let (Some(prefix), Some(delay)) = (text("prefix"), number("delay", Some(3))) else {
+                return usage();
+            };
+            specials(client, &topic, &prefix, delay).await
         }
         "consume" => {
             let (Some(group), Some(timeout), Some(polling), Some(invisible)) = (
@@ -183,6 +201,88 @@ async fn produce(
     ExitCode::SUCCESS
 }
 
+async fn specials(client: ClientOption, topic: &str, prefix: &str, delay_s: u64) -> ExitCode {
+    let mut option = ProducerOption::default();
+    option.set_topics(vec![topic]);
+    // Every transaction is ended by the driver; a check-back (an orphaned transaction) rolls
+    // back, so a missed end shows as a missing message.
+    let checker = Box::new(|_: String, _| TransactionResolution::ROLLBACK);
+    let mut producer = match Producer::new_transaction_producer(option, client, checker) {
+        Ok(p) => p,
+        Err(e) => return fail("producer new", &e),
+    };
+    if let Err(e) = producer.start().await {
+        return fail("producer start", &e);
+    }
+    let (mut sent, mut failed) = (0u64, 0u64);
+    let deliver_s = (unix_ms() / 1000 + delay_s) as i64;
+    for j in 0..3 {
+        let body = format!("{prefix}:delay:{j}");
+        let message =
+            MessageBuilder::delay_message_builder(topic, body.clone().into_bytes(), deliver_s)
+                .set_tag("Delay")
+                .build();
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => return fail("message build", &e),
+        };
+        match producer.send(message).await {
+            Ok(receipt) => {
+                sent += 1;
+                emit(
+                    json!({"body": body, "kind": "delay", "message_id": receipt.message_id(),
+                    "deliver_ms": deliver_s * 1000}),
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                emit(json!({"body": body, "error": e.to_string()}));
+            }
+        }
+    }
+    for (kind, j) in [("commit", 0), ("commit", 1), ("rollback", 0)] {
+        let body = format!("{prefix}:{kind}:{j}");
+        let message = MessageBuilder::transaction_message_builder(topic, body.clone().into_bytes())
+            .set_tag("Tx")
+            .build();
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => return fail("message build", &e),
+        };
+        let outcome = match producer.send_transaction_message(message).await {
+            Ok(transaction) => {
+                let id = transaction.message_id().to_string();
+                let ended = if kind == "commit" {
+                    transaction.commit().await
+                } else {
+                    transaction.rollback().await
+                };
+                ended.map(|()| id)
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(id) => {
+                sent += 1;
+                emit(json!({"body": body, "kind": kind, "message_id": id}));
+            }
+            Err(e) => {
+                failed += 1;
+                emit(json!({"body": body, "error": e.to_string()}));
+            }
+        }
+    }
+    let shutdown = producer.shutdown().await.err().map(|e| e.to_string());
+    emit(json!({"summary": {"sent": sent, "failed": failed, "shutdown_error": shutdown}}));
+    ExitCode::SUCCESS
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 struct Consume {
     topic: String,
     group: String,
@@ -243,7 +343,7 @@ async fn consume(client: ClientOption, plan: Consume) -> ExitCode {
                 "body": body, "tag": message.tag(), "keys": message.keys(),
                 "properties": message.properties(), "message_id": message.message_id(),
                 "group": message.message_group(), "attempt": message.delivery_attempt(),
-                "topic": message.topic(), "acked": acked,
+                "topic": message.topic(), "acked": acked, "received_ms": unix_ms(),
             }));
         }
     }
