@@ -2,7 +2,9 @@
 # Installs the real RocketMQ remoting clients used by crates/cli/tests/interop.rs, all under
 # target/interop/ (gitignored; nothing is installed globally):
 #   target/interop/venv-remoting   Python venv with PyPI rocketmq==0.4.4 (messense, C++ core)
-#   target/interop/node            npm prefix with ali-ons@3.12.0 (pure JS)
+#   target/interop/node            npm prefix with ali-ons@3.12.0 (pure JS) and
+#                                  rocketmq-client-nodejs@1.0.8 (the official 5.x gRPC client
+#                                  for Node.js; crates/cli/tests/interop_node_grpc.rs)
 #   target/interop/venv-grpc       Python venv with PyPI rocketmq-python-client==5.1.2 (the
 #                                  official 5.x gRPC client; crates/cli/tests/interop_grpc.rs)
 #   target/interop/installed.stamp written last; when it matches this script's pins the
@@ -20,9 +22,10 @@ stamp="$dest/installed.stamp"
 
 PY_PIN="rocketmq==0.4.4"
 NPM_PIN="ali-ons@3.12.0"
+NPM_GRPC_PIN="rocketmq-client-nodejs@1.0.8"
 PY_GRPC_PIN="rocketmq-python-client==5.1.2"
 venv_grpc="$dest/venv-grpc"
-want_stamp="python:$PY_PIN npm:$NPM_PIN python-grpc:$PY_GRPC_PIN"
+want_stamp="python:$PY_PIN npm:$NPM_PIN python-grpc:$PY_GRPC_PIN npm-grpc:$NPM_GRPC_PIN"
 
 say() { printf 'interop install: %s\n' "$*"; }
 die() { printf 'interop install: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -31,14 +34,15 @@ force=0
 if [[ "${1:-}" == "--force" ]]; then force=1; fi
 
 if [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" \
-      && -x "$venv/bin/python" && -x "$venv_grpc/bin/python" && -f "$node_prefix/node_modules/ali-ons/package.json" ]]; then
+      && -x "$venv/bin/python" && -x "$venv_grpc/bin/python" && -f "$node_prefix/node_modules/ali-ons/package.json" \
+      && -f "$node_prefix/node_modules/rocketmq-client-nodejs/package.json" ]]; then
     say "already installed ($want_stamp) in $dest; nothing to do (--force reinstalls)"
     exit 0
 fi
 
 command -v python3 >/dev/null 2>&1 || die "python3 is required (install Python 3 >= 3.7 with venv support)"
-command -v npm >/dev/null 2>&1 || die "npm is required (install Node.js >= 16 with npm)"
-command -v node >/dev/null 2>&1 || die "node is required (install Node.js >= 16)"
+command -v npm >/dev/null 2>&1 || die "npm is required (install Node.js >= 16.19 with npm)"
+command -v node >/dev/null 2>&1 || die "node is required (install Node.js >= 16.19)"
 
 start=$SECONDS
 rm -f "$stamp"
@@ -75,15 +79,20 @@ if ! "$venv_grpc/bin/python" -c 'from rocketmq import ClientConfiguration, Crede
     die "$PY_GRPC_PIN installed but 'from rocketmq import ClientConfiguration, Credentials, Message, Producer' fails"
 fi
 
-# --- Node: ali-ons 3.12.0 ---------------------------------------------------------------------
-say "npm install --prefix $node_prefix $NPM_PIN"
+# --- Node: ali-ons 3.12.0 and rocketmq-client-nodejs 1.0.8 -------------------------------------
+# One npm install names both: with --no-save, an install of one alone prunes the other.
+say "npm install --prefix $node_prefix $NPM_PIN $NPM_GRPC_PIN"
 mkdir -p "$node_prefix"
 if ! npm install --prefix "$node_prefix" --no-audit --no-fund --no-save \
-        --fetch-retries 2 --fetch-retry-mintimeout 2000 --fetch-retry-maxtimeout 10000 --fetch-timeout 30000 --loglevel error "$NPM_PIN"; then
-    die "npm install $NPM_PIN failed: is the npm registry reachable ($(npm config get registry 2>/dev/null || echo '?'))?"
+        --fetch-retries 2 --fetch-retry-mintimeout 2000 --fetch-retry-maxtimeout 10000 --fetch-timeout 30000 --loglevel error \
+        "$NPM_PIN" "$NPM_GRPC_PIN"; then
+    die "npm install $NPM_PIN $NPM_GRPC_PIN failed: is the npm registry reachable ($(npm config get registry 2>/dev/null || echo '?'))?"
 fi
 if ! node -e "require('$node_prefix/node_modules/ali-ons')" 2>/dev/null; then
     die "$NPM_PIN installed but require('ali-ons') fails"
+fi
+if ! node -e "const c = require('$node_prefix/node_modules/rocketmq-client-nodejs'); if (!c.Producer || !c.SimpleConsumer || !c.PushConsumer) process.exit(1)" 2>/dev/null; then
+    die "$NPM_GRPC_PIN installed but require('rocketmq-client-nodejs') lacks Producer, SimpleConsumer or PushConsumer"
 fi
 
 printf '%s' "$want_stamp" >"$stamp"

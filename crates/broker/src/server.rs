@@ -285,6 +285,10 @@ impl Broker {
                 ctx.clone(),
                 stop_rx.clone(),
             )),
+            tokio::spawn(crate::core::pop::renew::run_renewals(
+                ctx.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(broker_stats::run_sampler(ctx.clone(), stop_rx.clone())),
             tokio::spawn(crate::catalog::groups::run_saver(
                 ctx.clone(),

@@ -704,3 +704,20 @@ async fn a_client_opening_too_many_telemetry_streams_gets_too_many_requests() {
     drop(open);
     drop(grpc);
 }
+
+#[tokio::test]
+async fn properties_too_large_get_their_own_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let mut grpc = grpc_client(&broker).await;
+    let mut big = message("PropT", "01BIGPROPS", b"x", Default::default());
+    big.user_properties
+        .insert("filler".into(), "p".repeat(40 * 1024));
+    let reply = send(&mut grpc, vec![big]).await;
+    assert_eq!(
+        code(&reply.entries[0].status),
+        Code::MessagePropertiesTooLarge as i32,
+        "{reply:?}"
+    );
+    broker.shutdown().await.unwrap();
+}

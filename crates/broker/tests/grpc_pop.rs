@@ -218,76 +218,6 @@ async fn committed(addr: std::net::SocketAddr, topic: &str, queue: i32) -> Optio
     })
 }
 
-/// The Rust client 5.0.0 gives a receive a call deadline equal to its long-polling timeout:
-/// an empty receive must answer MESSAGE_NOT_FOUND before that deadline (not run into it and
-/// fail with CANCELLED), and a message arriving while it is held is still delivered.
-#[tokio::test]
-async fn a_held_receive_answers_before_the_call_deadline_equal_to_its_long_polling() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = broker(dir.path(), false).await;
-    topic(&broker, "PopDeadline", 2);
-    let mut grpc = grpc_client(&broker).await;
-    let call = Duration::from_secs(2);
-    let request = || {
-        let mut request = with_client_id(pb::ReceiveMessageRequest {
-            group: resource(GROUP),
-            message_queue: Some(pb::MessageQueue {
-                topic: resource("PopDeadline"),
-                id: 0,
-                ..Default::default()
-            }),
-            batch_size: 32,
-            invisible_duration: duration(10_000),
-            long_polling_timeout: duration(call.as_millis() as u64),
-            ..Default::default()
-        });
-        request.set_timeout(call);
-        request
-    };
-    let started = tokio::time::Instant::now();
-    let mut stream = grpc
-        .receive_message(request())
-        .await
-        .expect("answered before the deadline")
-        .into_inner();
-    let first = stream
-        .message()
-        .await
-        .expect("stream item")
-        .expect("status");
-    let Some(Content::Status(status)) = first.content else {
-        panic!("status first: {first:?}");
-    };
-    assert_eq!(status.code, Code::MessageNotFound as i32, "{status:?}");
-    let held = started.elapsed();
-    assert!(
-        held >= call - Duration::from_millis(600) && held < call,
-        "held {held:?} of a {call:?} call"
-    );
-
-    // A message sent while the receive is held still comes, within the same deadline.
-    let mut sender = grpc.clone();
-    let late = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        send_bodies(&mut sender, "PopDeadline", 1, None).await;
-    });
-    let mut stream = grpc
-        .receive_message(request())
-        .await
-        .expect("answered before the deadline")
-        .into_inner();
-    let mut got = Vec::new();
-    while let Some(item) = stream.message().await.expect("stream item") {
-        if let Some(Content::Message(m)) = item.content {
-            got.push(m.body);
-        }
-    }
-    assert_eq!(got, [b"m0".to_vec()]);
-    late.await.unwrap();
-    drop(grpc);
-    broker.shutdown().await.unwrap();
-}
-
 #[tokio::test]
 async fn receive_ack_nack_and_redelivery_follow_the_receipt_handles() {
     let dir = tempfile::tempdir().unwrap();
@@ -645,5 +575,133 @@ async fn a_receive_naming_an_empty_queue_gets_the_other_queues_messages_at_once(
     // A queue outside the topic is still refused.
     let (code, _) = receive(&mut grpc, "PopQ", 4, 1, 5_000, 0).await;
     assert_eq!(code, Code::BadRequest as i32);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_renew_keeps_a_delivery_invisible_while_its_client_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopRenew", 1);
+    let mut grpc = grpc_client(&broker).await;
+    let beat = grpc
+        .heartbeat(with_client_id(pb::HeartbeatRequest {
+            group: resource(GROUP),
+            client_type: pb::ClientType::PushConsumer as i32,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(beat.status.unwrap().code, Code::Ok as i32);
+    send_bodies(&mut grpc, "PopRenew", 2, None).await;
+    let receive_renewed = |grpc: &mut MessagingServiceClient<Channel>, auto_renew: bool| {
+        let request = pb::ReceiveMessageRequest {
+            group: resource(GROUP),
+            message_queue: Some(pb::MessageQueue {
+                topic: resource("PopRenew"),
+                id: 0,
+                ..Default::default()
+            }),
+            batch_size: 1,
+            invisible_duration: duration(2_000),
+            long_polling_timeout: duration(500),
+            auto_renew,
+            ..Default::default()
+        };
+        let mut grpc = grpc.clone();
+        async move {
+            let mut stream = grpc
+                .receive_message(with_client_id(request))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut handles = Vec::new();
+            while let Some(item) = stream.message().await.unwrap() {
+                if let Some(Content::Message(m)) = item.content {
+                    handles.push((m.body, m.system_properties.unwrap().receipt_handle.unwrap()));
+                }
+            }
+            handles
+        }
+    };
+    let renewed = receive_renewed(&mut grpc, true).await;
+    let plain = receive_renewed(&mut grpc, false).await;
+    assert_eq!((renewed.len(), plain.len()), (1, 1));
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    // Past two invisibilities: the plain delivery came back, the renewed one did not.
+    let again = receive_renewed(&mut grpc, false).await;
+    assert_eq!(
+        again.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>(),
+        vec![plain[0].0.clone()]
+    );
+    assert!(
+        broker
+            .context()
+            .pop
+            .renewed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    // The renewed delivery's handle is still the client's.
+    let acked = ack(&mut grpc, "PopRenew", &[renewed[0].1.as_str()]).await;
+    assert_eq!(acked.status.unwrap().code, Code::Ok as i32);
+    assert_eq!(
+        broker.context().pop.renewals.len(),
+        0,
+        "an ack ends the renewal"
+    );
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restart_keeps_a_fifo_groups_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopFR", 2);
+    group(&broker, true, 16);
+    let mut grpc = grpc_client(&broker).await;
+    send_bodies(&mut grpc, "PopFR", 6, Some("order-r")).await;
+    let (code, first) = receive(&mut grpc, "PopFR", -1, 2, 1_000, 1_000).await;
+    assert_eq!((code, first.len()), (Code::Ok as i32, 2));
+    assert_eq!(
+        bodies(&first),
+        BTreeSet::from(["m0".to_string(), "m1".to_string()])
+    );
+    let m0 = first.iter().find(|g| g.body == b"m0").unwrap();
+    assert_eq!(
+        ack(&mut grpc, "PopFR", &[m0.handle.as_str()])
+            .await
+            .status
+            .unwrap()
+            .code,
+        Code::Ok as i32
+    );
+    drop(grpc);
+    broker.shutdown().await.unwrap();
+
+    let broker = Broker::start(broker_config(dir.path(), false))
+        .await
+        .unwrap();
+    let mut grpc = grpc_client(&broker).await;
+    let mut order = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while order.len() < 5 && tokio::time::Instant::now() < deadline {
+        let (_, got) = receive(&mut grpc, "PopFR", -1, 2, 5_000, 1_500).await;
+        for g in &got {
+            order.push(String::from_utf8(g.body.clone()).unwrap());
+        }
+        let handles: Vec<&str> = got.iter().map(|g| g.handle.as_str()).collect();
+        if !handles.is_empty() {
+            assert_eq!(
+                ack(&mut grpc, "PopFR", &handles).await.status.unwrap().code,
+                Code::Ok as i32
+            );
+        }
+    }
+    assert_eq!(
+        order,
+        ["m1", "m2", "m3", "m4", "m5"],
+        "the un-acked m1 first, then the rest in order"
+    );
     broker.shutdown().await.unwrap();
 }

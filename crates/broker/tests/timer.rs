@@ -280,3 +280,79 @@ async fn grpc_delay_messages_are_timed_recallable_and_received_as_delay() {
     );
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_timers_due_together_arrive_within_a_second_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "TimerLoad");
+    topic(&broker, "Busy");
+    let addr = broker.local_addr();
+    let due = now_ms() + 8_000;
+    let at = due.to_string();
+    let mut senders = Vec::new();
+    for s in 0..8 {
+        let at = at.clone();
+        senders.push(tokio::spawn(async move {
+            let remoting = client(addr).await;
+            for i in 0..125 {
+                let body = format!("t{s}-{i}");
+                let reply = send_to(
+                    &remoting,
+                    "TimerLoad",
+                    0,
+                    body.as_bytes(),
+                    &[("TIMER_DELIVER_MS", &at)],
+                )
+                .await;
+                assert_eq!(reply.code, 0, "{:?}", reply.remark);
+            }
+        }));
+    }
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    assert!(
+        now_ms() < due - 500,
+        "sending took too long for the test's margin"
+    );
+    // Load while they fire: a stream of ordinary sends to another topic.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let remoting = client(addr).await;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let reply = send_to(&remoting, "Busy", 0, b"load", &[]).await;
+                assert_eq!(reply.code, 0);
+            }
+        })
+    };
+    let remoting = client(addr).await;
+    let mut count = 0;
+    while count < 1_000 {
+        let reply = remoting
+            .invoke(pull_command("TimerLoad", 0, count as i64, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        let got = records(&reply).len();
+        if got == 0 {
+            assert!(now_ms() < due + 5_000, "only {count} of 1,000 after 5 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if count == 0 && got > 0 {
+            let early = due - now_ms();
+            assert!(early < 150, "delivered {early} ms before the due time");
+        }
+        count += got;
+    }
+    let late = now_ms() - due;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.await.unwrap();
+    assert!(
+        late < 1_000,
+        "the last of 1,000 arrived {late} ms after the due time"
+    );
+    eprintln!("1,000 timers due together: the last arrived {late} ms after the due time");
+    broker.shutdown().await.unwrap();
+}

@@ -10,37 +10,23 @@
 //! kept in `target/interop/runs/<test>/`; every child is killed when its guard drops and
 //! every wait has a deadline.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::grpc_interop::{self, interop_dir, present_or_skip, repo_root, Guard};
 use serde_json::Value;
 
 /// Messages the Python producer sends.
 const COUNT: usize = 1_000;
-/// How long `ferromq standalone` may take to print its ports.
-const STANDALONE_READY: Duration = Duration::from_secs(20);
 /// Deadline for the Python producer.
 const PRODUCE_DEADLINE: Duration = Duration::from_secs(180);
 /// Deadline for consuming everything back.
 const CONSUME_DEADLINE: Duration = Duration::from_secs(90);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-fn interop_dir() -> PathBuf {
-    repo_root().join("target").join("interop")
-}
-
-fn required() -> bool {
-    std::env::var("FERROMQ_INTEROP_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
-}
 
 /// The venv's python, or `None` (after saying why) when the test should be skipped. Panics
 /// when it is missing and `FERROMQ_INTEROP_REQUIRED` is set.
@@ -48,71 +34,25 @@ fn python_or_skip(test: &str) -> Option<PathBuf> {
     let python = interop_dir().join("venv-grpc").join("bin").join("python");
     let stamp = interop_dir().join("installed.stamp");
     let stamp_ok = fs::read_to_string(&stamp).is_ok_and(|s| s.contains("rocketmq-python-client"));
-    if python.exists() && stamp_ok {
-        return Some(python);
-    }
     let why = format!(
         "{} or a stamp naming rocketmq-python-client in {} is missing",
         python.display(),
         stamp.display()
     );
-    if required() {
-        panic!("{test}: {why} and FERROMQ_INTEROP_REQUIRED is set: run scripts/interop/install.sh");
-    }
-    eprintln!("SKIPPED {test}: {why}; run scripts/interop/install.sh (or scripts/test)");
-    None
-}
-
-/// A child killed when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    present_or_skip(
+        test,
+        python.exists() && stamp_ok,
+        &why,
+        "scripts/interop/install.sh",
+    )?;
+    Some(python)
 }
 
 /// Starts `ferromq standalone` on free ports; returns it with its name server and gRPC
-/// addresses (read from its stdout and stderr lines).
+/// addresses.
 fn start_standalone(data: &Path, log_dir: &Path) -> (Guard, String, String) {
-    let stderr_path = log_dir.join("standalone.stderr");
-    let stdout_path = log_dir.join("standalone.stdout");
-    let child = Command::new(env!("CARGO_BIN_EXE_ferromq"))
-        .args(["standalone", "--namesrv-port", "0", "--broker-port", "0"])
-        .arg("--data-dir")
-        .arg(data)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(File::create(&stdout_path).unwrap())
-        .stderr(File::create(&stderr_path).unwrap())
-        .spawn()
-        .expect("spawning ferromq standalone");
-    let mut guard = Guard(child);
-    let started = Instant::now();
-    loop {
-        let stdout = fs::read_to_string(&stdout_path).unwrap_or_default();
-        let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
-        let namesrv = stdout.lines().find_map(|l| {
-            l.strip_prefix("ferromq standalone: namesrv ")
-                .and_then(|rest| rest.split_whitespace().next())
-        });
-        let grpc = stderr.lines().find_map(|l| {
-            l.strip_prefix("ferromq standalone: grpc ")
-                .and_then(|rest| rest.split_whitespace().next())
-        });
-        if let (Some(namesrv), Some(grpc)) = (namesrv, grpc) {
-            return (guard, namesrv.to_string(), grpc.to_string());
-        }
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            panic!("standalone exited ({status}) before printing its ports:\n{stderr}");
-        }
-        assert!(
-            started.elapsed() < STANDALONE_READY,
-            "standalone did not print its name server and gRPC addresses in time:\n{stdout}\n{stderr}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let standalone = grpc_interop::start_standalone(data, log_dir, &[]);
+    (standalone.guard, standalone.namesrv, standalone.grpc)
 }
 
 /// What the producer says it sent, by body.
@@ -412,7 +352,7 @@ fn python_grpc_simple_consumer_receives_and_acks_1000() {
 }
 
 /// Messages for the delay / transaction / push test.
-const SMALL: usize = 200;
+const SMALL: usize = 1_000;
 
 #[test]
 fn python_grpc_delay_and_transaction_messages_reach_simple_and_push_consumers() {

@@ -651,3 +651,82 @@ fn java_grpc_push_consumers_retry_failures_and_fifo_dead_letters_them() {
     );
     drop(server);
 }
+
+#[test]
+fn java_grpc_delay_and_transaction_messages_reach_the_simple_consumer() {
+    let test = "java_grpc_delay_and_transaction_messages_reach_the_simple_consumer";
+    let Some(classpath) = classpath_or_skip(test) else {
+        return;
+    };
+    let dir = grpc_dir().join("runs").join(test);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let server = Server::start(&dir, &[]);
+    let endpoints = grpc_addr(&server);
+    let topic = "InteropJavaGrpcSpecial";
+    let group = "CG_java_special";
+    prepare(&server, topic, &[(group, false, 16)]);
+    let (lines, ok) = run_driver(
+        &classpath,
+        &dir,
+        "specials",
+        &["--endpoints", &endpoints, "specials", "--topic", topic],
+    );
+    assert!(ok, "specials failed:\n{lines:?}\n{}", server.stderr_tail());
+    let mut deliver_at = BTreeMap::new();
+    let mut expected = BTreeSet::new();
+    let mut rolled_back = BTreeSet::new();
+    for value in &lines {
+        let (Some(body), Some(kind)) = (value["body"].as_str(), value["kind"].as_str()) else {
+            continue;
+        };
+        match kind {
+            "delay" => {
+                deliver_at.insert(body.to_string(), value["deliver_ms"].as_i64().unwrap());
+                expected.insert(body.to_string());
+            }
+            "commit" => {
+                expected.insert(body.to_string());
+            }
+            _ => {
+                rolled_back.insert(body.to_string());
+            }
+        }
+    }
+    assert_eq!((expected.len(), rolled_back.len()), (5, 1), "{lines:?}");
+    let count = expected.len().to_string();
+    let (lines, ok) = run_driver(
+        &classpath,
+        &dir,
+        "simple",
+        &[
+            "--endpoints",
+            &endpoints,
+            "simple",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--count",
+            &count,
+        ],
+    );
+    assert!(ok, "simple failed:\n{lines:?}\n{}", server.stderr_tail());
+    let mut seen = BTreeSet::new();
+    for value in &lines {
+        let Some(body) = value["body"].as_str() else {
+            continue;
+        };
+        assert!(!rolled_back.contains(body), "rolled back {body} delivered");
+        assert!(seen.insert(body.to_string()), "{body} twice");
+        if let Some(at) = deliver_at.get(body) {
+            let received = value["received_ms"].as_i64().unwrap();
+            assert!(
+                received >= at - 50,
+                "{body} received {} ms early",
+                at - received
+            );
+        }
+    }
+    assert_eq!(seen, expected, "delayed and committed messages, each once");
+}

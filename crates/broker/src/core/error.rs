@@ -185,8 +185,10 @@ pub enum RefusalKind {
     Forbidden,
     /// A request field out of range or inconsistent (queue id, offset, timestamp).
     InvalidArgument,
-    /// The message itself is malformed (properties too long, a bad batch).
+    /// The message itself is malformed (a bad batch, a timer property that is not a number).
     InvalidMessage,
+    /// The message's properties are longer than a record may hold.
+    PropertiesTooLarge,
     /// The topic does not exist (and may not be created here).
     TopicMissing,
     /// The subscription group does not exist.

@@ -205,7 +205,7 @@ pub fn check_properties_len(properties: &[u8]) -> Result<(), Refusal> {
     let max = CLIENT_PROPERTIES_LEN_MAX - usize::from(unterminated);
     if properties.len() > max {
         return Err(Refusal::new(
-            RefusalKind::InvalidMessage,
+            RefusalKind::PropertiesTooLarge,
             format!(
                 "message properties are {} bytes; at most {max} fit (RocketMQ's limit is \
                  {PROPERTIES_LEN_MAX} bytes including what the broker adds, and ferromq adds a \

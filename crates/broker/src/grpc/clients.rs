@@ -82,10 +82,15 @@ struct Table {
 pub type Outbox =
     tokio::sync::mpsc::Sender<Result<ferromq_protocol::grpc::TelemetryCommand, tonic::Status>>;
 
+/// A producer's Telemetry stream. The outbox is held weakly: the stream's own task owns it, and
+/// the reply stream must end when that task does (a strong copy here kept it open, and the
+/// Java client's `close()` waited for it forever).
 #[derive(Debug, Clone)]
 struct Publisher {
     topics: Vec<String>,
-    outbox: Outbox,
+    outbox: tokio::sync::mpsc::WeakSender<
+        Result<ferromq_protocol::grpc::TelemetryCommand, tonic::Status>,
+    >,
 }
 
 /// The table of gRPC clients.
@@ -189,6 +194,7 @@ impl GrpcClients {
     pub fn publishes(&self, client_id: &str, topics: Vec<String>, outbox: Outbox) {
         let mut table = lock(&self.table);
         if table.clients.contains_key(client_id) {
+            let outbox = outbox.downgrade();
             table
                 .publishers
                 .insert(client_id.to_string(), Publisher { topics, outbox });
@@ -198,12 +204,20 @@ impl GrpcClients {
     /// The outbox of a connected producer publishing `topic`.
     pub fn publisher_of(&self, topic: &str) -> Option<Outbox> {
         let mut table = lock(&self.table);
-        table.publishers.retain(|_, p| !p.outbox.is_closed());
+        table.publishers.retain(|_, p| p.outbox.strong_count() > 0);
         table
             .publishers
             .values()
-            .find(|p| p.topics.iter().any(|t| t == topic))
-            .map(|p| p.outbox.clone())
+            .filter(|p| p.topics.iter().any(|t| t == topic))
+            .find_map(|p| p.outbox.upgrade())
+    }
+
+    /// Whether `client_id` is alive: it holds a Telemetry stream, or was heard of within
+    /// `expiry`.
+    pub fn is_alive(&self, client_id: &str, expiry: Duration) -> bool {
+        lock(&self.table).clients.get(client_id).is_some_and(|e| {
+            e.telemetry_streams > 0 || e.last_seen.is_some_and(|seen| seen.elapsed() < expiry)
+        })
     }
 
     /// What is known of `client_id`.

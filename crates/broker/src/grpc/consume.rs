@@ -13,6 +13,16 @@
 //!    `user_properties`.
 //! 3. An ack answers one entry per request entry; the top-level status is OK when all are,
 //!    the entry's status for one entry, MULTIPLE_RESULTS otherwise.
+//! 4. A receive is served from any readable queue of the topic on this broker, the named one
+//!    first (`core::pop::receive`; the Java proxy pops from its broker-acting queue, id -1):
+//!    simple consumers name the route's queues in turn, and one naming a drained queue must
+//!    not wait out its long polling while other queues hold messages. A queue id outside the
+//!    topic is still refused.
+//! 5. A receive never holds past its gRPC deadline (`grpc-timeout`): the hold ends
+//!    [`DEADLINE_HEADROOM`] before it, and a receive naming no long-polling timeout holds
+//!    until then (at most [`DEFAULT_LONG_POLLING`]), as the Java proxy bounds its polling by
+//!    the time remaining. Past the deadline the transport cancels the call, so a longer hold
+//!    could only end in the client's DEADLINE_EXCEEDED instead of MESSAGE_NOT_FOUND.
 
 use std::io::Read;
 use std::time::Duration;
@@ -31,8 +41,14 @@ use crate::core::pop::{self, PopError, ReceiptHandle};
 
 /// The invisibility of a receive that names none (the Java proxy's default).
 pub const DEFAULT_INVISIBLE: Duration = Duration::from_secs(60);
-/// The hold of a receive that names no long-polling timeout.
+/// The hold of a receive that names no long-polling timeout (and no deadline sooner).
 pub const DEFAULT_LONG_POLLING: Duration = Duration::from_secs(20);
+/// How long before its gRPC deadline a held receive answers (rule 5): time to write the
+/// receive's record and send the reply.
+pub const DEADLINE_HEADROOM: Duration = Duration::from_secs(1);
+/// Longest `grpc-timeout` value read (the header's 8 digits of hours exceed it); longer
+/// deadlines are read as this, which no hold reaches.
+const DEADLINE_MAX: Duration = Duration::from_secs(24 * 3600);
 /// RocketMQ's system property names beyond those a producer may not set: kept out of
 /// `user_properties` on delivery.
 const SYSTEM_PROPERTY_NAMES: &[&str] = &[
@@ -67,8 +83,33 @@ pub fn pop_status(error: &PopError) -> pb::Status {
     status(code, error.to_string())
 }
 
-/// The core request of a ReceiveMessage, or the status refusing it.
-pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveRequest, pb::Status> {
+/// The time left to a request by its `grpc-timeout` header (`None`: no deadline, or a value
+/// that does not parse): up to 8 ASCII digits and a unit, `H`, `M`, `S`, `m`, `u` or `n`.
+pub fn grpc_timeout(value: &str) -> Option<Duration> {
+    let unit = value.chars().last()?;
+    let digits = &value[..value.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let time = match unit {
+        'H' => Duration::from_secs(n.saturating_mul(3600)),
+        'M' => Duration::from_secs(n.saturating_mul(60)),
+        'S' => Duration::from_secs(n),
+        'm' => Duration::from_millis(n),
+        'u' => Duration::from_micros(n),
+        'n' => Duration::from_nanos(n),
+        _ => return None,
+    };
+    Some(time.min(DEADLINE_MAX))
+}
+
+/// The core request of a ReceiveMessage, or the status refusing it; `deadline` is the time
+/// the call has left ([`grpc_timeout`]), which bounds the hold (rule 5).
+pub fn receive_request(
+    request: &pb::ReceiveMessageRequest,
+    deadline: Option<Duration>,
+) -> Result<ReceiveRequest, pb::Status> {
     let group = resource_name(request.group.as_ref(), Code::IllegalConsumerGroup, "group")?;
     let queue = request
         .message_queue
@@ -99,6 +140,10 @@ pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveReq
         Some(d) => duration(d)
             .ok_or_else(|| status(Code::IllegalPollingTime, "long_polling_timeout is negative"))?,
     };
+    let wait = match deadline {
+        Some(left) => wait.min(left.saturating_sub(DEADLINE_HEADROOM)),
+        None => wait,
+    };
     if !(pop::INVISIBLE_MIN..=pop::INVISIBLE_MAX).contains(&invisible) {
         return Err(status(
             Code::IllegalInvisibleTime,
@@ -119,6 +164,7 @@ pub fn receive_request(request: &pb::ReceiveMessageRequest) -> Result<ReceiveReq
         batch: usize::try_from(request.batch_size).unwrap_or(1),
         invisible,
         wait: wait.min(pop::RECEIVE_WAIT_MAX),
+        auto_renew: None,
     })
 }
 
@@ -566,6 +612,20 @@ mod tests {
     }
 
     #[test]
+    fn grpc_timeouts_parse_in_every_unit() {
+        assert_eq!(grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(grpc_timeout("4999m"), Some(Duration::from_millis(4_999)));
+        assert_eq!(grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(grpc_timeout("9n"), Some(Duration::from_nanos(9)));
+        assert_eq!(grpc_timeout("99999999H"), Some(DEADLINE_MAX));
+        for bad in ["", "S", "5", "5s", "123456789S", "-5S", "5 S", "5é", "é"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn receive_requests_are_checked_field_by_field() {
         let queue = pb::MessageQueue {
             topic: Some(pb::Resource {
@@ -584,18 +644,34 @@ mod tests {
             batch_size: 16,
             ..Default::default()
         };
-        let parsed = receive_request(&request).unwrap();
+        let parsed = receive_request(&request, None).unwrap();
         assert_eq!(parsed.queue_id, None, "id -1: no queue named");
         assert_eq!(
             (parsed.invisible, parsed.wait),
             (DEFAULT_INVISIBLE, DEFAULT_LONG_POLLING)
         );
+        // The deadline bounds the hold, with or without a long-polling timeout.
+        let wait = |r: &pb::ReceiveMessageRequest, left_ms| {
+            receive_request(r, Some(Duration::from_millis(left_ms)))
+                .unwrap()
+                .wait
+        };
+        assert_eq!(wait(&request, 5_000), Duration::from_secs(4));
+        assert_eq!(wait(&request, 60_000), DEFAULT_LONG_POLLING);
+        assert_eq!(wait(&request, 800), Duration::ZERO, "no time left to hold");
+        request.long_polling_timeout = Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        });
+        assert_eq!(wait(&request, 5_000), Duration::from_secs(4));
+        assert_eq!(wait(&request, 30_000), Duration::from_secs(10));
+        request.long_polling_timeout = None;
         request.invisible_duration = Some(prost_types::Duration {
             seconds: 0,
             nanos: 5,
         });
         assert_eq!(
-            receive_request(&request).unwrap_err().code,
+            receive_request(&request, None).unwrap_err().code,
             Code::IllegalInvisibleTime as i32
         );
         request.invisible_duration = None;
@@ -604,12 +680,12 @@ mod tests {
             expression: "a > 1".into(),
         });
         assert_eq!(
-            receive_request(&request).unwrap_err().code,
+            receive_request(&request, None).unwrap_err().code,
             Code::IllegalFilterExpression as i32
         );
         request.group = None;
         assert_eq!(
-            receive_request(&request).unwrap_err().code,
+            receive_request(&request, None).unwrap_err().code,
             Code::IllegalConsumerGroup as i32
         );
     }

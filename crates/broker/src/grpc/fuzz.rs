@@ -45,7 +45,7 @@ proptest! {
         let _ = pb::EndTransactionRequest::decode(bytes.as_slice());
         let _ = pb::TelemetryCommand::decode(bytes.as_slice());
         if let Ok(request) = pb::ReceiveMessageRequest::decode(bytes.as_slice()) {
-            if let Err(status) = receive_request(&request) {
+            if let Err(status) = receive_request(&request, None) {
                 prop_assert!(safe(&status), "{status:?}");
             }
         }
@@ -60,6 +60,7 @@ proptest! {
         invisible in duration(),
         polling in duration(),
         filter in proptest::option::of((0i32..4, ".{0,20}")),
+        deadline_ms in proptest::option::of(0u64..100_000),
     ) {
         let request = pb::ReceiveMessageRequest {
             group,
@@ -70,7 +71,7 @@ proptest! {
             long_polling_timeout: polling,
             ..Default::default()
         };
-        match receive_request(&request) {
+        match receive_request(&request, deadline_ms.map(std::time::Duration::from_millis)) {
             Ok(parsed) => {
                 prop_assert!(parsed.wait <= crate::core::pop::RECEIVE_WAIT_MAX);
                 prop_assert!(parsed.invisible >= crate::core::pop::INVISIBLE_MIN);

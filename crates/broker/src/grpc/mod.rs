@@ -23,11 +23,10 @@
 //!    (`send::SEND_MESSAGES_PER_REQUEST_MAX`), clients and Telemetry streams
 //!    (`clients`), queued Telemetry replies (`service::TELEMETRY_OUTBOX_MAX`), held
 //!    PullMessage calls (`pullHoldMax`, and `pullHoldMaxPerConnection` per client), and
-//!    a held receive or pull ends before the call's deadline ([`deadline`]).
+//!    a held receive or pull ends before the call's deadline (`grpc-timeout`).
 
 pub mod clients;
 pub mod consume;
-pub mod deadline;
 pub mod offsets;
 pub mod route;
 pub mod send;

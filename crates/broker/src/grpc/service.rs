@@ -45,6 +45,12 @@ impl GrpcService {
         stop: watch::Receiver<bool>,
     ) -> GrpcService {
         let clients = GrpcClients::default();
+        let (alive, expiry) = (
+            clients.clone(),
+            Duration::from_millis(ctx.runtime_config.channel_expired_timeout()),
+        );
+        ctx.pop
+            .set_liveness(Arc::new(move |client| alive.is_alive(client, expiry)));
         tokio::spawn(super::transaction::forward_check_backs(
             ctx.clone(),
             clients.clone(),
@@ -169,10 +175,16 @@ impl MessagingService for GrpcService {
         &self,
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, RpcStatus> {
-        let outcome = match super::consume::receive_request(request.get_ref()) {
+        let client = client_id(&request);
+        let deadline = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::consume::grpc_timeout);
+        let outcome = match super::consume::receive_request(request.get_ref(), deadline) {
             Ok(mut receive) => {
-                let timeout = super::deadline::call_timeout(request.metadata());
-                receive.wait = super::deadline::hold_within(receive.wait, timeout);
+                // auto_renew: the broker extends the deliveries while this client is alive.
+                receive.auto_renew = client.filter(|_| request.get_ref().auto_renew);
                 crate::core::pop::receive::receive(&self.ctx, &receive)
                     .await
                     .map_err(|e| super::consume::pop_status(&e))
@@ -231,7 +243,11 @@ impl MessagingService for GrpcService {
             client,
             held,
             request.get_ref(),
-            super::deadline::call_timeout(request.metadata()),
+            request
+                .metadata()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .and_then(super::consume::grpc_timeout),
             self.stop.clone(),
         )
         .await;

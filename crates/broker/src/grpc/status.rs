@@ -14,7 +14,8 @@
 //! | `RefusalKind::InvalidName` | ILLEGAL_TOPIC (40002) |
 //! | `RefusalKind::TopicMissing` | TOPIC_NOT_FOUND (40402) |
 //! | `RefusalKind::GroupMissing` | CONSUMER_GROUP_NOT_FOUND (40403) |
-//! | `RefusalKind::InvalidMessage` | MESSAGE_PROPERTIES_TOO_LARGE (43101) for properties, else BAD_REQUEST (40000) |
+//! | `RefusalKind::PropertiesTooLarge` | MESSAGE_PROPERTIES_TOO_LARGE (43101) |
+//! | `RefusalKind::InvalidMessage` | BAD_REQUEST (40000) |
 //! | `RefusalKind::InvalidArgument`, `RefusalKind::QueueMissing` | BAD_REQUEST (40000) |
 //! | `RefusalKind::BadSubscription` | ILLEGAL_FILTER_EXPRESSION (40010) |
 //! | `RefusalKind::Busy` | TOO_MANY_REQUESTS (42900) |
@@ -62,9 +63,7 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
         RefusalKind::InvalidName => Code::IllegalTopic,
         RefusalKind::TopicMissing => Code::TopicNotFound,
         RefusalKind::GroupMissing => Code::ConsumerGroupNotFound,
-        RefusalKind::InvalidMessage if refusal.remark.contains("properties") => {
-            Code::MessagePropertiesTooLarge
-        }
+        RefusalKind::PropertiesTooLarge => Code::MessagePropertiesTooLarge,
         RefusalKind::InvalidMessage | RefusalKind::InvalidArgument | RefusalKind::QueueMissing => {
             Code::BadRequest
         }
@@ -152,6 +151,7 @@ mod tests {
             Forbidden,
             InvalidArgument,
             InvalidMessage,
+            PropertiesTooLarge,
             TopicMissing,
             GroupMissing,
             TopicPermission,

@@ -24,6 +24,7 @@ macro_rules! eventually {
     }};
 }
 
+pub mod grpc_interop;
 pub mod java;
 pub mod remoting;
 

@@ -7,6 +7,7 @@
 //! - [`table`]: the state those records build; [`load`] rebuilds it from the log.
 //! - [`receive`]: handing out messages (long polling, FIFO, redelivery, dead letters).
 //! - [`settle`]: acks, new invisibility deadlines, forwarding to the dead-letter queue.
+//! - [`renew`]: automatic renewal of deliveries while their client is alive (`auto_renew`).
 //!
 //! Invariants:
 //! 1. The state is log records (I1): a delivery, an ack or a renewal is answered only once
@@ -30,6 +31,7 @@
 pub mod load;
 pub mod receive;
 pub mod record;
+pub mod renew;
 pub mod settle;
 pub mod table;
 
@@ -174,6 +176,12 @@ pub struct Pop {
     pub commit_failures: AtomicU64,
     /// Messages moved to a dead-letter queue after their last delivery attempt.
     pub dead_lettered: AtomicU64,
+    /// Deliveries registered for automatic renewal (`renew`).
+    pub renewals: renew::Renewals,
+    /// Automatic renewals written.
+    pub renewed: AtomicU64,
+    /// Deliveries not registered for renewal because [`renew::RENEWALS_MAX`] were.
+    pub renewals_refused: AtomicU64,
 }
 
 impl Pop {
@@ -248,6 +256,33 @@ pub(crate) fn with_loaded(ctx: &BrokerContext, f: impl FnOnce(&mut Table)) {
     let _ = ctx.pop.with_table(ctx.replication.epoch(), f);
 }
 
+/// Runs its closure when dropped, unless disarmed: a claim or a reservation made for a request
+/// is undone when the request's future is dropped midway (a client cancelled the call, or the
+/// transport's deadline passed), so no slot stays busy for ever.
+pub(crate) struct Undo<F: FnOnce()> {
+    undo: Option<F>,
+}
+
+impl<F: FnOnce()> Undo<F> {
+    /// Arms `undo`.
+    pub(crate) fn new(undo: F) -> Undo<F> {
+        Undo { undo: Some(undo) }
+    }
+
+    /// The request finished: nothing to undo.
+    pub(crate) fn disarm(mut self) {
+        self.undo = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for Undo<F> {
+    fn drop(&mut self) {
+        if let Some(undo) = self.undo.take() {
+            undo();
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -258,6 +293,15 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_undo_runs_when_dropped_armed_and_not_when_disarmed() {
+        let ran = std::cell::Cell::new(0);
+        drop(Undo::new(|| ran.set(ran.get() + 1)));
+        assert_eq!(ran.get(), 1, "a dropped request undoes its claim");
+        Undo::new(|| ran.set(ran.get() + 1)).disarm();
+        assert_eq!(ran.get(), 1, "a finished request does not");
+    }
 
     #[test]
     fn receipt_handles_round_trip_and_foreign_text_is_refused() {

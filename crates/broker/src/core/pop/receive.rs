@@ -62,6 +62,9 @@ pub struct ReceiveRequest {
     pub invisible: Duration,
     /// How long to hold the receive when nothing is there (at most [`RECEIVE_WAIT_MAX`]).
     pub wait: Duration,
+    /// Renew the deliveries' invisibility while this client is alive and has not settled
+    /// them (gRPC `auto_renew`, `super::renew`); `None`: no renewal.
+    pub auto_renew: Option<String>,
 }
 
 /// One delivered message.
@@ -111,6 +114,9 @@ pub async fn receive(
             out.extend(receive_queue(ctx, request, &group, &key, room).await?);
         }
         if !out.is_empty() || tokio::time::Instant::now() >= deadline {
+            if let Some(client) = &request.auto_renew {
+                super::renew::register(&ctx.pop, client, &request.group, &out, request.invisible);
+            }
             return Ok(out);
         }
         let tick = tokio::time::Instant::now() + EXPIRY_TICK;
@@ -218,14 +224,13 @@ async fn receive_queue(
         )
     })
     .await??;
-    let served = serve(ctx, request, key, &plan).await;
-    if served.is_err() {
-        unreserve(ctx, key, &plan);
-    }
-    let deliveries = served?;
+    // An error, or the future dropped midway, makes what was reserved visible again.
+    let guard = super::Undo::new(|| unreserve(ctx, key, &plan));
+    let deliveries = serve(ctx, request, key, &plan).await?;
     for (offset, handle) in &plan.dead {
         settle::dead_letter_slot(ctx, key, *offset, *handle, generation).await?;
     }
+    guard.disarm();
     Ok(deliveries)
 }
 

@@ -63,11 +63,13 @@ pub async fn ack(
             },
         })
         .collect();
-    if let Err(error) = write_records(ctx, &records).await {
-        release_all(ctx, &claimed);
-        return Err(error);
-    }
+    // An error, or the future dropped midway, releases the claims.
+    let guard = super::Undo::new(|| release_all(ctx, &claimed));
+    write_records(ctx, &records).await?;
     for (key, entries) in &claimed {
+        for (offset, _) in entries {
+            ctx.pop.renewals.forget(key, *offset);
+        }
         let mut moved = None;
         with_loaded(ctx, |t| {
             if t.acked(key, entries) {
@@ -79,6 +81,7 @@ pub async fn ack(
             commit_progress(ctx, key, generation, base).await;
         }
     }
+    guard.disarm();
     Ok(results)
 }
 
@@ -115,13 +118,16 @@ pub async fn change_invisible(
             deadline_ms,
         },
     };
-    if let Err(error) = write_records(ctx, std::slice::from_ref(&record)).await {
+    let guard = super::Undo::new(|| {
         with_loaded(ctx, |t| t.release(&key, handle.offset, handle.handle));
-        return Err(error);
-    }
+    });
+    write_records(ctx, std::slice::from_ref(&record)).await?;
     with_loaded(ctx, |t| {
         t.renewed(&key, handle.offset, handle.handle, new_handle, deadline_ms)
     });
+    guard.disarm();
+    // The client took the deadline over: no automatic renewal of the old handle.
+    ctx.pop.renewals.forget(&key, handle.offset);
     Ok(ReceiptHandle {
         handle: new_handle,
         ..handle.clone()
@@ -150,11 +156,10 @@ pub(super) async fn dead_letter_slot(
     handle: u64,
     generation: u64,
 ) -> Result<(), PopError> {
-    let result = dead_letter_inner(ctx, key, offset, handle, generation).await;
-    if result.is_err() {
-        with_loaded(ctx, |t| t.release(key, offset, handle));
-    }
-    result
+    let guard = super::Undo::new(|| with_loaded(ctx, |t| t.release(key, offset, handle)));
+    dead_letter_inner(ctx, key, offset, handle, generation).await?;
+    guard.disarm();
+    Ok(())
 }
 
 async fn dead_letter_inner(
@@ -208,6 +213,7 @@ async fn dead_letter_inner(
         },
     };
     write_records(ctx, std::slice::from_ref(&record)).await?;
+    ctx.pop.renewals.forget(key, offset);
     let mut moved = None;
     with_loaded(ctx, |t| {
         if t.acked(key, &[(offset, handle)]) {

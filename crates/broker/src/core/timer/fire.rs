@@ -84,16 +84,21 @@ pub(super) async fn write_op(
     let receipt = crate::core::ack::put_messages(ctx, &drafts).await?;
     let position = receipt.placements.last().map_or(0, |p| p.queue_offset);
     with_loaded(ctx, |t| t.settle(position, offset));
+    count_ops(ctx, 1).await;
+    Ok(())
+}
+
+/// Counts `n` op records written and commits the watermarks every [`WATERMARK_EVERY`].
+async fn count_ops(ctx: &BrokerContext, n: u64) {
     let since = ctx
         .timers
         .ops_since_watermark
-        .fetch_add(1, Ordering::Relaxed)
-        + 1;
+        .fetch_add(n, Ordering::Relaxed)
+        + n;
     if since >= WATERMARK_EVERY {
         ctx.timers.ops_since_watermark.store(0, Ordering::Relaxed);
         commit_watermarks(ctx).await;
     }
-    Ok(())
 }
 
 /// Fires due timer messages until the broker stops (masters only).
@@ -113,22 +118,120 @@ pub async fn run_timer(ctx: Arc<BrokerContext>, mut stop: tokio::sync::watch::Re
     }
 }
 
-/// Fires the messages due now (at most [`FIRE_BATCH_MAX`]).
+/// Fires the messages due now (at most [`FIRE_BATCH_MAX`]): those whose target is fine in one
+/// append (each real message followed by its op record: one acknowledgement for the batch),
+/// the rest one by one ([`fire_one`]: dead letters, and every message of a batch a permanent
+/// error refused, so one bad message cannot hold back the others).
 async fn fire_due(ctx: &BrokerContext) -> Result<(), String> {
     let due = with_table(ctx, |t| t.take_due(now_ms(), FIRE_BATCH_MAX))
         .await
         .map_err(|e| e.to_string())?;
-    for (index, offset) in due.iter().enumerate() {
+    let single = match fire_batch(ctx, &due).await {
+        Ok(single) => single,
+        Err(error) => {
+            with_loaded(ctx, |t| due.iter().for_each(|o| t.release(*o)));
+            return Err(error);
+        }
+    };
+    for (index, offset) in single.iter().enumerate() {
         if let Err(error) = fire_one(ctx, *offset).await {
-            with_loaded(ctx, |t| {
-                for offset in &due[index..] {
-                    t.release(*offset);
-                }
-            });
+            with_loaded(ctx, |t| single[index..].iter().for_each(|o| t.release(*o)));
             return Err(error);
         }
     }
     Ok(())
+}
+
+/// Fires the due messages whose target is fine in one append; returns the offsets left to
+/// [`fire_one`]. `Err` (nothing fired) for a failure worth retrying.
+async fn fire_batch(ctx: &BrokerContext, due: &[u64]) -> Result<Vec<u64>, String> {
+    let mut single = Vec::new();
+    let mut read = Vec::new();
+    for offset in due {
+        let got = ctx
+            .store
+            .get_messages(TIMER_TOPIC, 0, *offset, 1, usize::MAX, &TagFilter::All)
+            .map_err(|e| e.to_string())?;
+        match got.messages.into_iter().find(|m| m.queue_offset == *offset) {
+            Some(message) => read.push((*offset, message.bytes)),
+            None => single.push(*offset),
+        }
+    }
+    let mut parts = Vec::new();
+    for (offset, bytes) in &read {
+        let Ok(view) = RecordView::parse(bytes) else {
+            single.push(*offset);
+            continue;
+        };
+        let topic = view
+            .properties
+            .get_str(PROPERTY_REAL_TOPIC)
+            .unwrap_or_default();
+        let queue = view
+            .properties
+            .get_str(PROPERTY_REAL_QUEUE_ID)
+            .unwrap_or_default();
+        if check_target(ctx, topic, queue).is_err() {
+            single.push(*offset);
+            continue;
+        }
+        let properties = rewrite_properties(
+            &view.properties,
+            &[
+                PROPERTY_REAL_TOPIC,
+                PROPERTY_REAL_QUEUE_ID,
+                PROPERTY_TIMER_DUE,
+            ],
+            &[],
+        );
+        let op_body = offset.to_string().into_bytes();
+        let op_properties = Properties::encode([(PROPERTY_TIMER_OP, Op::Fired.as_str())]);
+        parts.push((
+            *offset,
+            view,
+            topic,
+            queue,
+            properties,
+            op_body,
+            op_properties,
+        ));
+    }
+    if parts.is_empty() {
+        return Ok(single);
+    }
+    let mut drafts = Vec::with_capacity(parts.len() * 2);
+    for (_, view, topic, queue, properties, op_body, op_properties) in &parts {
+        drafts.push(DraftRecord {
+            topic,
+            queue_id: queue.parse().unwrap_or_default(),
+            properties,
+            ..draft_of(ctx, view)
+        });
+        drafts.push(op_draft(ctx, op_body, op_properties));
+    }
+    match crate::core::ack::put_messages(ctx, &drafts).await {
+        Ok(receipt) => {
+            with_loaded(ctx, |t| {
+                for (part, pair) in parts.iter().zip(receipt.placements.chunks(2)) {
+                    t.settle(pair[1].queue_offset, part.0);
+                }
+            });
+            ctx.timers
+                .fired
+                .fetch_add(parts.len() as u64, Ordering::Relaxed);
+            count_ops(ctx, parts.len() as u64).await;
+            Ok(single)
+        }
+        Err(error) => {
+            let error = crate::core::error::SendError::Write(error);
+            if !is_permanent(&error) {
+                return Err(error.to_string());
+            }
+            // A message the store refuses for what it is: fire each alone to isolate it.
+            single.extend(parts.iter().map(|p| p.0));
+            Ok(single)
+        }
+    }
 }
 
 /// Moves one due message (module doc); `Err` only for a store failure worth retrying.

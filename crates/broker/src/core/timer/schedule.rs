@@ -131,6 +131,10 @@ pub async fn recall(ctx: &BrokerContext, handle: &str) -> Result<Option<String>,
     if !claimed {
         return Err(RecallError::NotPending(offset));
     }
+    // The timer record was acknowledged; its ConsumeQueue entry may lag a moment.
+    ctx.store
+        .dispatch_caught_up(std::time::Duration::from_millis(500))
+        .await;
     let message_id = ctx
         .store
         .get_messages(

@@ -10,7 +10,7 @@
 //! | `WriteError::InSyncReplicasNotEnough` | SYSTEM_ERROR (1), remark "in-sync replicas not enough: ..." as RocketMQ |
 //! | `WriteError::Poisoned`, `WriteError::Closed` (every later write) | SERVICE_NOT_AVAILABLE (14) |
 //! | `WriteError::DispatchStalled`, `ViewError`, `RefusalKind::Busy` | SYSTEM_BUSY (2) |
-//! | `WriteError::Invalid`, `RefusalKind::InvalidMessage` | MESSAGE_ILLEGAL (13) |
+//! | `WriteError::Invalid`, `RefusalKind::InvalidMessage`, `RefusalKind::PropertiesTooLarge` | MESSAGE_ILLEGAL (13) |
 //! | `WriteError::Reserved`, `RefusalKind::Forbidden`, `RefusalKind::TopicPermission` | NO_PERMISSION (16) |
 //! | `RefusalKind::InvalidName`, `RefusalKind::InvalidArgument` | INVALID_PARAMETER (25) |
 //! | `RefusalKind::TopicMissing` | TOPIC_NOT_EXIST (17) |
@@ -61,7 +61,7 @@ pub fn refusal_code(kind: RefusalKind) -> i32 {
     match kind {
         RefusalKind::InvalidName | RefusalKind::InvalidArgument => response::INVALID_PARAMETER,
         RefusalKind::Forbidden | RefusalKind::TopicPermission => response::NO_PERMISSION,
-        RefusalKind::InvalidMessage => response::MESSAGE_ILLEGAL,
+        RefusalKind::InvalidMessage | RefusalKind::PropertiesTooLarge => response::MESSAGE_ILLEGAL,
         RefusalKind::TopicMissing => response::TOPIC_NOT_EXIST,
         RefusalKind::GroupMissing => response::SUBSCRIPTION_GROUP_NOT_EXIST,
         RefusalKind::QueueMissing | RefusalKind::Internal => response::SYSTEM_ERROR,

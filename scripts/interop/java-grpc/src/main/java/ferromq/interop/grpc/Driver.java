@@ -33,6 +33,8 @@ import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 
 /**
  * The Java gRPC interop driver of ferromq: the official RocketMQ 5.x gRPC client
@@ -49,6 +51,11 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  *       "P-key-i" and "P-alt-i", user properties index=i and kind=fifo|normal, body "P:i".
  *       One line per acknowledged send {"index","body","tag","keys","group","properties",
  *       "message_id"}, one {"index","error"} per failed send, then {"summary":{"sent","failed"}}.
+ *   specials --topic T [--prefix P]
+ *       a transactional Producer sends 3 DELAY messages (delivery 2.5 s after the send; body
+ *       "P:delay:i") and 3 TRANSACTION messages: "P:commit:0" and "P:commit:1" committed,
+ *       "P:rollback:0" rolled back. One line each {"body","kind","sent_ms","deliver_ms"?},
+ *       then {"summary":{"sent"}}; a check-back (none expected) commits and prints {"check"}.
  *   simple --topic T --group G --count N [--timeout S]
  *       a SimpleConsumer (long polling 2 s) receives batches of 32 (invisible 20 s) and acks
  *       each message, until N came or S seconds (default 60) passed; then receives once more,
@@ -121,6 +128,9 @@ public final class Driver {
                 case "simple":
                     ok = simple(config, flags);
                     break;
+                case "specials":
+                    ok = specials(config, flags);
+                    break;
                 case "push":
                     ok = push(config, flags);
                     break;
@@ -189,6 +199,57 @@ public final class Driver {
         }
         OUT.println("{\"summary\":{\"sent\":" + sent + ",\"failed\":" + failed + "}}");
         return failed == 0;
+    }
+
+    private static boolean specials(ClientConfiguration config, Map<String, List<String>> flags)
+            throws ClientException, IOException {
+        String topic = required(flags, "topic");
+        String prefix = optional(flags, "prefix", "java");
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        int sent = 0;
+        try (Producer producer = provider.newProducerBuilder()
+                .setClientConfiguration(config)
+                .setTopics(topic)
+                .setTransactionChecker(view -> {
+                    OUT.println("{\"check\":" + quote(body(view)) + "}");
+                    return TransactionResolution.COMMIT;
+                })
+                .build()) {
+            for (int i = 0; i < 3; i++) {
+                String body = prefix + ":delay:" + i;
+                long now = System.currentTimeMillis();
+                long at = now + 2_500;
+                Message message = provider.newMessageBuilder()
+                    .setTopic(topic)
+                    .setBody(body.getBytes(StandardCharsets.UTF_8))
+                    .setDeliveryTimestamp(at)
+                    .build();
+                producer.send(message);
+                sent++;
+                OUT.println("{\"body\":" + quote(body) + ",\"kind\":\"delay\",\"sent_ms\":" + now
+                    + ",\"deliver_ms\":" + at + "}");
+            }
+            String[][] transactions = {{"commit", "0"}, {"commit", "1"}, {"rollback", "0"}};
+            for (String[] t : transactions) {
+                String body = prefix + ":" + t[0] + ":" + t[1];
+                Message message = provider.newMessageBuilder()
+                    .setTopic(topic)
+                    .setBody(body.getBytes(StandardCharsets.UTF_8))
+                    .build();
+                Transaction transaction = producer.beginTransaction();
+                producer.send(message, transaction);
+                if (t[0].equals("commit")) {
+                    transaction.commit();
+                } else {
+                    transaction.rollback();
+                }
+                sent++;
+                OUT.println("{\"body\":" + quote(body) + ",\"kind\":" + quote(t[0])
+                    + ",\"sent_ms\":" + System.currentTimeMillis() + "}");
+            }
+        }
+        OUT.println("{\"summary\":{\"sent\":" + sent + "}}");
+        return sent == 6;
     }
 
     private static boolean simple(ClientConfiguration config, Map<String, List<String>> flags)
@@ -361,7 +422,8 @@ public final class Driver {
             + ",\"properties\":" + object(new TreeMap<>(message.getProperties()))
             + ",\"message_id\":" + quote(message.getMessageId().toString())
             + ",\"group\":" + message.getMessageGroup().map(Driver::quote).orElse("null")
-            + ",\"attempt\":" + message.getDeliveryAttempt() + "}";
+            + ",\"attempt\":" + message.getDeliveryAttempt()
+            + ",\"received_ms\":" + System.currentTimeMillis() + "}";
     }
 
     // -----------------------------------------------------------------------------------------
