@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::grpc::{grpc_client, resource, with_client_id};
 use common::{broker, broker_config, client, commit, query, send, TIMEOUT};
+use ferromq_broker::grpc::consume::DEADLINE_HEADROOM;
 use ferromq_broker::Broker;
 use ferromq_protocol::grpc::messaging_service_client::MessagingServiceClient;
 use ferromq_protocol::grpc::pull_message_response::Content;
@@ -484,6 +485,37 @@ async fn pull_message_streams_messages_from_an_offset_then_next_offset() {
         "woken by the send"
     );
     assert_eq!(sender.await.unwrap(), response::SUCCESS);
+    drop(grpc);
+    broker.shutdown().await.unwrap();
+}
+
+/// A held pull answers [`DEADLINE_HEADROOM`] before the call's deadline (`grpc-timeout`) when
+/// the deadline comes before its long-polling timeout, instead of running into it (found
+/// with the Rust client 5.0.0, whose deadline is its long-polling timeout, on receives).
+#[tokio::test]
+async fn a_held_pull_answers_before_the_call_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let mut grpc = grpc_client(&broker).await;
+    send_all(&broker, "TPullDeadline", 0, &["a"]).await;
+    assert_eq!(wait_max(&mut grpc, "TPullDeadline", 0, 1).await, 1);
+    let call = Duration::from_secs(3);
+    let mut held = pull_of("TPullDeadline", 0, 1, 32);
+    held.long_polling_timeout = Some(prost_types::Duration {
+        seconds: 4,
+        nanos: 0,
+    });
+    let mut request = with_client_id(held);
+    request.set_timeout(call);
+    let started = tokio::time::Instant::now();
+    let got = pull(&mut grpc, request).await;
+    let elapsed = started.elapsed();
+    assert_eq!(got.status.code, Code::MessageNotFound as i32, "{got:?}");
+    assert_eq!(got.next_offset, Some(1));
+    assert!(
+        elapsed >= call - DEADLINE_HEADROOM - Duration::from_millis(100) && elapsed < call,
+        "held {elapsed:?} of a {call:?} call"
+    );
     drop(grpc);
     broker.shutdown().await.unwrap();
 }

@@ -22,7 +22,8 @@
 //! 3. Everything is bounded: request size, messages per request
 //!    (`send::SEND_MESSAGES_PER_REQUEST_MAX`), clients and Telemetry streams
 //!    (`clients`), queued Telemetry replies (`service::TELEMETRY_OUTBOX_MAX`), held
-//!    PullMessage calls (`pullHoldMax`, and `pullHoldMaxPerConnection` per client).
+//!    PullMessage calls (`pullHoldMax`, and `pullHoldMaxPerConnection` per client), and
+//!    a held receive or pull ends before the call's deadline (`grpc-timeout`).
 
 pub mod clients;
 pub mod consume;

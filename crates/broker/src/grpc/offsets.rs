@@ -37,7 +37,7 @@ use ferromq_protocol::grpc::{self as pb, Code, FilterType, QueryOffsetPolicy};
 use ferromq_store::{GetResult, GetStatus, TimeBoundary};
 use tokio::sync::watch;
 
-use super::consume::{duration, resource_name, stored_message_of, Placement};
+use super::consume::{duration, resource_name, stored_message_of, Placement, DEADLINE_HEADROOM};
 use super::status::{commit_code, ok, pull_code, query_code, status};
 use crate::context::BrokerContext;
 use crate::core::offsets::{self, CommitKind, CommitRequest, QueryTarget};
@@ -271,16 +271,25 @@ fn pull_request(
 }
 
 /// PullMessage (rules 4, 5): the whole reply stream. `held_pulls` counts the client's held
-/// pulls; a hold ends early when `stop` turns true.
+/// pulls; a hold ends early when `stop` turns true, and [`DEADLINE_HEADROOM`] before the
+/// call's `deadline` (the time it has left, `consume::grpc_timeout`), as a receive's does:
+/// past it the transport cancels the call and the client gets DEADLINE_EXCEEDED instead of
+/// MESSAGE_NOT_FOUND.
 pub async fn pull_message(
     ctx: &Arc<BrokerContext>,
     client_id: String,
     held_pulls: Arc<std::sync::atomic::AtomicUsize>,
     request: &pb::PullMessageRequest,
+    deadline: Option<Duration>,
     stop: watch::Receiver<bool>,
 ) -> Vec<pb::PullMessageResponse> {
     let pull = match pull_request(ctx, request) {
-        Ok(pull) => pull,
+        Ok(mut pull) => {
+            if let (Some(hold), Some(left)) = (pull.hold, deadline) {
+                pull.hold = Some(hold.min(left.saturating_sub(DEADLINE_HEADROOM)));
+            }
+            pull
+        }
         Err(refused) => return stream(vec![Content::Status(refused)]),
     };
     let outcome = pull::pull(ctx, &caller(client_id), &pull, &held_pulls, stopped(stop)).await;

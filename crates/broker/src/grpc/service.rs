@@ -243,6 +243,11 @@ impl MessagingService for GrpcService {
             client,
             held,
             request.get_ref(),
+            request
+                .metadata()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .and_then(super::consume::grpc_timeout),
             self.stop.clone(),
         )
         .await;
