@@ -705,3 +705,54 @@ async fn a_restart_keeps_a_fifo_groups_order() {
     );
     broker.shutdown().await.unwrap();
 }
+
+/// Item 5 of issue 17, the other way: a message sent over remoting is received over gRPC with
+/// its tag, keys, user properties and body, and the group's offset is one view.
+#[tokio::test]
+async fn a_message_sent_over_remoting_is_received_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopX", 1);
+    let remoting = client(broker.local_addr()).await;
+    let reply = common::send_to(
+        &remoting,
+        "PopX",
+        0,
+        b"from remoting",
+        &[
+            ("TAGS", "TagR"),
+            ("KEYS", "k1 k2"),
+            ("color", "blue"),
+            ("UNIQ_KEY", "REMOTING01"),
+        ],
+    )
+    .await;
+    assert_eq!(reply.code, 0, "{:?}", reply.remark);
+    let mut grpc = grpc_client(&broker).await;
+    let (code, got) = receive(&mut grpc, "PopX", 0, 4, 5_000, 2_000).await;
+    assert_eq!((code, got.len()), (Code::Ok as i32, 1));
+    let message = &got[0].message;
+    let system = message.system_properties.as_ref().unwrap();
+    assert_eq!(message.body, b"from remoting");
+    assert_eq!(system.tag.as_deref(), Some("TagR"));
+    assert_eq!(system.keys, ["k1", "k2"]);
+    assert_eq!(system.message_id, "REMOTING01");
+    assert_eq!(
+        message.user_properties.get("color").map(String::as_str),
+        Some("blue")
+    );
+    assert!(
+        !message.user_properties.contains_key("TAGS"),
+        "system keys stay out"
+    );
+    assert_eq!(
+        ack(&mut grpc, "PopX", &[got[0].handle.as_str()])
+            .await
+            .status
+            .unwrap()
+            .code,
+        Code::Ok as i32
+    );
+    assert_eq!(committed(broker.local_addr(), "PopX", 0).await, Some(1));
+    broker.shutdown().await.unwrap();
+}
