@@ -756,3 +756,20 @@ async fn a_message_sent_over_remoting_is_received_over_grpc() {
     assert_eq!(committed(broker.local_addr(), "PopX", 0).await, Some(1));
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_fifo_batch_comes_from_one_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), false).await;
+    topic(&broker, "PopF1", 4);
+    group(&broker, true, 16);
+    let mut grpc = grpc_client(&broker).await;
+    for g in ["ga", "gb", "gc", "gd"] {
+        send_bodies(&mut grpc, "PopF1", 2, Some(g)).await;
+    }
+    let (code, got) = receive(&mut grpc, "PopF1", -1, 32, 5_000, 1_000).await;
+    assert_eq!(code, Code::Ok as i32);
+    let queues: BTreeSet<i32> = got.iter().map(|g| g.queue).collect();
+    assert_eq!(queues.len(), 1, "one queue per FIFO batch: {got:?}");
+    broker.shutdown().await.unwrap();
+}

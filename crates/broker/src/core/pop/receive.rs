@@ -13,7 +13,8 @@
 //! goes to the group's dead-letter queue instead (`settle::dead_letter_slot`). A FIFO group
 //! (`consumeMessageOrderly`) gets nothing from a queue while any delivery of it is invisible,
 //! and fresh messages only once every earlier one is settled, so a queue's messages — and
-//! therefore a message group's — are handed out in order.
+//! therefore a message group's — are handed out in order. A FIFO receive's batch comes from
+//! one queue (the first, in the order above, that has something to hand out).
 //!
 //! The delivery is answered only after its pop record is acknowledged (module invariant 1);
 //! when the record fails, its slots become visible again as they were. With nothing to hand
@@ -112,6 +113,12 @@ pub async fn receive(
             };
             let room = batch - out.len();
             out.extend(receive_queue(ctx, request, &group, &key, room).await?);
+            if group.consume_message_orderly && !out.is_empty() {
+                // A FIFO batch comes from one queue: an orderly client processes a batch in
+                // sequence, and a batch spanning queues would make one queue's local retries
+                // hold back the others' messages.
+                break;
+            }
         }
         if !out.is_empty() || tokio::time::Instant::now() >= deadline {
             if let Some(client) = &request.auto_renew {
