@@ -119,10 +119,27 @@ fn produce_then_consume_every_message_then_e2e() {
         "2",
         "--seconds",
         "1",
+        "--rate",
+        "500",
         "--json",
     ]);
     check_figures(&e2e);
+    // Paced at 500 msgs/s for 1 s (unpaced, one sender of batches of 4 sends thousands).
+    assert_eq!(e2e["offered_rate"], 500, "{e2e}");
+    let paced = e2e["messages"].as_u64().unwrap();
+    assert!(
+        (100..=600).contains(&paced),
+        "{paced} messages at 500/s: {e2e}"
+    );
     assert_eq!(e2e["received"], e2e["messages"], "{e2e}");
+    // The delivery share (acknowledged → received) is measured and below the whole.
+    let delivery = e2e["delivery_p50_us"].as_f64().expect("delivery p50");
+    assert!(delivery > 0.0, "{e2e}");
+    assert!(
+        delivery <= e2e["max_us"].as_f64().unwrap() + 1.0,
+        "delivery is part of the end-to-end time: {e2e}"
+    );
+    assert!(e2e["received_before_ack"].as_u64().is_some(), "{e2e}");
 }
 
 #[test]

@@ -30,6 +30,7 @@ pub struct Faults {
     /// Mirrors of `stalls` readable without the lock (the unarmed fast path).
     syncs_stalled: AtomicBool,
     writes_stalled: AtomicBool,
+    derived_syncs_stalled: AtomicBool,
     stalls: Mutex<Stalls>,
     stall_changed: Condvar,
     /// Threads held by a stall right now.
@@ -41,6 +42,7 @@ pub struct Faults {
 struct Stalls {
     syncs: bool,
     writes: bool,
+    derived_syncs: bool,
     released: bool,
 }
 
@@ -49,6 +51,7 @@ struct Stalls {
 enum StallPoint {
     Sync,
     Write,
+    DerivedSync,
 }
 
 impl Faults {
@@ -99,6 +102,13 @@ impl Faults {
         self.set_stall(StallPoint::Write, stall);
     }
 
+    /// While `true`, a checkpoint's fsync of derived state (ConsumeQueues, index) blocks
+    /// before syncing, until disarmed, the store closes, or [`STALL_MAX`] passes (a slow
+    /// disk): dispatch must go on meanwhile.
+    pub fn stall_derived_syncs(&self, stall: bool) {
+        self.set_stall(StallPoint::DerivedSync, stall);
+    }
+
     fn set_stall(&self, point: StallPoint, stall: bool) {
         let mut stalls = self.stalls.lock().expect("stall lock");
         match point {
@@ -109,6 +119,10 @@ impl Faults {
             StallPoint::Write => {
                 stalls.writes = stall;
                 self.writes_stalled.store(stall, Ordering::Release);
+            }
+            StallPoint::DerivedSync => {
+                stalls.derived_syncs = stall;
+                self.derived_syncs_stalled.store(stall, Ordering::Release);
             }
         }
         self.stall_changed.notify_all();
@@ -125,6 +139,7 @@ impl Faults {
         self.stalls.lock().expect("stall lock").released = true;
         self.syncs_stalled.store(false, Ordering::Release);
         self.writes_stalled.store(false, Ordering::Release);
+        self.derived_syncs_stalled.store(false, Ordering::Release);
         self.stall_changed.notify_all();
     }
 
@@ -142,6 +157,13 @@ impl Faults {
         }
     }
 
+    /// Blocks while derived-state fsyncs are stalled (see [`Faults::stall_derived_syncs`]).
+    pub(crate) fn wait_derived_sync_stall(&self) {
+        if self.derived_syncs_stalled.load(Ordering::Relaxed) {
+            self.wait_stall(StallPoint::DerivedSync);
+        }
+    }
+
     /// Waits on the condition variable (no busy loop) until `point` is disarmed, the stalls
     /// are released, or `STALL_MAX` passes.
     fn wait_stall(&self, point: StallPoint) {
@@ -151,6 +173,7 @@ impl Faults {
                 && match point {
                     StallPoint::Sync => stalls.syncs,
                     StallPoint::Write => stalls.writes,
+                    StallPoint::DerivedSync => stalls.derived_syncs,
                 }
         };
         let mut stalls = self.stalls.lock().expect("stall lock");

@@ -2,12 +2,17 @@
 //! ConsumeQueue and the key index share: create a file on its first write (and fsync the
 //! directory so it survives a crash), remember which files were written since the last sync
 //! and fsync exactly those, cut and remove files durably.
+//!
+//! Files are shared handles so a checkpoint can take the set of written files under the
+//! store's `derived` lock and fsync them after releasing it ([`DirtyFile`]): the dispatcher
+//! (and so every consumer) does not wait for ConsumeQueue fsyncs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::ops::RangeBounds;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::FileError;
 use crate::fsutil;
@@ -19,8 +24,25 @@ pub(crate) struct FileSet {
     /// A file's name is `key * name_scale` in 20 digits (ConsumeQueues name files by byte
     /// offset and key them by queue offset; the index names and keys them by segment start).
     name_scale: u64,
-    files: BTreeMap<u64, File>,
+    files: BTreeMap<u64, Arc<File>>,
     dirty: BTreeSet<u64>,
+}
+
+/// A file written since the last sync, taken out of its set to be fsynced without the set's
+/// lock. Syncing a file removed meanwhile (retention) is harmless.
+#[derive(Debug)]
+pub(crate) struct DirtyFile {
+    path: PathBuf,
+    file: Arc<File>,
+}
+
+impl DirtyFile {
+    /// fsyncs the file's data.
+    pub(crate) fn sync(&self) -> Result<(), FileError> {
+        self.file
+            .sync_data()
+            .map_err(|e| FileError::new("fsync", &self.path, e))
+    }
 }
 
 impl FileSet {
@@ -41,7 +63,7 @@ impl FileSet {
             .write(true)
             .open(&path)
             .map_err(|e| FileError::new("open", &path, e))?;
-        self.files.insert(key, file);
+        self.files.insert(key, Arc::new(file));
         Ok(())
     }
 
@@ -96,7 +118,7 @@ impl FileSet {
                 .open(&path)
                 .map_err(|e| FileError::new("create", &path, e))?;
             fsutil::sync_dir(&self.dir)?;
-            self.files.insert(key, file);
+            self.files.insert(key, Arc::new(file));
         }
         self.files[&key]
             .write_all_at(bytes, pos)
@@ -107,13 +129,22 @@ impl FileSet {
 
     /// fsyncs every file written since the last sync.
     pub(crate) fn sync_dirty(&mut self) -> Result<(), FileError> {
-        for key in std::mem::take(&mut self.dirty) {
-            if let Some(file) = self.files.get(&key) {
-                file.sync_data()
-                    .map_err(|e| FileError::new("fsync", self.path(key), e))?;
-            }
-        }
-        Ok(())
+        self.take_dirty().iter().try_for_each(DirtyFile::sync)
+    }
+
+    /// The files written since the last sync, for the caller to fsync (they count as synced
+    /// from now on: a failed fsync stops checkpoints, see `store::checkpoint_health`).
+    pub(crate) fn take_dirty(&mut self) -> Vec<DirtyFile> {
+        std::mem::take(&mut self.dirty)
+            .into_iter()
+            .filter_map(|key| {
+                let file = self.files.get(&key)?.clone();
+                Some(DirtyFile {
+                    path: self.path(key),
+                    file,
+                })
+            })
+            .collect()
     }
 
     /// Cuts the file for `key` to `len` bytes, durably.

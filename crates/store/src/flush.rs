@@ -318,12 +318,14 @@ impl FlushControl {
 
     /// The flusher thread body. `interval` is `Some` under `AsyncFlush` (flush at least that
     /// often when there is unflushed data) and `None` under `SyncFlush` (flush on request).
-    /// `commit` writes the appender's buffered tail to the files before each fsync.
+    /// `commit` writes the appender's buffered tail to the files before each fsync;
+    /// `flushed` runs after each fsync that succeeded (the store wakes its dispatcher).
     pub fn run(
         &self,
         log: &CommitLog,
         interval: Option<Duration>,
         commit: &dyn Fn() -> Result<(), FileError>,
+        flushed: &dyn Fn(),
     ) {
         loop {
             let stop = {
@@ -347,11 +349,10 @@ impl FlushControl {
                 requests.stop
             };
             match commit() {
-                Ok(()) => {
-                    if let Err(error) = self.flush_once(log, log.committed_end()) {
-                        self.poison(error.to_string());
-                    }
-                }
+                Ok(()) => match self.flush_once(log, log.committed_end()) {
+                    Ok(()) => flushed(),
+                    Err(error) => self.poison(error.to_string()),
+                },
                 Err(error) => self.poison(format!("commit failed: {error}")),
             }
             if stop {

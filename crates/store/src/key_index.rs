@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use crate::error::{FileError, OpenError};
-use crate::file_set::FileSet;
+use crate::file_set::{DirtyFile, FileSet};
 use crate::fsutil;
 
 const ENTRY_SIZE: u64 = 16;
@@ -109,6 +109,13 @@ impl KeyIndex {
     pub fn sync(&mut self) -> Result<(), FileError> {
         self.write_out()?;
         self.files.sync_dirty()
+    }
+
+    /// Writes out and returns the files changed since the last sync, for the caller to fsync
+    /// without holding the index (a checkpoint, outside the `derived` lock).
+    pub(crate) fn write_out_for_sync(&mut self) -> Result<Vec<DirtyFile>, FileError> {
+        self.write_out()?;
+        Ok(self.files.take_dirty())
     }
 
     /// Candidate record offsets for `key` in `topic`, newest first, at most `max_count`.

@@ -28,6 +28,7 @@ use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueueSet;
 use crate::dispatch::{Derived, DispatchError};
 use crate::error::{FileError, OpenError};
+use crate::file_set::DirtyFile;
 use crate::fsutil;
 use crate::key_index::KeyIndex;
 use crate::offsets::OffsetView;
@@ -476,11 +477,22 @@ fn cut_to_checkpoint(
 }
 
 pub(crate) fn sync_derived(derived: &mut Derived) -> Result<(), OpenError> {
-    for queue in derived.queues.all_mut() {
-        queue.sync()?;
+    for file in write_out_derived(derived)? {
+        file.sync()?;
     }
-    derived.index.sync()?;
     Ok(())
+}
+
+/// Writes out every buffered ConsumeQueue and index entry and returns the files to fsync, so
+/// a checkpoint can fsync them after releasing the `derived` lock: entries written here cover
+/// the dispatched position read under the same lock.
+pub(crate) fn write_out_derived(derived: &mut Derived) -> Result<Vec<DirtyFile>, OpenError> {
+    let mut dirty = Vec::new();
+    for queue in derived.queues.all_mut() {
+        dirty.extend(queue.write_out_for_sync()?);
+    }
+    dirty.extend(derived.index.write_out_for_sync()?);
+    Ok(dirty)
 }
 
 pub(crate) fn dispatch_open_error(error: DispatchError) -> OpenError {

@@ -2,7 +2,8 @@
 //! out of descriptors) is retried, counted and shown in `StoreStats` while sends keep
 //! succeeding, and succeeds once the cause clears; a failed fsync of derived state stops
 //! checkpoints (not sends) until a restart rebuilds derived state from the log. A poisoned
-//! store's close reports the poison.
+//! store's close reports the poison. A slow fsync of derived state does not hold dispatch
+//! (consumers keep seeing new messages while a checkpoint syncs).
 
 mod common;
 
@@ -150,4 +151,48 @@ fn closing_a_poisoned_store_reports_the_poison() {
     assert!(!store.recovery_report().clean_shutdown);
     // The acknowledged record is kept; the unacknowledged one may or may not have landed.
     assert_eq!(bodies(&store)[0], "kept");
+}
+
+#[test]
+fn a_slow_derived_fsync_does_not_hold_dispatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    put(&store, "before");
+    store.faults().stall_derived_syncs(true);
+    put(&store, "dirty");
+    // The checkpointer is now held inside its fsync of derived state.
+    let deadline = Instant::now() + WAIT;
+    while store.faults().stalled_now() == 0 {
+        assert!(Instant::now() < deadline, "a checkpoint reaches the stall");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // `put` returns once acknowledged; readers see the message once dispatched. Before the
+    // checkpoint released the `derived` lock for its fsyncs, dispatch waited for the stall.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    put(&store, "during");
+    while bodies(&store) != ["before", "dirty", "during"] {
+        assert!(
+            Instant::now() < deadline,
+            "dispatch went on while the checkpoint synced: {:?} (stalled {})",
+            bodies(&store),
+            store.faults().stalled_now()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A read that waited for dispatch until the stall ended would also get here: time it.
+    assert!(
+        Instant::now() < deadline,
+        "the send and its dispatch took {:?} while a checkpoint synced",
+        Instant::now() + Duration::from_secs(2) - deadline
+    );
+    assert_eq!(
+        store.faults().stalled_now(),
+        1,
+        "the checkpoint is still held"
+    );
+    store.faults().stall_derived_syncs(false);
+    wait_until(&store, "a checkpoint after the stall", |s| {
+        s.checkpoint_position == s.dispatched_end && s.last_checkpoint_failure.is_none()
+    });
+    store.close().unwrap();
 }

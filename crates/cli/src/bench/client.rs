@@ -36,9 +36,7 @@ use serde_json::json;
 
 use super::stats::{ns_to_us, Histogram};
 
-/// Bytes at the start of an e2e body: run id (8) and send time in ns since the run's start
-/// (8).
-const STAMP_LEN: usize = 16;
+use super::e2e_stamp::{E2eStamp, STAMP_LEN};
 
 /// Flags of `ferromq bench produce|consume|e2e`.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,7 +47,7 @@ pub struct ClientBenchArgs {
     /// Topic (auto-created by the first send when the broker allows it).
     #[arg(long, value_name = "T", default_value = "BenchTopic")]
     pub(super) topic: String,
-    /// Body size in bytes (at least 16 for e2e, which stamps the body).
+    /// Body size in bytes (at least 24 for e2e, which stamps the body).
     #[arg(long, value_name = "BYTES", default_value_t = 128, value_parser = value_parser!(u64).range(1..=4_194_304))]
     pub(super) size: u64,
     /// Producers, one connection each.
@@ -70,6 +68,13 @@ pub struct ClientBenchArgs {
     /// Stop after this many messages (sent for produce and e2e, received for consume).
     #[arg(long, value_name = "M")]
     pub(super) count: Option<u64>,
+    /// Offered load in messages per second for produce and e2e, spread evenly over the
+    /// senders (default: as fast as the in-flight window allows). Latency under a stated load
+    /// (e.g. half of the maximum throughput) compares brokers fairly; a sender that falls
+    /// behind its schedule sends at once, so the achieved rate shows when the load was too
+    /// high.
+    #[arg(long, value_name = "MSGS_PER_SEC", value_parser = value_parser!(u64).range(1..=100_000_000))]
+    pub(super) rate: Option<u64>,
     /// Queues of an auto-created topic.
     #[arg(long, default_value_t = 8, value_parser = value_parser!(i32).range(1..=1024))]
     pub(super) queues: i32,
@@ -312,16 +317,26 @@ fn spawn_progress(
 async fn produce_phase(
     args: &ClientBenchArgs,
     producers: &[Producer],
-    stamp: Option<(u64, Instant)>,
+    stamp: Option<Arc<E2eStamp>>,
     progress: &Arc<Progress>,
 ) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let claimed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let senders = u64::from(args.in_flight) * producers.len() as u64;
+    // Each sender's interval between sends at the offered rate.
+    let pace = args.rate.map(|rate| {
+        Duration::from_secs_f64((senders * u64::from(args.batch)) as f64 / rate as f64)
+    });
     let mut tasks = Vec::new();
-    for p in producers {
-        for _ in 0..args.in_flight {
-            let (p, progress, claimed) = (p.clone(), progress.clone(), claimed.clone());
+    for (index, p) in producers
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, args.in_flight as usize))
+        .enumerate()
+    {
+        {
+            let (p, progress, claimed, stamp) =
+                (p.clone(), progress.clone(), claimed.clone(), stamp.clone());
             let (topic, size, batch, count) = (
                 args.topic.clone(),
                 args.size as usize,
@@ -335,7 +350,14 @@ async fn produce_phase(
                 // pseudo-random: a body over the client's compression threshold (4 KiB) must
                 // not shrink to a few bytes, or the figures would count bytes never sent.
                 let filler = bytes::Bytes::from(incompressible(size));
+                // Senders start spread over one interval, so paced sends do not come in bursts.
+                let mut next =
+                    pace.map(|pace| started + pace.mul_f64(index as f64 / senders as f64));
                 while Instant::now() < deadline {
+                    if let (Some(at), Some(pace)) = (next.as_mut(), pace) {
+                        tokio::time::sleep_until((*at).into()).await;
+                        *at += pace;
+                    }
                     let n = match count {
                         Some(max) => {
                             let at = claimed.fetch_add(batch, Ordering::Relaxed);
@@ -347,28 +369,30 @@ async fn produce_phase(
                         None => batch,
                     };
                     let begin = Instant::now();
-                    let body = |filler: &bytes::Bytes| match stamp {
+                    let mut seqs = Vec::new();
+                    let mut body = || match &stamp {
                         None => filler.clone(),
-                        Some((run, base)) => {
-                            let mut body = filler.to_vec();
-                            let sent = base.elapsed().as_nanos() as u64;
-                            body[..8].copy_from_slice(&run.to_le_bytes());
-                            body[8..16].copy_from_slice(&sent.to_le_bytes());
-                            bytes::Bytes::from(body)
+                        Some(stamp) => {
+                            let (body, seq) = stamp.stamp(&filler);
+                            seqs.push(seq);
+                            body
                         }
                     };
                     let result = if n == 1 {
-                        p.send(Message::new(topic.as_str(), body(&filler)))
+                        p.send(Message::new(topic.as_str(), body()))
                             .await
                             .map(|_| ())
                     } else {
                         let messages = (0..n)
-                            .map(|_| Message::new(topic.as_str(), body(&filler)))
+                            .map(|_| Message::new(topic.as_str(), body()))
                             .collect();
                         p.send_batch(messages).await.map(|_| ())
                     };
                     match result {
                         Ok(()) => {
+                            if let Some(stamp) = &stamp {
+                                stamp.acknowledged(&seqs);
+                            }
                             latency.record(begin.elapsed().as_nanos() as u64);
                             progress.messages.fetch_add(n, Ordering::Relaxed);
                         }
@@ -497,39 +521,61 @@ async fn start_consumers(
     }
 }
 
+/// What the consumers measured.
+#[derive(Default)]
+struct Polled {
+    /// Per non-empty poll (consume) or per message from send to receipt (e2e).
+    latency: Histogram,
+    /// e2e: per message from the producer seeing its acknowledgement to receipt.
+    after_ack: Histogram,
+    /// e2e: messages received before their producer saw the acknowledgement.
+    overtook_ack: u64,
+}
+
+impl Polled {
+    fn merge(&mut self, other: &Polled) {
+        self.latency.merge(&other.latency);
+        self.after_ack.merge(&other.after_ack);
+        self.overtook_ack += other.overtook_ack;
+    }
+}
+
 /// Polls every consumer until `stop` or `until`, counting what arrives. Without `stamp`,
 /// records the duration of each non-empty poll; with it, counts only this run's messages and
-/// records each one's send-to-receive latency. Returns the merged histograms.
+/// records each one's send-to-receive and acknowledgement-to-receive latency.
 async fn poll_phase(
     consumers: Vec<Arc<LitePullConsumer>>,
     until: Instant,
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
-    stamp: Option<(u64, Instant)>,
-) -> Histogram {
+    stamp: Option<Arc<E2eStamp>>,
+) -> Polled {
     let mut tasks = Vec::new();
     for c in consumers {
-        let (stop, progress) = (stop.clone(), progress.clone());
+        let (stop, progress, stamp) = (stop.clone(), progress.clone(), stamp.clone());
         tasks.push(tokio::spawn(async move {
-            let mut latency = Histogram::default();
+            let mut polled = Polled::default();
             while !stop.load(Ordering::Relaxed) && Instant::now() < until {
                 let begin = Instant::now();
                 match c.poll(Duration::from_millis(100)).await {
                     Ok(messages) if messages.is_empty() => {}
                     Ok(messages) => {
                         let mut counted = 0;
-                        match stamp {
+                        match &stamp {
                             None => {
-                                latency.record(begin.elapsed().as_nanos() as u64);
+                                polled.latency.record(begin.elapsed().as_nanos() as u64);
                                 counted = messages.len() as u64;
                             }
-                            Some((run, base)) => {
-                                let now = base.elapsed().as_nanos() as u64;
-                                for m in &messages {
-                                    if let Some(sent) = stamp_of(&m.body, run) {
-                                        latency.record(now.saturating_sub(sent));
-                                        counted += 1;
+                            Some(stamp) => {
+                                for receipt in
+                                    messages.iter().filter_map(|m| stamp.receipt(&m.body))
+                                {
+                                    polled.latency.record(receipt.end_to_end);
+                                    match receipt.after_ack {
+                                        Some(after) => polled.after_ack.record(after),
+                                        None => polled.overtook_ack += 1,
                                     }
+                                    counted += 1;
                                 }
                             }
                         }
@@ -538,24 +584,17 @@ async fn poll_phase(
                     Err(error) => progress.error(error),
                 }
             }
-            latency
+            polled
         }));
     }
-    let mut latency = Histogram::default();
+    let mut polled = Polled::default();
     for task in tasks {
         match task.await {
-            Ok(h) => latency.merge(&h),
+            Ok(p) => polled.merge(&p),
             Err(error) => progress.error(format!("consumer task failed: {error}")),
         }
     }
-    latency
-}
-
-/// The send time stamped in `body` when it belongs to run `run`.
-fn stamp_of(body: &[u8], run: u64) -> Option<u64> {
-    let id = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
-    let sent = u64::from_le_bytes(body.get(8..STAMP_LEN)?.try_into().ok()?);
-    (id == run).then_some(sent)
+    polled
 }
 
 /// Shuts every consumer down; failed final commits count as errors.
@@ -600,7 +639,8 @@ async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
         progress.clone(),
         None,
     )
-    .await;
+    .await
+    .latency;
     // With --count: the time to drain that backlog. Without: the busy interval, from the
     // start to the last message received — not the whole window, which would divide the
     // backlog by the idle time after it drained.
@@ -657,8 +697,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         .await
         .context("warm-up send")?;
     let consumers = start_consumers(args, StartPosition::Last).await?;
-    let run = run_id();
-    let base = Instant::now();
+    let stamp = Arc::new(E2eStamp::new(run_id()));
     let received = Arc::new(Progress::default());
     let receiving = Arc::new(AtomicBool::new(false));
     let consume_until = Instant::now() + Duration::from_secs(args.seconds + 10);
@@ -667,12 +706,12 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         consume_until,
         receiving.clone(),
         received.clone(),
-        Some((run, base)),
+        Some(stamp.clone()),
     ));
     let sent = Arc::new(Progress::default());
     let stop = Arc::new(AtomicBool::new(false));
     let printer = spawn_progress(sent.clone(), stop.clone(), "sent");
-    let produced = produce_phase(args, &producers, Some((run, base)), &sent).await;
+    let produced = produce_phase(args, &producers, Some(stamp), &sent).await;
     stop.store(true, Ordering::Relaxed);
     printer.abort();
     // Let the consumers catch up with everything acknowledged (bounded).
@@ -682,7 +721,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     receiving.store(true, Ordering::Relaxed);
-    let latency = poller.await.context("consumer tasks")?;
+    let polled = poller.await.context("consumer tasks")?;
     close_consumers(consumers, &received).await;
     close_producers(&producers).await;
     let got = received.messages.load(Ordering::Relaxed);
@@ -703,7 +742,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
     let outcome = Outcome {
         messages: produced.messages,
         elapsed: produced.elapsed,
-        latency,
+        latency: polled.latency,
         measured: "produce window (receives timed per message)",
     };
     report(
@@ -712,7 +751,12 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         &outcome,
         &errors,
         "end to end, send to receive, per message",
-        Some((&produced.latency, got)),
+        Some(E2eSplit {
+            send: &produced.latency,
+            received: got,
+            after_ack: &polled.after_ack,
+            overtook_ack: polled.overtook_ack,
+        }),
     );
     Ok(())
 }
@@ -731,13 +775,21 @@ pub(super) fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
+/// The e2e figures beside the end-to-end latency: the send's share and the delivery's.
+struct E2eSplit<'a> {
+    send: &'a Histogram,
+    received: u64,
+    after_ack: &'a Histogram,
+    overtook_ack: u64,
+}
+
 fn report(
     kind: Kind,
     args: &ClientBenchArgs,
     outcome: &Outcome,
     progress: &Progress,
     latency_of: &str,
-    e2e: Option<(&Histogram, u64)>,
+    e2e: Option<E2eSplit<'_>>,
 ) {
     let msgs_per_sec = rate(outcome.messages, outcome.elapsed);
     let mb_per_sec = msgs_per_sec * args.size as f64 / 1e6;
@@ -751,8 +803,12 @@ fn report(
         Kind::Consume => format!("{} consumers", args.consumers),
         Kind::E2e => format!("{} producers, {} consumers", args.producers, args.consumers),
     };
+    let offered = match args.rate {
+        Some(rate) if kind != Kind::Consume => format!(", offered {rate} msgs/s"),
+        _ => String::new(),
+    };
     println!(
-        "{:<8} : {} msgs in {:.2} s = {msgs_per_sec:.0} msgs/s, {mb_per_sec:.1} MB/s ({} B bodies, {clients}, batch {}, in-flight {}), {errors} errors",
+        "{:<8} : {} msgs in {:.2} s = {msgs_per_sec:.0} msgs/s, {mb_per_sec:.1} MB/s ({} B bodies, {clients}, batch {}, in-flight {}{offered}), {errors} errors",
         kind.name(),
         outcome.messages,
         outcome.elapsed.as_secs_f64(),
@@ -762,13 +818,25 @@ fn report(
     );
     println!("measured : {}", outcome.measured);
     println!("latency  : p50 {p50} us, p99 {p99} us, p999 {p999} us, max {max} us ({latency_of})");
-    if let Some((send, received)) = e2e {
+    if let Some(split) = &e2e {
+        let line = |h: &Histogram| {
+            format!(
+                "p50 {} us, p99 {} us, p999 {} us, max {} us",
+                ns_to_us(h.percentile(0.5)),
+                ns_to_us(h.percentile(0.99)),
+                ns_to_us(h.percentile(0.999)),
+                ns_to_us(h.max())
+            )
+        };
         println!(
-            "send     : p50 {} us, p99 {} us, p999 {} us, max {} us (per send call); {received} received",
-            ns_to_us(send.percentile(0.5)),
-            ns_to_us(send.percentile(0.99)),
-            ns_to_us(send.percentile(0.999)),
-            ns_to_us(send.max())
+            "send     : {} (per send call); {} received",
+            line(split.send),
+            split.received
+        );
+        println!(
+            "delivery : {} (acknowledgement seen by the producer to receipt); {} received before it",
+            line(split.after_ack),
+            split.overtook_ack
         );
     }
     if let Some(error) = &first_error {
@@ -784,6 +852,7 @@ fn report(
             "consumers": args.consumers,
             "batch": args.batch,
             "in_flight": args.in_flight,
+            "offered_rate": args.rate,
             "seconds": round(outcome.elapsed.as_secs_f64(), 3),
             "measured": outcome.measured,
             "messages": outcome.messages,
@@ -798,11 +867,15 @@ fn report(
             "first_error": first_error,
             "baseline": "ferromq bench store",
         });
-        if let Some((send, received)) = e2e {
-            out["received"] = json!(received);
-            out["send_p50_us"] = json!(ns_to_us(send.percentile(0.5)));
-            out["send_p99_us"] = json!(ns_to_us(send.percentile(0.99)));
-            out["send_p999_us"] = json!(ns_to_us(send.percentile(0.999)));
+        if let Some(split) = &e2e {
+            out["received"] = json!(split.received);
+            out["send_p50_us"] = json!(ns_to_us(split.send.percentile(0.5)));
+            out["send_p99_us"] = json!(ns_to_us(split.send.percentile(0.99)));
+            out["send_p999_us"] = json!(ns_to_us(split.send.percentile(0.999)));
+            out["delivery_p50_us"] = json!(ns_to_us(split.after_ack.percentile(0.5)));
+            out["delivery_p99_us"] = json!(ns_to_us(split.after_ack.percentile(0.99)));
+            out["delivery_p999_us"] = json!(ns_to_us(split.after_ack.percentile(0.999)));
+            out["received_before_ack"] = json!(split.overtook_ack);
         }
         println!("{out}");
     }

@@ -12,6 +12,7 @@
 //! directory) and removes it at the end, whatever happened.
 
 mod client;
+mod e2e_stamp;
 mod failover;
 mod grpc;
 mod recovery;

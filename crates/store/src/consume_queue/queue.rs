@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::CqError;
 use crate::error::FileError;
-use crate::file_set::FileSet;
+use crate::file_set::{DirtyFile, FileSet};
 use crate::fsutil;
 
 /// Bytes per entry.
@@ -301,6 +301,13 @@ impl ConsumeQueue {
         self.write_out()?;
         self.files.sync_dirty()?;
         Ok(())
+    }
+
+    /// Writes out and returns the files changed since the last sync, for the caller to fsync
+    /// without holding the queue (a checkpoint, outside the `derived` lock).
+    pub(crate) fn write_out_for_sync(&mut self) -> Result<Vec<DirtyFile>, CqError> {
+        self.write_out()?;
+        Ok(self.files.take_dirty())
     }
 
     /// First queue offset in `[min, max)` whose entry points at or after `phys_offset`

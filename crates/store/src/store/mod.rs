@@ -7,8 +7,9 @@
 //! derived state, writes checkpoints, runs retention).
 //!
 //! Lock order: `checkpoint_lock`, `commit_lock`, `writer`, `derived`. The dispatcher and readers
-//! take only `derived`; the checkpointer takes `checkpoint_lock` and `derived`, releases
-//! `derived`, then waits on the flusher; a truncation takes all three.
+//! take only `derived`; the checkpointer takes `checkpoint_lock` and `derived` (to write out
+//! buffered entries and snapshot), releases `derived`, then fsyncs the written files and
+//! waits on the flusher; a truncation takes all three.
 //!
 //! # Durability
 //! A write is acknowledged by [`MessageStore::acknowledged`] (async, bounded by

@@ -10,8 +10,9 @@ use super::Inner;
 use crate::config::FlushDiskType;
 
 /// The dispatcher's tick when idle: under `AsyncFlush` it also commits the appender's tail, so
-/// this bounds how long a record waits before consumers can see it (an acknowledged record is
-/// in the files already; the tick bounds its dispatch).
+/// this bounds how long an unacknowledged record waits before consumers can see it. While a
+/// reader waits for dispatch, records whose acknowledgement committed them (`AsyncFlush`) or
+/// flushed them (`SyncFlush`) wake the dispatcher at once instead.
 const DISPATCH_TICK: Duration = Duration::from_millis(1);
 const RETENTION_EVERY: Duration = Duration::from_secs(10);
 
@@ -24,12 +25,20 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 Some(Duration::from_millis(inner.config.flush_interval_ms))
             }
         };
+        let sync = interval.is_none();
         spawn("ferromq-flush", move || {
-            inner
-                .flush
-                // The dispatcher is not woken per fsync: it ticks every millisecond, which
-                // bounds consumer latency and saves a wake-up per group commit.
-                .run(&inner.log, interval, &|| inner.commit_tail_in_background())
+            inner.flush.run(
+                &inner.log,
+                interval,
+                &|| inner.commit_tail_in_background(),
+                // Under SyncFlush readers see what is flushed: a waiting reader wakes the
+                // dispatcher per fsync (one wake-up per group commit), not at its tick.
+                &|| {
+                    if sync {
+                        inner.wake_dispatcher_for_readers();
+                    }
+                },
+            )
         })
     };
     let dispatcher = {
