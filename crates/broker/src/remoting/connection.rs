@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ferromq_protocol::remoting::codes::response;
-use ferromq_protocol::remoting::limits::{Accepted, FrameReadError, FrameReader};
+use ferromq_protocol::remoting::limits::{Accepted, Activity, FrameReadError, FrameReader};
 use ferromq_protocol::remoting::{request, LanguageCode, RemotingCommand};
 use ferromq_store::FileRegion;
 use futures_util::SinkExt;
@@ -128,14 +128,14 @@ async fn serve_io<R, W>(
         // Every reply already queued goes out in one flush: under load one write syscall
         // carries many replies instead of one each.
         while let Some(item) = rx.recv().await {
-            let mut result = write_item(&ctx, &mut writer, item).await;
+            let mut result = write_item(&ctx, &activity, &mut writer, item).await;
             let mut fed = 1;
             for round in 0..2 {
                 while result.is_ok() {
                     match rx.try_recv() {
                         Ok(item) => {
                             fed += 1;
-                            result = write_item(&ctx, &mut writer, item).await;
+                            result = write_item(&ctx, &activity, &mut writer, item).await;
                         }
                         Err(_) => break,
                     }
@@ -255,6 +255,7 @@ async fn refuse_busy(channel: &ClientChannel, command: RemotingCommand, remark: 
 /// at once, its last byte left buffered). An error ends the connection.
 async fn write_item<W>(
     ctx: &BrokerContext,
+    activity: &Arc<Activity>,
     writer: &mut FramedWrite<W, WireCodec>,
     item: Outbound,
 ) -> Result<(), WriteError>
@@ -263,7 +264,7 @@ where
 {
     match item {
         Outbound::Frame(command) => Ok(writer.feed(command).await?),
-        Outbound::Regions(reply) => write_region_reply(ctx, writer, reply).await,
+        Outbound::Regions(reply) => write_region_reply(ctx, activity, writer, reply).await,
     }
 }
 
@@ -272,6 +273,7 @@ where
 /// when the connection is not plain TCP or `sendfile` is not usable.
 async fn write_region_reply<W>(
     ctx: &BrokerContext,
+    activity: &Arc<Activity>,
     writer: &mut FramedWrite<W, WireCodec>,
     reply: RegionReply,
 ) -> Result<(), WriteError>
@@ -289,6 +291,9 @@ where
     let head = writer.encoder().head_of(&reply)?;
     writer.feed(head).await?;
     SinkExt::<Bytes>::flush(writer).await?;
+    // A reply being sent is not silence: the stall bound below (the same idle timeout,
+    // counted from the last progress) decides when a client that stopped reading is dropped.
+    let _sending = activity.begin();
     let stall = ctx.connection_limits.settings().idle_timeout;
     let stream = writer.get_ref().tcp().expect("checked above: a TCP writer");
     match zero_copy::send_regions(stream, &reply.regions, stall).await {
