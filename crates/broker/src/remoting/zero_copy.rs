@@ -188,3 +188,113 @@ mod sys {
         error.kind() == io::ErrorKind::Unsupported
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ferromq_protocol::{DraftRecord, Properties};
+    use ferromq_store::{MessageStore, StoreConfig, StoredRegion, TagFilter};
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::{send_regions, SendError};
+
+    const STALL: Duration = Duration::from_secs(5);
+
+    /// A store holding five records on queue 0 of topic `t`, and the regions of all five.
+    fn store_with_regions(dir: &std::path::Path) -> (MessageStore, Vec<StoredRegion>) {
+        let store = MessageStore::open(StoreConfig::new(dir)).unwrap();
+        let props = Properties::encode([("TAGS", "a")]);
+        for i in 0..5u8 {
+            let body = vec![i; 1000];
+            store
+                .put(&[DraftRecord {
+                    topic: "t",
+                    queue_id: 0,
+                    flag: 0,
+                    sys_flag: 0,
+                    born_timestamp_ms: 1,
+                    born_host: "127.0.0.1:1".parse().unwrap(),
+                    store_host: "127.0.0.1:2".parse().unwrap(),
+                    reconsume_times: 0,
+                    prepared_tx_offset: 0,
+                    body: &body,
+                    properties: &props,
+                }])
+                .unwrap();
+        }
+        let end = store.committed_end();
+        store.wait_dispatched(end, STALL);
+        let read = store
+            .get_message_regions("t", 0, 0, 5, usize::MAX, &TagFilter::All)
+            .unwrap();
+        assert_eq!(read.messages.len(), 5);
+        (store, read.messages)
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        (accepted.unwrap().0, client.unwrap())
+    }
+
+    /// Everything the peer receives until the sender's side is dropped.
+    async fn received(mut peer: TcpStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        tokio::time::timeout(STALL, peer.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn intact_regions_are_sent_but_for_their_last_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, messages) = store_with_regions(dir.path());
+        let regions: Vec<_> = messages.iter().map(|m| m.region.clone()).collect();
+        let (sender, peer) = pair().await;
+        let sent = send_regions(&sender, &regions, STALL).await.unwrap();
+        drop(sender);
+        let total: u64 = regions.iter().map(|r| r.len()).sum();
+        assert_eq!(sent, total - 1);
+        let expected: Vec<u8> = regions.iter().flat_map(|r| r.read().unwrap()).collect();
+        assert_eq!(received(peer).await, expected[..expected.len() - 1]);
+        assert_eq!(expected.last(), Some(&ferromq_store::FileRegion::LAST_BYTE));
+        store.close().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_truncation_after_the_check_stops_the_reply_before_its_last_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, messages) = store_with_regions(dir.path());
+        // The first three records stay in the file; a truncation behind them still began
+        // after their check, so the reply must not complete.
+        let regions: Vec<_> = messages[..3].iter().map(|m| m.region.clone()).collect();
+        store.truncate(messages[3].phys_offset).unwrap();
+        let (sender, peer) = pair().await;
+        let error = send_regions(&sender, &regions, STALL).await.unwrap_err();
+        drop(sender);
+        assert!(matches!(error, SendError::Truncated(_)), "{error}");
+        let total: u64 = regions.iter().map(|r| r.len()).sum();
+        assert!((received(peer).await.len() as u64) < total);
+        store.close().unwrap();
+    }
+
+    #[tokio::test]
+    async fn bytes_cut_from_the_file_end_the_send_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, messages) = store_with_regions(dir.path());
+        let regions: Vec<_> = messages.iter().map(|m| m.region.clone()).collect();
+        store.truncate(messages[2].phys_offset).unwrap();
+        let (sender, peer) = pair().await;
+        let error = send_regions(&sender, &regions, STALL).await.unwrap_err();
+        drop(sender);
+        assert!(matches!(error, SendError::Short { .. }), "{error}");
+        let cut = messages[2].region.pos();
+        assert_eq!(received(peer).await.len() as u64, cut);
+        store.close().unwrap();
+    }
+}
