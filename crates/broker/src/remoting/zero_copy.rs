@@ -117,9 +117,7 @@ pub async fn send_regions(
             }
         }
     }
-    for region in regions {
-        region.check_intact()?;
-    }
+    FileRegion::check_all_intact(regions)?;
     Ok(sent)
 }
 

@@ -19,6 +19,11 @@ use ferromq_protocol::{RecordHead, RecordOutline, RECORD_HEAD_LEN_MAX};
 use super::{CommitLog, Segment};
 use crate::error::{FileError, ReadError};
 
+/// Records up to this size are checked from one `pread` of the whole record rather than two
+/// (head, then tail): for small records the syscall costs more than the bytes. The body is
+/// still not verified, and the bytes sent are still the file's, by `sendfile`.
+pub const WHOLE_READ_MAX: usize = 16 * 1024;
+
 /// Bytes of one segment file holding whole, checked records.
 #[derive(Debug, Clone)]
 pub struct FileRegion {
@@ -92,18 +97,44 @@ impl FileRegion {
     /// [`RegionError::Truncated`] when they may not be sent; [`RegionError::File`] when the
     /// file cannot be measured.
     pub fn check_intact(&self) -> Result<(), RegionError> {
-        let truncated = || RegionError::Truncated {
+        Self::check_all_intact(std::slice::from_ref(self))
+    }
+
+    /// [`FileRegion::check_intact`] for every region, measuring each segment file once.
+    ///
+    /// # Errors
+    /// As [`FileRegion::check_intact`], for the first region that fails.
+    pub fn check_all_intact(regions: &[FileRegion]) -> Result<(), RegionError> {
+        // The furthest end needed per segment (a reply touches one or two segments).
+        let mut ends: Vec<(&FileRegion, u64)> = Vec::new();
+        for region in regions {
+            if region.segment.truncations() != region.epoch {
+                return Err(region.truncated());
+            }
+            let end = region.pos + region.len;
+            match ends
+                .iter_mut()
+                .find(|(seen, _)| Arc::ptr_eq(&seen.segment, &region.segment))
+            {
+                Some((seen, furthest)) if end > *furthest => (*seen, *furthest) = (region, end),
+                Some(_) => {}
+                None => ends.push((region, end)),
+            }
+        }
+        for (region, end) in ends {
+            if region.segment.len()? < end {
+                return Err(region.truncated());
+            }
+        }
+        Ok(())
+    }
+
+    fn truncated(&self) -> RegionError {
+        RegionError::Truncated {
             path: self.segment.path().to_path_buf(),
             pos: self.pos,
             len: self.len,
-        };
-        if self.segment.truncations() != self.epoch {
-            return Err(truncated());
         }
-        if self.segment.len()? < self.pos + self.len {
-            return Err(truncated());
-        }
-        Ok(())
     }
 
     /// Reads the region's bytes (the copying fallback), then checks it is still intact.
@@ -157,19 +188,33 @@ impl CommitLog {
             phys_offset,
             source,
         };
+        let mut whole = Vec::new();
         let mut head = [0u8; RECORD_HEAD_LEN_MAX];
-        let head_len = size.min(RECORD_HEAD_LEN_MAX);
-        let got = segment.read_at(pos, &mut head[..head_len])?;
-        let head = RecordHead::parse(&head[..got], size).map_err(corrupt)?;
-        if head.phys_offset != phys_offset {
+        let head_bytes: &[u8] = if size <= WHOLE_READ_MAX {
+            whole.resize(size, 0);
+            let got = segment.read_at(pos, &mut whole)?;
+            whole.truncate(got);
+            &whole
+        } else {
+            let got = segment.read_at(pos, &mut head)?;
+            &head[..got]
+        };
+        let parsed = RecordHead::parse(head_bytes, size).map_err(corrupt)?;
+        if parsed.phys_offset != phys_offset {
             return Err(ReadError::Misplaced {
                 phys_offset,
-                stored: head.phys_offset,
+                stored: parsed.phys_offset,
             });
         }
-        let mut tail = vec![0u8; head.tail_len()];
-        let got = segment.read_at(pos + head.tail_at() as u64, &mut tail)?;
-        let outline = head.outline(&tail[..got]).map_err(corrupt)?;
+        let mut tail = Vec::new();
+        let tail_bytes: &[u8] = if size <= WHOLE_READ_MAX {
+            whole.get(parsed.tail_at()..).unwrap_or_default()
+        } else {
+            tail.resize(parsed.tail_len(), 0);
+            let got = segment.read_at(pos + parsed.tail_at() as u64, &mut tail)?;
+            &tail[..got]
+        };
+        let outline = parsed.outline(tail_bytes).map_err(corrupt)?;
         check(&outline)?;
         Ok(FileRegion {
             segment,
