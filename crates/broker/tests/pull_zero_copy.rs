@@ -275,12 +275,14 @@ async fn a_tls_connection_falls_back_to_copying() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_dropped_after_the_idle_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    // A reply larger than any socket buffer (Linux grows a send buffer to 4 MiB at most).
-    let huge = 6 << 20;
+    // A reply larger than any send buffer Linux grows to (tcp_wmem's maximum) plus the
+    // client's small window: the broker must stall.
+    let huge = send_buffer_max() + (2 << 20);
     let broker = Broker::start(BrokerConfig {
         server_channel_max_idle_time_seconds: 1,
-        mapped_file_size_commit_log: 16 << 20,
+        mapped_file_size_commit_log: (2 * huge as u64).next_power_of_two(),
         max_message_size: huge + 4096,
+        max_frame_length: 2 * huge,
         ..config(dir.path(), false)
     })
     .await
@@ -330,4 +332,13 @@ async fn a_client_that_stops_reading_is_dropped_after_the_idle_timeout() {
     let reply = common::send(&other, TOPIC, 0, b"after", "a").await;
     assert_eq!(reply.code, response::SUCCESS);
     broker.shutdown().await.unwrap();
+}
+
+/// The largest send buffer Linux autotunes a TCP socket to (`tcp_wmem`'s third field; 4 MiB,
+/// the kernel default, when it cannot be read).
+fn send_buffer_max() -> usize {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(4 << 20)
 }
