@@ -118,7 +118,7 @@ impl BrokerContext {
                     &header,
                 );
                 command.set_oneway(true);
-                if consumer.channel.tx.try_send(command).is_err() {
+                if consumer.channel.tx.try_send(command.into()).is_err() {
                     tracing::debug!(%group, client = %consumer.client_id, "could not notify a consumer of a membership change");
                 }
             }

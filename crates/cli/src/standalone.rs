@@ -92,6 +92,12 @@ pub struct StandaloneArgs {
     /// PEM private key of both ports (tls.server.keyPath).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// How pull replies carry messages (RocketMQ transferMsgByHeap): true (default) reads each
+    /// record into memory and verifies its CRC; false sends plain-TCP pull replies from the
+    /// CommitLog files with sendfile (zero copy), checking each record's head and tail but
+    /// not its body CRC. Changeable at run time (updateBrokerConfig).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    transfer_msg_by_heap: bool,
 }
 
 /// The ACL of a standalone: the accounts and the admin account the broker registers with.
@@ -225,6 +231,7 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         tls_server_key_path: args.tls_key.clone(),
         tls_enable: tls_on,
         tls_client_trust_cert_path: args.tls_cert.clone().filter(|_| tls_on),
+        transfer_msg_by_heap: args.transfer_msg_by_heap,
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;

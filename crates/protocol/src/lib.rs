@@ -23,6 +23,7 @@ pub mod tags;
 
 pub use java_hash::java_string_hash;
 pub use message::message_id::{MessageId, MessageIdError};
+pub use message::outline::{RecordHead, RecordOutline, RECORD_HEAD_LEN_MAX};
 pub use message::properties::names as property_names;
 pub use message::properties::{Properties, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 pub use message::record::{

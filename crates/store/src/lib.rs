@@ -47,6 +47,7 @@ mod store;
 pub use check::{check_store, CheckReport, CheckScope};
 pub use clock::{Clock, SystemClock};
 pub use commitlog::writer::Placement;
+pub use commitlog::{FileRegion, RegionError};
 pub use config::{FlushDiskType, StoreConfig};
 pub use epoch::{last_common_point, shared_term, CommonPoint, EpochEntry, EpochError, SharedTerm};
 pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateError};
@@ -55,6 +56,6 @@ pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
     judge_prefix, AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore,
     OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError,
-    ReplicationChunk, RetentionReport, StoreError, StoreStats, StoredMessage, TagFilter,
-    TimeBoundary, TruncateReport, LOG_SAMPLES_MAX,
+    ReplicationChunk, RetentionReport, StoreError, StoreStats, Stored, StoredMessage, StoredRegion,
+    TagFilter, TimeBoundary, TruncateReport, LOG_SAMPLES_MAX,
 };

@@ -236,6 +236,8 @@ pub(crate) fn cut_log_files(
     checkpoints.delete_above(phys_offset)?;
     for segment in log.segments().into_iter().rev() {
         if segment.start >= phys_offset && segment.start > log.min_offset() {
+            // Readers holding regions of it must not send them any more.
+            segment.retire();
             log.remove_segment(segment.start);
             fsutil::remove_file(segment.path())?;
             continue;

@@ -137,6 +137,13 @@ pub struct BrokerConfig {
     pub register_name_server_period: u64,
     /// Longest a pull may be held waiting for messages, ms.
     pub broker_suspend_max_time_millis: u64,
+    /// How remoting pull replies carry their messages (RocketMQ's key and default). `true`:
+    /// each record is read into memory and its CRC verified before it is sent. `false`: a
+    /// reply on a plain TCP connection is sent from the CommitLog files with `sendfile(2)`
+    /// (zero copy) after checking each record's head and tail only — the body CRC is not
+    /// verified, as RocketMQ's zero-copy path does not verify it either. TLS connections,
+    /// gRPC and pops always copy. Changeable at run time (`runtime`). See docs/storage.md.
+    pub transfer_msg_by_heap: bool,
     /// Default most deliveries before the dead-letter queue.
     pub max_reconsume_times: i32,
     /// Delay levels of retried and scheduled messages (RocketMQ's `messageDelayLevel`).
@@ -310,6 +317,7 @@ impl Default for BrokerConfig {
             file_reserved_time: 72,
             register_name_server_period: 30_000,
             broker_suspend_max_time_millis: 15_000,
+            transfer_msg_by_heap: true,
             max_reconsume_times: 16,
             message_delay_level: "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
                 .into(),
@@ -773,6 +781,17 @@ mod tests {
         assert_eq!(config.flush_type().unwrap(), FlushDiskType::SyncFlush);
         let error = toml::from_str::<BrokerConfig>("brokerNam = \"x\"").unwrap_err();
         assert!(error.message().contains("brokerNam"), "{}", error.message());
+    }
+
+    #[test]
+    fn transfer_msg_by_heap_defaults_to_copying_and_refuses_a_non_boolean() {
+        assert!(BrokerConfig::default().transfer_msg_by_heap);
+        let config: BrokerConfig = toml::from_str("transferMsgByHeap = false\n").unwrap();
+        assert!(!config.transfer_msg_by_heap);
+        let text = "transferMsgByHeap = \"no\"\n";
+        let error = toml::from_str::<BrokerConfig>(text).unwrap_err();
+        let message = describe_toml_error(text, &error);
+        assert!(message.contains("transferMsgByHeap"), "{message}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `defaultTopicQueueNums` | 1..=1024 | every topic created on first send |
 //! | `brokerSuspendMaxTimeMillis` | 0..=3600000 | every held (long-polling) pull |
 //! | `channelExpiredTimeout` | 1000..=86400000 | every scan for silent clients |
+//! | `transferMsgByHeap` | `true` / `false` | every remoting pull reply |
 //!
 //! Every other key is refused with a reason: identity and addresses (`brokerName`,
 //! `listenPort`, `namesrvAddr`, ...) are fixed by registration and bound sockets; store
@@ -250,6 +251,7 @@ pub struct RuntimeConfig {
     default_topic_queue_nums: AtomicU32,
     broker_suspend_max_time_millis: AtomicU64,
     channel_expired_timeout: AtomicU64,
+    transfer_msg_by_heap: AtomicBool,
     /// Serialises updates and holds the data version.
     version: Mutex<ConfigVersion>,
 }
@@ -261,6 +263,7 @@ enum Change {
     DefaultTopicQueueNums(u32),
     BrokerSuspendMaxTimeMillis(u64),
     ChannelExpiredTimeout(u64),
+    TransferMsgByHeap(bool),
 }
 
 impl RuntimeConfig {
@@ -271,6 +274,7 @@ impl RuntimeConfig {
             default_topic_queue_nums: AtomicU32::new(config.default_topic_queue_nums),
             broker_suspend_max_time_millis: AtomicU64::new(config.broker_suspend_max_time_millis),
             channel_expired_timeout: AtomicU64::new(config.channel_expired_timeout),
+            transfer_msg_by_heap: AtomicBool::new(config.transfer_msg_by_heap),
             version: Mutex::new(ConfigVersion {
                 counter: 0,
                 timestamp_ms: now_ms(),
@@ -296,6 +300,11 @@ impl RuntimeConfig {
     /// `channelExpiredTimeout` now, ms.
     pub fn channel_expired_timeout(&self) -> u64 {
         self.channel_expired_timeout.load(Ordering::Relaxed)
+    }
+
+    /// `transferMsgByHeap` now: `false` lets remoting pull replies go out with zero copy.
+    pub fn transfer_msg_by_heap(&self) -> bool {
+        self.transfer_msg_by_heap.load(Ordering::Relaxed)
     }
 
     /// The data version.
@@ -335,6 +344,9 @@ impl RuntimeConfig {
                     .store(v, Ordering::Relaxed),
                 Change::ChannelExpiredTimeout(v) => {
                     self.channel_expired_timeout.store(v, Ordering::Relaxed)
+                }
+                Change::TransferMsgByHeap(v) => {
+                    self.transfer_msg_by_heap.store(v, Ordering::Relaxed)
                 }
             }
         }
@@ -382,6 +394,7 @@ impl RuntimeConfig {
                 "channelExpiredTimeout",
                 self.channel_expired_timeout().to_string(),
             ),
+            ("transferMsgByHeap", self.transfer_msg_by_heap().to_string()),
         ];
         for (key, value) in live {
             table.insert(key.to_string(), value);
@@ -441,6 +454,11 @@ fn check(key: &str, value: &str) -> Result<Change, ConfigUpdateError> {
             Ok(Change::BrokerSuspendMaxTimeMillis(number(0, 3_600_000)?))
         }
         "channelExpiredTimeout" => Ok(Change::ChannelExpiredTimeout(number(1_000, 86_400_000)?)),
+        "transferMsgByHeap" => match value {
+            "true" => Ok(Change::TransferMsgByHeap(true)),
+            "false" => Ok(Change::TransferMsgByHeap(false)),
+            _ => Err(bad("expected true or false")),
+        },
         _ => match FIXED_KEYS.iter().find(|(fixed, _)| *fixed == key) {
             Some((_, reason)) => Err(ConfigUpdateError::Fixed {
                 key: key.to_string(),
@@ -525,6 +543,7 @@ mod tests {
             ("nosuchKey=1", "nosuchKey"),
             ("defaultTopicQueueNums=0", "defaultTopicQueueNums"),
             ("autoCreateTopicEnable=yes", "autoCreateTopicEnable"),
+            ("transferMsgByHeap=0", "transferMsgByHeap"),
             ("storePathRootDir=/tmp", "storePathRootDir"),
             ("just text", "just text"),
         ];

@@ -25,7 +25,9 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferromq_store::{GetResult, GetStatus, ReadError, TagFilter};
+use ferromq_store::{
+    GetResult, GetStatus, MessageStore, ReadError, Stored, StoredMessage, StoredRegion, TagFilter,
+};
 
 use super::access::{self, Request};
 use super::error::{PullError, Refusal, RefusalKind};
@@ -78,11 +80,55 @@ pub struct PullRequest {
     pub commit: Option<Option<u64>>,
 }
 
+/// How a pull reads its messages: their verified bytes ([`StoredMessage`], the default), or
+/// regions of the CommitLog files to send without copying ([`StoredRegion`], for
+/// `transferMsgByHeap=false`; see `ferromq_store::StoredRegion` for what is checked).
+pub trait PullRead: Stored + Sized + Send {
+    /// Reads like `MessageStore::get_messages`.
+    fn get(
+        store: &MessageStore,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult<Self>, ReadError>;
+}
+
+impl PullRead for StoredMessage {
+    fn get(
+        store: &MessageStore,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult<Self>, ReadError> {
+        store.get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
+    }
+}
+
+impl PullRead for StoredRegion {
+    fn get(
+        store: &MessageStore,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &TagFilter,
+    ) -> Result<GetResult<Self>, ReadError> {
+        store.get_message_regions(topic, queue_id, offset, max_count, max_bytes, filter)
+    }
+}
+
 /// What a pull found.
 #[derive(Debug)]
-pub enum Pulled {
+pub enum Pulled<M = StoredMessage> {
     /// The queue read from the requested offset (the status says what was there).
-    Read(GetResult),
+    Read(GetResult<M>),
     /// The client follows a reset: it must continue from `offset` (queue range `[min, max]`).
     Moved {
         /// Where to continue.
@@ -96,13 +142,13 @@ pub enum Pulled {
 
 /// Serves one pull. `held` counts the pulls of the caller's connection held now; `closed`
 /// resolves when the caller is gone (its answer can no longer be delivered).
-pub async fn pull(
+pub async fn pull<M: PullRead>(
     ctx: &Arc<BrokerContext>,
     caller: &Caller,
     request: &PullRequest,
     held: &Arc<AtomicUsize>,
     closed: impl Future<Output = ()>,
-) -> Result<Pulled, PullError> {
+) -> Result<Pulled<M>, PullError> {
     let queue_id = admit(ctx, request)?;
     let (group, topic) = (request.group.as_str(), request.topic.as_str());
     if let Some(commit) = request.commit {
@@ -120,7 +166,7 @@ pub async fn pull(
     }
     let filter = filter_of(ctx, request)?;
     let offset = request.offset;
-    let read_now = || read(ctx, topic, queue_id, offset, request, &filter);
+    let read_now = || read::<M>(ctx, topic, queue_id, offset, request, &filter);
     let mut result = read_now()?;
     if past_the_end(&result, offset) || nothing_new(&result, offset) {
         ctx.store.dispatch_caught_up(DISPATCH_CATCH_UP_MAX).await;
@@ -160,7 +206,11 @@ pub async fn pull(
 /// "nothing new yet", never "offset moved": the consumer's offset was committed on the master
 /// below the replicated watermark, and correcting it to this slave's shorter queue would move
 /// it backwards (R7, alibaba/rocketmq#395).
-fn on_a_lagging_slave(ctx: &BrokerContext, mut result: GetResult, offset: u64) -> GetResult {
+fn on_a_lagging_slave<M>(
+    ctx: &BrokerContext,
+    mut result: GetResult<M>,
+    offset: u64,
+) -> GetResult<M> {
     if result.status == GetStatus::OffsetOverflowBadly && !ctx.replication.role().is_master() {
         result.status = GetStatus::OffsetOverflowOne;
         result.next_begin_offset = offset;
@@ -173,7 +223,7 @@ fn on_a_lagging_slave(ctx: &BrokerContext, mut result: GetResult, offset: u64) -
 /// RocketMQ's `whichBrokerWhenConsumeSlowly` default) when the pull read further behind the
 /// log end than `accessMessageInMemoryMaxRatio` percent of physical memory — data that is
 /// cold in the page cache — and itself (0) otherwise; a slave always suggests the master.
-pub fn suggested_broker(ctx: &BrokerContext, result: &GetResult) -> u64 {
+pub fn suggested_broker<M: Stored>(ctx: &BrokerContext, result: &GetResult<M>) -> u64 {
     let settings = ctx.replication.settings();
     if !settings.slave_read_enable || !ctx.replication.role().is_master() {
         return 0;
@@ -181,7 +231,10 @@ pub fn suggested_broker(ctx: &BrokerContext, result: &GetResult) -> u64 {
     let (Some(first), Some(memory)) = (result.messages.first(), physical_memory_bytes()) else {
         return 0;
     };
-    let behind = ctx.store.committed_end().saturating_sub(first.phys_offset);
+    let behind = ctx
+        .store
+        .committed_end()
+        .saturating_sub(first.phys_offset());
     suggestion(behind, memory, settings.memory_ratio_percent)
 }
 
@@ -299,30 +352,31 @@ fn carry_commit(
     }
 }
 
-fn read(
+fn read<M: PullRead>(
     ctx: &BrokerContext,
     topic: &str,
     queue_id: u32,
     offset: u64,
     request: &PullRequest,
     filter: &TagFilter,
-) -> Result<GetResult, PullError> {
+) -> Result<GetResult<M>, PullError> {
     let max_count = request.max_count.clamp(1, PULL_COUNT_MAX);
     let max_bytes = request.max_bytes.clamp(1, PULL_BYTES_MAX);
-    ctx.store
-        .get_messages(topic, queue_id, offset, max_count, max_bytes, filter)
-        .map_err(|error| match error {
-            ReadError::DispatchStalled(_) => PullError::DispatchStalled(error),
-            ReadError::Damaged { .. } => {
-                ctx.metrics.damaged_read();
-                PullError::Damaged(error)
-            }
-            cause => PullError::Failed {
-                topic: topic.to_string(),
-                queue_id,
-                cause,
-            },
-        })
+    M::get(
+        &ctx.store, topic, queue_id, offset, max_count, max_bytes, filter,
+    )
+    .map_err(|error| match error {
+        ReadError::DispatchStalled(_) => PullError::DispatchStalled(error),
+        ReadError::Damaged { .. } => {
+            ctx.metrics.damaged_read();
+            PullError::Damaged(error)
+        }
+        cause => PullError::Failed {
+            topic: topic.to_string(),
+            queue_id,
+            cause,
+        },
+    })
 }
 
 /// Rule 5: holds the pull; `Ok(true)` when a message arrived.
@@ -349,7 +403,7 @@ async fn hold_pull(
 }
 
 /// True when the answer would be "offset out of range" beyond the queue's end.
-fn past_the_end(result: &GetResult, offset: u64) -> bool {
+fn past_the_end<M>(result: &GetResult<M>, offset: u64) -> bool {
     match result.status {
         GetStatus::OffsetOverflowBadly => true,
         GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset > 0,
@@ -358,7 +412,7 @@ fn past_the_end(result: &GetResult, offset: u64) -> bool {
 }
 
 /// True when the queue has no message at `offset` yet (the request may be held).
-fn nothing_new(result: &GetResult, offset: u64) -> bool {
+fn nothing_new<M>(result: &GetResult<M>, offset: u64) -> bool {
     match result.status {
         GetStatus::OffsetOverflowOne => true,
         GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue => offset == 0,

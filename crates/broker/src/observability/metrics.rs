@@ -46,7 +46,8 @@
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
 //!
-//! Transactional messages have their own counters, listed in `super::transactions`.
+//! Transactional messages have their own counters, listed in `super::transactions`; how
+//! pull replies carried their messages (zero copy or not), in `super::transfer`.
 //!
 //! - `ferromq_requests_unsupported_total{request}`: requests answered
 //!   REQUEST_CODE_NOT_SUPPORTED, labelled with RocketMQ's name of the code (`unknown` for a
@@ -67,7 +68,7 @@
 use ferromq_protocol::remoting::limits::LimitSnapshot;
 use ferromq_store::flush_latency::{FlushLatencySnapshot, FLUSH_LATENCY_BOUNDS_MICROS};
 use ferromq_store::offsets::{CommitRejection, OffsetKind, Verdict};
-use ferromq_store::{GetResult, GetStatus};
+use ferromq_store::{GetResult, GetStatus, Stored};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -205,6 +206,8 @@ pub struct BrokerMetrics {
     grpc_limited: Family<StaticLabel, Counter>,
     /// Transactional messages (`super::transactions`).
     pub transactions: super::transactions::TransactionMetrics,
+    /// How pull replies carried their messages (`super::transfer`).
+    pub transfer: super::transfer::TransferMetrics,
 }
 
 impl Default for BrokerMetrics {
@@ -236,6 +239,7 @@ impl BrokerMetrics {
             grpc_unsupported: Family::default(),
             grpc_limited: Family::default(),
             transactions: Default::default(),
+            transfer: Default::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -329,6 +333,7 @@ impl BrokerMetrics {
             metrics.grpc_limited.clone(),
         );
         metrics.transactions.register(&mut registry);
+        metrics.transfer.register(&mut registry);
         BrokerMetrics {
             registry,
             ..metrics
@@ -345,19 +350,19 @@ impl BrokerMetrics {
     /// A pull of `group` on `topic`/`queue_id` from `requested` ended with `result`: counts the
     /// messages it returns, and logs and counts a correction when the consumer is told to move
     /// (PULL_OFFSET_MOVED; the same statuses `pull::reply_for` maps to it).
-    pub fn record_pull(
+    pub fn record_pull<M: Stored>(
         &self,
         group: &str,
         topic: &str,
         queue_id: u32,
         requested: u64,
-        result: &GetResult,
+        result: &GetResult<M>,
     ) {
         let moved_to = match result.status {
             GetStatus::Found => {
                 let label = [("topic", topic.to_string())];
                 let count = result.messages.len() as u64;
-                let bytes: usize = result.messages.iter().map(|m| m.bytes.len()).sum();
+                let bytes: usize = result.messages.iter().map(Stored::stored_len).sum();
                 self.messages_out.get_or_create(&label).inc_by(count);
                 self.bytes_out.get_or_create(&label).inc_by(bytes as u64);
                 return;

@@ -5,3 +5,4 @@ pub mod broker_stats;
 pub mod metrics;
 pub mod metrics_http;
 pub mod transactions;
+pub mod transfer;

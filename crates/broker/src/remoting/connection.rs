@@ -21,6 +21,10 @@
 //! connection is served as is, a TLS one after its handshake (both bounded by
 //! `frameReadTimeoutMillis`); a failed handshake closes the connection, counted.
 //!
+//! The writer also sends zero-copy pull replies (`transferMsgByHeap=false`, see
+//! `remoting::zero_copy`): it writes the reply's head, flushes, and sends the records from the
+//! files itself, so nothing else is written in between.
+//!
 //! Invariant: when the connection ends, its clients leave every group and the remaining
 //! members are told to rebalance.
 
@@ -29,9 +33,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use ferromq_protocol::remoting::codes::response;
-use ferromq_protocol::remoting::limits::{Accepted, FrameReadError, FrameReader};
-use ferromq_protocol::remoting::{request, LanguageCode, RemotingCodec, RemotingCommand};
+use ferromq_protocol::remoting::limits::{Accepted, Activity, FrameReadError, FrameReader};
+use ferromq_protocol::remoting::{request, LanguageCode, RemotingCommand};
+use ferromq_store::FileRegion;
 use futures_util::SinkExt;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -41,8 +47,11 @@ use tokio_util::codec::FramedWrite;
 use crate::context::BrokerContext;
 use crate::core::access::Request;
 use crate::core::work_limits::InFlight;
+use crate::observability::transfer::{Abort, Fallback};
+use crate::remoting::outbound::{Outbound, RegionReply, WireCodec, WriteError};
 use crate::remoting::processor;
 use crate::remoting::tls::Upgraded;
+use crate::remoting::zero_copy::{self, MaybeTcp, SendError};
 use crate::sessions::registry::ClientChannel;
 
 /// Replies and pushes queued per connection before the writer applies backpressure.
@@ -67,11 +76,11 @@ pub async fn serve(
     match ctx.tls.upgrade(stream, peer, deadline).await {
         Ok(Upgraded::Plain(stream)) => {
             let (read_half, write_half) = stream.into_split();
-            serve_io(ctx, read_half, write_half, peer, stop).await
+            serve_io(ctx, read_half, write_half, peer, true, stop).await
         }
         Ok(Upgraded::Tls(stream)) => {
             let (read_half, write_half) = tokio::io::split(*stream);
-            serve_io(ctx, read_half, write_half, peer, stop).await
+            serve_io(ctx, read_half, write_half, peer, false, stop).await
         }
         Err(remark) => {
             ctx.metrics
@@ -81,26 +90,29 @@ pub async fn serve(
     }
 }
 
-/// Serves one connection's frames (plain or TLS) until it ends.
+/// Serves one connection's frames (plain TCP when `plain_tcp`, or TLS) until it ends.
 async fn serve_io<R, W>(
     ctx: Arc<BrokerContext>,
     read_half: R,
     write_half: W,
     peer: SocketAddr,
+    plain_tcp: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: AsyncWrite + MaybeTcp + Unpin + Send + 'static,
 {
-    let codec = RemotingCodec::new(ctx.config.max_frame_length);
+    let codec = WireCodec::new(ctx.config.max_frame_length);
     let mut reader = FrameReader::new(read_half, ctx.connection_limits.clone());
     let activity = reader.activity().clone();
     let mut writer = FramedWrite::new(write_half, codec);
-    let (tx, mut rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE_MAX);
+    let (tx, mut rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE_MAX);
+    let writer_ctx = ctx.clone();
     let channel = ClientChannel {
         id: NEXT_CHANNEL_ID.fetch_add(1, Ordering::Relaxed),
         peer,
         tx,
+        plain_tcp,
         language: LanguageCode::Java,
         version: 0,
         held_pulls: Arc::default(),
@@ -112,18 +124,18 @@ async fn serve_io<R, W>(
     let busy = Arc::new(AtomicUsize::new(0));
     let busy_writer = busy.clone();
     let write_task = tokio::spawn(async move {
-        let busy = busy_writer;
+        let (busy, ctx) = (busy_writer, writer_ctx);
         // Every reply already queued goes out in one flush: under load one write syscall
         // carries many replies instead of one each.
-        while let Some(command) = rx.recv().await {
-            let mut result = writer.feed(command).await;
+        while let Some(item) = rx.recv().await {
+            let mut result = write_item(&ctx, &activity, &mut writer, item).await;
             let mut fed = 1;
             for round in 0..2 {
                 while result.is_ok() {
                     match rx.try_recv() {
-                        Ok(command) => {
+                        Ok(item) => {
                             fed += 1;
-                            result = writer.feed(command).await;
+                            result = write_item(&ctx, &activity, &mut writer, item).await;
                         }
                         Err(_) => break,
                     }
@@ -138,7 +150,9 @@ async fn serve_io<R, W>(
                 }
             }
             let result = match result {
-                Ok(()) => SinkExt::<RemotingCommand>::flush(&mut writer).await,
+                Ok(()) => SinkExt::<RemotingCommand>::flush(&mut writer)
+                    .await
+                    .map_err(WriteError::from),
                 Err(error) => Err(error),
             };
             if let Err(error) = result {
@@ -232,8 +246,81 @@ async fn refuse_busy(channel: &ClientChannel, command: RemotingCommand, remark: 
         return;
     }
     let reply = command.reply(response::SYSTEM_BUSY, Some(remark));
-    if channel.tx.send(reply).await.is_err() {
+    if channel.tx.send(reply.into()).await.is_err() {
         tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
+    }
+}
+
+/// Writes one queued item into the writer (a frame is buffered; a zero-copy reply is sent
+/// at once, its last byte left buffered). An error ends the connection.
+async fn write_item<W>(
+    ctx: &BrokerContext,
+    activity: &Arc<Activity>,
+    writer: &mut FramedWrite<W, WireCodec>,
+    item: Outbound,
+) -> Result<(), WriteError>
+where
+    W: AsyncWrite + MaybeTcp + Unpin,
+{
+    match item {
+        Outbound::Frame(command) => Ok(writer.feed(command).await?),
+        Outbound::Regions(reply) => write_region_reply(ctx, activity, writer, reply).await,
+    }
+}
+
+/// Sends a zero-copy pull reply (see `zero_copy`): head through the codec, flush, the
+/// records with `sendfile`, then the held-back last byte. Copies (verifying every record)
+/// when the connection is not plain TCP or `sendfile` is not usable.
+async fn write_region_reply<W>(
+    ctx: &BrokerContext,
+    activity: &Arc<Activity>,
+    writer: &mut FramedWrite<W, WireCodec>,
+    reply: RegionReply,
+) -> Result<(), WriteError>
+where
+    W: AsyncWrite + MaybeTcp + Unpin,
+{
+    let transfer = &ctx.metrics.transfer;
+    if writer.get_ref().tcp().is_none() || transfer.sendfile_unusable() {
+        if writer.get_ref().tcp().is_none() {
+            transfer.fallback(Fallback::Tls, "a region reply reached a TLS writer");
+        }
+        transfer.reply(false);
+        return Ok(writer.feed(reply.into_frame()?).await?);
+    }
+    let head = writer.encoder().head_of(&reply)?;
+    writer.feed(head).await?;
+    SinkExt::<Bytes>::flush(writer).await?;
+    // A reply being sent is not silence: the stall bound below (the same idle timeout,
+    // counted from the last progress) decides when a client that stopped reading is dropped.
+    let _sending = activity.begin();
+    let stall = ctx.connection_limits.settings().idle_timeout;
+    let stream = writer.get_ref().tcp().expect("checked above: a TCP writer");
+    match zero_copy::send_regions(stream, &reply.regions, stall).await {
+        Ok(sent) => {
+            transfer.sent_zero_copy(sent + 1);
+            transfer.reply(true);
+            Ok(writer
+                .feed(Bytes::from_static(&[FileRegion::LAST_BYTE]))
+                .await?)
+        }
+        Err(SendError::Unsupported(error)) => {
+            // Nothing of the body left: the head is out, the copied body completes it.
+            transfer.fallback(Fallback::SendfileUnsupported, &error.to_string());
+            transfer.reply(false);
+            Ok(writer.feed(reply.read_body()?).await?)
+        }
+        Err(error) => {
+            transfer.aborted(match &error {
+                SendError::Truncated(_) | SendError::Short { .. } => Abort::Truncated,
+                SendError::Stalled(_) => Abort::Timeout,
+                SendError::Unsupported(_) | SendError::Io(_) => Abort::Io,
+            });
+            if matches!(error, SendError::Truncated(_) | SendError::Short { .. }) {
+                tracing::warn!(%error, "zero-copy pull reply stopped: closing the connection, the client pulls again");
+            }
+            Err(error.into())
+        }
     }
 }
 

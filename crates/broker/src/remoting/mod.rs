@@ -4,6 +4,8 @@
 //! core, map the outcome to a response code through `processor::code_map`.
 
 pub mod connection;
+pub mod outbound;
 pub mod processor;
 pub mod registration;
 pub mod tls;
+pub mod zero_copy;

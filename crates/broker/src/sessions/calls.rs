@@ -66,7 +66,7 @@ impl PendingCalls {
     /// time, or the connection closed.
     pub async fn call(
         &self,
-        tx: &mpsc::Sender<RemotingCommand>,
+        tx: &mpsc::Sender<crate::remoting::outbound::Outbound>,
         mut request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, CallError> {
@@ -85,7 +85,7 @@ impl PendingCalls {
             calls: self,
             opaque,
         };
-        if tx.try_send(request).is_err() {
+        if tx.try_send(request.into()).is_err() {
             return Err(CallError::NotSent);
         }
         match tokio::time::timeout(timeout, reply_rx).await {
@@ -135,6 +135,7 @@ impl Drop for Forget<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remoting::outbound::Outbound;
     use ferromq_protocol::remoting::codes::{request, response};
     use std::sync::Arc;
 
@@ -145,11 +146,13 @@ mod tests {
     #[tokio::test]
     async fn the_reply_with_the_calls_opaque_ends_the_call() {
         let calls = Arc::new(PendingCalls::default());
-        let (tx, mut rx) = mpsc::channel::<RemotingCommand>(4);
+        let (tx, mut rx) = mpsc::channel::<Outbound>(4);
         let answerer = {
             let calls = calls.clone();
             tokio::spawn(async move {
-                let sent = rx.recv().await.unwrap();
+                let Some(Outbound::Frame(sent)) = rx.recv().await else {
+                    panic!("the call's request is a frame");
+                };
                 assert!(!calls.complete(sent.reply(response::SUCCESS, None).with_opaque(1)));
                 assert!(calls.complete(sent.reply(response::SUCCESS, Some("here".into()))));
             })

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferromq_protocol::remoting::body::heartbeat::{
     ConsumeFromWhere, ConsumeType, HeartbeatData, MessageModel, SubscriptionData,
 };
-use ferromq_protocol::remoting::{LanguageCode, RemotingCommand};
+use ferromq_protocol::remoting::LanguageCode;
 use tokio::sync::mpsc;
 
 /// A client connection the broker can push requests to.
@@ -25,8 +25,11 @@ pub struct ClientChannel {
     pub id: u64,
     /// Remote address.
     pub peer: SocketAddr,
-    /// Outgoing frames of the connection.
-    pub tx: mpsc::Sender<RemotingCommand>,
+    /// Outgoing frames of the connection (its writer task's queue).
+    pub tx: mpsc::Sender<crate::remoting::outbound::Outbound>,
+    /// The connection is plain TCP, so pull replies may go out with zero copy
+    /// (`transferMsgByHeap=false`); false for TLS.
+    pub plain_tcp: bool,
     /// Client language from its first request.
     pub language: LanguageCode,
     /// Client version from its first request.

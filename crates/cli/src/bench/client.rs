@@ -84,6 +84,16 @@ pub struct ClientBenchArgs {
     /// Print the result as one JSON object on the last stdout line.
     #[arg(long)]
     pub(super) json: bool,
+    /// consume only: measure both pull transfers of the brokers in one run — RocketMQ's
+    /// transferMsgByHeap=true (records copied and verified) and false (zero copy with
+    /// sendfile) — switching every master of the topic with UPDATE_BROKER_CONFIG between
+    /// phases (alternating, --compare-rounds each, a fresh group each), and report both rates
+    /// and the ratio zero_copy / heap. The brokers' setting is restored at the end.
+    #[arg(long)]
+    pub(super) compare_transfer: bool,
+    /// Phases per setting with --compare-transfer (the best of each is reported).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = value_parser!(u32).range(1..=20))]
+    pub(super) compare_rounds: u32,
     /// ACL credentials and TLS of every connection.
     #[command(flatten)]
     pub(super) security: crate::security::SecurityFlags,
@@ -172,6 +182,9 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
     if kind == Kind::E2e && (args.size as usize) < STAMP_LEN {
         bail!("e2e stamps the body: --size must be at least {STAMP_LEN}");
     }
+    if args.compare_transfer && kind != Kind::Consume {
+        bail!("--compare-transfer compares pull transfers: it applies to bench consume only");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -182,6 +195,7 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
         }
         match kind {
             Kind::Produce => produce_bench(args).await,
+            Kind::Consume if args.compare_transfer => super::transfer::compare(args).await,
             Kind::Consume => consume_bench(args).await,
             Kind::E2e => e2e_bench(args).await,
         }
@@ -616,6 +630,30 @@ async fn close_consumers(consumers: Vec<Arc<LitePullConsumer>>, progress: &Progr
 }
 
 async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
+    let (outcome, progress) = consume_phase(args).await?;
+    report(
+        Kind::Consume,
+        args,
+        &outcome,
+        &progress,
+        "per non-empty poll",
+        None,
+    );
+    if let Some(count) = args.count {
+        if outcome.messages < count {
+            bail!(
+                "received {} of {count} messages within {} s",
+                outcome.messages,
+                args.seconds
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One consume phase: consumers of a fresh group (or --group) from each queue's first
+/// message, for --seconds or until --count arrived.
+pub(super) async fn consume_phase(args: &ClientBenchArgs) -> Result<(Outcome, Arc<Progress>)> {
     let consumers = start_consumers(args, StartPosition::First).await?;
     let progress = Arc::new(Progress::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -663,24 +701,7 @@ async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
         latency,
         measured,
     };
-    report(
-        Kind::Consume,
-        args,
-        &outcome,
-        &progress,
-        "per non-empty poll",
-        None,
-    );
-    if let Some(count) = args.count {
-        if outcome.messages < count {
-            bail!(
-                "received {} of {count} messages within {} s",
-                outcome.messages,
-                args.seconds
-            );
-        }
-    }
-    Ok(())
+    Ok((outcome, progress))
 }
 
 async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {

@@ -19,6 +19,7 @@ mod recovery;
 mod stats;
 mod store;
 mod transaction;
+mod transfer;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -60,6 +61,10 @@ pub enum BenchCommand {
     /// first message for --seconds or until --count messages arrived; latency is the duration
     /// of each non-empty poll. Final positions are committed; a failed commit is an error.
     /// Baseline: `ferromq bench store` on the same machine.
+    ///
+    /// --compare-transfer: the same drain under both pull transfers of the brokers
+    /// (transferMsgByHeap true and false, switched at run time), alternating, and the ratio
+    /// zero_copy / heap.
     Consume(client::ClientBenchArgs),
     /// End-to-end latency: producers stamp the send time into each body, consumers measure
     /// receive time minus send time.

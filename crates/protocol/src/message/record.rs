@@ -69,22 +69,22 @@ pub const PROPERTIES_LEN_MAX: usize = i16::MAX as usize;
 /// broker adds (`CLUSTER`, and `UNIQ_KEY` when absent) against the same 32,767 bytes.
 pub const CLIENT_PROPERTIES_LEN_MAX: usize = PROPERTIES_LEN_MAX - CRC_TRAILER_LEN;
 
-const SYSFLAG_BORNHOST_V6: i32 = 0x10;
-const SYSFLAG_STOREHOST_V6: i32 = 0x20;
-const CRC_TRAILER_LEN: usize = 20;
-const CRC_PREFIX: &[u8] = b"__CRC32#\x01";
-const POS_TOTAL_SIZE: usize = 0;
-const POS_MAGIC: usize = 4;
+pub(super) const SYSFLAG_BORNHOST_V6: i32 = 0x10;
+pub(super) const SYSFLAG_STOREHOST_V6: i32 = 0x20;
+pub(super) const CRC_TRAILER_LEN: usize = 20;
+pub(super) const CRC_PREFIX: &[u8] = b"__CRC32#\x01";
+pub(super) const POS_TOTAL_SIZE: usize = 0;
+pub(super) const POS_MAGIC: usize = 4;
 const POS_BODY_CRC: usize = 8;
-const POS_QUEUE_ID: usize = 12;
+pub(super) const POS_QUEUE_ID: usize = 12;
 const POS_FLAG: usize = 16;
-const POS_QUEUE_OFFSET: usize = 20;
-const POS_PHYS_OFFSET: usize = 28;
-const POS_SYS_FLAG: usize = 36;
+pub(super) const POS_QUEUE_OFFSET: usize = 20;
+pub(super) const POS_PHYS_OFFSET: usize = 28;
+pub(super) const POS_SYS_FLAG: usize = 36;
 const POS_BORN_TIMESTAMP: usize = 40;
-const POS_BORN_HOST: usize = 48;
+pub(super) const POS_BORN_HOST: usize = 48;
 /// Smallest possible record: IPv4 hosts, empty body, topic and properties, plus the CRC.
-const RECORD_SIZE_MIN: usize = 91 + CRC_TRAILER_LEN;
+pub(super) const RECORD_SIZE_MIN: usize = 91 + CRC_TRAILER_LEN;
 
 /// Why bytes are not a valid record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -518,15 +518,15 @@ fn read_host(buf: &[u8], at: usize, len: usize) -> SocketAddr {
     }
 }
 
-fn read_u32(buf: &[u8], at: usize) -> u32 {
+pub(super) fn read_u32(buf: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn read_i32(buf: &[u8], at: usize) -> i32 {
+pub(super) fn read_i32(buf: &[u8], at: usize) -> i32 {
     read_u32(buf, at) as i32
 }
 
-fn read_u64(buf: &[u8], at: usize) -> u64 {
+pub(super) fn read_u64(buf: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
 }
 

@@ -208,6 +208,20 @@ impl RemotingCommand {
         self.to_frame().encode(dst, max_frame_length)
     }
 
+    /// Appends this command's frame up to its body, for a body of `body_len` bytes the caller
+    /// writes itself right after (see [`RawFrame::encode_head`]); the command's own body is
+    /// ignored.
+    pub fn encode_head(
+        &self,
+        body_len: usize,
+        dst: &mut BytesMut,
+        max_frame_length: usize,
+    ) -> Result<(), FrameError> {
+        let mut frame = self.to_frame();
+        frame.body = Bytes::new();
+        frame.encode_head(body_len, dst, max_frame_length)
+    }
+
     /// This command's frame as bytes, with the default maximum frame length.
     pub fn to_bytes(&self) -> Result<Bytes, FrameError> {
         let mut buf = BytesMut::new();

@@ -142,6 +142,36 @@ impl RawFrame {
         Ok(())
     }
 
+    /// Appends the frame's length field, header-length field and header to `dst`, as if the
+    /// frame carried a body of `body_len` bytes that the caller writes after them itself
+    /// (a server sending the body straight from a file). `self.body` must be empty.
+    ///
+    /// # Errors
+    /// As [`RawFrame::encode`], for the whole frame the body completes.
+    pub fn encode_head(
+        &self,
+        body_len: usize,
+        dst: &mut BytesMut,
+        max_frame_length: usize,
+    ) -> Result<(), FrameError> {
+        debug_assert!(self.body.is_empty(), "encode_head of a frame with a body");
+        if self.header.len() > MAX_HEADER_LENGTH {
+            return Err(FrameError::HeaderTooLarge(self.header.len()));
+        }
+        let size = FRAME_PREFIX_LEN + self.header.len() + body_len;
+        if size > max_frame_length || size - 4 > i32::MAX as usize {
+            return Err(FrameError::TooLong {
+                size: size as u64,
+                max: max_frame_length,
+            });
+        }
+        dst.reserve(FRAME_PREFIX_LEN + self.header.len());
+        dst.put_u32((size - 4) as u32);
+        dst.put_u32(((self.serialize_type.code() as u32) << 24) | self.header.len() as u32);
+        dst.put_slice(&self.header);
+        Ok(())
+    }
+
     /// Takes one whole frame off the front of `src` when it is complete.
     ///
     /// Returns `Ok(None)` (consuming nothing) while the frame is incomplete. The length field

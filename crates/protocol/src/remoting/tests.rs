@@ -613,3 +613,25 @@ proptest! {
         prop_assert_eq!(back, cmd);
     }
 }
+
+#[test]
+fn a_frame_head_followed_by_its_body_is_the_whole_frame() {
+    let body = Bytes::from_static(b"records sent from a file");
+    for serialize_type in [SerializeType::Json, SerializeType::RocketMq] {
+        let mut command = RemotingCommand::new_response(0, Some("ok".into()));
+        command.serialize_type = serialize_type;
+        let whole = command.clone().with_body(body.clone()).to_bytes().unwrap();
+        let mut head = BytesMut::new();
+        command
+            .clone()
+            .with_body(Bytes::from_static(b"ignored"))
+            .encode_head(body.len(), &mut head, DEFAULT_MAX_FRAME_LENGTH)
+            .unwrap();
+        head.extend_from_slice(&body);
+        assert_eq!(head.freeze(), whole);
+        let error = command
+            .encode_head(1024, &mut BytesMut::new(), 64)
+            .unwrap_err();
+        assert!(matches!(error, FrameError::TooLong { .. }), "{error}");
+    }
+}

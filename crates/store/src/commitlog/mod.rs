@@ -9,6 +9,7 @@
 //!    it. `appended_end` (≥ `committed_end`) also counts the writer's uncommitted tail.
 //! 3. `min_offset` is the start of the oldest segment kept; retention raises it.
 
+pub mod region;
 pub mod segment;
 pub mod writer;
 
@@ -22,6 +23,7 @@ use ferromq_protocol::{peek_magic, peek_total_size, RecordError, RecordView, BLA
 
 use crate::error::{FileError, OpenError, ReadError};
 use crate::fsutil;
+pub use region::{FileRegion, RegionError};
 pub use segment::{Access, Segment};
 
 /// Size of the end-of-segment marker.

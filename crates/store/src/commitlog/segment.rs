@@ -3,10 +3,17 @@
 //! Files are not preallocated: a segment's length is the end of the bytes written to it, so a
 //! truncation is a `set_len` and a disk-full error surfaces as a failed write, never as a
 //! fault on a memory map.
+//!
+//! Invariant: a segment's `truncations` epoch grows before any of its bytes is cut (a
+//! `truncate`, or a truncation removing the whole file), so a reader holding a
+//! [`FileRegion`](super::region::FileRegion) checked at epoch `e` knows the bytes are still
+//! the ones it checked as long as the epoch is still `e` once it has sent them.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::FileError;
 use crate::fsutil;
@@ -27,6 +34,8 @@ pub struct Segment {
     pub start: u64,
     file: File,
     path: PathBuf,
+    /// Truncations of this segment so far (see the module invariant).
+    truncations: AtomicU64,
 }
 
 impl Segment {
@@ -40,7 +49,12 @@ impl Segment {
             .open(&path)
             .map_err(|e| FileError::new("create segment", &path, e))?;
         fsutil::sync_dir(dir)?;
-        Ok(Segment { start, file, path })
+        Ok(Segment {
+            start,
+            file,
+            path,
+            truncations: AtomicU64::new(0),
+        })
     }
 
     /// Opens an existing segment file (`ReadOnly`: a check that must change nothing).
@@ -50,7 +64,12 @@ impl Segment {
             .write(access == Access::ReadWrite)
             .open(&path)
             .map_err(|e| FileError::new("open segment", &path, e))?;
-        Ok(Segment { start, file, path })
+        Ok(Segment {
+            start,
+            file,
+            path,
+            truncations: AtomicU64::new(0),
+        })
     }
 
     /// Bytes in the file.
@@ -85,6 +104,7 @@ impl Segment {
 
     /// Cuts the file to `len` bytes and makes the cut durable.
     pub fn truncate(&self, len: u64) -> Result<(), FileError> {
+        self.retire();
         self.file
             .set_len(len)
             .map_err(|e| FileError::new("truncate", &self.path, e))?;
@@ -98,8 +118,27 @@ impl Segment {
             .map_err(|e| FileError::new("fsync", &self.path, e))
     }
 
+    /// Truncations of this segment so far; read it before checking bytes to send later,
+    /// and again after sending them (see the module invariant).
+    pub fn truncations(&self) -> u64 {
+        self.truncations.load(Ordering::SeqCst)
+    }
+
+    /// Marks every byte of the segment as possibly cut: done before a truncation, and when a
+    /// truncation removes the whole file.
+    pub fn retire(&self) {
+        self.truncations.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl AsFd for Segment {
+    /// The open file, for `sendfile(2)` of a checked [`FileRegion`](super::region::FileRegion).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }

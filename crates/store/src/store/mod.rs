@@ -31,6 +31,7 @@ mod fences_api;
 mod maintenance;
 mod offsets_api;
 mod read;
+mod read_regions;
 mod replica;
 mod threads;
 
@@ -45,7 +46,8 @@ use tokio::sync::watch;
 
 pub use maintenance::{RetentionReport, TruncateReport};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
-pub use read::{GetResult, GetStatus, StoredMessage, TagFilter, TimeBoundary};
+pub use read::{GetResult, GetStatus, Stored, StoredMessage, TagFilter, TimeBoundary};
+pub use read_regions::StoredRegion;
 pub use replica::{
     judge_prefix, LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, ReplicationChunk,
     LOG_SAMPLES_MAX,

@@ -58,9 +58,33 @@ pub struct StoredMessage {
     pub bytes: Bytes,
 }
 
-/// Result of [`MessageStore::get_messages`].
+/// What a read returns per message: its bytes ([`StoredMessage`]) or where they lie
+/// ([`StoredRegion`], for sending without a copy).
+pub trait Stored {
+    /// Its queue offset.
+    fn queue_offset(&self) -> u64;
+    /// Its CommitLog offset.
+    fn phys_offset(&self) -> u64;
+    /// Its record size in bytes.
+    fn stored_len(&self) -> usize;
+}
+
+impl Stored for StoredMessage {
+    fn queue_offset(&self) -> u64 {
+        self.queue_offset
+    }
+    fn phys_offset(&self) -> u64 {
+        self.phys_offset
+    }
+    fn stored_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Result of [`MessageStore::get_messages`] (and, with regions, of
+/// [`MessageStore::get_message_regions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GetResult {
+pub struct GetResult<M = StoredMessage> {
     /// What happened.
     pub status: GetStatus,
     /// Where the next read should start.
@@ -70,7 +94,7 @@ pub struct GetResult {
     /// Queue max offset (next to be written, as consumers see it).
     pub max_offset: u64,
     /// The messages, in queue order.
-    pub messages: Vec<StoredMessage>,
+    pub messages: Vec<M>,
 }
 
 /// Which end of a time range `offset_by_time` picks (RocketMQ `BoundaryType`).
@@ -132,8 +156,35 @@ impl MessageStore {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult, ReadError> {
-        let result =
-            self.read_messages(topic, queue_id, queue_offset, max_count, max_bytes, filter)?;
+        let range = QueueRange {
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            filter,
+        };
+        self.read_messages(&range, |this_offset, entry| {
+            let bytes = self.read_indexed(topic, queue_id, this_offset, entry)?;
+            let view = RecordView::parse(&bytes).expect("verified by read_indexed");
+            let matches = filter.matches_tag(view.tags());
+            let message = StoredMessage {
+                queue_offset: this_offset,
+                phys_offset: entry.phys_offset,
+                bytes,
+            };
+            Ok((message, matches))
+        })
+    }
+
+    /// Reads the range's entries, `fetch`ing each one the tag code lets through (a message
+    /// and whether its tags match), into a result; shared by both kinds of read.
+    pub(super) fn read_messages<M: Stored>(
+        &self,
+        range: &QueueRange<'_>,
+        fetch: impl Fn(u64, &CqEntry) -> Result<(M, bool), ReadError>,
+    ) -> Result<GetResult<M>, ReadError> {
+        let result = self.read_entries(range, fetch)?;
         // While dispatch is failing, "nothing (new) here" may be false: say why instead.
         if result.messages.is_empty() {
             if let Some(failure) = self.inner.dispatch_stall() {
@@ -143,15 +194,19 @@ impl MessageStore {
         Ok(result)
     }
 
-    fn read_messages(
+    fn read_entries<M: Stored>(
         &self,
-        topic: &str,
-        queue_id: u32,
-        queue_offset: u64,
-        max_count: usize,
-        max_bytes: usize,
-        filter: &TagFilter,
-    ) -> Result<GetResult, ReadError> {
+        range: &QueueRange<'_>,
+        fetch: impl Fn(u64, &CqEntry) -> Result<(M, bool), ReadError>,
+    ) -> Result<GetResult<M>, ReadError> {
+        let QueueRange {
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            filter,
+        } = *range;
         let (min, max, entries) = {
             let derived = self.inner.derived.lock().expect("derived lock");
             let Some(queue) = derived.queues.get(topic, queue_id) else {
@@ -193,8 +248,8 @@ impl MessageStore {
                 next = this_offset + 1;
                 continue;
             }
-            let bytes = match self.read_indexed(topic, queue_id, this_offset, entry) {
-                Ok(bytes) => bytes,
+            let (message, tag_matches) = match fetch(this_offset, entry) {
+                Ok(fetched) => fetched,
                 Err(error @ (ReadError::Corrupt { .. } | ReadError::Misplaced { .. })) => {
                     let damaged = self.note_damaged(topic, queue_id, this_offset, entry, &error);
                     if messages.is_empty() {
@@ -206,17 +261,9 @@ impl MessageStore {
                 Err(error) => return Err(error),
             };
             next = this_offset + 1;
-            let tag_matches = {
-                let view = RecordView::parse(&bytes).expect("verified by read_indexed");
-                filter.matches_tag(view.tags())
-            };
             if tag_matches {
-                bytes_total += bytes.len();
-                messages.push(StoredMessage {
-                    queue_offset: this_offset,
-                    phys_offset: entry.phys_offset,
-                    bytes,
-                });
+                bytes_total += message.stored_len();
+                messages.push(message);
             }
         }
         let status = if messages.is_empty() {
@@ -516,7 +563,18 @@ impl MessageStore {
     }
 }
 
-fn empty(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult {
+/// Which entries a read covers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QueueRange<'a> {
+    pub(super) topic: &'a str,
+    pub(super) queue_id: u32,
+    pub(super) queue_offset: u64,
+    pub(super) max_count: usize,
+    pub(super) max_bytes: usize,
+    pub(super) filter: &'a TagFilter,
+}
+
+fn empty<M>(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult<M> {
     GetResult {
         status,
         next_begin_offset: next,

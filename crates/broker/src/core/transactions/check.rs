@@ -183,7 +183,7 @@ async fn send_check(ctx: &BrokerContext, queue_offset: u64, entry: &HalfEntry) {
         return;
     };
     let command = check_command(ctx, queue_offset, entry, topic, &record, uniq);
-    if channel.tx.try_send(command).is_err() {
+    if channel.tx.try_send(command.into()).is_err() {
         tracing::info!(group = %entry.producer_group, client = %client_id, queue_offset,
             "transaction check-back not sent: the producer's connection is full or closed; counted");
     }

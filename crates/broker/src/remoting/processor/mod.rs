@@ -28,6 +28,8 @@ use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::{request_code_name, HeaderError, RemotingCommand};
 
 use crate::context::BrokerContext;
+use crate::core::authorisation::Principal;
+use crate::remoting::outbound::Outbound;
 use crate::sessions::registry::ClientChannel;
 
 pub use crate::core::scheduler::{
@@ -35,30 +37,46 @@ pub use crate::core::scheduler::{
 };
 pub use pull::PULL_SYSFLAG_COMMIT_OFFSET;
 
-/// Handles one request and builds its reply.
+/// Handles one request and builds its reply: a frame, or a pull reply whose records go out
+/// from the files (`transferMsgByHeap=false`, see `super::zero_copy`).
 pub async fn handle(
     ctx: &std::sync::Arc<BrokerContext>,
     channel: &ClientChannel,
     command: RemotingCommand,
-) -> RemotingCommand {
+) -> Outbound {
     if ctx.store.is_closed() {
         // Never answer from a stopped store: "no offset" and "could not read" must not mix.
-        return command.reply(
-            response::SERVICE_NOT_AVAILABLE,
-            Some("the broker is shutting down".into()),
-        );
+        return command
+            .reply(
+                response::SERVICE_NOT_AVAILABLE,
+                Some("the broker is shutting down".into()),
+            )
+            .into();
     }
     // ACL: every request kind, once, before anything else reads it.
     let principal = match authorise::check(ctx, channel.peer.ip(), &command) {
         Ok(principal) => principal,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into(),
     };
+    if matches!(
+        command.code,
+        request::PULL_MESSAGE | request::LITE_PULL_MESSAGE
+    ) {
+        return pull::handle(ctx, channel, &principal, &command).await;
+    }
+    dispatch(ctx, channel, principal, command).await.into()
+}
+
+/// Every request but pulls, by code.
+async fn dispatch(
+    ctx: &std::sync::Arc<BrokerContext>,
+    channel: &ClientChannel,
+    principal: Principal,
+    command: RemotingCommand,
+) -> RemotingCommand {
     match command.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, channel, &command).await
-        }
-        request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
-            pull::handle(ctx, channel, &principal, &command).await
         }
         request::QUERY_CONSUMER_OFFSET => offset::query(ctx, &command).await,
         request::UPDATE_CONSUMER_OFFSET => offset::update(ctx, channel, &principal, &command).await,

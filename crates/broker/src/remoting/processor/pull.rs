@@ -6,6 +6,10 @@
 //! min or beyond the max, or a reset to follow → PULL_OFFSET_MOVED with the offset to use.
 //! The four required reply fields are always present. RocketMQ's sysFlag bits and negative
 //! "none" values end here.
+//!
+//! With `transferMsgByHeap=false` on a plain TCP connection the messages are read as file
+//! regions and the reply's records go out with zero copy (`remoting::zero_copy`); otherwise
+//! (the default, TLS, or `sendfile` found unusable) they are read and verified into the body.
 
 use std::time::Duration;
 
@@ -15,13 +19,17 @@ use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_store::{GetResult, GetStatus};
+use ferromq_store::{GetResult, GetStatus, StoredMessage, StoredRegion};
 
 use super::bad_header;
 use super::code_map::error_reply;
 use crate::context::BrokerContext;
 use crate::core::authorisation::Principal;
-use crate::core::pull::{self, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX};
+use crate::core::pull::{
+    self, PullRead, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX,
+};
+use crate::observability::transfer::Fallback;
+use crate::remoting::outbound::{Outbound, RegionReply};
 use crate::sessions::registry::ClientChannel;
 
 /// Pull sysFlag: the request carries a commit in `commitOffset`.
@@ -36,27 +44,93 @@ pub(super) async fn handle(
     channel: &ClientChannel,
     principal: &Principal,
     command: &RemotingCommand,
-) -> RemotingCommand {
+) -> Outbound {
     let header = match command.decode_header::<PullMessageRequestHeader>() {
         Ok(header) => header,
-        Err(error) => return bad_header(command, error),
+        Err(error) => return bad_header(command, error).into(),
     };
     let request = request_of(ctx, &header);
+    match transfer_of(ctx, channel) {
+        Transfer::ZeroCopy => {
+            match pull_with::<StoredRegion>(ctx, channel, principal, command, &request).await {
+                Ok((head, messages)) => {
+                    if messages.is_empty() {
+                        head.into()
+                    } else {
+                        // Counted by the writer, which may still have to copy.
+                        Outbound::Regions(RegionReply::new(head, messages))
+                    }
+                }
+                Err(reply) => reply.into(),
+            }
+        }
+        Transfer::Heap(fallback) => {
+            match pull_with::<StoredMessage>(ctx, channel, principal, command, &request).await {
+                Ok((head, messages)) if messages.is_empty() => head.into(),
+                Ok((head, messages)) => {
+                    let transfer = &ctx.metrics.transfer;
+                    transfer.reply(false);
+                    if let Some(reason) = fallback {
+                        transfer.fallback(reason, "transferMsgByHeap=false");
+                    }
+                    let size = messages.iter().map(|m| m.bytes.len()).sum();
+                    let mut body = BytesMut::with_capacity(size);
+                    for message in &messages {
+                        body.extend_from_slice(&message.bytes);
+                    }
+                    head.with_body(body.freeze()).into()
+                }
+                Err(reply) => reply.into(),
+            }
+        }
+    }
+}
+
+/// How a pull reply carries its messages.
+enum Transfer {
+    /// Read into memory and verified; `Some`: zero copy was asked for but cannot be used.
+    Heap(Option<Fallback>),
+    /// File regions sent by the connection's writer.
+    ZeroCopy,
+}
+
+/// `transferMsgByHeap` now, for this connection.
+fn transfer_of(ctx: &BrokerContext, channel: &ClientChannel) -> Transfer {
+    if ctx.runtime_config.transfer_msg_by_heap() {
+        Transfer::Heap(None)
+    } else if !channel.plain_tcp {
+        Transfer::Heap(Some(Fallback::Tls))
+    } else if ctx.metrics.transfer.sendfile_unusable() {
+        Transfer::Heap(Some(Fallback::SendfileUnsupported))
+    } else {
+        Transfer::ZeroCopy
+    }
+}
+
+/// Runs the pull through the core, reading messages as `M`; the reply without its body and
+/// the messages it carries (none unless SUCCESS), or the whole reply of a refusal or move.
+async fn pull_with<M: PullRead>(
+    ctx: &std::sync::Arc<BrokerContext>,
+    channel: &ClientChannel,
+    principal: &Principal,
+    command: &RemotingCommand,
+    request: &PullRequest,
+) -> Result<(RemotingCommand, Vec<M>), RemotingCommand> {
     let caller = ctx.sessions.caller(channel.id).granted(principal);
     // The writer of a closed connection drops its receiver.
     let closed = channel.tx.closed();
-    match pull::pull(ctx, &caller, &request, &channel.held_pulls, closed).await {
+    match pull::pull::<M>(ctx, &caller, request, &channel.held_pulls, closed).await {
         Ok(Pulled::Read(result)) => {
             let suggest = pull::suggested_broker(ctx, &result);
-            reply_for(command, request.offset, result, suggest)
+            Ok(reply_for(command, request.offset, result, suggest))
         }
-        Ok(Pulled::Moved { offset, min, max }) => command
+        Ok(Pulled::Moved { offset, min, max }) => Err(command
             .reply(
                 response::PULL_OFFSET_MOVED,
                 Some("the group's offset was reset".into()),
             )
-            .with_header(&response_header(offset, min, max, 0)),
-        Err(error) => error_reply(command, &error),
+            .with_header(&response_header(offset, min, max, 0))),
+        Err(error) => Err(error_reply(command, &error)),
     }
 }
 
@@ -108,12 +182,14 @@ fn response_header(next: u64, min: u64, max: u64, suggest: u64) -> PullMessageRe
     }
 }
 
-fn reply_for(
+/// The reply to a read, without its body, and the messages its body carries (none unless
+/// SUCCESS).
+fn reply_for<M>(
     command: &RemotingCommand,
     offset: u64,
-    result: GetResult,
+    result: GetResult<M>,
     suggest: u64,
-) -> RemotingCommand {
+) -> (RemotingCommand, Vec<M>) {
     let (code, next) = match result.status {
         GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
         GetStatus::NoMatchedMessage => (response::PULL_RETRY_IMMEDIATELY, result.next_begin_offset),
@@ -129,14 +205,10 @@ fn reply_for(
         }
     };
     let header = response_header(next, result.min_offset, result.max_offset, suggest);
-    let mut reply = command.reply(code, None).with_header(&header);
+    let reply = command.reply(code, None).with_header(&header);
     if code == response::SUCCESS {
-        let size = result.messages.iter().map(|m| m.bytes.len()).sum();
-        let mut body = BytesMut::with_capacity(size);
-        for message in &result.messages {
-            body.extend_from_slice(&message.bytes);
-        }
-        reply = reply.with_body(body.freeze());
+        (reply, result.messages)
+    } else {
+        (reply, Vec::new())
     }
-    reply
 }

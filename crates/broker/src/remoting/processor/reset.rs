@@ -159,7 +159,7 @@ fn notify_consumers(
             java_body.clone()
         };
         let push = push.with_body(payload);
-        if consumer.channel.tx.try_send(push).is_err() {
+        if consumer.channel.tx.try_send(push.into()).is_err() {
             tracing::debug!(group = %header.group, client = %consumer.client_id,
                 "could not push the offset reset to a consumer");
         }

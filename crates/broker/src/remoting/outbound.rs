@@ -1,0 +1,158 @@
+//! What a connection's writer sends: a frame, or a pull reply whose body is a list of
+//! CommitLog file regions to send without copying (`transferMsgByHeap=false`).
+//!
+//! Every write of a connection goes through its one writer task, in queue order, so a
+//! zero-copy reply never interleaves with another frame: the writer writes the reply's head
+//! through its codec, flushes, then sends the regions itself (`super::zero_copy`).
+
+use bytes::{Bytes, BytesMut};
+use ferromq_protocol::remoting::{CodecError, RemotingCodec, RemotingCommand};
+use ferromq_protocol::RecordView;
+use ferromq_store::{FileRegion, RegionError, StoredRegion};
+use tokio_util::codec::Encoder;
+
+/// One item of a connection's outgoing queue.
+#[derive(Debug)]
+pub enum Outbound {
+    /// A whole frame.
+    Frame(RemotingCommand),
+    /// A pull reply whose body goes from the files.
+    Regions(RegionReply),
+}
+
+impl From<RemotingCommand> for Outbound {
+    fn from(command: RemotingCommand) -> Self {
+        Outbound::Frame(command)
+    }
+}
+
+/// A reply whose body is the records of checked file regions, in order.
+#[derive(Debug)]
+pub struct RegionReply {
+    /// The reply; its own body is ignored.
+    pub head: RemotingCommand,
+    /// The body, adjacent records merged into one region.
+    pub regions: Vec<FileRegion>,
+    /// Bytes of the body.
+    pub body_len: u64,
+}
+
+/// Why a region reply could not be turned into a copied frame.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// A region may no longer be sent, or could not be read.
+    #[error(transparent)]
+    Region(#[from] RegionError),
+    /// A record read back fails verification (its CRC, most likely: the zero-copy check does
+    /// not read bodies).
+    #[error("a record of the reply does not verify: {0}")]
+    Record(#[from] ferromq_protocol::RecordError),
+}
+
+impl RegionReply {
+    /// The reply `head` carrying `messages`, adjacent records merged.
+    pub fn new(head: RemotingCommand, messages: Vec<StoredRegion>) -> RegionReply {
+        let mut regions: Vec<FileRegion> = Vec::with_capacity(messages.len());
+        let mut body_len = 0;
+        for message in messages {
+            body_len += message.region.len();
+            let merged = regions
+                .last_mut()
+                .is_some_and(|last| last.try_merge(&message.region));
+            if !merged {
+                regions.push(message.region);
+            }
+        }
+        RegionReply {
+            head,
+            regions,
+            body_len,
+        }
+    }
+
+    /// The same reply with its body read into memory and every record verified (CRC
+    /// included): the copying fallback.
+    ///
+    /// # Errors
+    /// A region was truncated since its check, cannot be read, or holds a record that does
+    /// not verify; the reply must not be sent.
+    pub fn into_frame(self) -> Result<RemotingCommand, CopyError> {
+        let body = self.read_body()?;
+        Ok(self.head.with_body(body))
+    }
+
+    /// The body read into memory, every record verified (CRC included).
+    ///
+    /// # Errors
+    /// As [`RegionReply::into_frame`].
+    pub fn read_body(&self) -> Result<Bytes, CopyError> {
+        let mut body = BytesMut::with_capacity(self.body_len as usize);
+        for region in &self.regions {
+            body.extend_from_slice(&region.read()?);
+        }
+        let mut rest = &body[..];
+        while !rest.is_empty() {
+            let view = RecordView::parse(rest)?;
+            rest = &rest[view.total_size()..];
+        }
+        Ok(body.freeze())
+    }
+}
+
+/// Why a connection's writer stopped (the connection is then closed).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Encoding or writing a frame failed.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A zero-copy send stopped part-way.
+    #[error(transparent)]
+    ZeroCopy(#[from] super::zero_copy::SendError),
+    /// The copying fallback could not read or verify the records.
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+}
+
+/// The connection's encoder: remoting frames, and raw bytes (a region reply's head and its
+/// held-back last byte).
+#[derive(Debug, Clone, Copy)]
+pub struct WireCodec {
+    frames: RemotingCodec,
+}
+
+impl WireCodec {
+    /// Frames up to `max_frame_length` bytes.
+    pub fn new(max_frame_length: usize) -> WireCodec {
+        WireCodec {
+            frames: RemotingCodec::new(max_frame_length),
+        }
+    }
+
+    /// The bytes of `reply`'s frame up to its body.
+    pub fn head_of(&self, reply: &RegionReply) -> Result<Bytes, CodecError> {
+        let mut out = BytesMut::new();
+        reply.head.encode_head(
+            reply.body_len as usize,
+            &mut out,
+            self.frames.max_frame_length(),
+        )?;
+        Ok(out.freeze())
+    }
+}
+
+impl Encoder<RemotingCommand> for WireCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, item: RemotingCommand, dst: &mut BytesMut) -> Result<(), CodecError> {
+        self.frames.encode(item, dst)
+    }
+}
+
+impl Encoder<Bytes> for WireCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), CodecError> {
+        dst.extend_from_slice(&item);
+        Ok(())
+    }
+}
