@@ -15,6 +15,12 @@ use crate::config::FlushDiskType;
 /// flushed them (`SyncFlush`) wake the dispatcher at once instead.
 const DISPATCH_TICK: Duration = Duration::from_millis(1);
 const RETENTION_EVERY: Duration = Duration::from_secs(10);
+/// Least time between the starts of two dispatch passes. A waiting reader wakes the
+/// dispatcher per acknowledged commit; under load the passes would then each carry a record
+/// or two, and every held pull would be answered with one message and come back (e2e
+/// throughput fell by a fifth with 200 µs). Spacing the passes batches them (at most one per
+/// spacing) while a lone record still goes at once.
+const DISPATCH_SPACING_MIN: Duration = Duration::from_micros(500);
 
 pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
     let flusher = {
@@ -62,6 +68,7 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 fn dispatch_loop(inner: &Inner) {
     let mut seen = 0;
     loop {
+        let pass_started = Instant::now();
         let closed = inner.closed.load(Ordering::Acquire);
         if inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
             // Commits what appenders left without waiting for an acknowledgement (acknowledged
@@ -74,6 +81,9 @@ fn dispatch_loop(inner: &Inner) {
             return;
         }
         seen = inner.dispatch_signal.wait(seen, DISPATCH_TICK);
+        if let Some(rest) = DISPATCH_SPACING_MIN.checked_sub(pass_started.elapsed()) {
+            std::thread::sleep(rest);
+        }
     }
 }
 
