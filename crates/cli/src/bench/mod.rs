@@ -6,11 +6,13 @@
 //! - `bench produce|consume|e2e`: the Rust client against a running broker (absolute figures;
 //!   their baseline is `bench store` on the same machine).
 //! - `bench transaction`: transactional sends (half + END) against plain sends, same run.
+//! - `bench alloc`: allocations per message on the send and pull paths, broker and client.
 //! - `bench grpc`: gRPC sends and receive + ack against remoting sends, same run and broker.
 //!
 //! Every run works in a scratch directory of its own (under `--dir`, default the system temp
 //! directory) and removes it at the end, whatever happened.
 
+mod alloc;
 mod client;
 mod failover;
 mod grpc;
@@ -91,6 +93,14 @@ pub enum BenchCommand {
     /// everything sent (drain time). Prints msgs/s and p50/p99 per phase and the ratios
     /// gRPC / remoting.
     Grpc(grpc::GrpcBenchArgs),
+    /// Heap allocations per message on the send and pull paths, broker and client apart.
+    ///
+    /// Runs a standalone (ASYNC_FLUSH, scratch directory) and the Rust client in this process
+    /// on two runtimes; the allocator counts calls per side (client runtime threads against
+    /// everything else). After a warm-up, counts --messages synchronous sends, --messages
+    /// sends with --window in flight, and pulling them all back; prints allocations and bytes
+    /// per message for each side. FERROMQ_ALLOCATOR chooses the allocator measured.
+    Alloc(alloc::AllocArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -101,6 +111,7 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Store(args) => store::run(&args),
+        BenchCommand::Alloc(args) => alloc::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::RecoveryFill(args) => recovery::fill(&args),
         BenchCommand::Produce(args) => client::run(client::Kind::Produce, &args),
