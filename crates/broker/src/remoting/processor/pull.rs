@@ -129,7 +129,7 @@ fn reply_for(
         }
     };
     let header = response_header(next, result.min_offset, result.max_offset, suggest);
-    let mut reply = command.reply(code, None).with_header(&header);
+    let mut reply = command.reply(code, None).with_owned_header(header);
     if code == response::SUCCESS {
         let size = result.messages.iter().map(|m| m.bytes.len()).sum();
         let mut body = BytesMut::with_capacity(size);

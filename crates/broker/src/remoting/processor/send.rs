@@ -51,7 +51,9 @@ pub(super) async fn handle(
                 msg_region: Some("DefaultRegion".into()),
                 trace_on: Some("false".into()),
             };
-            command.reply(response::SUCCESS, None).with_header(&reply)
+            command
+                .reply(response::SUCCESS, None)
+                .with_owned_header(reply)
         }
         Err(error) => error_reply(command, &error),
     }
