@@ -109,9 +109,9 @@ pub enum BenchCommand {
     /// creates --topics topics of --queues queues (UPDATE_AND_CREATE_TOPIC), opens
     /// --connections idle TCP connections to the broker, and prints VmRSS and VmHWM at the
     /// idle start, after the topics and after the connections, RSS per queue and per
-    /// connection, and the broker's CPU over --idle-seconds with every connection idle. From
-    /// 1,000 connections it fails when an idle connection costs more than 24 KiB of RSS or
-    /// the idle broker more than 5% of a core. Raises this process's open-file limit to the
+    /// connection, and the broker's CPU over --idle-seconds before the connections and with
+    /// every connection idle. From 1,000 connections it fails when an idle connection costs
+    /// more than 24 KiB of RSS or the idle broker more than 5% of a core. Raises this process's open-file limit to the
     /// hard limit first and refuses when that cannot hold the connections.
     Rss(rss::RssArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without

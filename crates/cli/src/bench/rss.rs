@@ -6,10 +6,11 @@
 //! (as `mqadmin updateTopic` and `ensure_topic` do), then opens `--connections` TCP
 //! connections to the broker's remoting port and leaves them silent. It reads VmRSS and VmHWM
 //! from `/proc/<pid>/status` at the idle start, after the topics and after the connections,
-//! and the broker's CPU time over `--idle-seconds` with every connection open. Memory and CPU
-//! per idle connection are checked against [`RSS_PER_CONNECTION_MAX`] and
-//! [`IDLE_CPU_MAX`] once there are at least [`BOUND_MIN_CONNECTIONS`] connections (below
-//! that, allocator noise dominates the per-connection figure).
+//! and the broker's CPU time over `--idle-seconds` before the connections and again with every
+//! connection open. Memory and CPU per idle connection are checked against
+//! [`RSS_PER_CONNECTION_MAX`] and [`IDLE_CPU_MAX`] once there are at least
+//! [`BOUND_MIN_CONNECTIONS`] connections (below that, allocator noise dominates the
+//! per-connection figure).
 //!
 //! Descriptors: this process raises its soft open-file limit to the hard one and refuses to
 //! run when the hard limit cannot hold the connections; the child raises its own at start
@@ -153,18 +154,14 @@ pub fn run(args: &RssArgs) -> Result<()> {
     let topics_took = started.elapsed();
     std::thread::sleep(SETTLE);
     let topics = memory(broker.pid())?;
+    let idle_cpu_before = cpu_share(broker.pid(), args.idle_seconds)?;
     let base_fds = open_fds(broker.pid())?;
     let started = Instant::now();
     let streams = open_connections(broker.addr, args.connections)?;
     wait_accepted(broker.pid(), base_fds + args.connections)?;
     let connect_took = started.elapsed();
     std::thread::sleep(SETTLE);
-    let cpu_before = cpu_ticks(broker.pid())?;
-    let window = Instant::now();
-    std::thread::sleep(Duration::from_secs(args.idle_seconds));
-    let cpu_after = cpu_ticks(broker.pid())?;
-    let idle_cpu =
-        ticks_to_seconds(cpu_after.saturating_sub(cpu_before)) / window.elapsed().as_secs_f64();
+    let idle_cpu = cpu_share(broker.pid(), args.idle_seconds)?;
     let connected = memory(broker.pid())?;
     drop(streams);
     drop(runtime);
@@ -173,6 +170,7 @@ pub fn run(args: &RssArgs) -> Result<()> {
         idle,
         topics,
         connected,
+        idle_cpu_before,
         idle_cpu,
         topics_took,
         connect_took,
@@ -186,6 +184,8 @@ struct Figures {
     idle: Memory,
     topics: Memory,
     connected: Memory,
+    /// Broker CPU seconds per second after the topics, before any connection.
+    idle_cpu_before: f64,
     /// Broker CPU seconds per second with every connection idle.
     idle_cpu: f64,
     topics_took: Duration,
@@ -412,6 +412,15 @@ fn memory(pid: u32) -> Result<Memory> {
     })
 }
 
+/// The share of one core `pid` uses over `seconds`.
+fn cpu_share(pid: u32, seconds: u64) -> Result<f64> {
+    let before = cpu_ticks(pid)?;
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_secs(seconds));
+    let after = cpu_ticks(pid)?;
+    Ok(ticks_to_seconds(after.saturating_sub(before)) / window.elapsed().as_secs_f64())
+}
+
 /// User plus system CPU time of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -476,6 +485,11 @@ fn report(args: &RssArgs, f: &Figures) {
         None => println!("per connection : no connections opened"),
     }
     println!(
+        "idle CPU       : {:.2}% of a core over {} s before the connections",
+        f.idle_cpu_before * 100.0,
+        args.idle_seconds
+    );
+    println!(
         "idle CPU       : {:.2}% of a core over {} s with every connection open (bound {:.0}%)",
         f.idle_cpu * 100.0,
         args.idle_seconds,
@@ -496,6 +510,7 @@ fn report(args: &RssArgs, f: &Figures) {
             "connections_hwm_kib": f.connected.hwm_kib,
             "rss_per_queue_bytes": f.per_queue_bytes(args),
             "rss_per_connection_bytes": f.per_connection_bytes(args.connections),
+            "idle_cpu_share_before_connections": super::client::round(f.idle_cpu_before, 4),
             "idle_cpu_share": super::client::round(f.idle_cpu, 4),
             "topics_seconds": super::client::round(f.topics_took.as_secs_f64(), 3),
             "connect_seconds": super::client::round(f.connect_took.as_secs_f64(), 3),
