@@ -10,15 +10,19 @@
 //!    panics on bad input.
 //! 3. Logs go to stderr, filtered by `RUST_LOG` (default `info`); results go to stdout, and with
 //!    `--json` the last stdout line is one JSON object.
-//! 4. A command whose stdout is closed early (`| head`) dies of SIGPIPE, silently, like a Unix
+//! 4. `FERROMQ_ALLOCATOR=system|mimalloc` chooses the allocator (see `allocator`); any other
+//!    value exits with status 1 before anything runs.
+//! 5. A command whose stdout is closed early (`| head`) dies of SIGPIPE, silently, like a Unix
 //!    tool (see `broken_pipe`); servers and `chaos` keep SIGPIPE ignored.
 
 mod admin;
+mod allocator;
 mod bench;
 mod broken_pipe;
 mod chaos;
 mod cluster;
 mod controller;
+mod fd_limit;
 mod record;
 mod report;
 mod security;
@@ -31,6 +35,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use ferromq_store::FlushDiskType;
 use tracing_subscriber::EnvFilter;
+
+/// Every allocation of the binary goes through the allocator `FERROMQ_ALLOCATOR` chose
+/// (see `allocator`).
+#[global_allocator]
+static GLOBAL: allocator::Dispatch = allocator::Dispatch;
 
 /// A RocketMQ-compatible message queue whose consumer offsets never lie.
 #[derive(Debug, Parser)]
@@ -99,6 +108,10 @@ impl Flush {
 }
 
 fn main() -> ExitCode {
+    if let Err(message) = allocator::check_selection() {
+        eprintln!("error: {message}");
+        return ExitCode::FAILURE;
+    }
     let cli = match Cli::try_parse_from(mqadmin_short_flags(std::env::args_os())) {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),

@@ -67,6 +67,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
     if !args.enable_controller && args.controller.any() {
         anyhow::bail!("controller flags need --enable-controller-in-namesrv");
     }
+    crate::fd_limit::raise_for_server();
     let controller_config = if args.enable_controller {
         Some(args.controller.config(args.controller_config.as_deref())?)
     } else {
@@ -119,6 +120,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
 
 /// Runs `ferromq broker`.
 pub fn run_broker(args: &BrokerArgs) -> Result<()> {
+    crate::fd_limit::raise_for_server();
     let mut config = match &args.config {
         Some(path) => BrokerConfig::from_file(path)?,
         None => BrokerConfig::default(),

@@ -130,6 +130,7 @@ pub fn run(args: &StandaloneArgs) -> Result<()> {
     if args.repair {
         return repair(args);
     }
+    crate::fd_limit::raise_for_server();
     let runtime = crate::runtime()?;
     runtime.block_on(serve(args))
 }
@@ -173,8 +174,76 @@ fn repair(args: &StandaloneArgs) -> Result<()> {
     store.close().context("closing the store")
 }
 
+impl StandaloneArgs {
+    /// The flags `argv` (without the program and subcommand names) give, for commands that
+    /// run a standalone in-process (`ferromq bench alloc`) exactly as the command line would.
+    pub fn from_flags(argv: &[&str]) -> Result<StandaloneArgs> {
+        use clap::Parser;
+        /// A parser for the flags alone.
+        #[derive(Debug, clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            args: StandaloneArgs,
+        }
+        let argv = std::iter::once("standalone").chain(argv.iter().copied());
+        Ok(Flags::try_parse_from(argv)
+            .context("standalone flags")?
+            .args)
+    }
+}
+
+/// A name server and a broker serving, started by [`start_servers`].
+pub struct Servers {
+    /// The name server's address.
+    pub namesrv_addr: SocketAddr,
+    /// The broker.
+    pub broker: Broker,
+    stop_namesrv: tokio::sync::oneshot::Sender<()>,
+    namesrv_task: tokio::task::JoinHandle<()>,
+}
+
+impl Servers {
+    /// Stops the broker (unregister, flush, checkpoint), then the name server (bounded).
+    pub async fn stop(self) -> Result<()> {
+        let stopped = self.broker.shutdown().await.context("stopping the broker");
+        let _ = self.stop_namesrv.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.namesrv_task).await;
+        stopped
+    }
+}
+
 async fn serve(args: &StandaloneArgs) -> Result<()> {
     let mut signals = crate::ShutdownSignals::install()?;
+    let servers = start_servers(args).await?;
+    let broker = &servers.broker;
+    if let Some(addr) = broker.metrics_addr() {
+        eprintln!("ferromq standalone: metrics http://{addr}/metrics");
+    }
+    if let Some(addr) = broker.grpc_addr() {
+        eprintln!("ferromq standalone: grpc {addr} (RocketMQ 5.x clients: endpoints = {addr})");
+    }
+    let report = broker.context().store.recovery_report().clone();
+    for line in report::recovery_lines(&report) {
+        eprintln!("{line}");
+    }
+    let root = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
+    println!(
+        "ferromq standalone: namesrv {} broker {} data {}",
+        servers.namesrv_addr,
+        broker.local_addr(),
+        root.display()
+    );
+    use std::io::Write;
+    std::io::stdout().flush().context("writing to stdout")?;
+    let reason = signals.recv().await;
+    tracing::info!(%reason, "shutting down");
+    servers.stop().await?;
+    eprintln!("ferromq standalone stopped cleanly");
+    Ok(())
+}
+
+/// Starts the name server and the broker `args` describe (what `ferromq standalone` serves).
+pub async fn start_servers(args: &StandaloneArgs) -> Result<Servers> {
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let acl = standalone_acl(args)?;
     let tls = crate::security::server_tls(
@@ -235,30 +304,10 @@ async fn serve(args: &StandaloneArgs) -> Result<()> {
         ..BrokerConfig::default()
     };
     let broker = Broker::start(config).await.context("starting the broker")?;
-    if let Some(addr) = broker.metrics_addr() {
-        eprintln!("ferromq standalone: metrics http://{addr}/metrics");
-    }
-    if let Some(addr) = broker.grpc_addr() {
-        eprintln!("ferromq standalone: grpc {addr} (RocketMQ 5.x clients: endpoints = {addr})");
-    }
-    let report = broker.context().store.recovery_report().clone();
-    for line in report::recovery_lines(&report) {
-        eprintln!("{line}");
-    }
-    let root = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
-    println!(
-        "ferromq standalone: namesrv {namesrv_addr} broker {} data {}",
-        broker.local_addr(),
-        root.display()
-    );
-    use std::io::Write;
-    std::io::stdout().flush().context("writing to stdout")?;
-    let reason = signals.recv().await;
-    tracing::info!(%reason, "shutting down");
-    let stopped = broker.shutdown().await.context("stopping the broker");
-    let _ = stop_namesrv.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), namesrv_task).await;
-    stopped?;
-    eprintln!("ferromq standalone stopped cleanly");
-    Ok(())
+    Ok(Servers {
+        namesrv_addr,
+        broker,
+        stop_namesrv,
+        namesrv_task,
+    })
 }

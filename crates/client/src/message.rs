@@ -133,7 +133,8 @@ impl Message {
     pub(crate) fn encode_properties(&self, uniq_key: &str) -> String {
         let keys = self.keys.join(" ");
         let delay = self.delay_level.map(|l| l.to_string());
-        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        // At most tags, keys, delay, WAIT and UNIQ_KEY before the user's properties.
+        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(5 + self.properties.len());
         if let Some(tags) = &self.tags {
             pairs.push((property_names::TAGS, tags));
         }

@@ -666,7 +666,7 @@ impl PullConsumer {
             expression_type: Some("TAG".into()),
             ..PullMessageRequestHeader::default()
         };
-        let cmd = RemotingCommand::request_with_header(request::PULL_MESSAGE, &header);
+        let cmd = RemotingCommand::request_with_owned_header(request::PULL_MESSAGE, header);
         let reply = self.inner.pool.invoke(addr, cmd, timeout).await?;
         let code = reply.code;
         if target == Target::Slave && code == response::PULL_OFFSET_MOVED {

@@ -120,6 +120,22 @@ impl TopicManager {
             .cloned()
     }
 
+    /// `f` of the topic's config, without cloning it (the send and pull paths read a few
+    /// numbers of it per request; a clone costs its strings and attribute map).
+    pub fn read<R>(&self, topic: &str, f: impl FnOnce(&TopicConfig) -> R) -> Option<R> {
+        self.table
+            .read()
+            .expect("topics lock")
+            .topics
+            .get(topic)
+            .map(f)
+    }
+
+    /// Whether the topic exists.
+    pub fn contains(&self, topic: &str) -> bool {
+        self.read(topic, |_| ()).is_some()
+    }
+
     /// Every topic name.
     pub fn names(&self) -> Vec<String> {
         self.table

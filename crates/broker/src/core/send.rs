@@ -88,7 +88,7 @@ pub struct Sent {
 pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent, SendError> {
     super::ack::check_writable(ctx, "message")?;
     let topic = request.topic;
-    let before = ctx.topics.get(topic).is_some();
+    let before = ctx.topics.contains(topic);
     let queue_nums = writable_queue_nums(ctx, topic, request.default_topic_queue_nums)?;
     let requested = request
         .queue_id
@@ -231,7 +231,7 @@ fn send_queue_id(
     if requested < 0 {
         return Ok(0);
     }
-    let read_queue_nums = ctx.topics.get(topic).map_or(0, |c| c.read_queue_nums);
+    let read_queue_nums = ctx.topics.read(topic, |c| c.read_queue_nums).unwrap_or(0);
     let addressable = write_queue_nums.max(read_queue_nums);
     if requested >= addressable {
         return Err(Refusal::new(
@@ -252,8 +252,9 @@ pub fn writable_queue_nums(
     requested_queue_nums: i32,
 ) -> Result<i32, Refusal> {
     access::client_topic(ctx, topic, Request::Send)?;
-    let config = match ctx.topics.get(topic) {
-        Some(config) => config,
+    // (perm, writeQueueNums): read in place rather than cloning the config per send.
+    let (perm, write_queue_nums) = match ctx.topics.read(topic, |c| (c.perm, c.write_queue_nums)) {
+        Some(found) => found,
         None if ctx.runtime_config.auto_create_topic_enable() => {
             let queue_nums = (requested_queue_nums.max(1) as u32)
                 .min(ctx.runtime_config.default_topic_queue_nums());
@@ -263,7 +264,7 @@ pub fn writable_queue_nums(
                 .map_err(|e| Refusal::new(RefusalKind::Internal, e.to_string()))?;
             tracing::info!(%topic, queues = created.write_queue_nums, "topic created on first send");
             ctx.register_now.notify_one();
-            created
+            (created.perm, created.write_queue_nums)
         }
         None => {
             return Err(Refusal::new(
@@ -272,19 +273,19 @@ pub fn writable_queue_nums(
             ));
         }
     };
-    if config.perm & PERM_WRITE == 0 {
+    if perm & PERM_WRITE == 0 {
         return Err(Refusal::new(
             RefusalKind::TopicPermission,
             format!("topic {topic} is not writable"),
         ));
     }
-    if config.write_queue_nums <= 0 {
+    if write_queue_nums <= 0 {
         return Err(Refusal::new(
             RefusalKind::TopicPermission,
             format!("topic {topic} has no writable queue"),
         ));
     }
-    Ok(config.write_queue_nums)
+    Ok(write_queue_nums)
 }
 
 /// The delay level a message's `DELAY` property asks for (0 or unreadable: none).

@@ -99,6 +99,24 @@ pub struct ClientBenchArgs {
     pub(super) security: crate::security::SecurityFlags,
 }
 
+impl ClientBenchArgs {
+    /// The flags `argv` (without program and subcommand names) give, for benches that drive
+    /// the client with these settings (`bench alloc`, `bench rss`).
+    pub(super) fn from_flags(argv: &[&str]) -> Result<ClientBenchArgs> {
+        use clap::Parser;
+        /// A parser for the flags alone.
+        #[derive(Debug, clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            args: ClientBenchArgs,
+        }
+        let argv = std::iter::once("bench").chain(argv.iter().copied());
+        Ok(Flags::try_parse_from(argv)
+            .context("client bench flags")?
+            .args)
+    }
+}
+
 /// Which client bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -268,7 +286,7 @@ pub(super) async fn ensure_topic(args: &ClientBenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn producer(args: &ClientBenchArgs) -> Result<Producer> {
+pub(super) fn producer(args: &ClientBenchArgs) -> Result<Producer> {
     Producer::start(ProducerConfig {
         namesrv_addrs: vec![args.namesrv],
         group: "ferromq-bench-producer".into(),

@@ -6,16 +6,20 @@
 //! - `bench produce|consume|e2e`: the Rust client against a running broker (absolute figures;
 //!   their baseline is `bench store` on the same machine).
 //! - `bench transaction`: transactional sends (half + END) against plain sends, same run.
+//! - `bench alloc`: allocations per message on the send and pull paths, broker and client.
+//! - `bench rss`: the broker's RSS with many topics and idle connections.
 //! - `bench grpc`: gRPC sends and receive + ack against remoting sends, same run and broker.
 //!
 //! Every run works in a scratch directory of its own (under `--dir`, default the system temp
 //! directory) and removes it at the end, whatever happened.
 
+mod alloc;
 mod client;
 mod e2e_stamp;
 mod failover;
 mod grpc;
 mod recovery;
+mod rss;
 mod stats;
 mod store;
 mod transaction;
@@ -97,6 +101,25 @@ pub enum BenchCommand {
     /// everything sent (drain time). Prints msgs/s and p50/p99 per phase and the ratios
     /// gRPC / remoting.
     Grpc(grpc::GrpcBenchArgs),
+    /// Heap allocations per message on the send and pull paths, broker and client apart.
+    ///
+    /// Runs a standalone (ASYNC_FLUSH, scratch directory) and the Rust client in this process
+    /// on two runtimes; the allocator counts calls per side (client runtime threads against
+    /// everything else). After a warm-up, counts --messages synchronous sends, --messages
+    /// sends with --window in flight, and pulling them all back; prints allocations and bytes
+    /// per message for each side. FERROMQ_ALLOCATOR chooses the allocator measured.
+    Alloc(alloc::AllocArgs),
+    /// The broker's resident memory with many topics and many idle connections.
+    ///
+    /// Starts `ferromq standalone` as a child (ASYNC_FLUSH, scratch directory, free ports),
+    /// creates --topics topics of --queues queues (UPDATE_AND_CREATE_TOPIC), opens
+    /// --connections idle TCP connections to the broker, and prints VmRSS and VmHWM at the
+    /// idle start, after the topics and after the connections, RSS per queue and per
+    /// connection, and the broker's CPU over --idle-seconds before the connections and with
+    /// every connection idle. From 1,000 connections it fails when an idle connection costs
+    /// more than 24 KiB of RSS or the idle broker more than 5% of a core. Raises this process's open-file limit to the
+    /// hard limit first and refuses when that cannot hold the connections.
+    Rss(rss::RssArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -107,6 +130,8 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Store(args) => store::run(&args),
+        BenchCommand::Alloc(args) => alloc::run(&args),
+        BenchCommand::Rss(args) => rss::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::RecoveryFill(args) => recovery::fill(&args),
         BenchCommand::Produce(args) => client::run(client::Kind::Produce, &args),

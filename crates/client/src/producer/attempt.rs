@@ -340,7 +340,7 @@ impl Producer {
             n: Some(queue.broker_name.clone()),
         };
         debug_assert!(!(prepared.batch && prepared.delay));
-        let mut cmd = RemotingCommand::request_with_header(prepared.code, &header)
+        let mut cmd = RemotingCommand::request_with_owned_header(prepared.code, header)
             .with_body(prepared.body.clone());
         if config.binary_header {
             cmd.serialize_type = SerializeType::RocketMq;

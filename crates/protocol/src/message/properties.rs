@@ -24,6 +24,10 @@ pub mod names {
     pub const CRC32: &str = "__CRC32#";
 }
 
+/// Room reserved per property by [`Properties::encode`]: `UNIQ_KEY` with its 32-digit id and
+/// separators is 42 bytes, tags and `WAIT` fewer.
+const ENCODED_PAIR_SIZE_TYPICAL: usize = 48;
+
 /// A borrowed, encoded property string with lookups.
 #[derive(Debug, Clone, Copy)]
 pub struct Properties<'a>(pub &'a [u8]);
@@ -53,7 +57,10 @@ impl<'a> Properties<'a> {
 
     /// Encodes pairs the way Java's `messageProperties2String` does.
     pub fn encode<'p>(pairs: impl IntoIterator<Item = (&'p str, &'p str)>) -> Vec<u8> {
-        let mut out = Vec::new();
+        let pairs = pairs.into_iter();
+        // A typical send's properties (tags, WAIT, UNIQ_KEY) fit at once; growing from empty
+        // reallocated three or four times per message.
+        let mut out = Vec::with_capacity(pairs.size_hint().0 * ENCODED_PAIR_SIZE_TYPICAL);
         for (name, value) in pairs {
             out.extend_from_slice(name.as_bytes());
             out.push(NAME_VALUE_SEPARATOR);

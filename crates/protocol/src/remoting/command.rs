@@ -99,6 +99,12 @@ impl RemotingCommand {
         Self::new_request(code, header.to_ext())
     }
 
+    /// [`request_with_header`](Self::request_with_header) consuming the header, whose strings
+    /// move into the ext fields instead of being copied.
+    pub fn request_with_owned_header<H: CommandHeader>(code: i32, header: H) -> Self {
+        Self::new_request(code, header.into_ext())
+    }
+
     /// A reply with the given code and remark: flag bit 0 set, language JAVA (what clients
     /// expect from a server), opaque 0 and JSON. Prefer [`reply`](Self::reply), which ties it
     /// to its request.
@@ -159,8 +165,25 @@ impl RemotingCommand {
 
     /// Builder form: this command with the ext fields of a typed header added.
     pub fn with_header<H: CommandHeader>(mut self, header: &H) -> Self {
-        self.ext_fields.extend(header.to_ext());
+        self.add_ext(header.to_ext());
         self
+    }
+
+    /// [`with_header`](Self::with_header) consuming the header, whose strings move into the
+    /// ext fields instead of being copied.
+    pub fn with_owned_header<H: CommandHeader>(mut self, header: H) -> Self {
+        self.add_ext(header.into_ext());
+        self
+    }
+
+    /// Adds `ext` to the ext fields (a later key wins); into an empty map (a fresh reply) it
+    /// is moved whole rather than re-inserted entry by entry.
+    fn add_ext(&mut self, ext: ExtFields) {
+        if self.ext_fields.is_empty() {
+            self.ext_fields = ext;
+        } else {
+            self.ext_fields.extend(ext);
+        }
     }
 
     /// Reads the ext fields as a typed header.

@@ -38,6 +38,11 @@ pub trait CommandHeader: Sized {
     fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError>;
     /// Writes the header; optional fields that are `None` are left out.
     fn to_ext(&self) -> ExtFields;
+    /// [`to_ext`](Self::to_ext) of a header no longer needed: its strings move into the map
+    /// (one allocation fewer per string field on the send path).
+    fn into_ext(self) -> ExtFields {
+        self.to_ext()
+    }
 }
 
 /// A value type an ext field can hold.
@@ -48,6 +53,11 @@ pub trait ExtValue: Sized {
     fn parse_ext(text: &str) -> Option<Self>;
     /// The text form written on the wire.
     fn to_ext_text(&self) -> String;
+    /// [`to_ext_text`](Self::to_ext_text) of a value no longer needed: a string moves into
+    /// the ext map instead of being copied.
+    fn into_ext_text(self) -> String {
+        self.to_ext_text()
+    }
     /// Whether an empty text means "absent" for an optional field (true except for strings).
     const EMPTY_IS_ABSENT: bool = true;
 }
@@ -60,6 +70,9 @@ impl ExtValue for String {
     }
     fn to_ext_text(&self) -> String {
         self.clone()
+    }
+    fn into_ext_text(self) -> String {
+        self
     }
 }
 
@@ -121,6 +134,8 @@ pub trait ExtField: Sized {
     fn read(ext: &ExtFields, key: &'static str) -> Result<Self, HeaderError>;
     /// Writes the field named `key` unless it is absent.
     fn write(&self, ext: &mut ExtFields, key: &'static str);
+    /// [`write`](Self::write), moving the value (see [`ExtValue::into_ext_text`]).
+    fn write_owned(self, ext: &mut ExtFields, key: &'static str);
 }
 
 impl<T: ExtValue> ExtField for T {
@@ -130,6 +145,9 @@ impl<T: ExtValue> ExtField for T {
     }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
         ext.insert(key.to_owned(), self.to_ext_text());
+    }
+    fn write_owned(self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert(key.to_owned(), self.into_ext_text());
     }
 }
 
@@ -144,6 +162,11 @@ impl<T: ExtValue> ExtField for Option<T> {
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
         if let Some(v) = self {
             v.write(ext, key);
+        }
+    }
+    fn write_owned(self, ext: &mut ExtFields, key: &'static str) {
+        if let Some(v) = self {
+            v.write_owned(ext, key);
         }
     }
 }

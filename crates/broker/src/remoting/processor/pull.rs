@@ -205,7 +205,7 @@ fn reply_for<M>(
         }
     };
     let header = response_header(next, result.min_offset, result.max_offset, suggest);
-    let reply = command.reply(code, None).with_header(&header);
+    let reply = command.reply(code, None).with_owned_header(header);
     if code == response::SUCCESS {
         (reply, result.messages)
     } else {

@@ -51,7 +51,9 @@ pub(super) async fn handle(
                 msg_region: Some("DefaultRegion".into()),
                 trace_on: Some("false".into()),
             };
-            command.reply(response::SUCCESS, None).with_header(&reply)
+            command
+                .reply(response::SUCCESS, None)
+                .with_owned_header(reply)
         }
         Err(error) => error_reply(command, &error),
     }
@@ -114,7 +116,10 @@ fn message_ids(
     .encode();
     // The last 16 hex digits are the offset; everything before them is the host and port.
     let prefix = &template[..template.len() - 16];
-    let mut out = String::new();
+    // Sized up front from the iterator's hint (exact for a batch's placements): growing it
+    // digit by digit reallocated several times per send.
+    let (records, _) = phys_offsets.size_hint();
+    let mut out = String::with_capacity(records.max(1) * (template.len() + 1));
     for (index, offset) in phys_offsets.enumerate() {
         if index > 0 {
             out.push(',');

@@ -40,6 +40,13 @@ macro_rules! header {
                 $( $crate::remoting::ext::ExtField::write(&self.$field, &mut ext, $key); )*
                 ext
             }
+
+            #[allow(unused_mut)]
+            fn into_ext(self) -> $crate::remoting::ext::ExtFields {
+                let mut ext = $crate::remoting::ext::ExtFields::new();
+                $( $crate::remoting::ext::ExtField::write_owned(self.$field, &mut ext, $key); )*
+                ext
+            }
         }
     };
 }
