@@ -463,7 +463,10 @@ fn lite_pull(version: &str, test: &str) {
     }
     d.events.clear();
 
-    // assign + seek queue 0 to 10: queue 0 starts at 10, the others at 0.
+    // assign + seek queue 0 to 10: queue 0 starts at 10, the others at 0. The driver assigns
+    // and pauses queue 0 before start() and seeks before resume(): 4.9.8's seek can lose the
+    // seek offset to a pull task that is already past its checks (first seen as "first offset
+    // of queue 0: 20" in a loaded CI run); see `litePull` in the driver.
     let q0_max = progress[0].0;
     let expect = 100 - 10;
     let reply = d.ok(

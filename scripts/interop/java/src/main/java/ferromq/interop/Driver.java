@@ -9,6 +9,7 @@ import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -434,20 +435,36 @@ public final class Driver {
         consumer.setPersistConsumerOffsetInterval(1000);
         List<MessageQueue> queues = new ArrayList<>();
         boolean assign = a.flag("assign");
-        if (!assign) consumer.subscribe(topic, a.or("expr", "*"));
+        MessageQueue seekQueue = null;
+        if (assign) {
+            // Assign (and pause the queue to seek) BEFORE start, so that no pull task of that
+            // queue runs before the seek. DefaultLitePullConsumerImpl.seek (4.9.8) cancels the
+            // queue's running pull task and stores the seek offset, but a task that already
+            // passed its cancelled/paused checks can still take the seek offset in
+            // nextPullOffset and then return as cancelled: the seek is lost and the new task
+            // pulls from the old pull offset. A task paused from its first run never reaches
+            // nextPullOffset, so the seek below cannot race.
+            queues.addAll(probeQueues(topic));
+            queues.sort(null);
+            consumer.assign(queues);
+            if (a.has("seek-queue")) {
+                seekQueue = queueById(queues, a.intOr("seek-queue", 0));
+                consumer.pause(Collections.singletonList(seekQueue));
+            }
+        } else {
+            consumer.subscribe(topic, a.or("expr", "*"));
+        }
         consumer.start();
         int received = 0;
         JSONObject committed = new JSONObject(true);
-        List<JSONObject> firsts = new ArrayList<>();
         try {
-            queues.addAll(consumer.fetchMessageQueues(topic));
-            queues.sort(null);
-            if (assign) {
-                consumer.assign(queues);
-                if (a.has("seek-queue")) {
-                    int q = a.intOr("seek-queue", 0);
-                    consumer.seek(queueById(queues, q), Long.parseLong(a.req("seek-offset")));
-                }
+            if (!assign) {
+                queues.addAll(consumer.fetchMessageQueues(topic));
+                queues.sort(null);
+            }
+            if (seekQueue != null) {
+                consumer.seek(seekQueue, Long.parseLong(a.req("seek-offset")));
+                consumer.resume(Collections.singletonList(seekQueue));
             }
             while (received < expect && System.currentTimeMillis() < deadline) {
                 for (MessageExt m : consumer.poll(1000)) {
@@ -469,6 +486,19 @@ public final class Driver {
             consumer.shutdown();
         }
         return obj("ok", received >= expect, "received", received, "committed", committed);
+    }
+
+    /** The topic's queues, read by a short-lived client of its own (a lite pull consumer can
+     *  only read them once started, and assign-before-start needs them earlier). */
+    private Collection<MessageQueue> probeQueues(String topic) throws Exception {
+        DefaultMQProducer probe = configure(new DefaultMQProducer("PG_probe_" + System.nanoTime(), hook),
+                "probe-" + System.nanoTime());
+        probe.start();
+        try {
+            return probe.fetchPublishMessageQueues(topic);
+        } finally {
+            probe.shutdown();
+        }
     }
 
     private static MessageQueue queueById(Collection<MessageQueue> queues, int id) {
