@@ -283,21 +283,12 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<Message
     } else {
         (Bytes::copy_from_slice(view.body), view.sys_flag)
     };
-    let props = view.properties;
-    let text = |name: &str| props.get_str(name).map(str::to_string);
+    let read = ReadProperties::of(view.properties);
     let offset_msg_id = MessageId {
         store_host: view.store_host,
         phys_offset: view.phys_offset,
     }
     .encode();
-    let properties = props
-        .iter()
-        .filter_map(|(n, v)| {
-            let n = std::str::from_utf8(n).ok()?;
-            let v = std::str::from_utf8(v).ok()?;
-            (!RESERVED_PROPERTIES.contains(&n)).then(|| (n.to_string(), v.to_string()))
-        })
-        .collect();
     Ok(MessageExt {
         topic: view.topic_str().to_string(),
         queue_id: view.queue_id as i32,
@@ -305,8 +296,9 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<Message
         queue_offset: view.queue_offset,
         commit_log_offset: view.phys_offset,
         body,
-        tags: text(property_names::TAGS),
-        keys: text(property_names::KEYS)
+        tags: read.tags.map(str::to_string),
+        keys: read
+            .keys
             .map(|k| {
                 k.split(' ')
                     .filter(|s| !s.is_empty())
@@ -314,8 +306,10 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<Message
                     .collect()
             })
             .unwrap_or_default(),
-        properties,
-        msg_id: text(property_names::UNIQ_KEY).unwrap_or_else(|| offset_msg_id.clone()),
+        properties: read.user,
+        msg_id: read
+            .uniq_key
+            .map_or_else(|| offset_msg_id.clone(), str::to_string),
         offset_msg_id,
         born_timestamp_ms: view.born_timestamp_ms,
         store_timestamp_ms: view.store_timestamp_ms,
@@ -324,8 +318,53 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<Message
         reconsume_times: view.reconsume_times,
         sys_flag,
         flag: view.flag,
-        delay_level: text(property_names::DELAY).and_then(|d| d.parse().ok()),
+        delay_level: read.delay.and_then(|d| d.parse().ok()),
     })
+}
+
+/// A stored record's properties, read in one pass: the reserved ones a [`MessageExt`] has
+/// fields for, each as `Properties::get_str` finds it (the first property of that name; `None`
+/// when its value is not UTF-8), and the user ones (pairs that are not UTF-8 are skipped; a
+/// repeated name keeps its last value).
+struct ReadProperties<'a> {
+    tags: Option<&'a str>,
+    keys: Option<&'a str>,
+    uniq_key: Option<&'a str>,
+    delay: Option<&'a str>,
+    user: BTreeMap<String, String>,
+}
+
+impl<'a> ReadProperties<'a> {
+    fn of(props: Properties<'a>) -> ReadProperties<'a> {
+        // Outer `Some`: the name was seen (only its first value counts).
+        let (mut tags, mut keys, mut uniq_key, mut delay) = (None, None, None, None);
+        let mut user = BTreeMap::new();
+        for (name, value) in props.iter() {
+            let value = std::str::from_utf8(value).ok();
+            let slot = match name {
+                n if n == property_names::TAGS.as_bytes() => &mut tags,
+                n if n == property_names::KEYS.as_bytes() => &mut keys,
+                n if n == property_names::UNIQ_KEY.as_bytes() => &mut uniq_key,
+                n if n == property_names::DELAY.as_bytes() => &mut delay,
+                _ => {
+                    if let (Ok(name), Some(value)) = (std::str::from_utf8(name), value) {
+                        if !RESERVED_PROPERTIES.contains(&name) {
+                            user.insert(name.to_string(), value.to_string());
+                        }
+                    }
+                    continue;
+                }
+            };
+            slot.get_or_insert(value);
+        }
+        ReadProperties {
+            tags: tags.flatten(),
+            keys: keys.flatten(),
+            uniq_key: uniq_key.flatten(),
+            delay: delay.flatten(),
+            user,
+        }
+    }
 }
 
 /// Encodes a SEND_BATCH_MESSAGE body (reference §8.6): per message `total i32 | magic 0 |
@@ -402,6 +441,44 @@ mod tests {
         assert_eq!(p.get_str("DELAY"), Some("3"));
         assert_eq!(p.get_str("UNIQ_KEY"), Some("ABC"));
         assert_eq!(p.get_str("p"), Some("v"));
+    }
+
+    /// The one-pass read agrees with a lookup per name (`Properties::get_str`, first of a
+    /// name, `None` when not UTF-8) and with collecting the user pairs (last value wins).
+    #[test]
+    fn one_pass_property_read_matches_lookups_per_name() {
+        let mut raw = Vec::new();
+        for (name, value) in [
+            (&b"TAGS"[..], &b"\xff\xfe"[..]),
+            (b"TAGS", b"second"),
+            (b"KEYS", b"k1 k2"),
+            (b"KEYS", b"other"),
+            (b"UNIQ_KEY", b"ABC"),
+            (b"user", b"1"),
+            (b"user", b"2"),
+            (b"bad\xff", b"x"),
+            (b"WAIT", b"true"),
+            (b"__CRC32#", b"0000000001"),
+        ] {
+            raw.extend_from_slice(name);
+            raw.push(0x01);
+            raw.extend_from_slice(value);
+            raw.push(0x02);
+        }
+        raw.extend_from_slice(b"no-separator\x02");
+        let props = Properties(&raw);
+        let read = ReadProperties::of(props);
+        assert_eq!(read.tags, props.get_str("TAGS"));
+        assert_eq!(read.tags, None, "the first TAGS is not UTF-8");
+        assert_eq!(read.keys, Some("k1 k2"));
+        assert_eq!(read.uniq_key, props.get_str("UNIQ_KEY"));
+        assert_eq!(read.delay, None);
+        let user: Vec<_> = read
+            .user
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(user, [("user", "2")]);
     }
 
     #[test]

@@ -322,10 +322,68 @@ impl CommitLog {
     pub fn read_record(&self, phys_offset: u64, size: usize) -> Result<Bytes, ReadError> {
         self.check_record_size(phys_offset, size)?;
         let bytes = self.read(phys_offset, size)?;
+        Self::verify_record(phys_offset, Bytes::from(bytes))
+    }
+
+    /// Verifies (structure and CRC) the record read at `phys_offset` and hands it back.
+    pub fn verify_record(phys_offset: u64, bytes: Bytes) -> Result<Bytes, ReadError> {
         RecordView::parse(&bytes).map_err(|source| ReadError::Corrupt {
             phys_offset,
             source,
         })?;
-        Ok(Bytes::from(bytes))
+        Ok(bytes)
+    }
+
+    /// Reads, with one `pread`, the record of `first` (`(phys_offset, size)`) together with
+    /// the records of `following` that lie right after it, back to back in the same segment,
+    /// while the span stays within `max_bytes` (at least the first record). The bytes are not
+    /// verified: [`ReadSpan::record`] hands out each record, and the caller verifies it as
+    /// [`CommitLog::read_record`] would.
+    ///
+    /// A queue's records often lie back to back (batches, a lone producer), and one read for
+    /// several of them saves a system call and a buffer per message on the pull path.
+    pub fn read_span(
+        &self,
+        first: (u64, usize),
+        following: impl Iterator<Item = (u64, usize)>,
+        max_bytes: usize,
+    ) -> Result<ReadSpan, ReadError> {
+        let (start, size) = first;
+        self.check_record_size(start, size)?;
+        let segment = self.segment_start_of(start);
+        let mut end = start + size as u64;
+        for (phys_offset, size) in following {
+            let next_end = phys_offset + size as u64;
+            if phys_offset != end
+                || next_end - start > max_bytes as u64
+                || self.segment_start_of(next_end - 1) != segment
+                || size > self.record_size_max
+            {
+                break;
+            }
+            end = next_end;
+        }
+        let bytes = self.read(start, (end - start) as usize)?;
+        Ok(ReadSpan {
+            start,
+            bytes: Bytes::from(bytes),
+        })
+    }
+}
+
+/// Bytes of the CommitLog read at once by [`CommitLog::read_span`].
+#[derive(Debug, Clone, Default)]
+pub struct ReadSpan {
+    start: u64,
+    bytes: Bytes,
+}
+
+impl ReadSpan {
+    /// The `size` bytes at `phys_offset` when the span holds all of them (a short read may
+    /// have left the span shorter than asked); shares the span's buffer.
+    pub fn record(&self, phys_offset: u64, size: usize) -> Option<Bytes> {
+        let from = usize::try_from(phys_offset.checked_sub(self.start)?).ok()?;
+        let to = from.checked_add(size)?;
+        (to <= self.bytes.len()).then(|| self.bytes.slice(from..to))
     }
 }

@@ -4,16 +4,46 @@
 //! Readers see only dispatched records (invariant 4). Every record read is verified (CRC) and
 //! checked against the ConsumeQueue entry that led to it: same topic, queue and queue offset.
 
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferromq_protocol::{property_names, MessageId, RecordView};
 
 use super::{MessageStore, OffsetView};
-use crate::commitlog::Entry;
+use crate::commitlog::{CommitLog, Entry, ReadSpan};
 use crate::consume_queue::CqEntry;
 use crate::error::ReadError;
 use crate::quarantine::{QuarantineKind, QuarantinedRange};
+
+/// Bytes read at most by one `pread` of back-to-back records on the pull path (a pull's own
+/// byte limit is the other bound); see [`CommitLog::read_span`].
+pub const READ_SPAN_BYTES_MAX: usize = 256 * 1024;
+
+/// A ConsumeQueue entry and where it was found: what the record it leads to must say.
+#[derive(Debug, Clone, Copy)]
+struct Indexed<'a> {
+    topic: &'a str,
+    queue_id: u32,
+    queue_offset: u64,
+    entry: &'a CqEntry,
+}
+
+/// The verified record `bytes` is the one `indexed` leads to: same topic, queue and queue
+/// offset.
+fn check_is_indexed(bytes: &[u8], indexed: &Indexed<'_>) -> Result<(), ReadError> {
+    let view = RecordView::parse_structure(bytes).expect("verified before the check");
+    if view.topic != indexed.topic.as_bytes()
+        || view.queue_id != indexed.queue_id
+        || view.queue_offset != indexed.queue_offset
+    {
+        return Err(ReadError::Misplaced {
+            phys_offset: indexed.entry.phys_offset,
+            stored: view.queue_offset,
+        });
+    }
+    Ok(())
+}
 
 /// Entries scanned at most by one filtered read before it returns `NoMatchedMessage`
 /// (RocketMQ's `maxFilterMessageCount`).
@@ -164,9 +194,19 @@ impl MessageStore {
             max_bytes,
             filter,
         };
-        self.read_messages(&range, |this_offset, entry| {
-            let bytes = self.read_indexed(topic, queue_id, this_offset, entry)?;
-            let view = RecordView::parse(&bytes).expect("verified by read_indexed");
+        // The span of back-to-back records read last; later entries inside it are sliced
+        // from it instead of read again.
+        let span = RefCell::new(ReadSpan::default());
+        let span_max = max_bytes.min(READ_SPAN_BYTES_MAX);
+        self.read_messages(&range, |this_offset, entry, ahead| {
+            let indexed = Indexed {
+                topic,
+                queue_id,
+                queue_offset: this_offset,
+                entry,
+            };
+            let bytes = self.read_indexed_in_span(&indexed, ahead, &span, span_max)?;
+            let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
             let matches = filter.matches_tag(view.tags());
             let message = StoredMessage {
                 queue_offset: this_offset,
@@ -178,11 +218,12 @@ impl MessageStore {
     }
 
     /// Reads the range's entries, `fetch`ing each one the tag code lets through (a message
-    /// and whether its tags match), into a result; shared by both kinds of read.
+    /// and whether its tags match; it also gets the entries after it, to read ahead), into a
+    /// result; shared by both kinds of read.
     pub(super) fn read_messages<M: Stored>(
         &self,
         range: &QueueRange<'_>,
-        fetch: impl Fn(u64, &CqEntry) -> Result<(M, bool), ReadError>,
+        fetch: impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
     ) -> Result<GetResult<M>, ReadError> {
         let result = self.read_entries(range, fetch)?;
         // While dispatch is failing, "nothing (new) here" may be false: say why instead.
@@ -197,7 +238,7 @@ impl MessageStore {
     fn read_entries<M: Stored>(
         &self,
         range: &QueueRange<'_>,
-        fetch: impl Fn(u64, &CqEntry) -> Result<(M, bool), ReadError>,
+        fetch: impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
     ) -> Result<GetResult<M>, ReadError> {
         let QueueRange {
             topic,
@@ -248,7 +289,7 @@ impl MessageStore {
                 next = this_offset + 1;
                 continue;
             }
-            let (message, tag_matches) = match fetch(this_offset, entry) {
+            let (message, tag_matches) = match fetch(this_offset, entry, &entries[index + 1..]) {
                 Ok(fetched) => fetched,
                 Err(error @ (ReadError::Corrupt { .. } | ReadError::Misplaced { .. })) => {
                     let damaged = self.note_damaged(topic, queue_id, this_offset, entry, &error);
@@ -318,28 +359,49 @@ impl MessageStore {
         }
     }
 
-    /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.
-    fn read_indexed(
+    /// Reads and verifies the record a ConsumeQueue entry points at (from `span` when the
+    /// last span read holds it, else with a new span over the back-to-back records of `ahead`,
+    /// at most `span_max` bytes) and checks it is the one indexed.
+    fn read_indexed_in_span(
         &self,
-        topic: &str,
-        queue_id: u32,
-        queue_offset: u64,
-        entry: &CqEntry,
+        indexed: &Indexed<'_>,
+        ahead: &[CqEntry],
+        span: &RefCell<ReadSpan>,
+        span_max: usize,
     ) -> Result<Bytes, ReadError> {
+        let Indexed { entry, .. } = *indexed;
+        let (phys_offset, size) = (entry.phys_offset, entry.size as usize);
+        let mut span = span.borrow_mut();
+        let bytes = match span.record(phys_offset, size) {
+            Some(bytes) => bytes,
+            None => {
+                let following = ahead.iter().map(|e| (e.phys_offset, e.size as usize));
+                *span = self
+                    .inner
+                    .log
+                    .read_span((phys_offset, size), following, span_max)?;
+                // The span holds at least this record unless the read came back short; then
+                // the usual read says why.
+                match span.record(phys_offset, size) {
+                    Some(bytes) => bytes,
+                    None => return self.read_indexed(indexed),
+                }
+            }
+        };
+        self.inner.log.check_record_size(phys_offset, size)?;
+        let bytes = CommitLog::verify_record(phys_offset, bytes)?;
+        check_is_indexed(&bytes, indexed)?;
+        Ok(bytes)
+    }
+
+    /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.
+    fn read_indexed(&self, indexed: &Indexed<'_>) -> Result<Bytes, ReadError> {
+        let entry = indexed.entry;
         let bytes = self
             .inner
             .log
             .read_record(entry.phys_offset, entry.size as usize)?;
-        let view = RecordView::parse(&bytes).expect("verified by read_record");
-        if view.topic != topic.as_bytes()
-            || view.queue_id != queue_id
-            || view.queue_offset != queue_offset
-        {
-            return Err(ReadError::Misplaced {
-                phys_offset: entry.phys_offset,
-                stored: view.queue_offset,
-            });
-        }
+        check_is_indexed(&bytes, indexed)?;
         Ok(bytes)
     }
 

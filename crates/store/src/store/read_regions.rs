@@ -60,7 +60,7 @@ impl MessageStore {
             max_bytes,
             filter,
         };
-        self.read_messages(&range, |this_offset, entry| {
+        self.read_messages(&range, |this_offset, entry, _ahead| {
             let mut matches = false;
             let region = self.inner.log.record_region(
                 entry.phys_offset,
