@@ -269,6 +269,11 @@ impl LoggedStandalone {
         }
     }
 
+    /// Its process id (the shell `exec`s into `ferromq`, so this is the server itself).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything it wrote on stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
