@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use ferromq_broker::{Broker, BrokerConfig};
@@ -210,21 +210,10 @@ async fn a_slow_reader_gets_the_whole_reply() {
     broker.shutdown().await.unwrap();
 }
 
-/// Writes a self-signed certificate for 127.0.0.1 and its key; returns (cert, key) paths.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_connection_falls_back_to_copying() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let broker = Broker::start(BrokerConfig {
         tls_server_mode: "permissive".into(),
         tls_server_cert_path: Some(cert.clone()),

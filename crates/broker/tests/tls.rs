@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ferromq_broker::{Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
@@ -14,17 +14,6 @@ use ferromq_protocol::remoting::tls::ClientTls;
 use ferromq_protocol::remoting::{ClientOptions, RemotingCommand};
 
 use common::TIMEOUT;
-
-/// Writes a self-signed certificate for 127.0.0.1 and its key; returns (cert, key) paths.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
-}
 
 fn tls_config(dir: &Path, mode: &str, cert: &Path, key: &Path) -> BrokerConfig {
     BrokerConfig {
@@ -56,7 +45,7 @@ async fn served(client: &RemotingClient) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enforcing_refuses_a_plain_client_and_serves_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let broker = Broker::start(tls_config(dir.path(), "enforcing", &cert, &key))
         .await
         .expect("broker starts with TLS");
@@ -80,7 +69,7 @@ async fn enforcing_refuses_a_plain_client_and_serves_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissive_serves_plain_and_tls_on_one_port() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let broker = Broker::start(tls_config(dir.path(), "permissive", &cert, &key))
         .await
         .expect("broker starts with TLS");
@@ -99,9 +88,9 @@ async fn permissive_serves_plain_and_tls_on_one_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_refuses_a_server_it_does_not_trust() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let other = tempfile::tempdir().unwrap();
-    let (untrusted_ca, _) = certificate(other.path());
+    let (untrusted_ca, _) = common::certificate(other.path());
     let broker = Broker::start(tls_config(dir.path(), "enforcing", &cert, &key))
         .await
         .unwrap();
@@ -119,7 +108,7 @@ async fn a_tls_client_refuses_a_server_it_does_not_trust() {
 #[tokio::test]
 async fn a_bad_certificate_file_is_a_start_up_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let missing = dir.path().join("missing-cert.pem");
     let error = Broker::start(tls_config(dir.path(), "enforcing", &missing, &key))
         .await

@@ -67,7 +67,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
     if !args.enable_controller && args.controller.any() {
         anyhow::bail!("controller flags need --enable-controller-in-namesrv");
     }
-    crate::fd_limit::raise_for_server();
+    let open_files = crate::fd_limit::raise_for_server();
     let controller_config = if args.enable_controller {
         Some(args.controller.config(args.controller_config.as_deref())?)
     } else {
@@ -98,6 +98,10 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
         };
         let server = server.with_tls(tls);
         println!("ferromq namesrv: listening on {}", server.local_addr());
+        eprintln!(
+            "ferromq namesrv: {}",
+            crate::fd_limit::describe(&open_files)
+        );
         // The controller's line follows the name server's (scripts read the first line).
         let controller = match controller_config {
             Some(config) => Some(crate::controller::start(config).await?),
@@ -120,7 +124,7 @@ pub fn run_namesrv(args: &NamesrvArgs) -> Result<()> {
 
 /// Runs `ferromq broker`.
 pub fn run_broker(args: &BrokerArgs) -> Result<()> {
-    crate::fd_limit::raise_for_server();
+    let open_files = crate::fd_limit::raise_for_server();
     let mut config = match &args.config {
         Some(path) => BrokerConfig::from_file(path)?,
         None => BrokerConfig::default(),
@@ -132,6 +136,12 @@ pub fn run_broker(args: &BrokerArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
         let mut signals = crate::ShutdownSignals::install()?;
         let broker = Broker::start(config).await.context("starting the broker")?;
+        broker
+            .context()
+            .metrics
+            .open_files
+            .set(crate::fd_limit::status(&open_files));
+        eprintln!("ferromq broker: {}", crate::fd_limit::describe(&open_files));
         println!(
             "ferromq broker: listening on {} (ha {}, {} brokerId {}{})",
             broker.local_addr(),

@@ -2,7 +2,9 @@
 //! `./data`; the quick start.
 //!
 //! Once both listen it prints one line, `ferromq standalone: namesrv 127.0.0.1:<port> broker
-//! 127.0.0.1:<port> data <dir>`, which scripts and tests parse. SIGINT or SIGTERM stops it
+//! 127.0.0.1:<port> data <dir>`, which scripts and tests parse; before it, on stderr, the
+//! open-file limits it runs with (`ferromq standalone: open files: soft limit N, hard limit M`,
+//! with the error when raising the soft limit failed: it runs on regardless). SIGINT or SIGTERM stops it
 //! cleanly: the broker unregisters, the store flushes and writes a checkpoint, and the next
 //! start is a clean one; when the store was poisoned (a failed CommitLog write or fsync), the
 //! stop fails with an `error:` line naming it and exit status 1 instead. A process killed with SIGKILL leaves the `abort` marker; the next
@@ -130,9 +132,9 @@ pub fn run(args: &StandaloneArgs) -> Result<()> {
     if args.repair {
         return repair(args);
     }
-    crate::fd_limit::raise_for_server();
+    let open_files = crate::fd_limit::raise_for_server();
     let runtime = crate::runtime()?;
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(args, &open_files))
 }
 
 /// Exit status of `--check` when recovery would change the store.
@@ -212,10 +214,19 @@ impl Servers {
     }
 }
 
-async fn serve(args: &StandaloneArgs) -> Result<()> {
+async fn serve(args: &StandaloneArgs, open_files: &crate::fd_limit::Outcome) -> Result<()> {
     let mut signals = crate::ShutdownSignals::install()?;
     let servers = start_servers(args).await?;
     let broker = &servers.broker;
+    broker
+        .context()
+        .metrics
+        .open_files
+        .set(crate::fd_limit::status(open_files));
+    eprintln!(
+        "ferromq standalone: {}",
+        crate::fd_limit::describe(open_files)
+    );
     if let Some(addr) = broker.metrics_addr() {
         eprintln!("ferromq standalone: metrics http://{addr}/metrics");
     }

@@ -2,6 +2,8 @@
 //! allocator chosen by `FERROMQ_ALLOCATOR` is the one reported, while an unknown value is
 //! refused before anything runs.
 
+mod common;
+
 use std::process::Command;
 
 fn ferromq() -> Command {
@@ -11,21 +13,10 @@ fn ferromq() -> Command {
 /// Runs `ferromq bench <args>` with `FERROMQ_ALLOCATOR=allocator` and returns its last stdout
 /// line as JSON.
 fn bench(allocator: &str, args: &[&str]) -> serde_json::Value {
-    let out = ferromq()
-        .env("FERROMQ_ALLOCATOR", allocator)
-        .env("RUST_LOG", "warn")
-        .arg("bench")
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().expect("some output");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+    common::bench(
+        &[("FERROMQ_ALLOCATOR", allocator), ("RUST_LOG", "warn")],
+        args,
+    )
 }
 
 #[test]

@@ -4,25 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
-fn ferromq() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ferromq"))
-}
-
-/// Runs `ferromq bench <args>` and returns its last stdout line as JSON.
-fn bench(args: &[&str]) -> serde_json::Value {
-    let out = ferromq().arg("bench").args(args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().expect("some output");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
-}
-
 fn check_figures(report: &serde_json::Value) {
     for key in [
         "msgs_per_sec",
@@ -44,41 +25,47 @@ fn produce_then_consume_every_message_then_e2e() {
     let server = common::start_with(&["--flush", "async"]);
     let namesrv = server.namesrv.clone();
 
-    let produced = bench(&[
-        "produce",
-        "--namesrv",
-        &namesrv,
-        "--topic",
-        "CliBench",
-        "--size",
-        "128",
-        "--in-flight",
-        "4",
-        "--queues",
-        "4",
-        "--seconds",
-        "1",
-        "--json",
-    ]);
+    let produced = common::bench(
+        &[],
+        &[
+            "produce",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            "CliBench",
+            "--size",
+            "128",
+            "--in-flight",
+            "4",
+            "--queues",
+            "4",
+            "--seconds",
+            "1",
+            "--json",
+        ],
+    );
     check_figures(&produced);
     assert_eq!(produced["bench"], "produce");
     let n = produced["messages"].as_u64().unwrap();
     assert!(n > 0, "{produced}");
 
-    let consumed = bench(&[
-        "consume",
-        "--namesrv",
-        &namesrv,
-        "--topic",
-        "CliBench",
-        "--consumers",
-        "2",
-        "--count",
-        &n.to_string(),
-        "--seconds",
-        "60",
-        "--json",
-    ]);
+    let consumed = common::bench(
+        &[],
+        &[
+            "consume",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            "CliBench",
+            "--consumers",
+            "2",
+            "--count",
+            &n.to_string(),
+            "--seconds",
+            "60",
+            "--json",
+        ],
+    );
     check_figures(&consumed);
     assert_eq!(consumed["bench"], "consume");
     assert!(consumed["messages"].as_u64().unwrap() >= n, "{consumed}");
@@ -86,16 +73,19 @@ fn produce_then_consume_every_message_then_e2e() {
 
     // Without --count the rate covers the busy interval, not the idle rest of the window:
     // the backlog drains well within 5 s.
-    let busy = bench(&[
-        "consume",
-        "--namesrv",
-        &namesrv,
-        "--topic",
-        "CliBench",
-        "--seconds",
-        "5",
-        "--json",
-    ]);
+    let busy = common::bench(
+        &[],
+        &[
+            "consume",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            "CliBench",
+            "--seconds",
+            "5",
+            "--json",
+        ],
+    );
     check_figures(&busy);
     assert_eq!(busy["measured"], "busy interval (start to last message)");
     assert!(busy["messages"].as_u64().unwrap() >= n, "{busy}");
@@ -105,24 +95,27 @@ fn produce_then_consume_every_message_then_e2e() {
         "busy {seconds} s of a 5 s window: {busy}"
     );
 
-    let e2e = bench(&[
-        "e2e",
-        "--namesrv",
-        &namesrv,
-        "--topic",
-        "CliBenchE2e",
-        "--size",
-        "64",
-        "--batch",
-        "4",
-        "--queues",
-        "2",
-        "--seconds",
-        "1",
-        "--rate",
-        "500",
-        "--json",
-    ]);
+    let e2e = common::bench(
+        &[],
+        &[
+            "e2e",
+            "--namesrv",
+            &namesrv,
+            "--topic",
+            "CliBenchE2e",
+            "--size",
+            "64",
+            "--batch",
+            "4",
+            "--queues",
+            "2",
+            "--seconds",
+            "1",
+            "--rate",
+            "500",
+            "--json",
+        ],
+    );
     check_figures(&e2e);
     // Paced at 500 msgs/s for 1 s (unpaced, one sender of batches of 4 sends thousands).
     assert_eq!(e2e["offered_rate"], 500, "{e2e}");
@@ -152,24 +145,27 @@ fn grpc_bench_compares_with_remoting_and_drains_everything_it_sent() {
         .port()
         .to_string();
     let server = common::start_with(&["--flush", "async", "--grpc-port", &port]);
-    let report = bench(&[
-        "grpc",
-        "--namesrv",
-        &server.namesrv,
-        "--grpc",
-        &format!("127.0.0.1:{port}"),
-        "--topic",
-        "CliBenchGrpc",
-        "--in-flight",
-        "4",
-        "--consumers",
-        "2",
-        "--queues",
-        "4",
-        "--seconds",
-        "1",
-        "--json",
-    ]);
+    let report = common::bench(
+        &[],
+        &[
+            "grpc",
+            "--namesrv",
+            &server.namesrv,
+            "--grpc",
+            &format!("127.0.0.1:{port}"),
+            "--topic",
+            "CliBenchGrpc",
+            "--in-flight",
+            "4",
+            "--consumers",
+            "2",
+            "--queues",
+            "4",
+            "--seconds",
+            "1",
+            "--json",
+        ],
+    );
     for phase in ["remoting_send", "grpc_send", "grpc_receive_ack"] {
         assert_eq!(report[phase]["errors"], 0, "{phase}: {report}");
         assert!(

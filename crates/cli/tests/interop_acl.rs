@@ -737,17 +737,6 @@ fn java_signs_and_is_refused_without_credentials() {
     scenario(&JAVA_ACL, "acl_java");
 }
 
-/// A self-signed certificate for 127.0.0.1 and its key (rcgen): (cert, key) paths.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    fs::write(&cert, certified.cert.pem()).unwrap();
-    fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
-}
-
 /// TLS with the official Java client 5.5.0 (`-Dtls.enable=true`; its default
 /// `tls.test.mode.enable` trusts the self-signed certificate): against `ferromq standalone
 /// --tls-mode enforcing` (name server and broker both TLS only) it produces and consumes; the
@@ -769,7 +758,7 @@ fn java_over_tls_is_served_by_an_enforcing_server_and_a_plain_one_refused() {
     let dir = interop_dir().join("runs").join(test);
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(dir.join("home")).unwrap();
-    let (cert, key) = certificate(&dir);
+    let (cert, key) = common::certificate(&dir);
     let server = standalone(
         &dir,
         &[

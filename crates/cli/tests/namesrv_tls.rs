@@ -6,20 +6,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// A self-signed certificate for 127.0.0.1 and its key: (cert, key) paths.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
-}
 
 /// Runs `ferromq args` to its end (killed after 60 s: a failure).
 fn ferromq(args: &[&str]) -> Output {
@@ -53,7 +41,7 @@ fn text(output: &Output) -> String {
 #[test]
 fn a_bad_certificate_file_stops_the_name_server_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, key) = certificate(dir.path());
+    let (_, key) = common::certificate(dir.path());
     let missing = dir.path().join("missing-cert.pem");
     let not_pem = dir.path().join("not-a-cert.pem");
     std::fs::write(&not_pem, "hello\n").unwrap();
@@ -105,7 +93,7 @@ fn a_bad_certificate_file_stops_the_name_server_naming_it() {
 #[test]
 fn an_enforcing_standalone_serves_tls_admin_and_clients_and_refuses_plain_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let server = common::start_with(&[
         "--tls-mode",

@@ -2,7 +2,8 @@
 //! its open-file limit neither poisons the store nor stops sends, and the refused connections
 //! are counted; a flood of both its ports, which runs the process out of descriptors, pauses
 //! accepts and still leaves the store serving; a store poisoned by a failed write makes shutdown fail instead of saying
-//! "stopped cleanly"; a stray file in `checkpoint/` does not stop start-up.
+//! "stopped cleanly"; a stray file in `checkpoint/` does not stop start-up; the open-file
+//! gauges, `brokerStatus` and the startup report show the limits the process really runs with.
 
 mod common;
 
@@ -231,5 +232,75 @@ async fn a_flood_of_both_ports_runs_out_of_descriptors_and_the_store_still_serve
     drop((steady, after));
     let (status, stderr) = server.stop();
     assert!(!stderr.contains("poisoned"), "{stderr}");
+    assert!(status.success(), "{stderr}");
+}
+
+/// The soft and hard "Max open files" of process `pid` as `/proc/<pid>/limits` states them
+/// (-1 for unlimited, as the gauges report it).
+fn proc_open_file_limits(pid: u32) -> (f64, f64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_else(|| panic!("no open-file line in {limits}"));
+    let value = |word: &str| match word {
+        "unlimited" => -1.0,
+        number => number.parse::<f64>().unwrap(),
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    (value(words[3]), value(words[4]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_file_gauges_equal_the_limits_in_proc_of_the_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    // A soft limit below the hard one: the server raises it at start.
+    let server = LoggedStandalone::start(
+        &format!("ulimit -S -n {OPEN_FILES}"),
+        &dir.path().join("data"),
+        &dir.path().join("stderr.log"),
+    );
+    let (soft, hard) = proc_open_file_limits(server.pid());
+    assert_eq!(
+        server.metric("ferromq_open_files_soft_limit"),
+        Some(soft),
+        "{}",
+        server.stderr()
+    );
+    assert_eq!(server.metric("ferromq_open_files_hard_limit"), Some(hard));
+    assert_eq!(server.metric("ferromq_open_files_raise_failed"), Some(0.0));
+    if hard != OPEN_FILES as f64 {
+        assert_eq!(soft, hard, "the soft limit was raised to the hard one");
+    }
+    let shown = |value: f64| {
+        if value < 0.0 {
+            "unlimited".to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    let stderr = server.stderr();
+    let line = format!(
+        "ferromq standalone: open files: soft limit {}, hard limit {}",
+        shown(soft),
+        shown(hard)
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&line)),
+        "{line} in {stderr}"
+    );
+    assert!(
+        !stderr.contains("raising the soft limit failed"),
+        "{stderr}"
+    );
+    let status = common::ok_json(&["brokerStatus", "-b", &server.broker]).to_string();
+    for entry in [
+        format!(r#""openFilesSoftLimit":"{}""#, shown(soft)),
+        format!(r#""openFilesHardLimit":"{}""#, shown(hard)),
+        r#""openFilesRaiseError":"""#.to_string(),
+    ] {
+        assert!(status.contains(&entry), "{entry} in {status}");
+    }
+    let (status, stderr) = server.stop();
     assert!(status.success(), "{stderr}");
 }

@@ -3,8 +3,10 @@
 //! permissive serves both on one port; a broker registers over TLS (`NamesrvClient` with
 //! TLS). Certificates are made per test (rcgen, self-signed for 127.0.0.1).
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use ferromq_namesrv::{NameServer, NamesrvClient, NamesrvConfig};
@@ -18,17 +20,6 @@ use ferromq_protocol::remoting::{
 use tokio::sync::oneshot;
 
 const T: Duration = Duration::from_secs(5);
-
-/// A self-signed certificate for 127.0.0.1 and its key: (cert, key) paths.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
-}
 
 /// A name server with `mode` on 127.0.0.1; (address, refusal counter, stop).
 async fn start(
@@ -77,7 +68,7 @@ async fn served(client: &RemotingClient) -> bool {
 #[tokio::test]
 async fn an_enforcing_name_server_refuses_a_plain_client_and_serves_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let (addr, refusals, stop) = start(TlsMode::Enforcing, &cert, &key).await;
     let secure = tls_client(addr, &cert).await;
     assert!(served(&secure).await, "a TLS client is served");
@@ -128,7 +119,7 @@ async fn an_enforcing_name_server_refuses_a_plain_client_and_serves_tls() {
 #[tokio::test]
 async fn a_permissive_name_server_serves_plain_and_tls_clients() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     let (addr, refusals, stop) = start(TlsMode::Permissive, &cert, &key).await;
     let secure = tls_client(addr, &cert).await;
     let plain = RemotingClient::connect(addr, T).await.expect("TCP connect");

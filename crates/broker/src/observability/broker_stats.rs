@@ -11,7 +11,8 @@
 //! since startup and their values at the last two midnights, UTC). ferromq's own keys:
 //! `flushLatencyP50Micros`, `flushLatencyP99Micros` (bucket upper bounds) and
 //! `flushLatencyMaxMicros` over the last minute, `flushCountLastMinute`, `flushCountTotal`,
-//! `clientConnections`, `commitsRejectedTotal`.
+//! `clientConnections`, `commitsRejectedTotal`, and the open-file keys of
+//! `super::open_files` (`openFilesSoftLimit`, `openFilesHardLimit`, `openFilesRaiseError`).
 //!
 //! Bound: the sampler keeps [`SAMPLES_MAX`] samples (10 minutes), dropping the oldest.
 
@@ -259,6 +260,7 @@ impl BrokerStats {
             ),
             ("transactionDiscardsTotal", tx.discards().to_string()),
         ]);
+        entries.extend(ctx.metrics.open_files.runtime_entries());
         entries
             .into_iter()
             .map(|(key, value)| (key.to_string(), value))

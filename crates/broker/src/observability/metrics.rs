@@ -47,7 +47,8 @@
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
 //!
 //! Transactional messages have their own counters, listed in `super::transactions`; how
-//! pull replies carried their messages (zero copy or not), in `super::transfer`.
+//! pull replies carried their messages (zero copy or not), in `super::transfer`; the
+//! process's open-file limits and whether raising them failed, in `super::open_files`.
 //!
 //! - `ferromq_requests_unsupported_total{request}`: requests answered
 //!   REQUEST_CODE_NOT_SUPPORTED, labelled with RocketMQ's name of the code (`unknown` for a
@@ -208,6 +209,8 @@ pub struct BrokerMetrics {
     pub transactions: super::transactions::TransactionMetrics,
     /// How pull replies carried their messages (`super::transfer`).
     pub transfer: super::transfer::TransferMetrics,
+    /// The open-file limits the launcher reported (`super::open_files`).
+    pub open_files: super::open_files::OpenFileMetrics,
 }
 
 impl Default for BrokerMetrics {
@@ -240,6 +243,7 @@ impl BrokerMetrics {
             grpc_limited: Family::default(),
             transactions: Default::default(),
             transfer: Default::default(),
+            open_files: Default::default(),
         };
         let mut registry = Registry::default();
         let families = [
@@ -334,6 +338,7 @@ impl BrokerMetrics {
         );
         metrics.transactions.register(&mut registry);
         metrics.transfer.register(&mut registry);
+        metrics.open_files.register(&mut registry);
         BrokerMetrics {
             registry,
             ..metrics

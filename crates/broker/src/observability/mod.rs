@@ -4,5 +4,6 @@
 pub mod broker_stats;
 pub mod metrics;
 pub mod metrics_http;
+pub mod open_files;
 pub mod transactions;
 pub mod transfer;

@@ -1,6 +1,7 @@
 //! Helpers shared by the broker's integration tests: an in-process broker on an OS-chosen
 //! port, a raw remoting client, the requests the tests send (send, pull, commit, query), and
-//! the Prometheus endpoint scraped over real TCP and parsed.
+//! the Prometheus endpoint scraped over real TCP and parsed, and a self-signed certificate
+//! for the TLS tests.
 
 #![allow(dead_code)] // Each test file uses part of these helpers.
 
@@ -350,4 +351,16 @@ pub fn commit_request(
             .insert(ferromq_broker::codes::CORRECTION_EXT.into(), "true".into());
     }
     command
+}
+
+/// Writes a self-signed certificate for 127.0.0.1 (rcgen) and its key into `dir` as
+/// `server.pem` and `server.key`; returns (cert, key) paths.
+pub fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("rcgen makes a certificate");
+    let cert = dir.join("server.pem");
+    let key = dir.join("server.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    (cert, key)
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by the `ferromq` process tests: a `ferromq standalone` killed on drop, its
 //! address line read with a bound, and `ferromq admin` runs (bounded, `TZ=UTC0` so times are
-//! read and printed in UTC unless a test names another zone).
+//! read and printed in UTC unless a test names another zone), `ferromq bench` runs read as
+//! JSON, and a self-signed certificate for the TLS tests.
 
 #![allow(dead_code)] // Each test file uses part of these helpers.
 
@@ -269,6 +270,11 @@ impl LoggedStandalone {
         }
     }
 
+    /// Its process id (the shell `exec`s into `ferromq`, so this is the server itself).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything it wrote on stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -339,4 +345,36 @@ pub fn wait_route(namesrv: &str, topic: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Runs `ferromq bench <args>` with the environment variables `env` added (e.g.
+/// `FERROMQ_ALLOCATOR`) and returns its last stdout line as JSON; panics, with both outputs,
+/// when it fails or that line is not JSON.
+pub fn bench(env: &[(&str, &str)], args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .envs(env.iter().copied())
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("some output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+/// Writes a self-signed certificate for 127.0.0.1 (rcgen) and its key into `dir` as
+/// `server.pem` and `server.key`; returns (cert, key) paths.
+pub fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("rcgen makes a certificate");
+    let cert = dir.join("server.pem");
+    let key = dir.join("server.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    (cert, key)
 }
