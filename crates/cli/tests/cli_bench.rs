@@ -66,6 +66,16 @@ fn bench_store_sync_prints_json_with_positive_rates() {
     assert_eq!(result["flush"], "sync");
     assert_eq!(result["writers"], 2);
     assert_eq!(result["record_size"], 1024);
+    // Sync: the baseline's write + fdatasync cycles are timed one by one, p50 to p50.
+    let base_p50 = result["baseline_p50_us"].as_f64().unwrap();
+    assert!(base_p50 > 0.0, "{result}");
+    assert!(result["baseline_p99_us"].as_f64().unwrap() >= base_p50);
+    let p50_ratio = result["p50_ratio"].as_f64().unwrap();
+    let expected = result["p50_us"].as_f64().unwrap() / base_p50;
+    assert!(
+        (p50_ratio - expected).abs() < 1e-3 * expected.max(1.0),
+        "p50_ratio {p50_ratio} vs {expected}: {result}"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(
         leftovers.is_empty(),

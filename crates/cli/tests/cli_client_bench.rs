@@ -186,3 +186,56 @@ fn grpc_bench_compares_with_remoting_and_drains_everything_it_sent() {
         "{report}"
     );
 }
+
+/// `bench produce --fsync-baseline DIR` against a SYNC_FLUSH broker: after the sends it times
+/// bare 4 KiB write + fdatasync cycles in DIR and reports the send p50 against their p50
+/// (the ratio is computed from the two figures it prints), leaving nothing in DIR; the other
+/// benches refuse the flag.
+#[test]
+fn produce_reports_its_p50_against_a_bare_fdatasync_p50_of_the_same_run() {
+    let server = common::start_with(&["--flush", "sync"]);
+    let probe_dir = tempfile::tempdir().unwrap();
+    let dir = probe_dir.path().to_str().unwrap();
+    let produced = common::bench(
+        &[],
+        &[
+            "produce",
+            "--namesrv",
+            &server.namesrv,
+            "--topic",
+            "FsyncBase",
+            "--queues",
+            "2",
+            "--seconds",
+            "1",
+            "--fsync-baseline",
+            dir,
+            "--json",
+        ],
+    );
+    check_figures(&produced);
+    assert_eq!(produced["baseline"], "fdatasync", "{produced}");
+    assert_eq!(produced["fsync_write_bytes"], 4096, "{produced}");
+    let cycles = produced["fsync_cycles"].as_u64().unwrap();
+    assert!((1..=2_000).contains(&cycles), "{produced}");
+    let fsync_p50 = produced["fsync_p50_us"].as_f64().unwrap();
+    assert!(fsync_p50 > 0.0, "{produced}");
+    assert!(produced["fsync_p99_us"].as_f64().unwrap() >= fsync_p50);
+    let ratio = produced["p50_to_fsync_p50"].as_f64().unwrap();
+    let expected = produced["p50_us"].as_f64().unwrap() / fsync_p50;
+    assert!(
+        (ratio - expected).abs() < 1e-3 * expected.max(1.0),
+        "ratio {ratio} vs p50/fsync_p50 {expected}: {produced}"
+    );
+    let left: Vec<_> = std::fs::read_dir(probe_dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "the probe left {left:?}");
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["bench", "consume", "--namesrv", &server.namesrv])
+        .args(["--topic", "FsyncBase", "--fsync-baseline", dir])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("applies to bench produce only"), "{stderr}");
+}

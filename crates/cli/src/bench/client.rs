@@ -34,6 +34,7 @@ use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
 
+use super::fsync_probe;
 use super::stats::{ns_to_us, Histogram};
 
 use super::e2e_stamp::{E2eStamp, STAMP_LEN};
@@ -91,6 +92,11 @@ pub struct ClientBenchArgs {
     /// and the ratio zero_copy / heap. The brokers' setting is restored at the end.
     #[arg(long)]
     pub(super) compare_transfer: bool,
+    /// produce only: after the run, time bare 4 KiB write + fdatasync cycles on a file in this
+    /// directory (pick the broker's data directory, on the disk a SYNC_FLUSH send waits for)
+    /// and report the send p50 against that fdatasync p50, measured in the same run.
+    #[arg(long, value_name = "DIR")]
+    pub(super) fsync_baseline: Option<std::path::PathBuf>,
     /// Phases per setting with --compare-transfer (the best of each is reported).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = value_parser!(u32).range(1..=20))]
     pub(super) compare_rounds: u32,
@@ -202,6 +208,9 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
     }
     if args.compare_transfer && kind != Kind::Consume {
         bail!("--compare-transfer compares pull transfers: it applies to bench consume only");
+    }
+    if args.fsync_baseline.is_some() && kind != Kind::Produce {
+        bail!("--fsync-baseline compares send latency with fdatasync: it applies to bench produce only");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -480,13 +489,26 @@ pub(super) async fn produce_only(args: &ClientBenchArgs) -> Result<(Outcome, Arc
 
 async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
     let (outcome, progress) = produce_only(args).await?;
+    let fsync = match &args.fsync_baseline {
+        Some(dir) => {
+            let dir = dir.clone();
+            let probe = tokio::task::spawn_blocking(move || fsync_probe::run_in(&dir))
+                .await
+                .context("the fdatasync baseline task")??;
+            Some(probe)
+        }
+        None => None,
+    };
     report(
         Kind::Produce,
         args,
         &outcome,
         &progress,
         "per send call",
-        None,
+        Extra {
+            e2e: None,
+            fsync: fsync.as_ref(),
+        },
     );
     Ok(())
 }
@@ -655,7 +677,7 @@ async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
         &outcome,
         &progress,
         "per non-empty poll",
-        None,
+        Extra::default(),
     );
     if let Some(count) = args.count {
         if outcome.messages < count {
@@ -790,12 +812,15 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
         &outcome,
         &errors,
         "end to end, send to receive, per message",
-        Some(E2eSplit {
-            send: &produced.latency,
-            received: got,
-            after_ack: &polled.after_ack,
-            overtook_ack: polled.overtook_ack,
-        }),
+        Extra {
+            e2e: Some(E2eSplit {
+                send: &produced.latency,
+                received: got,
+                after_ack: &polled.after_ack,
+                overtook_ack: polled.overtook_ack,
+            }),
+            fsync: None,
+        },
     );
     Ok(())
 }
@@ -822,14 +847,24 @@ struct E2eSplit<'a> {
     overtook_ack: u64,
 }
 
+/// What a report adds to the common figures.
+#[derive(Default)]
+struct Extra<'a> {
+    /// e2e: the send and delivery split.
+    e2e: Option<E2eSplit<'a>>,
+    /// produce --fsync-baseline: the bare fdatasync cycles measured after the run.
+    fsync: Option<&'a fsync_probe::Probe>,
+}
+
 fn report(
     kind: Kind,
     args: &ClientBenchArgs,
     outcome: &Outcome,
     progress: &Progress,
     latency_of: &str,
-    e2e: Option<E2eSplit<'_>>,
+    extra: Extra<'_>,
 ) {
+    let Extra { e2e, fsync } = extra;
     let msgs_per_sec = rate(outcome.messages, outcome.elapsed);
     let mb_per_sec = msgs_per_sec * args.size as f64 / 1e6;
     let h = &outcome.latency;
@@ -881,7 +916,27 @@ fn report(
     if let Some(error) = &first_error {
         println!("first error: {error}");
     }
-    println!("baseline : none in this run; compare with `ferromq bench store` on the same machine");
+    let p50_to_fsync = fsync.map(|probe| {
+        let base = probe.p50_us();
+        if base > 0.0 {
+            p50 / base
+        } else {
+            0.0
+        }
+    });
+    match (fsync, p50_to_fsync) {
+        (Some(probe), Some(ratio)) => println!(
+            "baseline : {} bare {} B write + fdatasync cycles in {}: p50 {} us, p99 {} us; send p50 / fdatasync p50 = {ratio:.3}",
+            probe.cycles,
+            fsync_probe::PRODUCE_PROBE_WRITE_BYTES,
+            args.fsync_baseline.as_deref().unwrap_or(std::path::Path::new("?")).display(),
+            probe.p50_us(),
+            probe.p99_us(),
+        ),
+        _ => println!(
+            "baseline : none in this run; compare with `ferromq bench store` on the same machine"
+        ),
+    }
     if args.json {
         let mut out = json!({
             "bench": kind.name(),
@@ -904,8 +959,15 @@ fn report(
             "latency": latency_of,
             "errors": errors,
             "first_error": first_error,
-            "baseline": "ferromq bench store",
+            "baseline": if fsync.is_some() { "fdatasync" } else { "ferromq bench store" },
         });
+        if let (Some(probe), Some(ratio)) = (fsync, p50_to_fsync) {
+            out["fsync_cycles"] = json!(probe.cycles);
+            out["fsync_write_bytes"] = json!(fsync_probe::PRODUCE_PROBE_WRITE_BYTES);
+            out["fsync_p50_us"] = json!(probe.p50_us());
+            out["fsync_p99_us"] = json!(probe.p99_us());
+            out["p50_to_fsync_p50"] = json!(round(ratio, 4));
+        }
         if let Some(split) = &e2e {
             out["received"] = json!(split.received);
             out["send_p50_us"] = json!(ns_to_us(split.send.percentile(0.5)));

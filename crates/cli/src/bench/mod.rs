@@ -17,6 +17,7 @@ mod alloc;
 mod client;
 mod e2e_stamp;
 mod failover;
+mod fsync_probe;
 mod grpc;
 mod recovery;
 mod rss;

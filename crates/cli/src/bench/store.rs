@@ -30,7 +30,7 @@ use ferromq_store::{MessageStore, StoreConfig};
 use serde_json::json;
 
 use super::stats::{ns_to_us, Histogram};
-use super::ScratchDir;
+use super::{fsync_probe, ScratchDir};
 use crate::record::draft;
 use crate::Flush;
 
@@ -103,6 +103,8 @@ struct Baseline {
     records: u64,
     elapsed: Duration,
     description: String,
+    /// Sync: the latency of each write + fdatasync cycle, for a p50-to-p50 comparison.
+    cycle_latency: Option<Histogram>,
 }
 
 impl Baseline {
@@ -399,33 +401,24 @@ fn baseline_async(path: &Path, args: &StoreArgs, records_max: u64) -> Result<Bas
         records,
         elapsed,
         description: format!("1 thread, write_all of {} B per record", args.record_size),
+        cycle_latency: None,
     })
 }
 
 fn baseline_sync(path: &Path, args: &StoreArgs, records_max: u64, batch: u64) -> Result<Baseline> {
-    let mut file = create(path)?;
     let batch_bytes = usize::try_from(batch)
         .ok()
         .and_then(|b| b.checked_mul(args.record_size))
         .context("baseline batch does not fit in memory")?;
-    let buffer = vec![0x5a_u8; batch_bytes];
-    let deadline = Duration::from_secs(args.seconds);
-    let started = Instant::now();
-    let mut records = 0;
-    while records < records_max && started.elapsed() < deadline {
-        file.write_all(&buffer)
-            .with_context(|| format!("baseline write to {}", path.display()))?;
-        file.sync_data()
-            .with_context(|| format!("baseline fdatasync of {}", path.display()))?;
-        records += batch;
-    }
-    let elapsed = started.elapsed();
+    let cycles = records_max.div_ceil(batch.max(1));
+    let probe = fsync_probe::run(path, batch_bytes, cycles, Duration::from_secs(args.seconds))?;
     Ok(Baseline {
-        records,
-        elapsed,
+        records: probe.cycles * batch,
+        elapsed: probe.elapsed,
         description: format!(
             "1 thread, write_all of {batch} records ({batch_bytes} B) then fdatasync"
         ),
+        cycle_latency: Some(probe.latency),
     })
 }
 
@@ -486,6 +479,16 @@ fn print_result(
         baseline.description
     );
     println!("ratio    : {ratio:.3} (ferromq msgs/s / baseline msgs/s)");
+    let baseline_p50 = baseline
+        .cycle_latency
+        .as_ref()
+        .map(|h| (ns_to_us(h.percentile(0.5)), ns_to_us(h.percentile(0.99))));
+    let p50_ratio = baseline_p50.map(|(base, _)| if base > 0.0 { p50 / base } else { 0.0 });
+    if let (Some((base_p50, base_p99)), Some(p50_ratio)) = (baseline_p50, p50_ratio) {
+        println!(
+            "baseline latency: p50 {base_p50} us, p99 {base_p99} us per write + fdatasync; p50 ratio {p50_ratio:.3} (ferromq p50 / baseline p50)"
+        );
+    }
     if args.json {
         let out = json!({
             "bench": "store",
@@ -509,6 +512,9 @@ fn print_result(
             "baseline_msgs_per_sec": round(baseline_msgs_per_sec, 1),
             "baseline": baseline.description,
             "ratio": round(ratio, 4),
+            "baseline_p50_us": baseline_p50.map(|(p50, _)| p50),
+            "baseline_p99_us": baseline_p50.map(|(_, p99)| p99),
+            "p50_ratio": p50_ratio.map(|r| round(r, 4)),
         });
         println!("{out}");
     }

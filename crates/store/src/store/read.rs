@@ -206,8 +206,11 @@ impl MessageStore {
                 entry,
             };
             let bytes = self.read_indexed_in_span(&indexed, ahead, &span, span_max)?;
-            let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
-            let matches = filter.matches_tag(view.tags());
+            // Finding the tags scans the properties: only a tag filter needs them.
+            let matches = *filter == TagFilter::All || {
+                let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
+                filter.matches_tag(view.tags())
+            };
             let message = StoredMessage {
                 queue_offset: this_offset,
                 phys_offset: entry.phys_offset,
