@@ -79,6 +79,10 @@ pub struct ClientBenchArgs {
     /// Queues of an auto-created topic.
     #[arg(long, default_value_t = 8, value_parser = value_parser!(i32).range(1..=1024))]
     pub(super) queues: i32,
+    /// Messages each pull of a consumer asks for (the client's `pullBatchSize`; RocketMQ's
+    /// default is 32, and a broker returns at most its own limit: ferromq 64, RocketMQ 32).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = value_parser!(u32).range(1..=1024))]
+    pub(super) pull_batch: u32,
     /// Consumer group (default: a fresh group per run).
     #[arg(long)]
     pub(super) group: Option<String>,
@@ -523,6 +527,7 @@ fn lite_config(
         group: group.into(),
         start_position: start,
         rebalance_interval: Duration::from_millis(500),
+        pull_batch: args.pull_batch,
         credentials: args.security.credentials()?,
         tls: args.security.tls()?,
         ..LitePullConsumerConfig::default()
@@ -874,8 +879,14 @@ fn report(
     let first_error = progress.first_error();
     let clients = match kind {
         Kind::Produce => format!("{} producers", args.producers),
-        Kind::Consume => format!("{} consumers", args.consumers),
-        Kind::E2e => format!("{} producers, {} consumers", args.producers, args.consumers),
+        Kind::Consume => format!(
+            "{} consumers, pull batch {}",
+            args.consumers, args.pull_batch
+        ),
+        Kind::E2e => format!(
+            "{} producers, {} consumers, pull batch {}",
+            args.producers, args.consumers, args.pull_batch
+        ),
     };
     let offered = match args.rate {
         Some(rate) if kind != Kind::Consume => format!(", offered {rate} msgs/s"),
@@ -946,6 +957,7 @@ fn report(
             "consumers": args.consumers,
             "batch": args.batch,
             "in_flight": args.in_flight,
+            "pull_batch": args.pull_batch,
             "offered_rate": args.rate,
             "seconds": round(outcome.elapsed.as_secs_f64(), 3),
             "measured": outcome.measured,
