@@ -248,14 +248,14 @@ pub struct MessageExt {
 ///
 /// # Errors
 /// A text naming the index of the first record that cannot be parsed.
-pub fn decode_pull_body(body: &[u8], broker_name: &str) -> Result<Vec<MessageExt>, String> {
+pub fn decode_pull_body(body: &Bytes, broker_name: &str) -> Result<Vec<MessageExt>, String> {
     let mut out = Vec::new();
-    let mut rest = body;
+    let mut rest = &body[..];
     while !rest.is_empty() {
         let view = RecordView::parse_structure(rest)
             .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
         let size = view.total_size();
-        let message = message_from_view(&view, broker_name)
+        let message = message_from_view(&view, body, broker_name)
             .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
         out.push(message);
         rest = &rest[size..];
@@ -263,10 +263,16 @@ pub fn decode_pull_body(body: &[u8], broker_name: &str) -> Result<Vec<MessageExt
     Ok(out)
 }
 
-/// Builds a [`MessageExt`] from a stored record; a compressed body (sysFlag bit 0x1) is
-/// decompressed here, the one place every consumer path decodes records, and the bit cleared,
-/// as Java's decoder does.
-fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<MessageExt, String> {
+/// Builds a [`MessageExt`] from a stored record of `pull_body`; a compressed body (sysFlag bit
+/// 0x1) is decompressed here, the one place every consumer path decodes records, and the bit
+/// cleared, as Java's decoder does. An uncompressed body shares `pull_body`'s buffer (no copy
+/// per message; a message kept after the others of its pull were dropped keeps that pull's
+/// buffer, at most a pull's byte limit, alive).
+fn message_from_view(
+    view: &RecordView<'_>,
+    pull_body: &Bytes,
+    broker_name: &str,
+) -> Result<MessageExt, String> {
     let (body, sys_flag) = if view.sys_flag & compression::COMPRESSED_FLAG != 0 {
         let body = compression::decompress(view.body, view.sys_flag).map_err(|e| {
             format!(
@@ -281,7 +287,7 @@ fn message_from_view(view: &RecordView<'_>, broker_name: &str) -> Result<Message
             view.sys_flag & !compression::COMPRESSED_FLAG,
         )
     } else {
-        (Bytes::copy_from_slice(view.body), view.sys_flag)
+        (pull_body.slice_ref(view.body), view.sys_flag)
     };
     let read = ReadProperties::of(view.properties);
     let offset_msg_id = MessageId {
@@ -483,7 +489,7 @@ mod tests {
 
     #[test]
     fn garbage_pull_body_is_an_error_naming_the_record() {
-        let err = decode_pull_body(&[0, 0, 0, 5, 1, 2, 3], "b").unwrap_err();
+        let err = decode_pull_body(&Bytes::from_static(&[0, 0, 0, 5, 1, 2, 3]), "b").unwrap_err();
         assert!(err.contains("record 0"), "{err}");
     }
 }

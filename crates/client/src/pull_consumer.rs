@@ -705,7 +705,7 @@ impl PullConsumer {
         Ok(match code {
             response::SUCCESS => {
                 let messages = decode_pull_body(
-                    reply.body.as_deref().unwrap_or_default(),
+                    reply.body.as_ref().unwrap_or(&bytes::Bytes::new()),
                     &queue.broker_name,
                 )
                 .map_err(decode)?

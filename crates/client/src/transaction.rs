@@ -362,9 +362,9 @@ impl Relays {
                 addr,
                 reason: format!("check-back header: {e}"),
             })?;
-        let body = command.body.as_deref().unwrap_or_default();
+        let body = command.body.clone().unwrap_or_default();
         let broker_name = header.broker_name.clone().unwrap_or_default();
-        let message = decode_pull_body(body, &broker_name)
+        let message = decode_pull_body(&body, &broker_name)
             .map_err(|reason| ClientError::Decode {
                 addr,
                 reason: format!("check-back body: {reason}"),
