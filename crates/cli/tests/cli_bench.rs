@@ -1,6 +1,8 @@
 //! The `ferromq` binary end to end: `bench store --json` and `standalone --check` print the
 //! JSON that scripts rely on, and bad flags fail with a one-line error and a non-zero status.
 
+mod common;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -67,14 +69,12 @@ fn bench_store_sync_prints_json_with_positive_rates() {
     assert_eq!(result["writers"], 2);
     assert_eq!(result["record_size"], 1024);
     // Sync: the baseline's write + fdatasync cycles are timed one by one, p50 to p50.
-    let base_p50 = result["baseline_p50_us"].as_f64().unwrap();
-    assert!(base_p50 > 0.0, "{result}");
-    assert!(result["baseline_p99_us"].as_f64().unwrap() >= base_p50);
-    let p50_ratio = result["p50_ratio"].as_f64().unwrap();
-    let expected = result["p50_us"].as_f64().unwrap() / base_p50;
-    assert!(
-        (p50_ratio - expected).abs() < 1e-3 * expected.max(1.0),
-        "p50_ratio {p50_ratio} vs {expected}: {result}"
+    common::assert_p50_ratio(
+        &result,
+        "p50_ratio",
+        "p50_us",
+        "baseline_p50_us",
+        "baseline_p99_us",
     );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(

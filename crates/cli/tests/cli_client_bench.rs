@@ -218,14 +218,12 @@ fn produce_reports_its_p50_against_a_bare_fdatasync_p50_of_the_same_run() {
     assert_eq!(produced["fsync_write_bytes"], 4096, "{produced}");
     let cycles = produced["fsync_cycles"].as_u64().unwrap();
     assert!((1..=2_000).contains(&cycles), "{produced}");
-    let fsync_p50 = produced["fsync_p50_us"].as_f64().unwrap();
-    assert!(fsync_p50 > 0.0, "{produced}");
-    assert!(produced["fsync_p99_us"].as_f64().unwrap() >= fsync_p50);
-    let ratio = produced["p50_to_fsync_p50"].as_f64().unwrap();
-    let expected = produced["p50_us"].as_f64().unwrap() / fsync_p50;
-    assert!(
-        (ratio - expected).abs() < 1e-3 * expected.max(1.0),
-        "ratio {ratio} vs p50/fsync_p50 {expected}: {produced}"
+    common::assert_p50_ratio(
+        &produced,
+        "p50_to_fsync_p50",
+        "p50_us",
+        "fsync_p50_us",
+        "fsync_p99_us",
     );
     let left: Vec<_> = std::fs::read_dir(probe_dir.path()).unwrap().collect();
     assert!(left.is_empty(), "the probe left {left:?}");

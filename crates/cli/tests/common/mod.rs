@@ -367,14 +367,30 @@ pub fn bench(env: &[(&str, &str)], args: &[&str]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
 }
 
-/// Writes a self-signed certificate for 127.0.0.1 (rcgen) and its key into `dir` as
-/// `server.pem` and `server.key`; returns (cert, key) paths.
-pub fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
-        .expect("rcgen makes a certificate");
-    let cert = dir.join("server.pem");
-    let key = dir.join("server.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    (cert, key)
+#[path = "../../../../test-support/certificate.rs"]
+mod certificate;
+#[allow(unused_imports)] // not every test file of the crate uses it
+pub use certificate::certificate;
+
+/// Asserts that a bench report's p50-to-baseline ratio is the one its own figures give:
+/// `report[ratio] == report[p50] / report[base_p50]`, with a positive baseline p50 no greater
+/// than its p99 (`report[base_p99]`).
+pub fn assert_p50_ratio(report: &Value, ratio: &str, p50: &str, base_p50: &str, base_p99: &str) {
+    let figure = |key: &str| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {report}"))
+    };
+    let base = figure(base_p50);
+    assert!(base > 0.0, "{base_p50}: {report}");
+    assert!(
+        figure(base_p99) >= base,
+        "{base_p99} below {base_p50}: {report}"
+    );
+    let expected = figure(p50) / base;
+    let actual = figure(ratio);
+    assert!(
+        (actual - expected).abs() < 1e-3 * expected.max(1.0),
+        "{ratio} {actual} vs {p50} / {base_p50} = {expected}: {report}"
+    );
 }
