@@ -158,6 +158,36 @@ impl HaCluster {
             .expect("controller metadata")
     }
 
+    /// Waits (bounded by `MASTER_WAIT`) until the controller at `addr` itself names `leader`
+    /// as the controller leader. A follower learns the leader from the leader's first append
+    /// or heartbeat, which may come after the group's master was elected; mqadmin asks that
+    /// one controller, so the test must not ask it before it knows.
+    fn wait_leader_known_by(&self, addr: std::net::SocketAddr, leader: &str) {
+        let one = ControllerClient::new(vec![addr]);
+        let deadline = Instant::now() + MASTER_WAIT;
+        runtime().block_on(async {
+            loop {
+                let seen: Option<ControllerMetadata> = one
+                    .call(
+                        request::CONTROLLER_GET_METADATA_INFO,
+                        &serde_json::json!({}),
+                        Duration::from_secs(2),
+                    )
+                    .await
+                    .ok();
+                let seen = seen.and_then(|m| m.controller_leader_address);
+                if seen.as_deref() == Some(leader) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "controller {addr} still names leader {seen:?}, expected {leader}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    }
+
     /// Broker remoting addresses.
     fn brokers(&self) -> Vec<String> {
         self.nodes
@@ -229,6 +259,7 @@ fn java5_mqadmin_ha_commands_against_a_controller_cluster() {
 
     // getControllerMetaData: group, leader and every peer, from any controller.
     let asked = cluster.controllers[2];
+    cluster.wait_leader_known_by(asked, &leader);
     let reply = d.ok(&format!("mqadmin getControllerMetaData -a {asked}"), ADMIN);
     let out = stdout(&reply);
     eprintln!("getControllerMetaData:\n{out}");
