@@ -228,8 +228,8 @@ accounts:
         needs: &Needs<'_>,
     ) -> Result<Granted, Denial> {
         let presented = Presented {
-            access_key: command.ext_fields.get(acl::ACCESS_KEY).map(String::as_str),
-            signature: command.ext_fields.get(acl::SIGNATURE).map(String::as_str),
+            access_key: command.ext_fields.get(acl::ACCESS_KEY).map(|v| v.as_str()),
+            signature: command.ext_fields.get(acl::SIGNATURE).map(|v| v.as_str()),
             remote: ip(remote),
         };
         let content = || acl::signed_content(&command.ext_fields, command.body.as_deref());
@@ -238,7 +238,7 @@ accounts:
 
     fn signed(access_key: &str, secret: &str) -> RemotingCommand {
         let mut command = RemotingCommand::new_request(10, Default::default());
-        command.ext_fields.insert("topic".into(), "orders".into());
+        command.ext_fields.insert("topic", "orders");
         acl::sign_command(&mut command, &Credentials::new(access_key, secret));
         command
     }
@@ -281,7 +281,7 @@ accounts:
             "acl_unknown_access_key"
         );
         let mut replayed = good.clone();
-        replayed.ext_fields.insert("topic".into(), "other".into());
+        replayed.ext_fields.insert("topic", "other");
         assert_eq!(
             decide(&accounts, &replayed, "127.0.0.1", &publish("orders")),
             Err(Denial::BadSignature("user01".into()))

@@ -301,9 +301,7 @@ async fn every_request_kind_is_served_signed_and_refused_otherwise() {
         assert_refused(case.name, "no signature", &reply, "not signed");
         // A good signature replayed over altered ext fields.
         let mut altered = signed((case.build)(), &owner);
-        altered
-            .ext_fields
-            .insert("injected".into(), "by an attacker".into());
+        altered.ext_fields.insert("injected", "by an attacker");
         let reply = call(&client, altered).await;
         assert_refused(case.name, "altered ext fields", &reply, "signature");
         // A good signature replayed over an altered body.

@@ -23,7 +23,7 @@ async fn route(namesrv: &RemotingClient, topic: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut ext = ferromq_protocol::remoting::ExtFields::default();
-        ext.insert("topic".into(), topic.into());
+        ext.insert("topic", topic);
         let command = RemotingCommand::new_request(request::GET_ROUTEINFO_BY_TOPIC, ext);
         let reply = namesrv.invoke(command, TIMEOUT).await.expect("route reply");
         if reply.code == response::SUCCESS {

@@ -254,7 +254,7 @@ async fn bad_input_gets_errors_and_the_broker_keeps_serving() {
     // request, a counter, and the connection stays open.
     // mqadmin consumerStatus for a client that is not online: a clear error naming it,
     // counted, and the connection stays open (the served path is tested below).
-    let mut header = std::collections::BTreeMap::new();
+    let mut header = ferromq_protocol::remoting::ExtFields::new();
     header.insert("consumerGroup".to_string(), "G".to_string());
     header.insert("clientId".to_string(), "127.0.0.1@1".to_string());
     header.insert("jstackEnable".to_string(), "false".to_string());
@@ -626,7 +626,7 @@ async fn members_are_listed_notified_of_changes_and_queue_locks_are_exclusive() 
         reply
             .ext_fields
             .get("IS_SUPPORT_HEART_BEAT_V2")
-            .map(String::as_str),
+            .map(|v| v.as_str()),
         Some("false")
     );
     let b = client(broker.local_addr()).await;
@@ -643,7 +643,7 @@ async fn members_are_listed_notified_of_changes_and_queue_locks_are_exclusive() 
         .unwrap();
     assert_eq!(push.code, request::NOTIFY_CONSUMER_IDS_CHANGED);
     assert_eq!(
-        push.ext_fields.get("consumerGroup").map(String::as_str),
+        push.ext_fields.get("consumerGroup").map(|v| v.as_str()),
         Some("G")
     );
     let header = ferromq_protocol::remoting::headers::client::GetConsumerListByGroupRequestHeader {
@@ -1125,7 +1125,7 @@ async fn next_running_info_request(
 }
 
 fn running_info_request(client_id: &str) -> RemotingCommand {
-    let mut header = std::collections::BTreeMap::new();
+    let mut header = ferromq_protocol::remoting::ExtFields::new();
     header.insert("consumerGroup".to_string(), "G".to_string());
     header.insert("clientId".to_string(), client_id.to_string());
     header.insert("jstackEnable".to_string(), "false".to_string());

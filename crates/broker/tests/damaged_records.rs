@@ -41,10 +41,10 @@ fn damage_message(root: &Path, i: usize) {
 
 fn skip_request(queue_offset: u64) -> RemotingCommand {
     let mut ext = ExtFields::new();
-    ext.insert("group".into(), "G".into());
-    ext.insert("topic".into(), "T".into());
-    ext.insert("queueId".into(), "0".into());
-    ext.insert("queueOffset".into(), queue_offset.to_string());
+    ext.insert("group", "G");
+    ext.insert("topic", "T");
+    ext.insert("queueId", "0");
+    ext.insert("queueOffset", queue_offset.to_string());
     RemotingCommand::new_request(codes::SKIP_DAMAGED_MESSAGE, ext)
 }
 
@@ -136,7 +136,7 @@ async fn a_pull_stops_at_a_damaged_record_until_an_admin_skips_it() {
     let skipped = consumer.invoke(skip_request(4), TIMEOUT).await.unwrap();
     assert_eq!(skipped.code, response::SUCCESS, "{:?}", skipped.remark);
     assert_eq!(
-        skipped.ext_fields.get("physOffset").map(String::as_str),
+        skipped.ext_fields.get("physOffset").map(|v| v.as_str()),
         Some(damaged_phys.to_string().as_str())
     );
     let stored = query(&consumer, "T", 0).await;
@@ -149,8 +149,8 @@ async fn a_pull_stops_at_a_damaged_record_until_an_admin_skips_it() {
 
     // The move is recorded: offsetHistory shows a reset by the skip.
     let mut ext = ExtFields::new();
-    ext.insert("group".into(), "G".into());
-    ext.insert("topic".into(), "T".into());
+    ext.insert("group", "G");
+    ext.insert("topic", "T");
     let history = consumer
         .invoke(
             RemotingCommand::new_request(codes::OFFSET_HISTORY, ext),

@@ -348,9 +348,7 @@ async fn clients_cannot_commit_the_schedule_group_and_delayed_messages_still_arr
         .contains("internal to the broker"));
     assert!(refused[2].remark.as_deref().unwrap().contains("reserved"));
     let mut correction = commit_command(SCHEDULE_GROUP, SCHEDULE_TOPIC, 2, 1);
-    correction
-        .ext_fields
-        .insert("ferromqCorrection".into(), "true".into());
+    correction.ext_fields.insert("ferromqCorrection", "true");
     assert_eq!(invoke(&c, correction).await.code, response::NO_PERMISSION);
 
     let records = pull_until(&c, "Later", 0, 0, DELIVERY_BOUND).await;

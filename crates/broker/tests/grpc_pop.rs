@@ -738,7 +738,7 @@ async fn a_message_sent_over_remoting_is_received_over_grpc() {
     assert_eq!(system.keys, ["k1", "k2"]);
     assert_eq!(system.message_id, "REMOTING01");
     assert_eq!(
-        message.user_properties.get("color").map(String::as_str),
+        message.user_properties.get("color").map(|v| v.as_str()),
         Some("blue")
     );
     assert!(

@@ -198,7 +198,7 @@ async fn justified_correction_starts_a_generation_and_fences_stale_commits() {
         corrected
             .ext_fields
             .get("ferromqGeneration")
-            .map(String::as_str),
+            .map(|v| v.as_str()),
         Some(generation.to_string().as_str())
     );
     assert_eq!(stored(&broker), (min, generation));

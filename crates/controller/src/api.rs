@@ -67,7 +67,7 @@ pub async fn handle(core: &Arc<Core>, command: &RemotingCommand) -> RemotingComm
         Err(refusal) => {
             let mut reply = command.reply(refusal.code, Some(refusal.remark));
             if let Some(address) = refusal.leader_address {
-                reply.ext_fields.insert(LEADER_ADDRESS_EXT.into(), address);
+                reply.ext_fields.insert(LEADER_ADDRESS_EXT, address);
             }
             reply
         }
@@ -205,7 +205,7 @@ async fn register(core: &Arc<Core>, request: RegisterBrokerRequest) -> Answer {
         }
     }
     let mut ext = replica_info.ext_fields();
-    ext.insert("brokerId".into(), broker_id.to_string());
+    ext.insert("brokerId", broker_id.to_string());
     json_with(
         &RegisterBrokerReply {
             broker_id,

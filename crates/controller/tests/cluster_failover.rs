@@ -356,7 +356,7 @@ async fn registration_and_heartbeats_follow_the_leader_and_stale_set_epochs_are_
     let answer = raw.invoke(hb, CALL_TIMEOUT).await.unwrap();
     assert_eq!(answer.code, response::CONTROLLER_NOT_LEADER);
     assert_eq!(
-        answer.ext_fields.get("leaderAddress").map(String::as_str),
+        answer.ext_fields.get("leaderAddress").map(|v| v.as_str()),
         Some(addrs(&nodes)[leader].to_string().as_str())
     );
     let leader_raw = RemotingClient::connect(addrs(&nodes)[leader], CALL_TIMEOUT)

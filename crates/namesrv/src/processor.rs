@@ -106,8 +106,8 @@ impl Processor {
             return None;
         }
         let presented = ferromq_acl::Presented {
-            access_key: req.ext_fields.get(acl::ACCESS_KEY).map(String::as_str),
-            signature: req.ext_fields.get(acl::SIGNATURE).map(String::as_str),
+            access_key: req.ext_fields.get(acl::ACCESS_KEY).map(|v| v.as_str()),
+            signature: req.ext_fields.get(acl::SIGNATURE).map(|v| v.as_str()),
             remote,
         };
         let needs = ferromq_acl::Needs {
@@ -475,7 +475,7 @@ mod tests {
             &[("namespace", "ORDER_TOPIC_CONFIG"), ("key", "T")],
         );
         let r = p.process(&get, 1);
-        assert_eq!(r.ext_fields.get("value").map(String::as_str), Some("a:4"));
+        assert_eq!(r.ext_fields.get("value").map(|v| v.as_str()), Some("a:4"));
         let list = req(request::GET_KVLIST_BY_NAMESPACE, &[("namespace", "nope")]);
         assert_eq!(p.process(&list, 1).code, response::QUERY_NOT_FOUND);
         let del = req(
@@ -513,11 +513,11 @@ mod tests {
         let slave = register(&p, "a", "s:1", "1", 2);
         assert_eq!(slave.code, response::SUCCESS);
         assert_eq!(
-            slave.ext_fields.get("masterAddr").map(String::as_str),
+            slave.ext_fields.get("masterAddr").map(|v| v.as_str()),
             Some("m:1")
         );
         assert_eq!(
-            slave.ext_fields.get("haServerAddr").map(String::as_str),
+            slave.ext_fields.get("haServerAddr").map(|v| v.as_str()),
             Some("m:1-ha")
         );
     }

@@ -1030,7 +1030,7 @@ mod tests {
             route.broker_datas[0]
                 .broker_addrs
                 .get(&1)
-                .map(String::as_str),
+                .map(|v| v.as_str()),
             Some("s:1")
         );
         assert_eq!(r.connection_closed(1).len(), 1);
@@ -1070,13 +1070,13 @@ mod tests {
         .unwrap();
         let addrs = master_ids(&r, "T");
         assert_eq!(addrs.len(), 1, "{addrs:?}");
-        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(addrs.get(&0).map(|v| v.as_str()), Some("s:1"));
         assert_eq!(r.live_broker_count(), 1);
         let info = r.cluster_info();
         assert_eq!(info.broker_addr_table["a"].master_addr(), Some("s:1"));
         // The old master's connection closing later removes nothing of the new master's.
         assert!(r.connection_closed(1).is_empty());
-        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(master_ids(&r, "T").get(&0).map(|v| v.as_str()), Some("s:1"));
 
         // A classic master (no epoch) is replaced by any epoch above 0.
         let r = RouteRegistry::default();
@@ -1089,7 +1089,7 @@ mod tests {
             Some(2),
         )
         .unwrap();
-        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("m:2"));
+        assert_eq!(master_ids(&r, "T").get(&0).map(|v| v.as_str()), Some("m:2"));
         assert_eq!(master_ids(&r, "T").len(), 1);
     }
 
@@ -1131,7 +1131,7 @@ mod tests {
         // Nothing changed.
         let addrs = master_ids(&r, "T");
         assert_eq!(addrs.len(), 1);
-        assert_eq!(addrs.get(&0).map(String::as_str), Some("m:1"));
+        assert_eq!(addrs.get(&0).map(|v| v.as_str()), Some("m:1"));
         assert_eq!(r.live_broker_count(), 1);
     }
 
@@ -1180,8 +1180,8 @@ mod tests {
             .unwrap();
         assert_eq!(res.master_addr.as_deref(), Some("s:1"));
         let addrs = master_ids(&r, "T");
-        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
-        assert_eq!(addrs.get(&2).map(String::as_str), Some("m:1"));
+        assert_eq!(addrs.get(&0).map(|v| v.as_str()), Some("s:1"));
+        assert_eq!(addrs.get(&2).map(|v| v.as_str()), Some("m:1"));
         assert_eq!(addrs.len(), 2);
         // With the new master gone, the deposed one still cannot come back as master.
         assert_eq!(r.connection_closed(2).len(), 1);
@@ -1201,7 +1201,7 @@ mod tests {
         // A higher epoch (a new election) is accepted.
         r.register_broker_with_epoch(&header("a", "m:1", 0), Some(3), &body(&[], 1), Some(1))
             .unwrap();
-        assert_eq!(master_ids(&r, "T").get(&0).map(String::as_str), Some("m:1"));
+        assert_eq!(master_ids(&r, "T").get(&0).map(|v| v.as_str()), Some("m:1"));
         assert_eq!(master_ids(&r, "T").len(), 1);
     }
 
@@ -1217,14 +1217,14 @@ mod tests {
             .unwrap();
         let addrs = master_ids(&r, "T");
         assert_eq!(addrs.get(&0), None, "{addrs:?}");
-        assert_eq!(addrs.get(&3).map(String::as_str), Some("m:1"));
+        assert_eq!(addrs.get(&3).map(|v| v.as_str()), Some("m:1"));
         assert_eq!(addrs.len(), 2);
         assert_eq!(r.live_broker_count(), 2);
         // So the promoted slave needs no epoch.
         r.register_broker(&header("a", "s:1", 0), &body(&[("T", 4)], 2), Some(2))
             .unwrap();
         let addrs = master_ids(&r, "T");
-        assert_eq!(addrs.get(&0).map(String::as_str), Some("s:1"));
+        assert_eq!(addrs.get(&0).map(|v| v.as_str()), Some("s:1"));
         assert_eq!(addrs.get(&1), None);
         assert_eq!(addrs.len(), 2);
         assert!(r.topic_route("T").unwrap().queue_datas.len() == 1);

@@ -430,7 +430,7 @@ async fn oneway_requests_are_served_without_a_reply() {
     )
     .await;
     assert_eq!(r.code, response::SUCCESS);
-    assert_eq!(r.ext_fields.get("value").map(String::as_str), Some("v"));
+    assert_eq!(r.ext_fields.get("value").map(|v| v.as_str()), Some("v"));
     ns.stop().await;
 }
 
@@ -815,7 +815,7 @@ async fn a_higher_master_epoch_replaces_the_live_master_in_routes_at_once() {
         ("haServerAddr", "x"),
         ("brokerId", "0"),
     ]);
-    fields.insert("ferromqMasterEpoch".into(), "-3".into());
+    fields.insert("ferromqMasterEpoch", "-3");
     let r = client
         .invoke(
             RemotingCommand::new_request(request::REGISTER_BROKER, fields),

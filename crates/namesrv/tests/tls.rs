@@ -97,7 +97,7 @@ async fn an_enforcing_name_server_refuses_a_plain_client_and_serves_tls() {
         .await
         .expect("registration over TLS");
     let mut ext = ferromq_protocol::remoting::ExtFields::new();
-    ext.insert("topic".into(), "TlsTopic".into());
+    ext.insert("topic", "TlsTopic");
     let reply = secure
         .invoke(
             RemotingCommand::new_request(request::GET_ROUTEINFO_BY_TOPIC, ext),

@@ -79,7 +79,7 @@ impl Sessions {
     /// The connection identified as `client_id` (a heartbeat).
     pub fn bind(&self, connection: u64, client_id: &str) {
         let mut bound = self.bound.lock().expect("sessions lock");
-        if bound.get(&connection).map(String::as_str) != Some(client_id) {
+        if bound.get(&connection).map(|v| v.as_str()) != Some(client_id) {
             bound.insert(connection, client_id.to_string());
         }
     }

@@ -348,7 +348,7 @@ pub fn commit_request(
     if correction {
         command
             .ext_fields
-            .insert(ferromq_broker::codes::CORRECTION_EXT.into(), "true".into());
+            .insert(ferromq_broker::codes::CORRECTION_EXT, "true");
     }
     command
 }

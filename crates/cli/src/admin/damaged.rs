@@ -117,10 +117,10 @@ pub async fn skip_damaged(args: SkipDamagedArgs) -> Result<()> {
         }
     };
     let mut ext = ExtFields::new();
-    ext.insert("group".into(), args.group.clone());
-    ext.insert("topic".into(), args.topic.clone());
-    ext.insert("queueId".into(), args.queue.to_string());
-    ext.insert("queueOffset".into(), args.offset.to_string());
+    ext.insert("group", args.group.clone());
+    ext.insert("topic", args.topic.clone());
+    ext.insert("queueId", args.queue.to_string());
+    ext.insert("queueOffset", args.offset.to_string());
     let reply = admin
         .call_ok(
             &broker.addr,

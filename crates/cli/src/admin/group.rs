@@ -377,7 +377,7 @@ pub async fn clone_offsets(args: CloneGroupOffsetArgs) -> Result<()> {
         for item in reply
             .ext_fields
             .get("cloned")
-            .map(String::as_str)
+            .map(|v| v.as_str())
             .unwrap_or_default()
             .split(',')
             .filter(|s| !s.is_empty())

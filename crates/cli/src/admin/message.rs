@@ -336,9 +336,7 @@ async fn query(
     for broker in &brokers {
         let mut command = RemotingCommand::request_with_header(request::QUERY_MESSAGE, &header);
         if unique {
-            command
-                .ext_fields
-                .insert(UNIQUE_KEY_QUERY_FLAG.into(), "true".into());
+            command.ext_fields.insert(UNIQUE_KEY_QUERY_FLAG, "true");
         }
         let reply = admin.call(&broker.addr, command).await?;
         if reply.code == response::QUERY_NOT_FOUND {

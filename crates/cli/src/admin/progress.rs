@@ -522,13 +522,13 @@ pub async fn history(args: OffsetHistoryArgs) -> Result<()> {
         None => admin.topic_masters(&args.topic, None).await?,
     };
     let mut ext = ferromq_protocol::remoting::ExtFields::new();
-    ext.insert("group".into(), args.group.clone());
-    ext.insert("topic".into(), args.topic.clone());
+    ext.insert("group", args.group.clone());
+    ext.insert("topic", args.topic.clone());
     if let Some(queue) = args.queue {
-        ext.insert("queueId".into(), queue.to_string());
+        ext.insert("queueId", queue.to_string());
     }
     if let Some(since) = since {
-        ext.insert("since".into(), since.to_string());
+        ext.insert("since", since.to_string());
     }
     let mut events: Vec<Value> = Vec::new();
     for broker in &brokers {

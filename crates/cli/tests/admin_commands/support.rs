@@ -52,7 +52,7 @@ pub(crate) async fn send(
         .with_body(body.as_bytes().to_vec());
     let reply = client.invoke(command, TIMEOUT).await.unwrap();
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-    reply.ext_fields["msgId"].clone()
+    reply.ext_fields["msgId"].to_string()
 }
 
 pub(crate) async fn commit(

@@ -38,9 +38,7 @@ fn wire_replies_of_query_connection_and_clone_requests() {
             };
             let mut command = RemotingCommand::request_with_header(request::QUERY_MESSAGE, &header);
             if unique_flag {
-                command
-                    .ext_fields
-                    .insert("_UNIQUE_KEY_QUERY".into(), "true".into());
+                command.ext_fields.insert("_UNIQUE_KEY_QUERY", "true");
             }
             command
         };

@@ -72,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
         },
         db,
     )?;
-    match a.get("mode").map(String::as_str).unwrap_or("subscribe") {
+    match a.get("mode").map(|v| v.as_str()).unwrap_or("subscribe") {
         "assign" => {
             let queues = num("queues", 4)? as i32;
             let all = (0..queues)

@@ -71,16 +71,13 @@ impl ReplicaInfo {
     pub fn ext_fields(&self) -> ExtFields {
         let mut ext = ExtFields::new();
         if let Some(id) = self.master_broker_id {
-            ext.insert("masterBrokerId".into(), id.to_string());
+            ext.insert("masterBrokerId", id.to_string());
         }
         if let Some(addr) = &self.master_address {
-            ext.insert("masterAddress".into(), addr.clone());
+            ext.insert("masterAddress", addr.clone());
         }
-        ext.insert("masterEpoch".into(), self.master_epoch.to_string());
-        ext.insert(
-            "syncStateSetEpoch".into(),
-            self.sync_state_set_epoch.to_string(),
-        );
+        ext.insert("masterEpoch", self.master_epoch.to_string());
+        ext.insert("syncStateSetEpoch", self.sync_state_set_epoch.to_string());
         ext
     }
 }
@@ -405,20 +402,20 @@ impl ControllerMetadata {
     /// `n<id>-<address>` joined by `;`.
     pub fn ext_fields(&self) -> ExtFields {
         let mut ext = ExtFields::new();
-        ext.insert("group".into(), self.group.clone());
+        ext.insert("group", self.group.clone());
         if let Some(id) = self.controller_leader_id {
-            ext.insert("controllerLeaderId".into(), format!("n{id}"));
+            ext.insert("controllerLeaderId", format!("n{id}"));
         }
         if let Some(addr) = &self.controller_leader_address {
-            ext.insert("controllerLeaderAddress".into(), addr.clone());
+            ext.insert("controllerLeaderAddress", addr.clone());
         }
-        ext.insert("isLeader".into(), self.is_leader.to_string());
+        ext.insert("isLeader", self.is_leader.to_string());
         let peers: Vec<String> = self
             .peers
             .iter()
             .map(|p| format!("n{}-{}", p.id, p.address))
             .collect();
-        ext.insert("peers".into(), peers.join(";"));
+        ext.insert("peers", peers.join(";"));
         ext
     }
 }

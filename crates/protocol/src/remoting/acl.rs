@@ -69,7 +69,7 @@ impl Credentials {
 /// [`SIGNATURE`] and [`UNIQUE_MSG_QUERY_FLAG`]) followed by `body`.
 pub fn signed_content(ext: &ExtFields, body: Option<&[u8]>) -> Vec<u8> {
     let body = body.unwrap_or_default();
-    let values_len: usize = ext.values().map(String::len).sum();
+    let values_len: usize = ext.values().map(|v| v.len()).sum();
     let mut content = Vec::with_capacity(values_len + body.len());
     // `ExtFields` is a BTreeMap: iteration is in key order, as Java's TreeMap.
     for (key, value) in ext {
@@ -134,11 +134,11 @@ mod tests {
     #[test]
     fn content_is_sorted_values_then_body_without_signature() {
         let mut ext = ExtFields::new();
-        ext.insert("b".into(), "2".into());
-        ext.insert("AccessKey".into(), "ak".into());
-        ext.insert("a".into(), "1".into());
-        ext.insert(SIGNATURE.into(), "sig".into());
-        ext.insert(UNIQUE_MSG_QUERY_FLAG.into(), "true".into());
+        ext.insert("b", "2");
+        ext.insert("AccessKey", "ak");
+        ext.insert("a", "1");
+        ext.insert(SIGNATURE, "sig");
+        ext.insert(UNIQUE_MSG_QUERY_FLAG, "true");
         // "AccessKey" < "a" < "b" in byte order (upper case first, as Java's String order).
         assert_eq!(signed_content(&ext, Some(b"body")), b"ak12body".to_vec());
         assert_eq!(signed_content(&ext, None), b"ak12".to_vec());
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn a_signed_command_verifies_and_any_change_breaks_it() {
         let mut ext = ExtFields::new();
-        ext.insert("topic".into(), "T".into());
+        ext.insert("topic", "T");
         let mut command = RemotingCommand::new_request(10, ext);
         command.body = Some(bytes::Bytes::from_static(b"hello"));
         let credentials = Credentials::new("ak0001", "secret01");
@@ -158,7 +158,7 @@ mod tests {
         assert!(!verify("secret02", &content, &claimed));
         assert!(!verify("secret01", &content, "not base64!"));
         let mut altered = command.ext_fields.clone();
-        altered.insert("topic".into(), "U".into());
+        altered.insert("topic", "U");
         assert!(!verify(
             "secret01",
             &signed_content(&altered, Some(b"hello")),

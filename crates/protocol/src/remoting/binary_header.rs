@@ -14,7 +14,7 @@
 //! empty remark, key or value, a key over 32767 bytes); the caller then uses JSON, which is
 //! legal because the serialize type is chosen per frame.
 
-use std::collections::BTreeMap;
+use super::ext::{ExtFields, ExtText};
 
 use bytes::BufMut;
 use thiserror::Error;
@@ -87,9 +87,9 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, BinaryHeaderError> {
     })
 }
 
-fn decode_ext(bytes: &[u8]) -> Result<BTreeMap<String, String>, BinaryHeaderError> {
+fn decode_ext(bytes: &[u8]) -> Result<ExtFields, BinaryHeaderError> {
     let mut r = Reader { buf: bytes };
-    let mut map = BTreeMap::new();
+    let mut pairs = Vec::new();
     while !r.buf.is_empty() {
         let key_len = r.i16("ext key length")?;
         if key_len < 0 {
@@ -98,14 +98,14 @@ fn decode_ext(bytes: &[u8]) -> Result<BTreeMap<String, String>, BinaryHeaderErro
                 length: key_len as i32,
             });
         }
-        let key = r.string("ext key", key_len as usize)?;
+        let key = r.text("ext key", key_len as usize)?;
         let val_len = r.len_i32("ext value length")?;
-        let value = r.string("ext value", val_len)?;
+        let value = r.text("ext value", val_len)?;
         if let (Some(k), Some(v)) = (key, value) {
-            map.insert(k, v);
+            pairs.push((k, v));
         }
     }
-    Ok(map)
+    Ok(ExtFields::from_pairs(pairs))
 }
 
 /// Encodes the header fields of `cmd`, or `None` when the layout cannot carry them exactly.
@@ -194,6 +194,21 @@ impl<'a> Reader<'a> {
         }
         std::str::from_utf8(bytes)
             .map(|s| Some(s.to_owned()))
+            .map_err(|_| BinaryHeaderError::NotUtf8 { field })
+    }
+
+    /// Like [`Reader::string`], as an [`ExtText`] (inline when short: no allocation).
+    fn text(
+        &mut self,
+        field: &'static str,
+        n: usize,
+    ) -> Result<Option<ExtText>, BinaryHeaderError> {
+        let bytes = self.take(field, n)?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        std::str::from_utf8(bytes)
+            .map(|s| Some(ExtText::from(s)))
             .map_err(|_| BinaryHeaderError::NotUtf8 { field })
     }
 }

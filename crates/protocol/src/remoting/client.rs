@@ -664,7 +664,7 @@ mod tests {
                 if cmd.is_oneway() {
                     // Acknowledge a one-way request with a one-way NOTIFY carrying its code.
                     let mut ext = ExtFields::new();
-                    ext.insert("oneway".into(), cmd.code.to_string());
+                    ext.insert("oneway", cmd.code.to_string());
                     let mut note =
                         RemotingCommand::new_request(request::NOTIFY_CONSUMER_IDS_CHANGED, ext)
                             .with_opaque(100_000);
@@ -690,7 +690,7 @@ mod tests {
                         let answer = rx.await.unwrap();
                         reply
                             .ext_fields
-                            .insert("pushReply".into(), answer.code.to_string());
+                            .insert("pushReply", answer.code.to_string());
                     }
                     write(&wr, &reply).await;
                 });
@@ -737,7 +737,10 @@ mod tests {
                     .await
                     .unwrap();
                 assert!(reply.is_response());
-                assert_eq!(reply.ext_fields.get("id"), Some(&id));
+                assert_eq!(
+                    reply.ext_fields.get("id").map(|v| v.as_str()),
+                    Some(id.as_str())
+                );
             }));
         }
         for t in tasks {
@@ -813,7 +816,7 @@ mod tests {
         assert_eq!(note.code, request::NOTIFY_CONSUMER_IDS_CHANGED);
         assert!(note.is_oneway());
         assert_eq!(
-            note.ext_fields.get("oneway").map(String::as_str),
+            note.ext_fields.get("oneway").map(|v| v.as_str()),
             Some("15")
         );
 
@@ -833,7 +836,7 @@ mod tests {
             .unwrap();
         let reply = invoke.await.unwrap().unwrap();
         assert_eq!(
-            reply.ext_fields.get("pushReply").map(String::as_str),
+            reply.ext_fields.get("pushReply").map(|v| v.as_str()),
             Some("0")
         );
     }
@@ -845,7 +848,7 @@ mod tests {
         drop(client.take_server_requests());
         let reply = client.invoke(req(34, &[("push", "221")]), T).await.unwrap();
         assert_eq!(
-            reply.ext_fields.get("pushReply").map(String::as_str),
+            reply.ext_fields.get("pushReply").map(|v| v.as_str()),
             Some("3")
         );
     }

@@ -7,8 +7,6 @@
 //! [`CommandError`]; encoding then decoding gives back an equal command (a binary header that
 //! cannot carry a command exactly falls back to JSON, see `binary_header`).
 
-use std::collections::BTreeMap;
-
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
@@ -116,7 +114,7 @@ impl RemotingCommand {
             opaque: 0,
             flag: FLAG_RESPONSE,
             remark,
-            ext_fields: BTreeMap::new(),
+            ext_fields: ExtFields::new(),
             body: None,
             serialize_type: SerializeType::Json,
         }

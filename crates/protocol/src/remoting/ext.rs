@@ -7,12 +7,10 @@
 //!
 //! Optional fields: an absent key, or an empty value for a non-string field, reads as `None`.
 
-use std::collections::BTreeMap;
-
+use compact_str::ToCompactString;
 use thiserror::Error;
 
-/// A command's ext fields: key to text value.
-pub type ExtFields = BTreeMap<String, String>;
+pub use super::ext_map::{ExtFields, ExtText};
 
 /// Why ext fields do not form a valid header.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -52,10 +50,10 @@ pub trait ExtValue: Sized {
     /// Parses the text form; `None` when it is not a valid value.
     fn parse_ext(text: &str) -> Option<Self>;
     /// The text form written on the wire.
-    fn to_ext_text(&self) -> String;
-    /// [`to_ext_text`](Self::to_ext_text) of a value no longer needed: a string moves into
-    /// the ext map instead of being copied.
-    fn into_ext_text(self) -> String {
+    fn to_ext_text(&self) -> ExtText;
+    /// [`to_ext_text`](Self::to_ext_text) of a value no longer needed: a long string moves
+    /// into the ext map instead of being copied.
+    fn into_ext_text(self) -> ExtText {
         self.to_ext_text()
     }
     /// Whether an empty text means "absent" for an optional field (true except for strings).
@@ -68,11 +66,11 @@ impl ExtValue for String {
     fn parse_ext(text: &str) -> Option<Self> {
         Some(text.to_owned())
     }
-    fn to_ext_text(&self) -> String {
-        self.clone()
+    fn to_ext_text(&self) -> ExtText {
+        ExtText::from(self.as_str())
     }
-    fn into_ext_text(self) -> String {
-        self
+    fn into_ext_text(self) -> ExtText {
+        ExtText::from(self)
     }
 }
 
@@ -83,8 +81,8 @@ macro_rules! int_ext_value {
             fn parse_ext(text: &str) -> Option<Self> {
                 parse_int(text)
             }
-            fn to_ext_text(&self) -> String {
-                self.to_string()
+            fn to_ext_text(&self) -> ExtText {
+                self.to_compact_string()
             }
         }
     )*};
@@ -111,8 +109,8 @@ impl ExtValue for bool {
     fn parse_ext(text: &str) -> Option<Self> {
         parse_bool(text)
     }
-    fn to_ext_text(&self) -> String {
-        self.to_string()
+    fn to_ext_text(&self) -> ExtText {
+        ExtText::const_new(if *self { "true" } else { "false" })
     }
 }
 
@@ -144,10 +142,10 @@ impl<T: ExtValue> ExtField for T {
         parse_value(key, text)
     }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
-        ext.insert(key.to_owned(), self.to_ext_text());
+        ext.insert(ExtText::const_new(key), self.to_ext_text());
     }
     fn write_owned(self, ext: &mut ExtFields, key: &'static str) {
-        ext.insert(key.to_owned(), self.into_ext_text());
+        ext.insert(ExtText::const_new(key), self.into_ext_text());
     }
 }
 
@@ -200,11 +198,11 @@ pub trait ExtFieldsExt {
 impl ExtFieldsExt for ExtFields {
     fn get_str(&self, key: &'static str) -> Result<&str, HeaderError> {
         self.get(key)
-            .map(String::as_str)
+            .map(ExtText::as_str)
             .ok_or(HeaderError::Missing(key))
     }
     fn opt_str(&self, key: &'static str) -> Option<&str> {
-        self.get(key).map(String::as_str)
+        self.get(key).map(ExtText::as_str)
     }
     fn get_i32(&self, key: &'static str) -> Result<i32, HeaderError> {
         <i32 as ExtField>::read(self, key)
@@ -231,7 +229,7 @@ mod tests {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+            .collect::<ExtFields>()
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `"true"`/`"false"`); unknown keys and `serializeTypeCurrentRPC` are ignored. Only `code` is
 //! required; other missing fields take Java's defaults (JAVA, 0, no remark).
 
-use std::collections::BTreeMap;
+use super::ext::{ExtFields, ExtText};
 
 use std::fmt;
 
@@ -71,7 +71,7 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, JsonHeaderError> {
         flag: opt_int_field(obj.flag.as_ref(), "flag")?,
         remark: remark_field(obj.remark.as_ref())?,
         ext_fields: match obj.ext_fields {
-            ExtIn::Absent => BTreeMap::new(),
+            ExtIn::Absent => ExtFields::new(),
             ExtIn::Map(map) => map,
             ExtIn::Other(kind) => {
                 return Err(JsonHeaderError::InvalidField {
@@ -108,7 +108,7 @@ struct Parsed(HeaderIn);
 enum ExtIn {
     #[default]
     Absent,
-    Map(BTreeMap<String, String>),
+    Map(ExtFields),
     Other(&'static str),
 }
 
@@ -226,20 +226,22 @@ impl<'de> Visitor<'de> for ExtVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtIn, A::Error> {
-        let mut out = BTreeMap::new();
-        while let Some((key, value)) = map.next_entry::<String, Value>()? {
-            match ext_value_into_text(value) {
-                Some(text) => {
-                    out.insert(key, text);
-                }
-                // A null value is absent; a later null for a repeated key removes it, as
-                // parsing into a map and then filtering nulls would.
-                None => {
-                    out.remove(&key);
-                }
-            }
+        // A null value is absent; a later null for a repeated key removes it, as parsing
+        // into a map and then filtering nulls would: collected with the nulls, sorted once
+        // (the last value of a key wins), then the nulls dropped.
+        let mut pairs: Vec<(ExtText, Option<ExtText>)> = Vec::new();
+        while let Some((key, value)) = map.next_entry::<ExtText, Value>()? {
+            pairs.push((key, ext_value_into_text(value).map(ExtText::from)));
         }
-        Ok(ExtIn::Map(out))
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.reverse();
+        pairs.dedup_by(|later, earlier| later.0 == earlier.0);
+        let present = pairs
+            .into_iter()
+            .rev()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        Ok(ExtIn::Map(ExtFields::from_pairs(present)))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<ExtIn, E> {
@@ -276,7 +278,7 @@ struct JsonHeaderOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     remark: Option<&'a str>,
     #[serde(rename = "extFields")]
-    ext_fields: &'a BTreeMap<String, String>,
+    ext_fields: &'a ExtFields,
     #[serde(rename = "serializeTypeCurrentRPC")]
     serialize_type: &'static str,
 }

@@ -1,7 +1,6 @@
 //! Tests of the frame, the two header encodings, `RemotingCommand` and `RemotingCodec`,
 //! including hand-built captures of the reference's examples and never-panic properties.
 
-use std::collections::BTreeMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
@@ -199,14 +198,14 @@ fn json_ext_values_as_numbers_booleans_and_nested() {
     assert_eq!(cmd.language, LanguageCode::Cpp);
     let e = &cmd.ext_fields;
     assert_eq!(e.get_i32("queueId"), Ok(1));
-    assert_eq!(e.get("batch").map(String::as_str), Some("true"));
+    assert_eq!(e.get("batch").map(|v| v.as_str()), Some("true"));
     assert_eq!(e.get_bool("batch"), Ok(true));
     assert_eq!(e.get_bool("unitMode"), Ok(false));
     assert_eq!(e.get_i64("off"), Ok(-5));
-    assert_eq!(e.get("f").map(String::as_str), Some("2"));
+    assert_eq!(e.get("f").map(|v| v.as_str()), Some("2"));
     assert_eq!(e.get_i64("big"), Ok(9_007_199_254_740_993));
     assert!(!e.contains_key("none"));
-    assert_eq!(e.get("obj").map(String::as_str), Some(r#"{"a":1}"#));
+    assert_eq!(e.get("obj").map(|v| v.as_str()), Some(r#"{"a":1}"#));
 }
 
 #[test]
@@ -565,7 +564,7 @@ fn arb_command() -> impl Strategy<Value = RemotingCommand> {
                     opaque,
                     flag,
                     remark,
-                    ext_fields: ext_fields.into_iter().collect::<BTreeMap<_, _>>(),
+                    ext_fields: ext_fields.into_iter().collect::<ExtFields>(),
                     body: body.map(Bytes::from),
                     serialize_type: if binary {
                         SerializeType::RocketMq

@@ -165,7 +165,7 @@ pub(super) async fn view_message(
                     let state = crate::core::transactions::status::half_state(ctx, &view).await;
                     reply
                         .ext_fields
-                        .insert(crate::codes::TRANSACTION_STATE_EXT.into(), state);
+                        .insert(crate::codes::TRANSACTION_STATE_EXT, state);
                 }
             }
             reply.with_body(bytes)

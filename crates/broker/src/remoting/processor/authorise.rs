@@ -45,8 +45,8 @@ pub(super) fn check(
     let bodies = Bodies::decode(command);
     let (request, needs) = needs(command, &bodies);
     let presented = Presented {
-        access_key: command.ext_fields.get(acl::ACCESS_KEY).map(String::as_str),
-        signature: command.ext_fields.get(acl::SIGNATURE).map(String::as_str),
+        access_key: command.ext_fields.get(acl::ACCESS_KEY).map(|v| v.as_str()),
+        signature: command.ext_fields.get(acl::SIGNATURE).map(|v| v.as_str()),
         remote,
     };
     let content = || acl::signed_content(&command.ext_fields, command.body.as_deref());
@@ -81,7 +81,7 @@ impl Bodies {
 
 /// The request kind and what it needs.
 fn needs<'a>(command: &'a RemotingCommand, bodies: &'a Bodies) -> (Request, Needs<'a>) {
-    let ext = |key: &str| command.ext_fields.get(key).map(String::as_str);
+    let ext = |key: &str| command.ext_fields.get(key).map(|v| v.as_str());
     let mut needs = Needs::default();
     let request = match command.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {

@@ -105,9 +105,7 @@ pub(super) fn get_config(ctx: &BrokerContext, command: &RemotingCommand) -> Remo
         "counter": version.counter,
     });
     let mut reply = success(command).with_body(ctx.runtime_config.properties(&ctx.config));
-    reply
-        .ext_fields
-        .insert("version".into(), version_json.to_string());
+    reply.ext_fields.insert("version", version_json.to_string());
     reply
 }
 

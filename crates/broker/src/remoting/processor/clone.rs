@@ -61,14 +61,10 @@ pub(super) async fn handle(
         return error_reply(command, &refusal);
     }
     let mut reply = success(command);
-    reply
-        .ext_fields
-        .insert("cloned".into(), done.cloned.join(","));
-    reply
-        .ext_fields
-        .insert("skipped".into(), done.skipped.join(","));
+    reply.ext_fields.insert("cloned", done.cloned.join(","));
+    reply.ext_fields.insert("skipped", done.skipped.join(","));
     reply.ext_fields.insert(
-        crate::codes::RESET_GENERATION_EXT.into(),
+        crate::codes::RESET_GENERATION_EXT,
         done.generation.to_string(),
     );
     reply

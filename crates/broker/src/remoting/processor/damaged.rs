@@ -89,7 +89,7 @@ pub(super) async fn skip(
             let mut reply = super::reset::reset_reply(command, &body, done.generation);
             reply
                 .ext_fields
-                .insert("physOffset".into(), phys_offset.to_string());
+                .insert("physOffset", phys_offset.to_string());
             reply
         }
         Err(error) => error_reply(command, &error),

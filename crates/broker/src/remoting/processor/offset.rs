@@ -111,7 +111,7 @@ pub(super) async fn update(
             let mut reply = command.reply(response::SUCCESS, None);
             reply
                 .ext_fields
-                .insert(GENERATION_EXT.into(), generation.to_string());
+                .insert(GENERATION_EXT, generation.to_string());
             reply
         }
         Err(error) => error_reply(command, &error),

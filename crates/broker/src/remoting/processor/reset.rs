@@ -71,7 +71,7 @@ pub(super) async fn handle(
     let mut reply = reset_reply(command, &body, done.generation);
     reply
         .ext_fields
-        .insert(crate::codes::RESET_OLD_OFFSETS_EXT.into(), old_text);
+        .insert(crate::codes::RESET_OLD_OFFSETS_EXT, old_text);
     reply
 }
 
@@ -83,10 +83,9 @@ pub(super) fn reset_reply(
     generation: u64,
 ) -> RemotingCommand {
     let mut reply = success(command).with_body(encode_fastjson(body));
-    reply.ext_fields.insert(
-        crate::codes::RESET_GENERATION_EXT.into(),
-        generation.to_string(),
-    );
+    reply
+        .ext_fields
+        .insert(crate::codes::RESET_GENERATION_EXT, generation.to_string());
     reply
 }
 

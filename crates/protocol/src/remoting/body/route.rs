@@ -88,7 +88,7 @@ pub struct BrokerData {
 impl BrokerData {
     /// Address of the master (broker id 0), if it is registered.
     pub fn master_addr(&self) -> Option<&str> {
-        self.broker_addrs.get(&MASTER_ID).map(String::as_str)
+        self.broker_addrs.get(&MASTER_ID).map(|v| v.as_str())
     }
 }
 

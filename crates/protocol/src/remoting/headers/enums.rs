@@ -22,12 +22,11 @@ impl ExtValue for BoundaryType {
             _ => None,
         }
     }
-    fn to_ext_text(&self) -> String {
-        match self {
+    fn to_ext_text(&self) -> crate::remoting::ext::ExtText {
+        crate::remoting::ext::ExtText::const_new(match self {
             BoundaryType::Lower => "LOWER",
             BoundaryType::Upper => "UPPER",
-        }
-        .to_owned()
+        })
     }
 }
 
@@ -60,7 +59,7 @@ impl ExtValue for TopicFilterType {
             _ => None,
         }
     }
-    fn to_ext_text(&self) -> String {
-        self.name().to_owned()
+    fn to_ext_text(&self) -> crate::remoting::ext::ExtText {
+        crate::remoting::ext::ExtText::const_new(self.name())
     }
 }

@@ -45,15 +45,15 @@ fn v1() -> SendMessageRequestHeader {
 fn send_v2_converts_to_v1_and_back() {
     let v2: SendMessageRequestHeaderV2 = v1().into();
     let e = v2.to_ext();
-    assert_eq!(e.get("a").map(String::as_str), Some("PG"));
-    assert_eq!(e.get("l").map(String::as_str), Some("16"));
-    assert_eq!(e.get("n").map(String::as_str), Some("broker-a"));
+    assert_eq!(e.get("a").map(|v| v.as_str()), Some("PG"));
+    assert_eq!(e.get("l").map(|v| v.as_str()), Some("16"));
+    assert_eq!(e.get("n").map(|v| v.as_str()), Some("broker-a"));
     assert!(!e.contains_key("m"));
     let back: SendMessageRequestHeader = SendMessageRequestHeaderV2::from_ext(&e).unwrap().into();
     assert_eq!(back, v1());
     round_trip(&v1());
     assert_eq!(
-        v1().to_ext().get("bname").map(String::as_str),
+        v1().to_ext().get("bname").map(|v| v.as_str()),
         Some("broker-a")
     );
 }
@@ -97,7 +97,7 @@ fn missing_and_invalid_fields_named() {
         SendMessageRequestHeader::from_ext(&e),
         Err(HeaderError::Missing("queueId"))
     );
-    e.insert("queueId".into(), "zero".into());
+    e.insert("queueId", "zero");
     assert!(matches!(
         SendMessageRequestHeader::from_ext(&e),
         Err(HeaderError::Invalid {
@@ -249,7 +249,7 @@ fn offset_headers_round_trip_and_parse_enums() {
         ..Default::default()
     }
     .to_ext();
-    assert_eq!(reset.get("isForce").map(String::as_str), Some("true"));
+    assert_eq!(reset.get("isForce").map(|v| v.as_str()), Some("true"));
 }
 
 #[test]
@@ -359,7 +359,7 @@ fn client_namesrv_admin_headers_round_trip() {
         ("topicSysFlag", "0"),
         ("order", "false"),
     ] {
-        assert_eq!(java.get(key).map(String::as_str), Some(value), "{key}");
+        assert_eq!(java.get(key).map(|v| v.as_str()), Some(value), "{key}");
     }
     round_trip(&DeleteTopicRequestHeader { topic: "T".into() });
     round_trip(&GetTopicConfigRequestHeader { topic: "T".into() });

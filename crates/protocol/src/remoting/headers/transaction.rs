@@ -85,7 +85,7 @@ mod tests {
             ("commitOrRollback", "8"),
             ("fromTransactionCheck", "true"),
         ] {
-            ext.insert(key.into(), value.into());
+            ext.insert(key, value);
         }
         let header = EndTransactionRequestHeader::from_ext(&ext).unwrap();
         assert_eq!(header.producer_group, "PG");

@@ -1,0 +1,322 @@
+//! [`ExtFields`]: a command's ext fields, a small map of text keys to text values kept sorted
+//! by key.
+//!
+//! Why not a `BTreeMap<String, String>`: a send carries about 13 ext fields and its reply 6,
+//! and each map entry cost two heap strings plus the tree's nodes — about 30 allocations per
+//! message on each side, and the largest share of the allocator's and the tree's time in a
+//! profile of windowed sends. Here keys and values are [`ExtText`]s, stored inline up to 24
+//! bytes (every key, and nearly every value but the message properties), in one `Vec`.
+//!
+//! Invariants:
+//! 1. `entries` is sorted by key and holds each key once, so iteration is in key order (as a
+//!    `BTreeMap`'s: the ACL signature and the JSON header rely on it) and lookups are a
+//!    binary search.
+//! 2. Bulk construction (`FromIterator`, `Extend`, [`ExtFields::from_pairs`]) sorts once and
+//!    keeps the last value of a repeated key, as repeated inserts would; it never inserts one
+//!    by one, so a hostile frame with millions of fields costs `n log n`, not `n²`.
+
+use std::fmt;
+
+use compact_str::CompactString;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An ext key or value: text stored inline up to 24 bytes, on the heap beyond.
+pub type ExtText = CompactString;
+
+/// A command's ext fields: key to text value, sorted by key (see the module doc).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct ExtFields {
+    entries: Vec<(ExtText, ExtText)>,
+}
+
+impl ExtFields {
+    /// An empty map.
+    pub const fn new() -> ExtFields {
+        ExtFields {
+            entries: Vec::new(),
+        }
+    }
+
+    /// An empty map with room for `capacity` fields.
+    pub fn with_capacity(capacity: usize) -> ExtFields {
+        ExtFields {
+            entries: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// A map of `pairs` in any order; the last value of a repeated key wins.
+    pub fn from_pairs(mut pairs: Vec<(ExtText, ExtText)>) -> ExtFields {
+        sort_keeping_last(&mut pairs);
+        ExtFields { entries: pairs }
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no field.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&ExtText> {
+        self.position(key).ok().map(|i| &self.entries[i].1)
+    }
+
+    /// The value of `key`, mutably.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut ExtText> {
+        self.position(key).ok().map(|i| &mut self.entries[i].1)
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_ok()
+    }
+
+    /// Sets `key` to `value`; returns the value it replaces.
+    pub fn insert(
+        &mut self,
+        key: impl Into<ExtText>,
+        value: impl Into<ExtText>,
+    ) -> Option<ExtText> {
+        let key = key.into();
+        let value = value.into();
+        match self.position(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
+            Err(i) => {
+                self.entries.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove(&mut self, key: &str) -> Option<ExtText> {
+        self.position(key).ok().map(|i| self.entries.remove(i).1)
+    }
+
+    /// Keeps the fields `keep` returns true for.
+    pub fn retain(&mut self, mut keep: impl FnMut(&ExtText, &mut ExtText) -> bool) {
+        self.entries.retain_mut(|(k, v)| keep(k, v));
+    }
+
+    /// The fields in key order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            inner: self.entries.iter(),
+        }
+    }
+
+    /// The keys in order.
+    pub fn keys(&self) -> impl Iterator<Item = &ExtText> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    /// The values in key order.
+    pub fn values(&self) -> impl Iterator<Item = &ExtText> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+}
+
+/// Sorts by key (stable) and keeps the last of each run of equal keys.
+fn sort_keeping_last(pairs: &mut Vec<(ExtText, ExtText)>) {
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    // Reversed, `dedup_by_key` keeps the first of each run: the last inserted.
+    pairs.reverse();
+    pairs.dedup_by(|later, earlier| later.0 == earlier.0);
+    pairs.reverse();
+}
+
+/// Borrowing iterator over `(key, value)` in key order.
+pub struct Iter<'a> {
+    inner: std::slice::Iter<'a, (ExtText, ExtText)>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a ExtText, &'a ExtText);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next().map(|(k, v)| (k, v))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a ExtFields {
+    type Item = (&'a ExtText, &'a ExtText);
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl IntoIterator for ExtFields {
+    type Item = (ExtText, ExtText);
+    type IntoIter = std::vec::IntoIter<(ExtText, ExtText)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+impl<K: Into<ExtText>, V: Into<ExtText>> FromIterator<(K, V)> for ExtFields {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> ExtFields {
+        ExtFields::from_pairs(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+impl<K: Into<ExtText>, V: Into<ExtText>> Extend<(K, V)> for ExtFields {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        self.entries
+            .extend(iter.into_iter().map(|(k, v)| (k.into(), v.into())));
+        sort_keeping_last(&mut self.entries);
+    }
+}
+
+impl<K: Into<ExtText>, V: Into<ExtText>, const N: usize> From<[(K, V); N]> for ExtFields {
+    fn from(pairs: [(K, V); N]) -> ExtFields {
+        pairs.into_iter().collect()
+    }
+}
+
+/// `ext["key"]`, as a `BTreeMap` offers: panics when the key is absent, so for code that
+/// knows it is there (tests); reads of network input use [`ExtFields::get`].
+impl std::ops::Index<&str> for ExtFields {
+    type Output = ExtText;
+    fn index(&self, key: &str) -> &ExtText {
+        match self.get(key) {
+            Some(value) => value,
+            None => panic!("ext field {key:?} is absent"),
+        }
+    }
+}
+
+impl fmt::Debug for ExtFields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for ExtFields {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for (k, v) in self {
+            map.serialize_entry(k.as_str(), v.as_str())?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ExtFields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ExtFields, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = ExtFields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtFields, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some(pair) = map.next_entry::<ExtText, ExtText>()? {
+                    pairs.push(pair);
+                }
+                Ok(ExtFields::from_pairs(pairs))
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iterates_in_key_order_whatever_the_insert_order() {
+        let mut ext = ExtFields::new();
+        for key in ["m", "a", "zz", "b", "a0"] {
+            assert_eq!(ext.insert(key, format!("v-{key}")), None);
+        }
+        let keys: Vec<&str> = ext.keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys, ["a", "a0", "b", "m", "zz"]);
+        assert_eq!(ext.get("zz").map(|v| v.as_str()), Some("v-zz"));
+        assert_eq!(ext.get("c"), None);
+    }
+
+    #[test]
+    fn insert_replaces_and_remove_takes_out() {
+        let mut ext = ExtFields::from([("topic", "T1"), ("queueId", "3")]);
+        assert_eq!(ext.insert("topic", "T2").as_deref(), Some("T1"));
+        assert_eq!(ext.len(), 2);
+        assert_eq!(ext.remove("queueId").as_deref(), Some("3"));
+        assert_eq!(ext.remove("queueId"), None);
+        assert!(!ext.contains_key("queueId"));
+        assert_eq!(ext.get("topic").map(|v| v.as_str()), Some("T2"));
+    }
+
+    #[test]
+    fn bulk_construction_keeps_the_last_value_of_a_repeated_key() {
+        let ext: ExtFields = [("b", "1"), ("a", "x"), ("b", "2"), ("a", "y"), ("b", "3")]
+            .into_iter()
+            .collect();
+        let pairs: Vec<(&str, &str)> = ext.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(pairs, [("a", "y"), ("b", "3")]);
+        let mut more = ExtFields::from([("c", "0"), ("b", "0")]);
+        more.extend([("b", "9"), ("d", "4")]);
+        let pairs: Vec<(&str, &str)> = more.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(pairs, [("b", "9"), ("c", "0"), ("d", "4")]);
+    }
+
+    #[test]
+    fn equals_a_btree_map_built_by_the_same_inserts() {
+        use std::collections::BTreeMap;
+        let ops = [
+            ("k3", "a"),
+            ("k1", "b"),
+            ("k3", "c"),
+            ("k2", ""),
+            ("k1", "d"),
+        ];
+        let mut ext = ExtFields::new();
+        let mut tree = BTreeMap::new();
+        for (k, v) in ops {
+            ext.insert(k, v);
+            tree.insert(k.to_string(), v.to_string());
+        }
+        let ours: Vec<(String, String)> = ext
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let theirs: Vec<(String, String)> = tree.into_iter().collect();
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn json_round_trip_is_an_object_in_key_order() {
+        let ext = ExtFields::from([("b", "2"), ("a", "1")]);
+        let text = serde_json::to_string(&ext).unwrap();
+        assert_eq!(text, r#"{"a":"1","b":"2"}"#);
+        let back: ExtFields = serde_json::from_str(r#"{"b":"2","a":"0","a":"1"}"#).unwrap();
+        assert_eq!(back, ext);
+    }
+
+    #[test]
+    fn short_texts_stay_inline() {
+        let ext = ExtFields::from([("queueOffset", "1234567890123")]);
+        assert!(!ext.get("queueOffset").unwrap().is_heap_allocated());
+        assert!(!ext.keys().next().unwrap().is_heap_allocated());
+    }
+}
