@@ -81,6 +81,16 @@ use prometheus_client::registry::Registry;
 use crate::context::BrokerContext;
 
 type TopicLabel = [(&'static str, String); 1];
+
+/// One topic's message and byte counters, in and out (handles into the families: a counter
+/// is shared, so incrementing a handle increments the family's series).
+#[derive(Debug, Clone)]
+struct TopicIo {
+    messages_in: Counter,
+    bytes_in: Counter,
+    messages_out: Counter,
+    bytes_out: Counter,
+}
 type StaticLabel = [(&'static str, &'static str); 1];
 type RefusalLabel = [(&'static str, &'static str); 2];
 
@@ -192,6 +202,10 @@ pub struct BrokerMetrics {
     bytes_in: Family<TopicLabel, Counter>,
     messages_out: Family<TopicLabel, Counter>,
     bytes_out: Family<TopicLabel, Counter>,
+    /// The four per-topic counters above, by topic: a send or pull finds them with one
+    /// lookup by `&str` instead of building a label (a `String`) and looking up each family.
+    /// Holds one entry per topic the families hold, so it is bounded as they are.
+    topic_io: std::sync::RwLock<std::collections::HashMap<String, TopicIo>>,
     commits_accepted: Counter,
     commits_rejected: Family<StaticLabel, Counter>,
     resets: Family<StaticLabel, Counter>,
@@ -228,6 +242,7 @@ impl BrokerMetrics {
             bytes_in: Family::default(),
             messages_out: Family::default(),
             bytes_out: Family::default(),
+            topic_io: Default::default(),
             commits_accepted: Counter::default(),
             commits_rejected: Family::default(),
             resets: Family::default(),
@@ -347,9 +362,35 @@ impl BrokerMetrics {
 
     /// A send stored `count` messages of `topic` from a request body of `bytes`.
     pub fn record_send(&self, topic: &str, count: usize, bytes: usize) {
+        self.with_topic_io(topic, |io| {
+            io.messages_in.inc_by(count as u64);
+            io.bytes_in.inc_by(bytes as u64);
+        });
+    }
+
+    /// Runs `f` on `topic`'s counters, registering them in the families on first use.
+    fn with_topic_io(&self, topic: &str, f: impl FnOnce(&TopicIo)) {
+        if let Some(io) = self
+            .topic_io
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+        {
+            return f(io);
+        }
         let label = [("topic", topic.to_string())];
-        self.messages_in.get_or_create(&label).inc_by(count as u64);
-        self.bytes_in.get_or_create(&label).inc_by(bytes as u64);
+        let io = TopicIo {
+            messages_in: self.messages_in.get_or_create(&label).clone(),
+            bytes_in: self.bytes_in.get_or_create(&label).clone(),
+            messages_out: self.messages_out.get_or_create(&label).clone(),
+            bytes_out: self.bytes_out.get_or_create(&label).clone(),
+        };
+        f(&io);
+        self.topic_io
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(topic.to_string())
+            .or_insert(io);
     }
 
     /// A pull of `group` on `topic`/`queue_id` from `requested` ended with `result`: counts the
@@ -365,11 +406,12 @@ impl BrokerMetrics {
     ) {
         let moved_to = match result.status {
             GetStatus::Found => {
-                let label = [("topic", topic.to_string())];
                 let count = result.messages.len() as u64;
                 let bytes: usize = result.messages.iter().map(Stored::stored_len).sum();
-                self.messages_out.get_or_create(&label).inc_by(count);
-                self.bytes_out.get_or_create(&label).inc_by(bytes as u64);
+                self.with_topic_io(topic, |io| {
+                    io.messages_out.inc_by(count);
+                    io.bytes_out.inc_by(bytes as u64);
+                });
                 return;
             }
             GetStatus::NoMessageInQueue | GetStatus::NoMatchedLogicQueue if requested > 0 => 0,

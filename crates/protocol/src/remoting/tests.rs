@@ -1,7 +1,6 @@
 //! Tests of the frame, the two header encodings, `RemotingCommand` and `RemotingCodec`,
 //! including hand-built captures of the reference's examples and never-panic properties.
 
-
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio_util::codec::{Decoder, Encoder};
