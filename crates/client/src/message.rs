@@ -13,6 +13,7 @@
 //!   ever sees zlib bytes in place of what the producer sent.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -197,7 +198,10 @@ pub fn new_uniq_key() -> String {
         (u64::from(std::process::id()) << 32) | stamp
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix:016X}{n:016X}")
+    let mut key = String::with_capacity(32);
+    // Writing to a String cannot fail.
+    let _ = write!(key, "{prefix:016X}{n:016X}");
+    key
 }
 
 /// A message received from a broker.

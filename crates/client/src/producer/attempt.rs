@@ -12,10 +12,9 @@ use bytes::Bytes;
 use ferromq_protocol::java_string_hash;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::headers::send::{
-    SendMessageRequestHeaderV2, SendMessageResponseHeader,
-};
-use ferromq_protocol::remoting::{RemotingCommand, SerializeType};
+use ferromq_protocol::remoting::ext::ToCompactString;
+use ferromq_protocol::remoting::headers::send::SendMessageResponseHeader;
+use ferromq_protocol::remoting::{ExtFields, ExtText, RemotingCommand, SerializeType};
 
 use super::config::QueueSelection;
 use super::Producer;
@@ -321,32 +320,51 @@ impl Producer {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         let config = &self.inner.config;
-        // Every send names the template, as Java's do: a broker creates an unknown topic from
-        // it (when allowed) and ignores it for a known one.
-        let header = SendMessageRequestHeaderV2 {
-            a: config.group.clone(),
-            b: queue.topic.clone(),
-            c: config.create_topic_key.clone(),
-            d: config.default_topic_queue_nums,
-            e: queue.queue_id,
-            f: prepared.sys_flag,
-            g: born,
-            h: prepared.flag,
-            i: prepared.properties.clone(),
-            j: Some(0),
-            k: Some(false),
-            l: None,
-            m: prepared.batch.then_some(true),
-            n: Some(queue.broker_name.clone()),
-        };
+        let ext = send_fields(config, prepared, queue, born);
         debug_assert!(!(prepared.batch && prepared.delay));
-        let mut cmd = RemotingCommand::request_with_owned_header(prepared.code, header)
-            .with_body(prepared.body.clone());
+        let mut cmd =
+            RemotingCommand::new_request(prepared.code, ext).with_body(prepared.body.clone());
         if config.binary_header {
             cmd.serialize_type = SerializeType::RocketMq;
         }
         cmd
     }
+}
+
+/// The ext fields of a send: those of `SendMessageRequestHeaderV2` (the test
+/// `send_fields_are_the_v2_header` holds them equal), written from borrowed text. A short
+/// value is stored inline, so only long ones (the properties) allocate. Every send names the
+/// template, as Java's do: a broker creates an unknown topic from it (when allowed) and
+/// ignores it for a known one.
+fn send_fields(
+    config: &super::ProducerConfig,
+    prepared: &Prepared,
+    queue: &MessageQueue,
+    born: i64,
+) -> ExtFields {
+    let mut ext = ExtFields::with_capacity(14);
+    let text = ExtText::const_new;
+    ext.insert(text("a"), config.group.as_str());
+    ext.insert(text("b"), queue.topic.as_str());
+    ext.insert(text("c"), config.create_topic_key.as_str());
+    ext.insert(
+        text("d"),
+        config.default_topic_queue_nums.to_compact_string(),
+    );
+    ext.insert(text("e"), queue.queue_id.to_compact_string());
+    ext.insert(text("f"), prepared.sys_flag.to_compact_string());
+    ext.insert(text("g"), born.to_compact_string());
+    ext.insert(text("h"), prepared.flag.to_compact_string());
+    if let Some(properties) = &prepared.properties {
+        ext.insert(text("i"), properties.as_str());
+    }
+    ext.insert(text("j"), text("0"));
+    ext.insert(text("k"), text("false"));
+    if prepared.batch {
+        ext.insert(text("m"), text("true"));
+    }
+    ext.insert(text("n"), queue.broker_name.as_str());
+    ext
 }
 
 /// A wire offset as `u64` (a negative one, which a broker never sends, as 0).
@@ -377,6 +395,56 @@ pub(super) fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_fields_are_the_v2_header() {
+        use ferromq_protocol::remoting::headers::send::SendMessageRequestHeaderV2;
+        use ferromq_protocol::remoting::CommandHeader;
+        let config = super::super::ProducerConfig {
+            group: "a-producer-group-longer-than-24".into(),
+            ..Default::default()
+        };
+        let queue = MessageQueue {
+            topic: "T".into(),
+            broker_name: "broker-a".into(),
+            queue_id: 5,
+        };
+        for (batch, properties) in [
+            (false, Some("UNIQ_KEY\u{1}k\u{2}".to_string())),
+            (true, None),
+        ] {
+            let prepared = Prepared {
+                topic: "T".into(),
+                code: request::SEND_MESSAGE_V2,
+                body: Bytes::from_static(b"x"),
+                sys_flag: 4,
+                flag: -3,
+                properties: properties.clone(),
+                batch,
+                delay: false,
+            };
+            let header = SendMessageRequestHeaderV2 {
+                a: config.group.clone(),
+                b: queue.topic.clone(),
+                c: config.create_topic_key.clone(),
+                d: config.default_topic_queue_nums,
+                e: queue.queue_id,
+                f: prepared.sys_flag,
+                g: 1_700_000_000_123,
+                h: prepared.flag,
+                i: properties,
+                j: Some(0),
+                k: Some(false),
+                l: None,
+                m: batch.then_some(true),
+                n: Some(queue.broker_name.clone()),
+            };
+            assert_eq!(
+                send_fields(&config, &prepared, &queue, 1_700_000_000_123),
+                header.into_ext()
+            );
+        }
+    }
 
     fn queues() -> Vec<MessageQueue> {
         ["a", "a", "b", "b"]

@@ -7,8 +7,10 @@
 //!
 //! Optional fields: an absent key, or an empty value for a non-string field, reads as `None`.
 
-use compact_str::ToCompactString;
 use thiserror::Error;
+
+/// Text forms of numbers (and any `Display`) as an [`ExtText`], inline when short.
+pub use compact_str::ToCompactString;
 
 pub use super::ext_map::{ExtFields, ExtText};
 

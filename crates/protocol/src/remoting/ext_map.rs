@@ -36,7 +36,7 @@ pub struct ExtFields {
 }
 
 /// One field, with its key's ordering prefix (invariant 2).
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Entry {
     prefix: u64,
     key: ExtText,
@@ -96,6 +96,14 @@ impl ExtFields {
         let mut entries: Vec<Entry> = pairs.into_iter().map(|(k, v)| Entry::new(k, v)).collect();
         sort_keeping_last(&mut entries);
         ExtFields { entries }
+    }
+
+    /// A map built from fields pushed in any order (a decoder's): one allocation of
+    /// `capacity` entries, sorted once when built (invariant 3).
+    pub fn builder(capacity: usize) -> ExtFieldsBuilder {
+        ExtFieldsBuilder {
+            entries: Vec::with_capacity(capacity),
+        }
     }
 
     /// Number of fields.
@@ -173,6 +181,27 @@ impl ExtFields {
     /// The values in key order.
     pub fn values(&self) -> impl Iterator<Item = &ExtText> {
         self.entries.iter().map(|e| &e.value)
+    }
+}
+
+/// Collects fields in any order for [`ExtFields::builder`].
+#[derive(Debug)]
+pub struct ExtFieldsBuilder {
+    entries: Vec<Entry>,
+}
+
+impl ExtFieldsBuilder {
+    /// Adds a field; a later push of the same key wins.
+    pub fn push(&mut self, key: ExtText, value: ExtText) {
+        self.entries.push(Entry::new(key, value));
+    }
+
+    /// The map.
+    pub fn build(mut self) -> ExtFields {
+        sort_keeping_last(&mut self.entries);
+        ExtFields {
+            entries: self.entries,
+        }
     }
 }
 

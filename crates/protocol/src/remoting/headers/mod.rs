@@ -36,14 +36,18 @@ macro_rules! header {
 
             #[allow(unused_mut)]
             fn to_ext(&self) -> $crate::remoting::ext::ExtFields {
-                let mut ext = $crate::remoting::ext::ExtFields::new();
+                let mut ext = $crate::remoting::ext::ExtFields::with_capacity(
+                    [$($key),*].len(),
+                );
                 $( $crate::remoting::ext::ExtField::write(&self.$field, &mut ext, $key); )*
                 ext
             }
 
             #[allow(unused_mut)]
             fn into_ext(self) -> $crate::remoting::ext::ExtFields {
-                let mut ext = $crate::remoting::ext::ExtFields::new();
+                let mut ext = $crate::remoting::ext::ExtFields::with_capacity(
+                    [$($key),*].len(),
+                );
                 $( $crate::remoting::ext::ExtField::write_owned(self.$field, &mut ext, $key); )*
                 ext
             }
