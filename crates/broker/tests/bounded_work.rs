@@ -243,7 +243,7 @@ fn hostile_send(queue_id: i32, number: i64, delay: &str) -> RemotingCommand {
         f: queue_id,
         g: number,
         h: queue_id,
-        i: Some(properties),
+        i: Some(properties.into()),
         j: Some(queue_id),
         ..common::header_v2(TOPIC)
     };

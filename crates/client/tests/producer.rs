@@ -775,7 +775,7 @@ async fn a_64_kib_body_round_trips_compressed_and_a_corrupt_one_is_a_clear_error
         f: 0x1,
         g: 0,
         h: 0,
-        i: Some(String::new()),
+        i: Some(String::new().into()),
         ..Default::default()
     };
     let reply = raw

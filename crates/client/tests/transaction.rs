@@ -179,7 +179,7 @@ async fn orphan_half(broker: std::net::SocketAddr, body: &str) {
         e: 0,
         f: 4,
         g: 1,
-        i: Some(String::from_utf8(properties).unwrap()),
+        i: Some(String::from_utf8(properties).unwrap().into()),
         ..Default::default()
     };
     let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)

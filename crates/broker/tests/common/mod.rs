@@ -85,7 +85,7 @@ pub async fn send_to(
     let properties = String::from_utf8(Properties::encode(properties.iter().copied())).unwrap();
     let header = SendMessageRequestHeaderV2 {
         e: queue_id,
-        i: Some(properties),
+        i: Some(properties.into()),
         ..header_v2(topic)
     };
     let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)

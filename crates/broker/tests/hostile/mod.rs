@@ -77,7 +77,7 @@ pub async fn send_raw(
 ) -> RemotingCommand {
     let header = SendMessageRequestHeaderV2 {
         e: queue_id,
-        i: Some(properties),
+        i: Some(properties.into()),
         ..header_v2(topic)
     };
     let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
@@ -93,7 +93,7 @@ pub async fn send_v1(
     pairs: &[(&str, &str)],
 ) -> RemotingCommand {
     let header: SendMessageRequestHeader = SendMessageRequestHeaderV2 {
-        i: Some(properties(pairs)),
+        i: Some(properties(pairs).into()),
         ..header_v2(topic)
     }
     .into();

@@ -93,7 +93,7 @@ pub fn send_command(topic: &str, queue: i32, body: &[u8]) -> RemotingCommand {
         d: 4,
         e: queue,
         g: 1,
-        i: Some(properties),
+        i: Some(properties.into()),
         ..Default::default()
     };
     RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header).with_body(body.to_vec())
@@ -260,7 +260,7 @@ pub async fn send_half(
         d: 1,
         e: queue,
         g: 1,
-        i: Some(String::from_utf8(properties).unwrap()),
+        i: Some(String::from_utf8(properties).unwrap().into()),
         ..Default::default()
     };
     let command = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)

@@ -424,20 +424,20 @@ mod tests {
                 delay: false,
             };
             let header = SendMessageRequestHeaderV2 {
-                a: config.group.clone(),
-                b: queue.topic.clone(),
-                c: config.create_topic_key.clone(),
+                a: config.group.clone().into(),
+                b: queue.topic.clone().into(),
+                c: config.create_topic_key.clone().into(),
                 d: config.default_topic_queue_nums,
                 e: queue.queue_id,
                 f: prepared.sys_flag,
                 g: 1_700_000_000_123,
                 h: prepared.flag,
-                i: properties,
+                i: properties.map(Into::into),
                 j: Some(0),
                 k: Some(false),
                 l: None,
                 m: batch.then_some(true),
-                n: Some(queue.broker_name.clone()),
+                n: Some(queue.broker_name.clone().into()),
             };
             assert_eq!(
                 send_fields(&config, &prepared, &queue, 1_700_000_000_123),

@@ -51,7 +51,7 @@ impl Producer {
         let (sent, attempts) = self.send_retrying(&prepared, selection, &message).await?;
         Ok(SendResult {
             msg_id: uniq,
-            offset_msg_id: sent.header.msg_id,
+            offset_msg_id: sent.header.msg_id.into(),
             queue: sent.queue,
             queue_offset: non_negative(sent.header.queue_offset),
             attempts,
@@ -85,7 +85,7 @@ impl Producer {
             .await?;
         Ok(SendResult {
             msg_id: uniq,
-            offset_msg_id: sent.header.msg_id,
+            offset_msg_id: sent.header.msg_id.into(),
             queue: sent.queue,
             queue_offset: non_negative(sent.header.queue_offset),
             attempts,

@@ -30,21 +30,35 @@ pub enum MessageIdError {
 impl MessageId {
     /// Encodes as RocketMQ's uppercase hex text.
     pub fn encode(&self) -> String {
-        let mut bytes = Vec::with_capacity(28);
-        match self.store_host.ip() {
-            IpAddr::V4(ip) => bytes.extend_from_slice(&ip.octets()),
-            IpAddr::V6(ip) => bytes.extend_from_slice(&ip.octets()),
-        }
-        bytes.extend_from_slice(&i32::from(self.store_host.port()).to_be_bytes());
-        bytes.extend_from_slice(&self.phys_offset.to_be_bytes());
-        // Hex digits written in place: one allocation, where a `format!` per byte made 29.
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut text = String::with_capacity(bytes.len() * 2);
-        for b in bytes {
-            text.push(char::from(HEX[usize::from(b >> 4)]));
-            text.push(char::from(HEX[usize::from(b & 0xF)]));
-        }
+        let mut text = String::with_capacity(self.hex_len());
+        self.write_hex(&mut text);
         text
+    }
+
+    /// Length of the hex text: 32 digits with an IPv4 store host, 56 with IPv6.
+    pub fn hex_len(&self) -> usize {
+        match self.store_host {
+            std::net::SocketAddr::V4(_) => 32,
+            std::net::SocketAddr::V6(_) => 56,
+        }
+    }
+
+    /// Appends the hex text to `out`, digit by digit: no allocation beyond `out`'s growth
+    /// (a `format!` per byte once made 29).
+    pub fn write_hex(&self, out: &mut String) {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut push = |bytes: &[u8]| {
+            for b in bytes {
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xF)]));
+            }
+        };
+        match self.store_host.ip() {
+            IpAddr::V4(ip) => push(&ip.octets()),
+            IpAddr::V6(ip) => push(&ip.octets()),
+        }
+        push(&i32::from(self.store_host.port()).to_be_bytes());
+        push(&self.phys_offset.to_be_bytes());
     }
 
     /// Decodes the hex text; the length tells IPv4 from IPv6.

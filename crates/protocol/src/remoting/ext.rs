@@ -76,6 +76,20 @@ impl ExtValue for String {
     }
 }
 
+impl ExtValue for ExtText {
+    const EXPECTED: &'static str = "a string";
+    const EMPTY_IS_ABSENT: bool = false;
+    fn parse_ext(text: &str) -> Option<Self> {
+        Some(ExtText::from(text))
+    }
+    fn to_ext_text(&self) -> ExtText {
+        self.clone()
+    }
+    fn into_ext_text(self) -> ExtText {
+        self
+    }
+}
+
 macro_rules! int_ext_value {
     ($($ty:ty => $expected:literal),*) => {$(
         impl ExtValue for $ty {

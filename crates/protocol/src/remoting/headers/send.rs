@@ -2,16 +2,22 @@
 //!
 //! V2 is V1 with one-letter keys (`a`..`n`); the broker converts it to V1 and handles one form.
 //! The conversions are lossless both ways.
+//!
+//! Their text fields are [`ExtText`]s, not `String`s: short texts (groups, topics, broker
+//! names, regions) stay inline, so decoding a send's header and encoding its reply allocate
+//! only for long values (the properties, the message ids).
+
+use crate::remoting::ext::ExtText;
 
 header! {
     /// SEND_MESSAGE (10) request header, Java's `SendMessageRequestHeader`.
     pub struct SendMessageRequestHeader {
         /// Producer group.
-        producer_group: String = "producerGroup",
+        producer_group: ExtText = "producerGroup",
         /// Target topic.
-        topic: String = "topic",
+        topic: ExtText = "topic",
         /// Template topic for auto-creation (`TBW102`).
-        default_topic: String = "defaultTopic",
+        default_topic: ExtText = "defaultTopic",
         /// Queue count of an auto-created topic.
         default_topic_queue_nums: i32 = "defaultTopicQueueNums",
         /// Target queue.
@@ -23,7 +29,7 @@ header! {
         /// User flag.
         flag: i32 = "flag",
         /// Properties in the `name 0x01 value 0x02` encoding.
-        properties: Option<String> = "properties",
+        properties: Option<ExtText> = "properties",
         /// Delivery attempts so far (set by retries).
         reconsume_times: Option<i32> = "reconsumeTimes",
         /// Unit mode.
@@ -33,7 +39,7 @@ header! {
         /// Maximum deliveries before the dead-letter queue.
         max_reconsume_times: Option<i32> = "maxReconsumeTimes",
         /// Broker name (inherited RPC field `bname`).
-        broker_name: Option<String> = "bname",
+        broker_name: Option<ExtText> = "bname",
     }
 }
 
@@ -42,11 +48,11 @@ header! {
     /// `SendMessageRequestHeaderV2`: the V1 fields under one-letter keys.
     pub struct SendMessageRequestHeaderV2 {
         /// `producerGroup`.
-        a: String = "a",
+        a: ExtText = "a",
         /// `topic`.
-        b: String = "b",
+        b: ExtText = "b",
         /// `defaultTopic`.
-        c: String = "c",
+        c: ExtText = "c",
         /// `defaultTopicQueueNums`.
         d: i32 = "d",
         /// `queueId`.
@@ -58,7 +64,7 @@ header! {
         /// `flag`.
         h: i32 = "h",
         /// `properties`.
-        i: Option<String> = "i",
+        i: Option<ExtText> = "i",
         /// `reconsumeTimes`.
         j: Option<i32> = "j",
         /// `unitMode`.
@@ -68,7 +74,7 @@ header! {
         /// `batch`.
         m: Option<bool> = "m",
         /// `brokerName`.
-        n: Option<String> = "n",
+        n: Option<ExtText> = "n",
     }
 }
 
@@ -119,20 +125,20 @@ header! {
     /// Java client reads from every send reply. A SUCCESS reply must carry a non-null ext map.
     pub struct SendMessageResponseHeader {
         /// Offset message id (store host + CommitLog offset, uppercase hex).
-        msg_id: String = "msgId",
+        msg_id: ExtText = "msgId",
         /// Queue the message went to.
         queue_id: i32 = "queueId",
         /// Queue offset of the (first) message.
         queue_offset: i64 = "queueOffset",
         /// Transaction id of a half message.
-        transaction_id: Option<String> = "transactionId",
+        transaction_id: Option<ExtText> = "transactionId",
         /// Unique ids of a batch.
-        batch_uniq_id: Option<String> = "batchUniqId",
+        batch_uniq_id: Option<ExtText> = "batchUniqId",
         /// Handle to recall a delayed message.
-        recall_handle: Option<String> = "recallHandle",
+        recall_handle: Option<ExtText> = "recallHandle",
         /// Broker region (`MSG_REGION`).
-        msg_region: Option<String> = "MSG_REGION",
+        msg_region: Option<ExtText> = "MSG_REGION",
         /// Trace switch (`TRACE_ON`, "true"/"false").
-        trace_on: Option<String> = "TRACE_ON",
+        trace_on: Option<ExtText> = "TRACE_ON",
     }
 }
