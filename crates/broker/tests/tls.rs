@@ -57,10 +57,19 @@ async fn enforcing_refuses_a_plain_client_and_serves_tls() {
         plain.closed(TIMEOUT).await,
         "the plain connection is closed"
     );
-    let refused = broker
-        .context()
-        .metrics
-        .refused_count("tls_handshake_failed");
+    // The broker counts the refusal right after it drops the connection, so the client may
+    // see the close first: wait (bounded) for the count.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let refused = loop {
+        let refused = broker
+            .context()
+            .metrics
+            .refused_count("tls_handshake_failed");
+        if refused >= 1 || tokio::time::Instant::now() >= deadline {
+            break refused;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(refused, 1);
     assert!(served(&secure).await, "still serving TLS clients");
     broker.shutdown().await.unwrap();
