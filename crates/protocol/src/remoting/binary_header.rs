@@ -192,16 +192,11 @@ impl<'a> Reader<'a> {
         field: &'static str,
         n: usize,
     ) -> Result<Option<String>, BinaryHeaderError> {
-        let bytes = self.take(field, n)?;
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        std::str::from_utf8(bytes)
-            .map(|s| Some(s.to_owned()))
-            .map_err(|_| BinaryHeaderError::NotUtf8 { field })
+        Ok(self.text(field, n)?.map(String::from))
     }
 
-    /// Like [`Reader::string`], as an [`ExtText`] (inline when short: no allocation).
+    /// Reads `n` bytes of UTF-8 as an [`ExtText`] (inline when short: no allocation); zero
+    /// bytes is null.
     fn text(
         &mut self,
         field: &'static str,

@@ -207,11 +207,20 @@ impl ExtFieldsBuilder {
 
 /// Sorts by key (stable) and keeps the last of each run of equal keys.
 fn sort_keeping_last(entries: &mut Vec<Entry>) {
-    entries.sort_by(|a, b| compare(a, b.prefix, &b.key));
+    sort_keeping_last_by(entries, |a, b| compare(a, b.prefix, &b.key));
+}
+
+/// Sorts `items` by `order` (stable) and keeps the last of each run of equal items: a map
+/// built by inserting them in turn. Shared with the JSON header's decoder.
+pub(crate) fn sort_keeping_last_by<T>(
+    items: &mut Vec<T>,
+    order: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    items.sort_by(&order);
     // Reversed, `dedup_by` keeps the first of each run: the last inserted.
-    entries.reverse();
-    entries.dedup_by(|later, earlier| later.key == earlier.key);
-    entries.reverse();
+    items.reverse();
+    items.dedup_by(|later, earlier| order(later, earlier).is_eq());
+    items.reverse();
 }
 
 /// Borrowing iterator over `(key, value)` in key order.

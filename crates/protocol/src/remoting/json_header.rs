@@ -233,12 +233,9 @@ impl<'de> Visitor<'de> for ExtVisitor {
         while let Some((key, value)) = map.next_entry::<ExtText, Value>()? {
             pairs.push((key, ext_value_into_text(value).map(ExtText::from)));
         }
-        pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        pairs.reverse();
-        pairs.dedup_by(|later, earlier| later.0 == earlier.0);
+        super::ext_map::sort_keeping_last_by(&mut pairs, |a, b| a.0.cmp(&b.0));
         let present = pairs
             .into_iter()
-            .rev()
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
         Ok(ExtIn::Map(ExtFields::from_pairs(present)))
