@@ -5,6 +5,7 @@
 
 mod common;
 
+use ferromq_broker::replication::catalog_log;
 use ferromq_broker::{codes, Broker};
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
@@ -62,6 +63,17 @@ async fn prepared(dir: &std::path::Path) -> (Broker, RemotingClient) {
         );
     }
     assert_eq!(commit(&client, TOPIC, 0, 1).await.code, response::SUCCESS);
+    // The topic and group were created automatically: the catalog publisher appends its
+    // record in the background. Wait for it, or it could meet the fault armed next and poison
+    // the store before the write under test does.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !catalog_log::is_published(broker.context()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "catalog not published"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     (broker, client)
 }
 
