@@ -1,8 +1,8 @@
-//! Pull reads take back-to-back records of a queue with one read (`CommitLog::read_span`):
-//! the messages are the same as one read per record would give, whatever the layout (runs of
-//! one queue between other queues' records, runs across segment ends, pulls with small byte
-//! limits), and a damaged record inside a run is still found, with the good records before it
-//! returned first.
+//! Pull reads take nearby records of a queue with one read (`CommitLog::read_span`): the
+//! messages are the same as one read per record would give, whatever the layout (runs of one
+//! queue between other queues' records, records of two queues alternating, runs across
+//! segment ends, pulls with small byte limits), and a damaged record inside a run is still
+//! found, with the good records before it returned first.
 
 mod common;
 
@@ -72,11 +72,23 @@ fn runs_of_back_to_back_records_read_the_same_as_one_read_each() {
         store.stats().written_end > 4 * 64 * 1024,
         "runs cross several segment ends"
     );
-    let one_each: Vec<Vec<u8>> = read_all(&store, TOPIC, 0).iter().map(body_of).collect();
+    pulls_read_as_one_read_each(&store, &bodies);
+}
+
+#[test]
+fn alternating_queues_read_the_same_as_one_read_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(test_config(dir.path())).unwrap();
+    let bodies = fill(&store, 300, 1);
+    pulls_read_as_one_read_each(&store, &bodies);
+}
+
+fn pulls_read_as_one_read_each(store: &MessageStore, bodies: &[Vec<u8>]) {
+    let one_each: Vec<Vec<u8>> = read_all(store, TOPIC, 0).iter().map(body_of).collect();
     assert_eq!(one_each, bodies);
     for (max_count, max_bytes) in [(32, usize::MAX), (5, usize::MAX), (64, 3_000), (1, 1)] {
         assert_eq!(
-            pull_all(&store, max_count, max_bytes),
+            pull_all(store, max_count, max_bytes),
             bodies,
             "pulls of {max_count} messages / {max_bytes} bytes"
         );

@@ -335,13 +335,16 @@ impl CommitLog {
     }
 
     /// Reads, with one `pread`, the record of `first` (`(phys_offset, size)`) together with
-    /// the records of `following` that lie right after it, back to back in the same segment,
-    /// while the span stays within `max_bytes` (at least the first record). The bytes are not
-    /// verified: [`ReadSpan::record`] hands out each record, and the caller verifies it as
+    /// the records of `following` that lie after it in the same segment, each at most
+    /// [`READ_SPAN_GAP_MAX`] bytes after the one before, while the span stays within
+    /// `max_bytes` (at least the first record). The bytes are not verified:
+    /// [`ReadSpan::record`] hands out each record, and the caller verifies it as
     /// [`CommitLog::read_record`] would.
     ///
-    /// A queue's records often lie back to back (batches, a lone producer), and one read for
-    /// several of them saves a system call and a buffer per message on the pull path.
+    /// A queue's records often lie back to back (batches, a lone producer) or a few records
+    /// apart (several producers over a few queues), and one read for several of them saves a
+    /// system call and a buffer per message on the pull path; reading the other queues'
+    /// records in between costs less than the calls it saves.
     pub fn read_span(
         &self,
         first: (u64, usize),
@@ -354,7 +357,8 @@ impl CommitLog {
         let mut end = start + size as u64;
         for (phys_offset, size) in following {
             let next_end = phys_offset + size as u64;
-            if phys_offset != end
+            if phys_offset < end
+                || phys_offset - end > READ_SPAN_GAP_MAX
                 || next_end - start > max_bytes as u64
                 || self.segment_start_of(next_end - 1) != segment
                 || size > self.record_size_max
@@ -370,6 +374,11 @@ impl CommitLog {
         })
     }
 }
+
+/// Most bytes of other records [`CommitLog::read_span`] reads past between two records of a
+/// span: about a dozen small records of other queues, so interleaved queues still read many
+/// records per call, while a sparse queue does not read far past what it needs.
+pub const READ_SPAN_GAP_MAX: u64 = 4 * 1024;
 
 /// Bytes of the CommitLog read at once by [`CommitLog::read_span`].
 #[derive(Debug, Clone, Default)]
