@@ -13,13 +13,13 @@
 //!   ever sees zlib bytes in place of what the producer sent.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use ferromq_protocol::message::message_id::push_upper_hex;
 use ferromq_protocol::{property_names, MessageId, Properties, RecordView};
 
 use crate::compression;
@@ -199,8 +199,8 @@ pub fn new_uniq_key() -> String {
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut key = String::with_capacity(32);
-    // Writing to a String cannot fail.
-    let _ = write!(key, "{prefix:016X}{n:016X}");
+    push_upper_hex(&mut key, &prefix.to_be_bytes());
+    push_upper_hex(&mut key, &n.to_be_bytes());
     key
 }
 
@@ -415,8 +415,14 @@ mod tests {
         let a = new_uniq_key();
         let b = new_uniq_key();
         assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('A'..='F').contains(&c)));
         assert_ne!(a, b);
+        // The same prefix, then a counter (other tests may take keys in between).
+        assert_eq!(a[..16], b[..16]);
+        let counter = |k: &str| u64::from_str_radix(&k[16..], 16).unwrap();
+        assert!(counter(&b) > counter(&a), "{a} then {b}");
     }
 
     #[test]

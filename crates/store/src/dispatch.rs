@@ -26,7 +26,7 @@ use ferromq_protocol::{
 
 use crate::commitlog::writer::TailChunk;
 use crate::commitlog::CommitLog;
-use crate::consume_queue::{ConsumeQueueSet, CqEntry, CqError};
+use crate::consume_queue::{ConsumeQueue, ConsumeQueueSet, CqEntry, CqError};
 use crate::error::{FileError, ReadError};
 use crate::key_index::KeyIndex;
 use crate::offsets::{OffsetCommand, OffsetView, Verdict, OFFSET_TOPIC};
@@ -213,19 +213,28 @@ impl Derived {
         stats: &mut DispatchStats,
     ) -> Result<(), DispatchError> {
         let topic = record.topic_str();
-        let tag_code = record
-            .tags()
-            .map(|t| i64::from(java_string_hash(t)))
-            .unwrap_or(0);
+        // One scan of the properties for the three the dispatcher needs.
+        let [tags, keys, unique] = record.properties.get_strs([
+            property_names::TAGS,
+            property_names::KEYS,
+            property_names::UNIQ_KEY,
+        ]);
+        let tag_code = tags.map(|t| i64::from(java_string_hash(t))).unwrap_or(0);
         let entry = CqEntry {
             phys_offset: record.phys_offset,
             size: record.total_size() as u32,
             tag_code,
         };
-        if let Err(error) = self.queues.get_or_create(topic, record.queue_id) {
-            return self.quarantine_unless_transient(record, error, stats);
-        }
-        self.put_entry(log, topic, record.queue_id, record.queue_offset, entry)?;
+        let queue = match self.queues.get_or_create(topic, record.queue_id) {
+            Ok(queue) => queue,
+            Err(error) => return self.quarantine_unless_transient(record, error, stats),
+        };
+        let at = QueuePosition {
+            topic,
+            queue_id: record.queue_id,
+            queue_offset: record.queue_offset,
+        };
+        put_entry(queue, &self.quarantine, log, at, entry)?;
         self.last_store_timestamp_ms = record.store_timestamp_ms;
         stats.records += 1;
         if topic == OFFSET_TOPIC {
@@ -235,12 +244,12 @@ impl Derived {
             }
             return Ok(());
         }
-        if let Some(keys) = record.properties.get_str(property_names::KEYS) {
+        if let Some(keys) = keys {
             for key in keys.split(' ').filter(|k| !k.is_empty()) {
                 self.index.add(topic, key, record.phys_offset)?;
             }
         }
-        if let Some(unique) = record.properties.get_str(property_names::UNIQ_KEY) {
+        if let Some(unique) = unique {
             self.index.add(topic, unique, record.phys_offset)?;
         }
         Ok(())
@@ -272,46 +281,6 @@ impl Derived {
             reason,
         });
         stats.quarantined += 1;
-        Ok(())
-    }
-
-    /// Adds a queue entry. A gap in the queue's offsets is filled with placeholders only when
-    /// a damaged range lies between the queue's previous record and this one (the records
-    /// in between were lost to it); any other gap is an error (ConsumeQueue invariant 4).
-    fn put_entry(
-        &mut self,
-        log: &CommitLog,
-        topic: &str,
-        queue_id: u32,
-        queue_offset: u64,
-        entry: CqEntry,
-    ) -> Result<(), DispatchError> {
-        let queue = self.queues.get_or_create(topic, queue_id)?;
-        let expected = queue.max_offset();
-        if queue_offset > expected {
-            // A new queue starts at offset 0 unless retention removed its first records, which
-            // only happens once the log no longer starts at 0.
-            let previous_end = if expected == 0 {
-                (log.min_offset() == 0).then_some(0)
-            } else {
-                let last = queue.entry(expected - 1)?;
-                (!last.is_hole()).then(|| last.phys_end())
-            };
-            let damage = previous_end
-                .and_then(|from| self.quarantine.damaged_between(from, entry.phys_offset));
-            if let Some(range) = damage {
-                let placeholder = CqEntry::damaged_placeholder(range);
-                tracing::error!(
-                    queue = %format!("{topic}/{queue_id}"), from = expected, to = queue_offset,
-                    damaged_at = range.phys_offset,
-                    "queue offsets lost to a damaged CommitLog range; placeholders point at it"
-                );
-                for missing in expected..queue_offset {
-                    queue.put(missing, placeholder)?;
-                }
-            }
-        }
-        queue.put(queue_offset, entry)?;
         Ok(())
     }
 
@@ -360,6 +329,57 @@ fn is_undispatchable(error: &CqError) -> bool {
         ),
         CqError::Gap { .. } | CqError::Conflict { .. } => false,
     }
+}
+
+/// Where a record belongs: its queue and queue offset.
+#[derive(Debug, Clone, Copy)]
+struct QueuePosition<'a> {
+    topic: &'a str,
+    queue_id: u32,
+    queue_offset: u64,
+}
+
+/// Adds a queue entry to `queue`. A gap in the queue's offsets is filled with placeholders
+/// only when a damaged range lies between the queue's previous record and this one (the
+/// records in between were lost to it); any other gap is an error (ConsumeQueue invariant 4).
+fn put_entry(
+    queue: &mut ConsumeQueue,
+    quarantine: &Quarantine,
+    log: &CommitLog,
+    at: QueuePosition<'_>,
+    entry: CqEntry,
+) -> Result<(), DispatchError> {
+    let QueuePosition {
+        topic,
+        queue_id,
+        queue_offset,
+    } = at;
+    let expected = queue.max_offset();
+    if queue_offset > expected {
+        // A new queue starts at offset 0 unless retention removed its first records, which
+        // only happens once the log no longer starts at 0.
+        let previous_end = if expected == 0 {
+            (log.min_offset() == 0).then_some(0)
+        } else {
+            let last = queue.entry(expected - 1)?;
+            (!last.is_hole()).then(|| last.phys_end())
+        };
+        let damage =
+            previous_end.and_then(|from| quarantine.damaged_between(from, entry.phys_offset));
+        if let Some(range) = damage {
+            let placeholder = CqEntry::damaged_placeholder(range);
+            tracing::error!(
+                queue = %format!("{topic}/{queue_id}"), from = expected, to = queue_offset,
+                damaged_at = range.phys_offset,
+                "queue offsets lost to a damaged CommitLog range; placeholders point at it"
+            );
+            for missing in expected..queue_offset {
+                queue.put(missing, placeholder)?;
+            }
+        }
+    }
+    queue.put(queue_offset, entry)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -46,19 +46,12 @@ impl MessageId {
     /// Appends the hex text to `out`, digit by digit: no allocation beyond `out`'s growth
     /// (a `format!` per byte once made 29).
     pub fn write_hex(&self, out: &mut String) {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut push = |bytes: &[u8]| {
-            for b in bytes {
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0xF)]));
-            }
-        };
         match self.store_host.ip() {
-            IpAddr::V4(ip) => push(&ip.octets()),
-            IpAddr::V6(ip) => push(&ip.octets()),
+            IpAddr::V4(ip) => push_upper_hex(out, &ip.octets()),
+            IpAddr::V6(ip) => push_upper_hex(out, &ip.octets()),
         }
-        push(&i32::from(self.store_host.port()).to_be_bytes());
-        push(&self.phys_offset.to_be_bytes());
+        push_upper_hex(out, &i32::from(self.store_host.port()).to_be_bytes());
+        push_upper_hex(out, &self.phys_offset.to_be_bytes());
     }
 
     /// Decodes the hex text; the length tells IPv4 from IPv6.
@@ -93,6 +86,16 @@ impl MessageId {
             store_host: SocketAddr::new(ip, port),
             phys_offset: u64::from_be_bytes(offset_bytes),
         })
+    }
+}
+
+/// Appends `bytes` as uppercase hex, two digits per byte (Java's `UtilAll.bytes2string`),
+/// without the formatting machinery: message ids and `UNIQ_KEY`s are written per message.
+pub fn push_upper_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
     }
 }
 

@@ -55,6 +55,31 @@ impl<'a> Properties<'a> {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
+    /// The values of the first properties called `names[i]`, found in one scan; as
+    /// [`Properties::get`] for each name.
+    pub fn get_several<const N: usize>(&self, names: [&str; N]) -> [Option<&'a [u8]>; N] {
+        let mut found = [None; N];
+        let mut missing = N;
+        for (name, value) in self.iter() {
+            for (wanted, slot) in names.iter().zip(found.iter_mut()) {
+                if slot.is_none() && name == wanted.as_bytes() {
+                    *slot = Some(value);
+                    missing -= 1;
+                }
+            }
+            if missing == 0 {
+                break;
+            }
+        }
+        found
+    }
+
+    /// As [`Properties::get_several`], as UTF-8 text (`None` when absent or not UTF-8).
+    pub fn get_strs<const N: usize>(&self, names: [&str; N]) -> [Option<&'a str>; N] {
+        self.get_several(names)
+            .map(|value| value.and_then(|v| std::str::from_utf8(v).ok()))
+    }
+
     /// Encodes pairs the way Java's `messageProperties2String` does.
     pub fn encode<'p>(pairs: impl IntoIterator<Item = (&'p str, &'p str)>) -> Vec<u8> {
         let pairs = pairs.into_iter();
@@ -84,6 +109,27 @@ mod tests {
         assert_eq!(props.get_str("KEYS"), Some("k1 k2"));
         assert_eq!(props.get("garbage"), None);
         assert_eq!(props.iter().count(), 2);
+    }
+
+    proptest::proptest! {
+        /// One scan for several names finds what one `get` per name finds: the first value,
+        /// repeated names, absent names and malformed pairs included.
+        #[test]
+        fn get_several_agrees_with_get(
+            pairs in proptest::collection::vec(("[ABK]{1,2}", "[a-z \x01]{0,4}"), 0..8),
+            names in proptest::array::uniform3("[ABK]{1,2}"),
+            garbage in proptest::bool::ANY,
+        ) {
+            let mut raw = Properties::encode(pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            if garbage {
+                raw.extend_from_slice(b"KK\x02");
+            }
+            let props = Properties(&raw);
+            let wanted = [names[0].as_str(), names[1].as_str(), names[2].as_str()];
+            let expected = wanted.map(|name| props.get(name));
+            proptest::prop_assert_eq!(props.get_several(wanted), expected);
+            proptest::prop_assert_eq!(props.get_strs(wanted), wanted.map(|name| props.get_str(name)));
+        }
     }
 
     #[test]
