@@ -179,7 +179,7 @@ impl Broker {
             config.auto_create_topic_enable,
             config.default_topic_queue_nums,
         )?;
-        let groups = GroupManager::load(&config.store_path_root_dir)?;
+        let groups = GroupManager::load(&config.store_path_root_dir, config.max_reconsume_times)?;
         let namesrvs = config.namesrv_addrs()?;
         let delay_levels_ms = config.delay_levels_ms()?;
         let store = Arc::new(store);

@@ -547,6 +547,55 @@ async fn failed_messages_go_to_the_retry_topic_after_a_delay_then_to_the_dlq() {
     broker.shutdown().await.unwrap();
 }
 
+/// The broker's `maxReconsumeTimes` is the `retryMaxTimes` of the groups it creates itself:
+/// at 0, a send-back without its own `maxReconsumeTimes` goes straight to the dead-letter
+/// topic; the header's value still takes precedence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_brokers_max_reconsume_times_sets_the_retries_of_groups_it_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        max_reconsume_times: 0,
+        ..common::broker_config(dir.path(), true)
+    };
+    let broker = Broker::start(config).await.unwrap();
+    let client = client(broker.local_addr()).await;
+    let mut phys = Vec::new();
+    for body in [&b"job-1"[..], b"job-2"] {
+        let reply = send_with(&client, "Work", body, &[("TAGS", "a")]).await;
+        assert_eq!(reply.code, response::SUCCESS);
+        let msg_id = reply
+            .decode_header::<SendMessageResponseHeader>()
+            .unwrap()
+            .msg_id;
+        phys.push(
+            ferromq_protocol::MessageId::decode(&msg_id)
+                .unwrap()
+                .phys_offset,
+        );
+    }
+    assert_eq!(
+        send_back(&client, phys[0], 0, None).await.code,
+        response::SUCCESS
+    );
+    let group = broker
+        .context()
+        .groups
+        .get("G")
+        .expect("created by the send-back");
+    assert_eq!(group.retry_max_times, 0);
+    let dead = pull_records(&client, "%DLQ%G", 0, Duration::from_secs(5)).await;
+    assert_eq!(RecordView::parse(&dead[0]).unwrap().body, b"job-1");
+    // The header's own limit wins over the group's: one more attempt, so a retry (level 1:
+    // one second).
+    assert_eq!(
+        send_back(&client, phys[1], 1, Some(1)).await.code,
+        response::SUCCESS
+    );
+    let retried = pull_records(&client, "%RETRY%G", 0, Duration::from_secs(10)).await;
+    assert_eq!(RecordView::parse(&retried[0]).unwrap().body, b"job-2");
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_send_is_delivered_after_its_level() {
     let dir = tempfile::tempdir().unwrap();

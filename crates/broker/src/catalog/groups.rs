@@ -104,11 +104,15 @@ pub struct GroupManager {
     version: AtomicU64,
     /// Notified after every change (the catalog publisher waits on it).
     pub changed: Notify,
+    /// `retryMaxTimes` of the groups [`GroupManager::ensure`] creates (the broker's
+    /// `maxReconsumeTimes`).
+    default_retry_max_times: i32,
 }
 
 impl GroupManager {
-    /// Loads the table (absent: empty).
-    pub fn load(root: &Path) -> Result<GroupManager, GroupError> {
+    /// Loads the table (absent: empty); groups created later by [`GroupManager::ensure`] get
+    /// `default_retry_max_times` deliveries before the dead-letter queue.
+    pub fn load(root: &Path, default_retry_max_times: i32) -> Result<GroupManager, GroupError> {
         let path = root.join("config").join("subscriptionGroup.json");
         let table = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| GroupError::Corrupt {
@@ -132,6 +136,7 @@ impl GroupManager {
             save_due: Notify::new(),
             version: AtomicU64::new(0),
             changed: Notify::new(),
+            default_retry_max_times,
         })
     }
 
@@ -191,6 +196,7 @@ impl GroupManager {
             .entry(group.to_string())
             .or_insert_with(|| SubscriptionGroupConfig {
                 group_name: group.to_string(),
+                retry_max_times: self.default_retry_max_times,
                 ..Default::default()
             })
             .clone();

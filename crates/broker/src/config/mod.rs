@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::core::work_limits;
 pub use crate::replication::settings::{BrokerRole, ReplicationSettings};
 
+/// Largest `maxReconsumeTimes`: each redelivery waits at least the longest delay level, so
+/// more would keep a failing message out of the dead-letter queue for years.
+pub const MAX_RECONSUME_TIMES_LIMIT: i32 = 10_000;
+
 /// A configuration problem, naming the key or file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -144,7 +148,10 @@ pub struct BrokerConfig {
     /// verified, as RocketMQ's zero-copy path does not verify it either. TLS connections,
     /// gRPC and pops always copy. Changeable at run time (`runtime`). See docs/storage.md.
     pub transfer_msg_by_heap: bool,
-    /// Default most deliveries before the dead-letter queue.
+    /// Most deliveries before the dead-letter queue for the subscription groups this broker
+    /// creates itself (their `retryMaxTimes`, RocketMQ's group default 16). A group created
+    /// by an admin keeps its own value, and a send-back's `maxReconsumeTimes` header (sent by
+    /// clients from V3_4_9) takes precedence over the group's.
     pub max_reconsume_times: i32,
     /// Delay levels of retried and scheduled messages (RocketMQ's `messageDelayLevel`).
     pub message_delay_level: String,
@@ -486,6 +493,12 @@ impl BrokerConfig {
                 ),
             );
         }
+        if !(0..=MAX_RECONSUME_TIMES_LIMIT).contains(&self.max_reconsume_times) {
+            return invalid(
+                "maxReconsumeTimes",
+                &format!("must be between 0 and {MAX_RECONSUME_TIMES_LIMIT}"),
+            );
+        }
         if self.default_topic_queue_nums == 0 || self.default_topic_queue_nums > 1024 {
             return invalid("defaultTopicQueueNums", "must be between 1 and 1024");
         }
@@ -781,6 +794,26 @@ mod tests {
         assert_eq!(config.flush_type().unwrap(), FlushDiskType::SyncFlush);
         let error = toml::from_str::<BrokerConfig>("brokerNam = \"x\"").unwrap_err();
         assert!(error.message().contains("brokerNam"), "{}", error.message());
+    }
+
+    #[test]
+    fn max_reconsume_times_is_bounded() {
+        assert_eq!(BrokerConfig::default().max_reconsume_times, 16);
+        for bad in [-1, MAX_RECONSUME_TIMES_LIMIT + 1] {
+            let config = BrokerConfig {
+                max_reconsume_times: bad,
+                ..BrokerConfig::default()
+            };
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("maxReconsumeTimes"), "{bad}: {error}");
+        }
+        for good in [0, MAX_RECONSUME_TIMES_LIMIT] {
+            let config = BrokerConfig {
+                max_reconsume_times: good,
+                ..BrokerConfig::default()
+            };
+            config.validate().unwrap();
+        }
     }
 
     #[test]
