@@ -434,6 +434,12 @@ async fn the_last_attempt_goes_to_the_dead_letter_queue_and_a_reset_voids_handle
     assert_eq!(dead.len(), 1, "{:?}", reply.remark);
     assert_eq!(RecordView::parse(&dead[0]).unwrap().body, b"m0");
     assert_eq!(committed(broker.local_addr(), "PopD", 0).await, Some(1));
+    let metrics = common::parse(&broker.context().metrics.render(broker.context()));
+    assert_eq!(
+        common::value(&metrics, "ferromq_pop_dead_lettered_total", &[]),
+        1.0,
+        "the move to the DLQ is counted and exported"
+    );
 
     // A reset makes the deliveries before it void.
     send_bodies(&mut grpc, "PopD", 1, None).await;

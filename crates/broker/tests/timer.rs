@@ -59,6 +59,21 @@ async fn until_count(
     }
 }
 
+/// Waits (bounded) until the scrape's unlabelled counter `name` reads `want`: the counters
+/// move just after the deliveries a consumer already sees.
+async fn until_counter(broker: &Broker, name: &str, want: f64) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let metrics = common::parse(&broker.context().metrics.render(broker.context()));
+        let got = common::value(&metrics, name, &[]);
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} is {got}, not {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn each_timer_property_delivers_at_its_time_not_before() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,6 +132,7 @@ async fn each_timer_property_delivers_at_its_time_not_before() {
         assert_eq!(view.properties.get_str("FERROMQ_TIMER_DUE"), None);
     }
     assert_eq!(broker.context().timers.pending(), 0);
+    until_counter(&broker, "ferromq_timer_fired_total", 4.0).await;
     // Further than timerMaxDelaySec (3 days): refused, nothing stored.
     let reply = send_to(
         &remoting,
@@ -236,6 +252,7 @@ async fn grpc_delay_messages_are_timed_recallable_and_received_as_delay() {
         vec![b"keep".to_vec()],
         "the recalled one never comes"
     );
+    until_counter(&broker, "ferromq_timer_recalled_total", 1.0).await;
 
     let mut stream = grpc
         .receive_message(with_client_id(pb::ReceiveMessageRequest {

@@ -668,7 +668,8 @@ struct ScrapeValues {
     group_save_failures: u64,
     quarantined_ranges: u64,
     replication: crate::replication::status::HaRuntime,
-    replication_counters: Vec<(&'static str, &'static str, u64)>,
+    /// Unlabelled counters: replication, controller, pop and timer (name, help, value).
+    plain_counters: Vec<(&'static str, &'static str, u64)>,
     /// Controller mode: how long the master's lease still holds (0 without one).
     lease_remaining_ms: Option<u64>,
     /// The newest epoch of the broker's epoch file.
@@ -752,7 +753,10 @@ impl ScrapeValues {
             group_save_failures: ctx.groups.save_failures(),
             quarantined_ranges: ctx.store.quarantined().total,
             replication: ctx.replication.runtime(),
-            replication_counters: replication_counters(ctx),
+            plain_counters: replication_counters(ctx)
+                .into_iter()
+                .chain(pop_and_timer_counters(ctx))
+                .collect(),
             lease_remaining_ms: ctx
                 .replication
                 .lease_remaining()
@@ -846,8 +850,51 @@ fn replication_counters(ctx: &BrokerContext) -> Vec<(&'static str, &'static str,
     counters
 }
 
+/// The pop (`POP_MESSAGE`, gRPC receive) and timer-message counters: name, help, value.
+fn pop_and_timer_counters(ctx: &BrokerContext) -> [(&'static str, &'static str, u64); 7] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (pop, timers) = (&ctx.pop, &ctx.timers);
+    [
+        (
+            "ferromq_pop_dead_lettered",
+            "Popped messages moved to their group's dead-letter queue after their last delivery attempt",
+            pop.dead_lettered.load(Relaxed),
+        ),
+        (
+            "ferromq_pop_offset_commit_failures",
+            "Offset commits of acknowledged pop prefixes that failed (the acks were durable; the next advance commits again)",
+            pop.commit_failures.load(Relaxed),
+        ),
+        (
+            "ferromq_pop_renewals_written",
+            "Automatic invisibility renewals of popped messages written",
+            pop.renewed.load(Relaxed),
+        ),
+        (
+            "ferromq_pop_renewals_refused",
+            "Popped messages not registered for automatic renewal because the renewal table was full",
+            pop.renewals_refused.load(Relaxed),
+        ),
+        (
+            "ferromq_timer_fired",
+            "Timer messages moved to their topic when due",
+            timers.fired.load(Relaxed),
+        ),
+        (
+            "ferromq_timer_recalled",
+            "Timer messages recalled before they were due",
+            timers.recalled.load(Relaxed),
+        ),
+        (
+            "ferromq_timer_refused_full",
+            "Timer sends refused because timerTrackedMax messages were pending",
+            timers.refused_full.load(Relaxed),
+        ),
+    ]
+}
+
 impl ScrapeValues {
-    /// Replication: in-sync members, watermark, per-slave lag, and the counters.
+    /// Replication: in-sync members, watermark and per-slave lag.
     fn encode_replication(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         let r = &self.replication;
         for (name, help, value) in [
@@ -908,7 +955,12 @@ impl ScrapeValues {
                     .encode(family.encode_family(&[("slave", id.as_str())])?)?;
             }
         }
-        for &(name, help, value) in &self.replication_counters {
+        Ok(())
+    }
+
+    /// The unlabelled counters.
+    fn encode_plain_counters(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
+        for &(name, help, value) in &self.plain_counters {
             ConstCounter::new(value).encode(encoder.encode_descriptor(
                 name,
                 help,
@@ -1050,6 +1102,7 @@ impl Collector for ScrapeValues {
         }
         self.encode_limit_counters(&mut encoder)?;
         self.encode_replication(&mut encoder)?;
+        self.encode_plain_counters(&mut encoder)?;
         let buckets: Vec<(f64, u64)> = self
             .flush
             .bucket_counts
