@@ -220,6 +220,22 @@ impl Inner {
     pub(crate) fn wake_dispatcher_for_readers(&self) {
         if self.dispatched.receiver_count() > 0 {
             self.dispatch_signal.notify();
+        } else {
+            self.wake_napping_dispatcher();
+        }
+    }
+
+    /// Wakes the dispatcher if it sleeps its long idle tick, after this thread made records
+    /// dispatchable (or appended them). The fence pairs with the dispatcher's, after it
+    /// announced the nap and before it looked for work: either it sees these records, or
+    /// this sees its nap (`threads::nap_unless_work`).
+    pub(crate) fn wake_napping_dispatcher(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self
+            .dispatcher_napping
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.dispatch_signal.notify();
         }
     }
 

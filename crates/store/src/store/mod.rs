@@ -224,6 +224,9 @@ pub(crate) struct Inner {
     pub flush: FlushControl,
     pub derived: Mutex<Derived>,
     pub dispatch_signal: Signal,
+    /// The dispatcher found nothing to do for a while and sleeps its long tick: whoever makes
+    /// records dispatchable (an append, a commit, a flush) wakes it (see `threads`).
+    pub dispatcher_napping: AtomicBool,
     pub dispatched: watch::Sender<u64>,
     pub checkpoints: CheckpointDir,
     pub checkpoint_position: AtomicU64,
@@ -302,6 +305,7 @@ impl MessageStore {
             writer: Mutex::new(recovered.writer),
             derived: Mutex::new(recovered.derived),
             dispatch_signal: Signal::default(),
+            dispatcher_napping: AtomicBool::new(false),
             dispatched: watch::Sender::new(end),
             checkpoints: recovered.checkpoints,
             checkpoint_position: AtomicU64::new(position),
@@ -373,6 +377,7 @@ impl MessageStore {
             (receipt, writer.tail_bytes())
         };
         self.inner.commit_if_tail_full(tail_bytes)?;
+        self.inner.wake_napping_dispatcher();
         Ok(receipt)
     }
 

@@ -21,6 +21,12 @@ const RETENTION_EVERY: Duration = Duration::from_secs(10);
 /// throughput fell by a fifth with 200 µs). Spacing the passes batches them (at most one per
 /// spacing) while a lone record still goes at once.
 const DISPATCH_SPACING_MIN: Duration = Duration::from_micros(500);
+/// Passes in a row that found no new record before the dispatcher naps.
+const EMPTY_PASSES_BEFORE_NAP: u32 = 200;
+/// The dispatcher's tick while it naps: an idle store wakes 10 times a second instead of a
+/// thousand (its ticks were the idle broker's CPU). An append, a commit or a flush wakes a
+/// napping dispatcher at once (`Inner::wake_napping_dispatcher`), so a nap delays nothing.
+const DISPATCH_NAP_TICK: Duration = Duration::from_millis(100);
 
 pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
     let flusher = {
@@ -67,8 +73,10 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 
 fn dispatch_loop(inner: &Inner) {
     let mut seen = 0;
+    let mut empty_passes = 0u32;
     loop {
         let pass_started = Instant::now();
+        let dispatched_before = *inner.dispatched.borrow();
         let closed = inner.closed.load(Ordering::Acquire);
         if inner.config.flush_disk_type == FlushDiskType::AsyncFlush {
             // Commits what appenders left without waiting for an acknowledgement (acknowledged
@@ -80,10 +88,35 @@ fn dispatch_loop(inner: &Inner) {
         if closed {
             return;
         }
-        seen = inner.dispatch_signal.wait(seen, DISPATCH_TICK);
+        empty_passes = if *inner.dispatched.borrow() == dispatched_before {
+            empty_passes.saturating_add(1)
+        } else {
+            0
+        };
+        let tick = if empty_passes >= EMPTY_PASSES_BEFORE_NAP {
+            nap_unless_work(inner)
+        } else {
+            DISPATCH_TICK
+        };
+        seen = inner.dispatch_signal.wait(seen, tick);
+        inner.dispatcher_napping.store(false, Ordering::Relaxed);
         if let Some(rest) = DISPATCH_SPACING_MIN.checked_sub(pass_started.elapsed()) {
             std::thread::sleep(rest);
         }
+    }
+}
+
+/// Announces a nap and returns its tick, or the short tick when records are waiting after
+/// all. The fence pairs with `Inner::wake_napping_dispatcher`: an append or commit either
+/// happened before it (then its records are seen here) or sees the nap and wakes the
+/// dispatcher.
+fn nap_unless_work(inner: &Inner) -> Duration {
+    inner.dispatcher_napping.store(true, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if inner.log.appended_end() > *inner.dispatched.borrow() {
+        DISPATCH_TICK
+    } else {
+        DISPATCH_NAP_TICK
     }
 }
 
@@ -117,6 +150,75 @@ fn checkpoint_loop(inner: &Inner) {
             if let Err(error) = inner.delete_expired_segments() {
                 tracing::error!(%error, "retention failed");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MessageStore;
+    use crate::{StoreConfig, TagFilter};
+    use ferromq_protocol::DraftRecord;
+
+    /// Well past any scheduling delay, well below the nap tick: a record appended while the
+    /// dispatcher naps is readable within this only if the append woke it.
+    const WOKEN_WITHIN: Duration = Duration::from_millis(50);
+    const BOUND: Duration = Duration::from_secs(10);
+
+    fn draft(body: &[u8]) -> DraftRecord<'_> {
+        let host = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        DraftRecord {
+            topic: "Nap",
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 1_700_000_000_000,
+            born_host: host,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_tx_offset: 0,
+            body,
+            properties: &[],
+        }
+    }
+
+    fn wait_until(what: &str, done: impl Fn() -> bool) -> Duration {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < BOUND, "{what} within {BOUND:?}");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        started.elapsed()
+    }
+
+    /// An idle dispatcher naps; the next record, appended and acknowledged under either flush
+    /// policy, wakes it at once instead of waiting out the nap.
+    #[test]
+    fn an_idle_dispatcher_naps_and_the_next_record_wakes_it() {
+        for flush in [FlushDiskType::AsyncFlush, FlushDiskType::SyncFlush] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut config = StoreConfig::new(dir.path());
+            config.segment_size_bytes = 64 * 1024;
+            config.max_message_size_bytes = 16 * 1024;
+            config.flush_disk_type = flush;
+            let store = MessageStore::open(config).unwrap();
+            for round in 0..3u64 {
+                let napping = || store.inner.dispatcher_napping.load(Ordering::Relaxed);
+                wait_until("a nap", napping);
+                store.put(&[draft(b"after a nap")]).unwrap();
+                let readable = || {
+                    store
+                        .get_messages("Nap", 0, round, 1, usize::MAX, &TagFilter::All)
+                        .is_ok_and(|got| got.messages.len() == 1)
+                };
+                let took = wait_until("the record readable", readable);
+                assert!(
+                    took < WOKEN_WITHIN,
+                    "{flush:?} round {round}: readable after {took:?}, the nap was not cut short"
+                );
+            }
+            store.close().unwrap();
         }
     }
 }
