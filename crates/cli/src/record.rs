@@ -11,19 +11,7 @@ pub fn draft<'a>(
     body: &'a [u8],
     host: SocketAddr,
 ) -> DraftRecord<'a> {
-    DraftRecord {
-        topic,
-        queue_id,
-        flag: 0,
-        sys_flag: 0,
-        born_timestamp_ms: now_ms(),
-        born_host: host,
-        store_host: host,
-        reconsume_times: 0,
-        prepared_tx_offset: 0,
-        body,
-        properties: &[],
-    }
+    DraftRecord::plain(topic, queue_id, body, &[], host, now_ms())
 }
 
 /// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it): the store's

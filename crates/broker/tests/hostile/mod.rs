@@ -204,17 +204,5 @@ pub fn raw_draft<'a>(
     properties: &'a [u8],
 ) -> DraftRecord<'a> {
     let host = SocketAddr::from(([127, 0, 0, 1], 40_000));
-    DraftRecord {
-        topic,
-        queue_id,
-        flag: 0,
-        sys_flag: 0,
-        born_timestamp_ms: 1_700_000_000_000,
-        born_host: host,
-        store_host: host,
-        reconsume_times: 0,
-        prepared_tx_offset: 0,
-        body,
-        properties,
-    }
+    DraftRecord::plain(topic, queue_id, body, properties, host, 1_700_000_000_000)
 }

@@ -145,7 +145,32 @@ pub struct EncodedRecord {
     queue_id: u32,
 }
 
-impl DraftRecord<'_> {
+impl<'a> DraftRecord<'a> {
+    /// A plain message: no flags, first delivery, not transactional, born and stored at
+    /// `host`.
+    pub fn plain(
+        topic: &'a str,
+        queue_id: u32,
+        body: &'a [u8],
+        properties: &'a [u8],
+        host: SocketAddr,
+        born_timestamp_ms: i64,
+    ) -> DraftRecord<'a> {
+        DraftRecord {
+            topic,
+            queue_id,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms,
+            born_host: host,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_tx_offset: 0,
+            body,
+            properties,
+        }
+    }
+
     /// Encodes the record with zeroed store-assigned fields and a reserved CRC property.
     pub fn encode(&self) -> Result<EncodedRecord, RecordError> {
         let magic_v2 = self.topic.len() > 127;

@@ -310,21 +310,9 @@ mod tests {
 
     fn encoded(body: &[u8]) -> EncodedRecord {
         let host = "127.0.0.1:10911".parse().expect("address");
-        DraftRecord {
-            topic: "T",
-            queue_id: 0,
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: host,
-            store_host: host,
-            reconsume_times: 0,
-            prepared_tx_offset: 0,
-            body,
-            properties: &[],
-        }
-        .encode()
-        .expect("encode")
+        DraftRecord::plain("T", 0, body, &[], host, 1)
+            .encode()
+            .expect("encode")
     }
 
     /// Two records end exactly `BLANK_LEN` bytes before the segment end, so the third rolls

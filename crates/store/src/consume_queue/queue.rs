@@ -415,6 +415,25 @@ impl ConsumeQueue {
 mod tests {
     use super::*;
 
+    /// A queue of 4 entries per file holding entries 0..count, entry `i` at phys `i * 100`.
+    fn filled(dir: &Path, count: u64) -> ConsumeQueue {
+        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir, 4).unwrap();
+        for i in 0..count {
+            assert_eq!(q.put(i, entry(i * 100)).unwrap(), PutOutcome::Added);
+        }
+        q
+    }
+
+    /// Cuts the queue file that starts at byte `start` of the queue to `len` bytes.
+    fn cut_file(dir: &Path, start: u64, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(fsutil::offset_file_name(start)))
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
     fn entry(phys: u64) -> CqEntry {
         CqEntry {
             phys_offset: phys,
@@ -426,10 +445,7 @@ mod tests {
     #[test]
     fn entries_survive_reopen_across_files() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
-        for i in 0..10 {
-            assert_eq!(q.put(i, entry(i * 100)).unwrap(), PutOutcome::Added);
-        }
+        let mut q = filled(dir.path(), 10);
         assert_eq!(q.put(3, entry(300)).unwrap(), PutOutcome::AlreadyPresent);
         assert!(matches!(
             q.put(3, entry(301)),
@@ -452,10 +468,7 @@ mod tests {
     #[test]
     fn entries_read_by_file_runs_agree_with_single_entries() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
-        for i in 0..10 {
-            q.put(i, entry(i * 100)).unwrap();
-        }
+        let mut q = filled(dir.path(), 10);
         q.write_out().unwrap();
         for i in 10..13 {
             q.put(i, entry(i * 100)).unwrap();
@@ -476,13 +489,7 @@ mod tests {
         }
         assert_eq!(q.entries(2, 9).unwrap()[7], entry(900));
         // The middle file (entries 4..8) cut to one and a half entries under the open queue.
-        let middle = dir.path().join(fsutil::offset_file_name(4 * CQ_ENTRY_SIZE));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&middle)
-            .unwrap()
-            .set_len(30)
-            .unwrap();
+        cut_file(dir.path(), 4 * CQ_ENTRY_SIZE, 30);
         let read = q.entries(3, 6).unwrap();
         assert_eq!(read, single(&q, 3, 6));
         assert_eq!(read[1], entry(400), "the whole entry left is read");
@@ -493,10 +500,7 @@ mod tests {
     #[test]
     fn truncate_from_phys_cuts_pending_and_files() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
-        for i in 0..10 {
-            q.put(i, entry(i * 100)).unwrap();
-        }
+        let mut q = filled(dir.path(), 10);
         q.write_out().unwrap();
         q.put(10, entry(1000)).unwrap();
         assert_eq!(q.truncate_from_phys(550).unwrap(), 5);
@@ -510,26 +514,11 @@ mod tests {
     #[test]
     fn short_middle_file_asks_for_rebuild_and_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
-        for i in 0..10 {
-            q.put(i, entry(i * 100)).unwrap();
-        }
+        let mut q = filled(dir.path(), 10);
         q.sync().unwrap();
         drop(q);
-        let first = dir.path().join(fsutil::offset_file_name(0));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&first)
-            .unwrap()
-            .set_len(30)
-            .unwrap();
-        let last = dir.path().join(fsutil::offset_file_name(8 * CQ_ENTRY_SIZE));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&last)
-            .unwrap()
-            .set_len(25)
-            .unwrap();
+        cut_file(dir.path(), 0, 30);
+        cut_file(dir.path(), 8 * CQ_ENTRY_SIZE, 25);
         let (q, report) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
         assert!(report.needs_rebuild);
         assert_eq!(report.torn_bytes_cut, 5);
@@ -539,10 +528,7 @@ mod tests {
     #[test]
     fn retention_raises_min_offset() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut q, _) = ConsumeQueue::open("T/0".into(), dir.path(), 4).unwrap();
-        for i in 0..10 {
-            q.put(i, entry(i * 100)).unwrap();
-        }
+        let mut q = filled(dir.path(), 10);
         q.sync().unwrap();
         q.delete_below_phys(450).unwrap();
         assert_eq!(q.min_offset(), 5);

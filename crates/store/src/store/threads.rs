@@ -168,19 +168,7 @@ mod tests {
 
     fn draft(body: &[u8]) -> DraftRecord<'_> {
         let host = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
-        DraftRecord {
-            topic: "Nap",
-            queue_id: 0,
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp_ms: 1_700_000_000_000,
-            born_host: host,
-            store_host: host,
-            reconsume_times: 0,
-            prepared_tx_offset: 0,
-            body,
-            properties: &[],
-        }
+        DraftRecord::plain("Nap", 0, body, &[], host, 1_700_000_000_000)
     }
 
     fn wait_until(what: &str, done: impl Fn() -> bool) -> Duration {

@@ -35,19 +35,7 @@ pub fn draft<'a>(
     body: &'a [u8],
     properties: &'a [u8],
 ) -> DraftRecord<'a> {
-    DraftRecord {
-        topic,
-        queue_id,
-        flag: 0,
-        sys_flag: 0,
-        born_timestamp_ms: 1_700_000_000_000,
-        born_host: host(),
-        store_host: host(),
-        reconsume_times: 0,
-        prepared_tx_offset: 0,
-        body,
-        properties,
-    }
+    DraftRecord::plain(topic, queue_id, body, properties, host(), 1_700_000_000_000)
 }
 
 /// Every message of a queue from its min to its max (after dispatch caught up), checking that queue offsets are dense
