@@ -230,8 +230,9 @@ impl<'de> Visitor<'de> for ExtVisitor {
         // into a map and then filtering nulls would: collected with the nulls, sorted once
         // (the last value of a key wins), then the nulls dropped.
         let mut pairs: Vec<(ExtText, Option<ExtText>)> = Vec::new();
-        while let Some((key, value)) = map.next_entry::<ExtText, Value>()? {
-            pairs.push((key, ext_value_into_text(value).map(ExtText::from)));
+        while let Some(key) = map.next_key::<ExtText>()? {
+            let value = map.next_value::<ExtValueText>()?;
+            pairs.push((key, value.0));
         }
         super::ext_map::sort_keeping_last_by(&mut pairs, |a, b| a.0.cmp(&b.0));
         let present = pairs
@@ -262,6 +263,72 @@ impl<'de> Visitor<'de> for ExtVisitor {
     }
     fn visit_str<E: de::Error>(self, _: &str) -> Result<ExtIn, E> {
         Ok(ExtIn::Other("a string"))
+    }
+}
+
+/// An ext field's JSON value as its text, read straight from the parser: a string becomes an
+/// inline text when short, with no `serde_json::Value` or `String` in between; numbers and
+/// booleans their text; an array or object its JSON text; null absent (`None`). Same texts
+/// as [`ext_value_into_text`] of the parsed value.
+struct ExtValueText(Option<ExtText>);
+
+impl<'de> Deserialize<'de> for ExtValueText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ExtValueVisitor)
+    }
+}
+
+struct ExtValueVisitor;
+
+impl<'de> Visitor<'de> for ExtValueVisitor {
+    type Value = ExtValueText;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(Some(ExtText::from(v))))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(Some(ExtText::from(v))))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(Some(ExtText::const_new(if v {
+            "true"
+        } else {
+            "false"
+        }))))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(Some(
+            super::ext::ToCompactString::to_compact_string(&v),
+        )))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(Some(
+            super::ext::ToCompactString::to_compact_string(&v),
+        )))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ExtValueText, E> {
+        // Through `Number`, so a float reads exactly as `number_text` of the parsed value.
+        Ok(ExtValueText(
+            Number::from_f64(v).map(|n| ExtText::from(number_text(&n))),
+        ))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(None))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<ExtValueText, E> {
+        Ok(ExtValueText(None))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<ExtValueText, A::Error> {
+        let value = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(ExtValueText(ext_value_into_text(value).map(ExtText::from)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ExtValueText, A::Error> {
+        let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(ExtValueText(ext_value_into_text(value).map(ExtText::from)))
     }
 }
 
@@ -427,6 +494,42 @@ mod tests {
                 ("twice", "2"),
             ]
         );
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1.0e20f64..1.0e20).prop_map(Value::from),
+            (-100i32..100).prop_map(|n| Value::from(f64::from(n))),
+            ".{0,40}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z]{1,3}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// An ext field's value read straight from the parser has the text (or absence) the
+        /// same value has when parsed into a `serde_json::Value` first.
+        #[test]
+        fn ext_values_read_directly_as_through_a_value(value in json_value()) {
+            let text = format!(r#"{{"code":1,"extFields":{{"k":{value}}}}}"#);
+            let cmd = decode(text.as_bytes()).unwrap();
+            let reparsed: Value = serde_json::from_str(&value.to_string()).unwrap();
+            let expected = ext_value_into_text(reparsed);
+            proptest::prop_assert_eq!(
+                cmd.ext_fields.get("k").map(|v| v.as_str().to_string()),
+                expected
+            );
+        }
     }
 
     #[test]
