@@ -110,16 +110,10 @@ pub fn check_store(config: &StoreConfig, scope: CheckScope) -> Result<CheckRepor
         CheckScope::Recovery => checkpoint.as_ref().map_or(log.min_offset(), |c| c.position),
     };
     let scan = scan_log(&log, scanned_from)?;
-    let bytes_cut = recovery::bytes_after(&log, scan.end)?;
+    let preallocated = crate::commitlog::preallocation::read_record(root)?;
+    let (_, cut) = recovery::bytes_to_cut(&log, scan.end, scan.tail.clone(), preallocated)?;
     // A scan that stopped at too much damage cuts nothing: recovery refuses to open instead.
-    let would_cut = (bytes_cut > 0 && scan.stopped_at.is_none()).then(|| LogCut {
-        phys_offset: scan.end,
-        bytes_cut,
-        reason: scan.tail.as_ref().map_or_else(
-            || "bytes after the end of the log".into(),
-            |t| t.reason.clone(),
-        ),
-    });
+    let would_cut = cut.filter(|_| scan.stopped_at.is_none());
     let queues = inspect_queues(config, checkpoint.as_ref())?;
     let epochs = crate::epoch::load(root)?;
     let kept_end = pending_truncation(root)?.map_or(scan.end, |cut| cut.min(scan.end));

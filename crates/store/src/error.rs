@@ -32,7 +32,16 @@ impl FileError {
             source,
         }
     }
+
+    /// The filesystem does not support the operation (no `fallocate`, say).
+    pub fn is_unsupported(&self) -> bool {
+        self.source.kind() == io::ErrorKind::Unsupported
+            || self.source.raw_os_error() == Some(EOPNOTSUPP)
+    }
 }
+
+/// `EOPNOTSUPP` on Linux: what `fallocate` returns on a filesystem without it.
+const EOPNOTSUPP: i32 = 95;
 
 /// Why an append (message or offset record) failed. Nothing was acknowledged.
 #[derive(Debug, thiserror::Error)]

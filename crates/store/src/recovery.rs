@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Checkpoint, CheckpointDir};
 use crate::commitlog::writer::WriterState;
-use crate::commitlog::CommitLog;
+use crate::commitlog::{preallocation, CommitLog};
 use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueueSet;
 use crate::dispatch::{Derived, DispatchError};
@@ -69,6 +69,9 @@ pub struct RecoveryReport {
     pub log_min: u64,
     /// The bad tail that was cut, if any: bad bytes with nothing valid after them.
     pub cut: Option<LogCut>,
+    /// Zero bytes after the end of the log that were space preallocated for appends (see
+    /// [`crate::commitlog::preallocation`]): trimmed, not data, not reported as a cut.
+    pub preallocated_trimmed: u64,
     /// Damaged ranges with valid records after them: kept in the log, quarantined, never
     /// served; the records after them stay (see [`crate::scan`]).
     pub quarantined: Vec<QuarantinedRange>,
@@ -126,7 +129,9 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     let checkpoint = newest_usable_checkpoint(&log, &checkpoints, &mut report)?;
     let scan_from = checkpoint.as_ref().map_or(log.min_offset(), |c| c.position);
     report.scanned_from = scan_from;
-    let (end, damaged) = scan_and_cut(&log, scan_from, &mut report)?;
+    let preallocated = preallocation::read_record(root)?;
+    let (end, damaged) = scan_and_cut(&log, scan_from, preallocated, &mut report)?;
+    log.enable_preallocation(root);
     log.reset_ends(end);
     report.log_end = end;
 
@@ -288,10 +293,12 @@ pub(crate) fn choose_checkpoint(
 }
 
 /// Verifies records from `from`; cuts a torn tail (bad bytes with nothing valid after them)
-/// and returns the log end and the damaged ranges to quarantine (see [`crate::scan`]).
+/// and returns the log end and the damaged ranges to quarantine (see [`crate::scan`]). Zeros
+/// the `preallocated` record covers are trimmed too, but are not a cut.
 fn scan_and_cut(
     log: &CommitLog,
     from: u64,
+    preallocated: Option<preallocation::Allocation>,
     report: &mut RecoveryReport,
 ) -> Result<(u64, Vec<QuarantinedRange>), OpenError> {
     let scan = scan_log(log, from)?;
@@ -310,18 +317,14 @@ fn scan_and_cut(
     }
     report.quarantined = scan.damaged.clone();
     let pos = scan.end;
-    let bytes_cut = bytes_after(log, pos)?;
-    if bytes_cut > 0 {
-        let reason = scan
-            .tail
-            .map(|tail| tail.reason)
-            .unwrap_or_else(|| "bytes after the end of the log".into());
-        tracing::warn!(phys_offset = pos, bytes_cut, %reason, "CommitLog torn tail cut");
-        report.cut = Some(LogCut {
-            phys_offset: pos,
-            bytes_cut,
-            reason,
-        });
+    let (bytes_after, cut) = bytes_to_cut(log, pos, scan.tail, preallocated)?;
+    report.preallocated_trimmed = bytes_after - cut.as_ref().map_or(0, |c| c.bytes_cut);
+    if let Some(cut) = &cut {
+        tracing::warn!(phys_offset = pos, bytes_cut = cut.bytes_cut, reason = %cut.reason,
+            "CommitLog torn tail cut");
+    }
+    report.cut = cut;
+    if bytes_after > 0 {
         for segment in log.segments().into_iter().rev() {
             if segment.start + log.segment_size() <= pos {
                 break;
@@ -338,6 +341,25 @@ fn scan_and_cut(
         last.sync()?;
     }
     Ok((pos, scan.damaged))
+}
+
+/// The bytes in the files after the log's end at `pos`, and the cut they amount to: all of
+/// them but the zeros the `preallocated` record covers (`None` when nothing else is there).
+pub(crate) fn bytes_to_cut(
+    log: &CommitLog,
+    pos: u64,
+    tail: Option<crate::scan::TornTail>,
+    preallocated: Option<preallocation::Allocation>,
+) -> Result<(u64, Option<LogCut>), FileError> {
+    let bytes_after = bytes_after(log, pos)?;
+    let space = preallocation::preallocated_zeros(log, preallocated, pos)?;
+    let bytes_cut = bytes_after.saturating_sub(space);
+    let cut = (bytes_cut > 0).then(|| LogCut {
+        phys_offset: pos,
+        bytes_cut,
+        reason: tail.map_or_else(|| "bytes after the end of the log".into(), |t| t.reason),
+    });
+    Ok((bytes_after, cut))
 }
 
 /// Bytes present in the files at or after `pos`.

@@ -323,6 +323,11 @@ fn is_resync_point(
     candidate: u64,
     file_len: u64,
 ) -> Result<bool, FileError> {
+    // Most candidates fail on their magic: check it before copying anything (a search over
+    // megabytes of zeros, preallocated space after a torn write, stays quick).
+    if head.len() >= 8 && ![BLANK_MAGIC, MAGIC_V1, MAGIC_V2].contains(&peek_magic(head)) {
+        return Ok(false);
+    }
     let in_segment = candidate - segment.start;
     let mut header = head[..head.len().min(RESYNC_HEADER_BYTES)].to_vec();
     if header.len() < RESYNC_HEADER_BYTES && in_segment + (header.len() as u64) < file_len {

@@ -42,6 +42,8 @@
 //!   none poisons the store; the latest is in the store's stats until one succeeds).
 //! - `ferromq_store_undispatchable_records`: records the store quarantined because no
 //!   ConsumeQueue can hold them (since the store opened).
+//! - `ferromq_store_preallocation_failures_total`: CommitLog space preallocations that
+//!   failed (the commits went on as plain appends, a little slower under SYNC_FLUSH).
 //! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
@@ -756,6 +758,11 @@ impl ScrapeValues {
             plain_counters: replication_counters(ctx)
                 .into_iter()
                 .chain(pop_and_timer_counters(ctx))
+                .chain([(
+                    "ferromq_store_preallocation_failures",
+                    "CommitLog space preallocations that failed (the commits appended without them)",
+                    stats.preallocation_failures,
+                )])
                 .collect(),
             lease_remaining_ms: ctx
                 .replication

@@ -9,6 +9,7 @@
 //!    it. `appended_end` (≥ `committed_end`) also counts the writer's uncommitted tail.
 //! 3. `min_offset` is the start of the oldest segment kept; retention raises it.
 
+pub mod preallocation;
 pub mod region;
 pub mod segment;
 pub mod writer;
@@ -16,7 +17,7 @@ pub mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use bytes::Bytes;
 use ferromq_protocol::{peek_magic, peek_total_size, RecordError, RecordView, BLANK_MAGIC};
@@ -42,6 +43,9 @@ pub struct CommitLog {
     committed_end: AtomicU64,
     appended_end: AtomicU64,
     min_offset: AtomicU64,
+    /// Extends the active segment ahead of commits; unset (plain appends) until a writable
+    /// store enables it after recovery.
+    preallocator: OnceLock<preallocation::Preallocator>,
     /// Fault points for tests.
     pub faults: crate::faults::Faults,
 }
@@ -140,6 +144,7 @@ impl CommitLog {
             committed_end: AtomicU64::new(min),
             appended_end: AtomicU64::new(min),
             min_offset: AtomicU64::new(min),
+            preallocator: OnceLock::new(),
             faults: Default::default(),
         }
     }
@@ -179,6 +184,19 @@ impl CommitLog {
             expected = Some(start + self.segment_size);
         }
         Ok(())
+    }
+
+    /// Preallocates the active segment ahead of commits from now on, recording each extension
+    /// under the store's `root` (see [`preallocation`]). Later calls change nothing.
+    pub fn enable_preallocation(&self, root: &Path) {
+        let _ = self
+            .preallocator
+            .set(preallocation::Preallocator::new(root));
+    }
+
+    /// The preallocator, once enabled.
+    pub fn preallocator(&self) -> Option<&preallocation::Preallocator> {
+        self.preallocator.get()
     }
 
     /// Directory of the segment files.

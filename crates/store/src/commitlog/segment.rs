@@ -1,8 +1,9 @@
 //! One CommitLog segment file: a fixed span of physical offsets starting at `start`.
 //!
-//! Files are not preallocated: a segment's length is the end of the bytes written to it, so a
-//! truncation is a `set_len` and a disk-full error surfaces as a failed write, never as a
-//! fault on a memory map.
+//! Files are not memory-mapped: a segment's length is the end of the bytes written to it,
+//! or, for the active segment, the end of the zero-filled space preallocated ahead of them
+//! (see [`super::preallocation`]); a truncation is a `set_len` and a disk-full error surfaces
+//! as a failed write, never as a fault on a memory map.
 //!
 //! Invariant: a segment's `truncations` epoch grows before any of its bytes is cut (a
 //! `truncate`, or a truncation removing the whole file), so a reader holding a
@@ -102,6 +103,13 @@ impl Segment {
             .map_err(|e| FileError::new("write", &self.path, e))
     }
 
+    /// Extends the file to `len` bytes of allocated, zero-filled space (`fallocate` with no
+    /// flags: the size changes and the blocks are reserved, so later writes below `len` do
+    /// not change the file's size). Never shrinks the file.
+    pub fn allocate(&self, len: u64) -> Result<(), FileError> {
+        allocate_file(&self.file, len).map_err(|e| FileError::new("fallocate", &self.path, e))
+    }
+
     /// Cuts the file to `len` bytes and makes the cut durable.
     pub fn truncate(&self, len: u64) -> Result<(), FileError> {
         self.retire();
@@ -141,4 +149,27 @@ impl AsFd for Segment {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }
+}
+
+#[cfg(target_os = "linux")]
+fn allocate_file(file: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    loop {
+        // SAFETY: `fallocate` takes a file descriptor and integers only, no memory; the
+        // descriptor is `file`'s, open for writing and alive for the whole call.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocate_file(_file: &File, _len: u64) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }

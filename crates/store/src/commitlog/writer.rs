@@ -284,6 +284,10 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
             }
         };
         let at = chunk.start - segment.start;
+        if let Some(preallocator) = log.preallocator() {
+            let end = at + chunk.bytes.len() as u64;
+            preallocator.make_room(&segment, end, log.segment_size());
+        }
         if log.faults.take_write() {
             segment.write_all_at(at, &chunk.bytes[..chunk.bytes.len() / 2])?;
             return Err(FileError::new(

@@ -197,8 +197,13 @@ impl Inner {
         let segment_size = self.config.segment_size_bytes;
         let mut total: u64 = 0;
         let mut sizes = Vec::with_capacity(segments.len());
+        let committed_end = self.log.committed_end();
         for segment in &segments {
-            let len = segment.len().map_err(file_error)?;
+            // The active segment's file may run past its data (preallocated space).
+            let len = segment
+                .len()
+                .map_err(file_error)?
+                .min(committed_end.saturating_sub(segment.start));
             total += len;
             sizes.push(len);
         }

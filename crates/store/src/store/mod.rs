@@ -159,6 +159,9 @@ pub struct StoreStats {
     /// Records the dispatcher quarantined as undispatchable since open (see
     /// [`crate::quarantine`]; [`MessageStore::quarantined`] lists them).
     pub undispatchable_records: u64,
+    /// Preallocations of CommitLog space that failed since open; the commits went on as
+    /// plain appends (see [`crate::commitlog::preallocation`]).
+    pub preallocation_failures: u64,
 }
 
 /// How long dispatch passes must keep failing before the store calls dispatch stalled and
@@ -495,6 +498,7 @@ impl MessageStore {
             checkpoint_failures: inner.checkpoint_health.failures(),
             last_checkpoint_failure: inner.checkpoint_health.last_failure(),
             undispatchable_records,
+            preallocation_failures: inner.log.preallocator().map_or(0, |p| p.failures()),
         }
     }
 
@@ -595,6 +599,9 @@ impl MessageStore {
         result?;
         if let Some(reason) = self.inner.poisoned() {
             return Err(StoreError::Poisoned(reason));
+        }
+        if let Some(preallocator) = self.inner.log.preallocator() {
+            preallocator.trim(&self.inner.log, self.inner.log.committed_end())?;
         }
         crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
         Ok(())

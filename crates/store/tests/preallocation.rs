@@ -1,0 +1,225 @@
+//! Preallocated CommitLog space (`commitlog::preallocation`): commits write inside space the
+//! active segment file already has, a crash leaves zeros after the log that recovery and
+//! `--check` know to be space (no cut reported), and zeros or bytes outside the recorded space
+//! are still reported as before.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use ferromq_store::commitlog::preallocation::{PREALLOCATION_STEP_BYTES, RECORD_FILE};
+use ferromq_store::{check_store, CheckScope, MessageStore, StoreConfig};
+
+use common::{body_of, draft, locate, read_all, segment_files, set_len, test_config};
+
+/// Segments large enough that a preallocation is a whole step ahead.
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+fn config(root: &Path) -> StoreConfig {
+    let mut config = test_config(root);
+    config.segment_size_bytes = SEGMENT_BYTES;
+    config
+}
+
+fn open(config: &StoreConfig) -> MessageStore {
+    MessageStore::open(config.clone()).expect("open")
+}
+
+/// Puts `count` messages to T/0 and returns the log end.
+fn put_messages(store: &MessageStore, from: usize, count: usize) -> u64 {
+    for i in from..from + count {
+        let body = format!("message {i}");
+        store
+            .put(&[draft("T", 0, body.as_bytes(), b"")])
+            .expect("put");
+    }
+    store.stats().written_end
+}
+
+fn bodies(store: &MessageStore) -> Vec<String> {
+    read_all(store, "T", 0)
+        .iter()
+        .map(|m| String::from_utf8(body_of(m)).expect("utf8"))
+        .collect()
+}
+
+fn expected(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("message {i}")).collect()
+}
+
+fn last_file_len(root: &Path) -> u64 {
+    let (_, path) = segment_files(root).pop().expect("a segment");
+    std::fs::metadata(path).expect("stat").len()
+}
+
+#[test]
+fn commits_write_inside_preallocated_space_and_a_crash_reports_no_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let end = put_messages(&store, 0, 50);
+    let file_len = last_file_len(dir.path());
+    assert!(
+        file_len > end && (PREALLOCATION_STEP_BYTES..=SEGMENT_BYTES).contains(&file_len),
+        "file {file_len} bytes for a log ending at {end}"
+    );
+    assert!(dir.path().join(RECORD_FILE).exists());
+    store.abandon();
+
+    let check = check_store(&config, CheckScope::Full).expect("check");
+    assert_eq!(check.would_cut, None, "{check:?}");
+    assert_eq!(check.scan.end, end);
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert!(!report.clean_shutdown);
+    assert_eq!(report.cut, None, "{report:?}");
+    assert_eq!(report.preallocated_trimmed, file_len - end);
+    assert_eq!(report.log_end, end);
+    assert_eq!(store.stats().bytes_cut, 0);
+    assert_eq!(bodies(&store), expected(50));
+
+    // The log continues at its end, inside fresh preallocated space.
+    let next = put_messages(&store, 50, 10);
+    assert!(last_file_len(dir.path()) >= end + PREALLOCATION_STEP_BYTES);
+    assert!(last_file_len(dir.path()) > next);
+    store.close().expect("close");
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), expected(60));
+}
+
+#[test]
+fn a_clean_close_leaves_files_that_end_at_their_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let end = put_messages(&store, 0, 20);
+    assert!(last_file_len(dir.path()) > end);
+    store.close().expect("close");
+    assert_eq!(last_file_len(dir.path()), end);
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert!(report.clean_shutdown);
+    assert_eq!((report.cut, report.preallocated_trimmed), (None, 0));
+    assert_eq!(bodies(&store), expected(20));
+}
+
+/// Zeros past the recorded space (the file grew further, and its data never reached the
+/// disk) are a reported cut; the preallocated zeros before them are not counted in it.
+#[test]
+fn zeros_past_the_recorded_space_are_still_a_reported_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let end = put_messages(&store, 0, 30);
+    store.abandon();
+    let (segment, _) = locate(dir.path(), SEGMENT_BYTES, end);
+    let file_len = last_file_len(dir.path());
+    set_len(&segment, file_len + 4096);
+
+    let check = check_store(&config, CheckScope::Recovery).expect("check");
+    let cut = check
+        .would_cut
+        .expect("the zeros past the space are reported");
+    assert_eq!((cut.phys_offset, cut.bytes_cut), (end, 4096));
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert_eq!(report.cut, Some(cut), "{report:?}");
+    assert_eq!(report.preallocated_trimmed, file_len - end);
+    assert_eq!(store.stats().bytes_cut, 4096);
+    assert_eq!(
+        last_file_len(dir.path()),
+        end,
+        "everything after the log is gone"
+    );
+    assert_eq!(bodies(&store), expected(30));
+}
+
+/// A torn record written into the preallocated space: its bytes are the cut, the zeros after
+/// them are space (zeros at the end of the torn bytes count as space too: they cannot be told
+/// apart).
+#[test]
+fn a_torn_record_inside_the_space_is_cut_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let first = store
+        .put(&[draft("T", 0, b"message 0", b"")])
+        .expect("put")
+        .placements[0]
+        .clone();
+    let end = put_messages(&store, 1, 9);
+    store.abandon();
+    let (segment, at) = locate(dir.path(), SEGMENT_BYTES, end);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&segment)
+        .expect("open segment");
+    let mut head = vec![0u8; 40];
+    file.read_exact_at(&mut head, first.phys_offset)
+        .expect("read a record's head");
+    // Trailing zeros of a torn write cannot be told from the space after it; end on a byte
+    // that is not zero so the whole torn write is what the cut must count.
+    head[39] = 0xAB;
+    file.write_all_at(&head, at).expect("write a torn record");
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    let cut = report.cut.clone().expect("the torn record is reported");
+    assert_eq!((cut.phys_offset, cut.bytes_cut), (end, 40), "{cut:?}");
+    assert!(report.preallocated_trimmed > 0);
+    assert_eq!(bodies(&store), expected(10));
+}
+
+/// Without a record that verifies, nothing is known to be space: the zeros are reported, the
+/// safe side.
+#[test]
+fn a_damaged_record_makes_the_zeros_a_reported_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let end = put_messages(&store, 0, 10);
+    store.abandon();
+    let file_len = last_file_len(dir.path());
+    let record = dir.path().join(RECORD_FILE);
+    let mut bytes = std::fs::read(&record).expect("read record");
+    bytes[3] ^= 1;
+    std::fs::write(&record, bytes).expect("write record");
+
+    let store = open(&config);
+    let cut = store.recovery_report().cut.clone().expect("reported");
+    assert_eq!((cut.phys_offset, cut.bytes_cut), (end, file_len - end));
+    assert_eq!(bodies(&store), expected(10));
+}
+
+/// Small segments: the space never runs past a segment, rolled segments keep their data, and
+/// a crash in any of them recovers everything with no cut.
+#[test]
+fn space_stops_at_the_segment_end_across_rolls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = test_config(dir.path());
+    let store = open(&config);
+    let body = vec![b'x'; 1000];
+    for _ in 0..200 {
+        store.put(&[draft("T", 0, &body, b"")]).expect("put");
+    }
+    let end = store.stats().written_end;
+    let segments = segment_files(dir.path());
+    assert!(segments.len() >= 3, "{segments:?}");
+    for (start, path) in &segments {
+        let len = std::fs::metadata(path).expect("stat").len();
+        assert!(len <= config.segment_size_bytes, "{start}: {len}");
+    }
+    store.abandon();
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert_eq!(report.cut, None, "{report:?}");
+    assert_eq!(report.log_end, end);
+    assert_eq!(read_all(&store, "T", 0).len(), 200);
+}
