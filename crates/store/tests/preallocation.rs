@@ -8,6 +8,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use ferromq_protocol::BLANK_MAGIC;
 use ferromq_store::commitlog::preallocation::{PREALLOCATION_STEP_BYTES, RECORD_FILE};
 use ferromq_store::{check_store, CheckScope, MessageStore, StoreConfig};
 
@@ -215,6 +216,12 @@ fn space_stops_at_the_segment_end_across_rolls() {
         let len = std::fs::metadata(path).expect("stat").len();
         assert!(len <= config.segment_size_bytes, "{start}: {len}");
     }
+    // A rolled segment's file ends at its end marker: its space was trimmed at the roll.
+    for (start, path) in &segments[..segments.len() - 1] {
+        let bytes = std::fs::read(path).expect("read segment");
+        let magic = u32::from_be_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+        assert_eq!(magic, BLANK_MAGIC, "segment {start} ends at its marker");
+    }
     store.abandon();
 
     let store = open(&config);
@@ -222,4 +229,25 @@ fn space_stops_at_the_segment_end_across_rolls() {
     assert_eq!(report.cut, None, "{report:?}");
     assert_eq!(report.log_end, end);
     assert_eq!(read_all(&store, "T", 0).len(), 200);
+}
+
+/// Commits of many blocks gain nothing from preallocated space (converting reserved blocks
+/// costs as much as growing the file), so a run of them appends plainly.
+#[test]
+fn large_commits_append_without_space() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let body = vec![b'y'; 1000];
+    let batch: Vec<_> = (0..32).map(|_| draft("T", 0, &body, b"")).collect();
+    for _ in 0..20 {
+        store.put(&batch).expect("put a batch");
+    }
+    let end = store.stats().written_end;
+    assert_eq!(last_file_len(dir.path()), end, "no space past the data");
+    store.abandon();
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert_eq!((report.cut, report.preallocated_trimmed), (None, 0));
+    assert_eq!(read_all(&store, "T", 0).len(), 640);
 }

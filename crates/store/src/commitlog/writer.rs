@@ -286,7 +286,7 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
         let at = chunk.start - segment.start;
         if let Some(preallocator) = log.preallocator() {
             let end = at + chunk.bytes.len() as u64;
-            preallocator.make_room(&segment, end, log.segment_size());
+            preallocator.make_room(&segment, at, end, log.segment_size());
         }
         if log.faults.take_write() {
             segment.write_all_at(at, &chunk.bytes[..chunk.bytes.len() / 2])?;
@@ -297,6 +297,9 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
             ));
         }
         segment.write_all_at(at, &chunk.bytes)?;
+        if let Some(preallocator) = log.preallocator().filter(|_| chunk.ends_segment) {
+            preallocator.trim_rolled(&segment, at + chunk.bytes.len() as u64);
+        }
         debug_assert_eq!(
             chunk.start,
             log.committed_end(),
