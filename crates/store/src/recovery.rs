@@ -131,7 +131,11 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     report.scanned_from = scan_from;
     let preallocated = preallocation::read_record(root)?;
     let (end, damaged) = scan_and_cut(&log, scan_from, preallocated, &mut report)?;
-    log.enable_preallocation(root);
+    // Only an fsync per commit gains from it: under AsyncFlush writes into reserved blocks
+    // only cost (windowed sends 3-5% slower; docs/performance.md).
+    if config.flush_disk_type == crate::config::FlushDiskType::SyncFlush {
+        log.enable_preallocation(root);
+    }
     log.reset_ends(end);
     report.log_end = end;
 

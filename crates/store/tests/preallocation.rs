@@ -251,3 +251,17 @@ fn large_commits_append_without_space() {
     assert_eq!((report.cut, report.preallocated_trimmed), (None, 0));
     assert_eq!(read_all(&store, "T", 0).len(), 640);
 }
+
+/// Under ASYNC_FLUSH no commit waits for an fsync, so nothing gains from the space: the
+/// files end at their data while the store runs.
+#[test]
+fn an_async_flush_store_does_not_preallocate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.flush_disk_type = ferromq_store::FlushDiskType::AsyncFlush;
+    let store = open(&config);
+    let end = put_messages(&store, 0, 50);
+    assert_eq!(last_file_len(dir.path()), end);
+    assert!(!dir.path().join(RECORD_FILE).exists());
+    drop(store);
+}
