@@ -131,10 +131,15 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     report.scanned_from = scan_from;
     let preallocated = preallocation::read_record(root)?;
     let (end, damaged) = scan_and_cut(&log, scan_from, preallocated, &mut report)?;
+    let preallocator = preallocation::Preallocator::new(root);
+    if preallocated.is_some() {
+        // The space is cut; the record must not go on covering zeros a later run leaves.
+        preallocator.trim(&log, end)?;
+    }
     // Only an fsync per commit gains from it: under AsyncFlush writes into reserved blocks
     // only cost (windowed sends 3-5% slower; docs/performance.md).
     if config.flush_disk_type == crate::config::FlushDiskType::SyncFlush {
-        log.enable_preallocation(root);
+        log.enable_preallocation(preallocator);
     }
     log.reset_ends(end);
     report.log_end = end;

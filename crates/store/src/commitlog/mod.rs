@@ -186,12 +186,10 @@ impl CommitLog {
         Ok(())
     }
 
-    /// Preallocates the active segment ahead of commits from now on, recording each extension
-    /// under the store's `root` (see [`preallocation`]). Later calls change nothing.
-    pub fn enable_preallocation(&self, root: &Path) {
-        let _ = self
-            .preallocator
-            .set(preallocation::Preallocator::new(root));
+    /// Preallocates the active segment ahead of commits from now on (see [`preallocation`]).
+    /// Later calls change nothing.
+    pub fn enable_preallocation(&self, preallocator: preallocation::Preallocator) {
+        let _ = self.preallocator.set(preallocator);
     }
 
     /// The preallocator, once enabled.
