@@ -27,6 +27,7 @@ pub struct Faults {
     fail_checkpoints: AtomicU32,
     fail_derived_syncs: AtomicU32,
     fail_dispatches: AtomicU32,
+    fail_preallocations: AtomicU32,
     /// Mirrors of `stalls` readable without the lock (the unarmed fast path).
     syncs_stalled: AtomicBool,
     writes_stalled: AtomicBool,
@@ -86,6 +87,12 @@ impl Faults {
     /// the process is out of descriptors (EMFILE).
     pub fn fail_dispatches(&self, count: u32) {
         self.fail_dispatches.store(count, Ordering::Release);
+    }
+
+    /// Makes the next `count` preallocations of CommitLog space fail as on a full disk
+    /// (ENOSPC from `fallocate`).
+    pub fn fail_preallocations(&self, count: u32) {
+        self.fail_preallocations.store(count, Ordering::Release);
     }
 
     /// While `true`, every CommitLog fsync of the flusher blocks before syncing, until the
@@ -195,6 +202,10 @@ impl Faults {
 
     pub(crate) fn take_dispatch(&self) -> bool {
         take(&self.fail_dispatches)
+    }
+
+    pub(crate) fn take_preallocation(&self) -> bool {
+        take(&self.fail_preallocations)
     }
 
     pub(crate) fn take_checkpoint(&self) -> bool {

@@ -291,3 +291,32 @@ fn after_recovery_the_record_covers_no_space() {
     assert_eq!((cut.phys_offset, cut.bytes_cut), (end, 4096));
     assert_eq!(bodies(&store), expected(20));
 }
+
+/// A preallocation that fails (a full disk) never fails a write: the commits append, the
+/// failure is counted once for the step it wanted (not once per commit), and the records
+/// survive a crash with nothing reported.
+#[test]
+fn a_failed_preallocation_is_counted_once_and_the_writes_go_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    store.faults().fail_preallocations(1_000);
+    let end = put_messages(&store, 0, 100);
+    assert_eq!(store.stats().preallocation_failures, 1);
+    assert_eq!(
+        last_file_len(dir.path()),
+        end,
+        "no space: the commits appended"
+    );
+    assert!(store.stats().poisoned.is_none());
+    store.abandon();
+
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), expected(100));
+    assert_eq!(
+        store.stats().preallocation_failures,
+        0,
+        "counted since open"
+    );
+}

@@ -110,6 +110,10 @@ pub struct Preallocator {
     failures: AtomicU64,
     /// Moving average of commit sizes, bytes (written by the serialised committer only).
     average_commit: AtomicU64,
+    /// After a failure, no new attempt before the log reaches this physical offset (the
+    /// failed extension's end): one attempt, one record fsync and one warning per step on a
+    /// full disk, not one per commit.
+    retry_from: AtomicU64,
 }
 
 impl Preallocator {
@@ -121,6 +125,7 @@ impl Preallocator {
             supported: AtomicBool::new(true),
             failures: AtomicU64::new(0),
             average_commit: AtomicU64::new(0),
+            retry_from: AtomicU64::new(0),
         }
     }
 
@@ -132,24 +137,33 @@ impl Preallocator {
     /// Before a commit writes `[at, end)` of `segment` (relative offsets): while commits are
     /// small and the file does not reach `end`, extends it a step ahead. Commits are
     /// serialised by the caller.
-    pub fn make_room(&self, segment: &Segment, at: u64, end: u64, segment_size: u64) {
+    pub fn make_room(&self, log: &CommitLog, segment: &Segment, at: u64, end: u64) {
         let average = self.observe_commit(end - at);
-        if !self.supported.load(Ordering::Relaxed) || !extending_pays(average) {
+        if !self.supported.load(Ordering::Relaxed)
+            || !extending_pays(average)
+            || segment.start + end < self.retry_from.load(Ordering::Relaxed)
+        {
             return;
         }
+        let target = (end + PREALLOCATION_STEP_BYTES).min(log.segment_size());
         let result = segment.len().and_then(|len| {
             if end <= len {
                 return Ok(());
             }
-            let target = (end + PREALLOCATION_STEP_BYTES).min(segment_size);
             self.write_record(Allocation {
                 segment_start: segment.start,
                 len: target,
             })?;
+            if log.faults.take_preallocation() {
+                let error = crate::faults::disk_full();
+                return Err(FileError::new("fallocate", segment.path(), error));
+            }
             segment.allocate(target)
         });
         if let Err(error) = result {
             self.failures.fetch_add(1, Ordering::Relaxed);
+            self.retry_from
+                .store(segment.start + target, Ordering::Relaxed);
             if error.is_unsupported() {
                 self.supported.store(false, Ordering::Relaxed);
             }

@@ -286,7 +286,7 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
         let at = chunk.start - segment.start;
         if let Some(preallocator) = log.preallocator() {
             let end = at + chunk.bytes.len() as u64;
-            preallocator.make_room(&segment, at, end, log.segment_size());
+            preallocator.make_room(log, &segment, at, end);
         }
         if log.faults.take_write() {
             segment.write_all_at(at, &chunk.bytes[..chunk.bytes.len() / 2])?;
