@@ -109,9 +109,13 @@ pub fn check_store(config: &StoreConfig, scope: CheckScope) -> Result<CheckRepor
         CheckScope::Full => log.min_offset(),
         CheckScope::Recovery => checkpoint.as_ref().map_or(log.min_offset(), |c| c.position),
     };
-    let scan = scan_log(&log, scanned_from)?;
+    let mut scan = scan_log(&log, scanned_from)?;
     let preallocated = crate::commitlog::preallocation::read_record(root)?;
     let (_, cut) = recovery::bytes_to_cut(&log, scan.end, scan.tail.clone(), preallocated)?;
+    if cut.is_none() {
+        // Whatever follows the log is preallocated space, not a torn tail.
+        scan.tail = None;
+    }
     // A scan that stopped at too much damage cuts nothing: recovery refuses to open instead.
     let would_cut = cut.filter(|_| scan.stopped_at.is_none());
     let queues = inspect_queues(config, checkpoint.as_ref())?;

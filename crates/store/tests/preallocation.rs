@@ -70,6 +70,8 @@ fn commits_write_inside_preallocated_space_and_a_crash_reports_no_cut() {
 
     let check = check_store(&config, CheckScope::Full).expect("check");
     assert_eq!(check.would_cut, None, "{check:?}");
+    assert_eq!(check.scan.tail, None, "space is not a torn tail");
+    assert!(check.scan.damaged.is_empty());
     assert_eq!(check.scan.end, end);
 
     let store = open(&config);
