@@ -21,6 +21,41 @@ fn last_json_line(output: &Output) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line {last:?} is not JSON: {e}"))
 }
 
+/// ASYNC_FLUSH runs through both commit paths, mapped copies and `pwrite`, and says which.
+#[test]
+fn bench_store_async_runs_with_mapped_and_plain_writes() {
+    for writes in ["mapped", "pwrite"] {
+        let dir = tempfile::tempdir().unwrap();
+        let output = ferromq(&[
+            "bench",
+            "store",
+            "--seconds",
+            "1",
+            "--flush",
+            "async",
+            "--writes",
+            writes,
+            "--json",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ]);
+        assert!(
+            output.status.success(),
+            "{writes}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let result = last_json_line(&output);
+        assert_eq!(result["writes"], writes);
+        assert_eq!(result["errors"], 0);
+        assert!(result["msgs_per_sec"].as_f64().unwrap() > 0.0, "{result}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("flush async ({writes} writes)")),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn bench_store_sync_prints_json_with_positive_rates() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,6 +35,11 @@ pub struct StoreConfig {
     pub flush_disk_type: FlushDiskType,
     /// Interval of the background flush under `AsyncFlush` (`flushIntervalCommitLog`).
     pub flush_interval_ms: u64,
+    /// Under `AsyncFlush`, commit by copying into a shared map of the active segment over
+    /// preallocated space (`true`, as RocketMQ writes through its `MappedByteBuffer`), or
+    /// with one `pwrite` per commit (`false`). Same acknowledgement either way: the bytes
+    /// are in the page cache. `SyncFlush` always writes (see `commitlog::mapping`).
+    pub mapped_writes: bool,
     /// How long a `SyncFlush` append waits for its fsync (`syncFlushTimeout`).
     pub sync_flush_timeout_ms: u64,
     /// Interval between checkpoints (ConsumeQueue/index fsync + offset snapshot).
@@ -60,6 +65,7 @@ impl StoreConfig {
             consume_queue_entries_per_file: 300_000,
             flush_disk_type: FlushDiskType::AsyncFlush,
             flush_interval_ms: 500,
+            mapped_writes: true,
             sync_flush_timeout_ms: 5_000,
             checkpoint_interval_ms: 1_000,
             snapshots_kept: 3,

@@ -136,10 +136,15 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
         // The space is cut; the record must not go on covering zeros a later run leaves.
         preallocator.trim(&log, end)?;
     }
-    // Only an fsync per commit gains from it: under AsyncFlush writes into reserved blocks
-    // only cost (windowed sends 3-5% slower; docs/performance.md).
-    if config.flush_disk_type == crate::config::FlushDiskType::SyncFlush {
-        log.enable_preallocation(preallocator);
+    // SyncFlush: small commits gain an fsync that writes no file size. AsyncFlush: mapped
+    // writes need the space; plain writes into reserved blocks only cost (windowed sends
+    // 3-5% slower; docs/performance.md).
+    match config.flush_disk_type {
+        crate::config::FlushDiskType::SyncFlush => log.enable_preallocation(preallocator),
+        crate::config::FlushDiskType::AsyncFlush if config.mapped_writes => {
+            log.enable_preallocation(preallocation::Preallocator::for_mapped_writes(root));
+        }
+        crate::config::FlushDiskType::AsyncFlush => {}
     }
     log.reset_ends(end);
     report.log_end = end;

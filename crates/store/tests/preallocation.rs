@@ -254,13 +254,15 @@ fn large_commits_append_without_space() {
     assert_eq!(read_all(&store, "T", 0).len(), 640);
 }
 
-/// Under ASYNC_FLUSH no commit waits for an fsync, so nothing gains from the space: the
-/// files end at their data while the store runs.
+/// Under ASYNC_FLUSH with plain writes no commit waits for an fsync, so nothing gains from
+/// the space: the files end at their data while the store runs (mapped writes, the
+/// default, preallocate for their own reason: `tests/mapped_writes.rs`).
 #[test]
-fn an_async_flush_store_does_not_preallocate() {
+fn an_async_flush_store_with_plain_writes_does_not_preallocate() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = config(dir.path());
     config.flush_disk_type = ferromq_store::FlushDiskType::AsyncFlush;
+    config.mapped_writes = false;
     let store = open(&config);
     let end = put_messages(&store, 0, 50);
     assert_eq!(last_file_len(dir.path()), end);

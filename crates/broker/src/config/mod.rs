@@ -133,6 +133,9 @@ pub struct BrokerConfig {
     pub max_message_size: usize,
     /// Interval of the async flush, ms.
     pub flush_interval_commit_log: u64,
+    /// ASYNC_FLUSH commits copy into a map of the active CommitLog segment (`true`) or use
+    /// one `pwrite` each (`false`); a ferromq key (RocketMQ always maps).
+    pub commit_log_mapped_writes: bool,
     /// How long a SYNC_FLUSH send waits for its fsync, ms.
     pub sync_flush_timeout: u64,
     /// CommitLog retention, hours.
@@ -320,6 +323,7 @@ impl Default for BrokerConfig {
             mapped_file_size_commit_log: 1 << 30,
             max_message_size: 4 * 1024 * 1024,
             flush_interval_commit_log: 500,
+            commit_log_mapped_writes: true,
             sync_flush_timeout: 5_000,
             file_reserved_time: 72,
             register_name_server_period: 30_000,
@@ -750,6 +754,7 @@ impl BrokerConfig {
         store.segment_size_bytes = self.mapped_file_size_commit_log;
         store.max_message_size_bytes = self.max_message_size;
         store.flush_interval_ms = self.flush_interval_commit_log.max(1);
+        store.mapped_writes = self.commit_log_mapped_writes;
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
         store.store_host = self.advertised_addr(self.listen_port);

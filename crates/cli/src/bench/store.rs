@@ -72,6 +72,19 @@ pub struct StoreArgs {
     /// CommitLog segment size (bytes, or with KiB/MiB/GiB); default 1 GiB.
     #[arg(long, value_name = "BYTES", value_parser = super::byte_count)]
     segment_size: Option<u64>,
+    /// How ASYNC_FLUSH commits reach the page cache: copied into a map of the active
+    /// segment (the store's default) or written with `pwrite` (`commitLogMappedWrites`).
+    #[arg(long, value_enum, default_value_t = CommitWrites::Mapped)]
+    writes: CommitWrites,
+}
+
+/// How the bench store's ASYNC_FLUSH commits are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CommitWrites {
+    /// Copied into a shared map of the active segment.
+    Mapped,
+    /// One `pwrite` per commit.
+    Pwrite,
 }
 
 /// How the bench's writers run.
@@ -126,10 +139,16 @@ pub fn run(args: &StoreArgs) -> Result<()> {
     if let Some(size) = args.segment_size {
         config.segment_size_bytes = size;
     }
+    config.mapped_writes = args.writes == CommitWrites::Mapped;
     let body_size = body_size_for(args.record_size, config.max_message_size_bytes)?;
     eprintln!(
-        "bench store: flush {}, {} writers, {} B records, {} s, in {}",
+        "bench store: flush {} ({} writes), {} writers, {} B records, {} s, in {}",
         args.flush.name(),
+        match (args.flush, args.writes) {
+            (Flush::Sync, _) => "pwrite",
+            (Flush::Async, CommitWrites::Mapped) => "mapped",
+            (Flush::Async, CommitWrites::Pwrite) => "pwrite",
+        },
         args.writers,
         args.record_size,
         args.seconds,
@@ -502,6 +521,7 @@ fn print_result(
             "flush": args.flush.name(),
             "writers": args.writers,
             "mode": format!("{:?}", args.mode).to_lowercase(),
+            "writes": format!("{:?}", args.writes).to_lowercase(),
             "record_size": args.record_size,
             "body_size": body_size,
             "seconds": round(phase.elapsed.as_secs_f64(), 3),

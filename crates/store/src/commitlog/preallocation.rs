@@ -7,9 +7,16 @@
 //! extends the file (`fallocate`: reserved blocks that read as zeros, not sparse)
 //! [`PREALLOCATION_STEP_BYTES`] ahead, never past the segment's end.
 //!
-//! Only under SYNC_FLUSH (recovery enables it): without an fsync per commit there is nothing
-//! to gain, and writes into reserved blocks cost the page-cache path a little (windowed
-//! ASYNC_FLUSH sends were 3–5% slower with it).
+//! Under SYNC_FLUSH for that reason, with the rule below. Under ASYNC_FLUSH with plain
+//! writes there is nothing to gain (windowed sends were 3–5% slower with it); with mapped
+//! writes (`super::mapping`, the ASYNC_FLUSH default) the extension is what makes the map
+//! safe to copy into, so every commit past the file's length extends it, by
+//! [`MAPPED_STEP_BYTES`], whatever the commit sizes. There the record covers the whole
+//! segment, written once when the segment is first extended: a record fsync per step
+//! queued behind the flusher's writeback of the same disk and stalled the committer for up
+//! to 45 ms. It tells recovery no less than per-step records would: under mapped writes data
+//! never grows the file, so zeros after the data are space or an unflushed suffix, which
+//! ASYNC_FLUSH may lose in an OS crash either way.
 //!
 //! Only while commits are small: the first write into a reserved block converts it, and a
 //! commit of many blocks costs as much as an append or more (4 KiB: 196–200 µs either way;
@@ -34,6 +41,8 @@
 //!    store's files end at their data, as before preallocation.
 //! 3. A failed preallocation never fails a write: the commit goes on as a plain append (which
 //!    reports a full disk itself), and the failure is counted.
+//! 4. Mapped writes only reach space an extension (or a measurement of the file) has shown
+//!    to exist: the segment's map room is raised after `fallocate` returned, never before.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -49,6 +58,9 @@ use crate::error::FileError;
 pub const PREALLOCATION_STEP_BYTES: u64 = 4 << 20;
 /// Average commit size up to which extending pays (see the module docs).
 pub const SMALL_COMMIT_MAX_BYTES: u64 = 2048;
+/// How far past the bytes about to be written an extension for mapped writes reaches: one
+/// extension (a record fsync and an `fallocate`) per this many bytes of log.
+pub const MAPPED_STEP_BYTES: u64 = 32 << 20;
 /// Weight of the newest commit in the moving average of commit sizes: 1 / this.
 const COMMIT_AVERAGE_WINDOW: u64 = 8;
 /// The record file, in the store's root directory.
@@ -114,7 +126,16 @@ pub struct Preallocator {
     /// failed extension's end): one attempt, one record fsync and one warning per step on a
     /// full disk, not one per commit.
     retry_from: AtomicU64,
+    /// Extending for mapped writes (every commit past the file) rather than for small
+    /// SYNC_FLUSH commits.
+    mapped: bool,
+    /// Mapped writes: the segment whose whole span the durable record covers
+    /// ([`NO_SEGMENT`] when none does), so its further extensions need no record.
+    covered_segment: AtomicU64,
 }
+
+/// No segment is covered by the record.
+const NO_SEGMENT: u64 = u64::MAX;
 
 impl Preallocator {
     /// A preallocator keeping its record under the store's `root`.
@@ -126,7 +147,23 @@ impl Preallocator {
             failures: AtomicU64::new(0),
             average_commit: AtomicU64::new(0),
             retry_from: AtomicU64::new(0),
+            mapped: false,
+            covered_segment: AtomicU64::new(NO_SEGMENT),
         }
+    }
+
+    /// A preallocator for mapped writes (ASYNC_FLUSH): every commit past the file's length
+    /// extends it, and the segment's map is given the space (invariant 4).
+    pub fn for_mapped_writes(root: &Path) -> Preallocator {
+        Preallocator {
+            mapped: true,
+            ..Preallocator::new(root)
+        }
+    }
+
+    /// Whether it serves mapped writes.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped
     }
 
     /// Preallocations that failed (the writes went on as plain appends).
@@ -138,6 +175,9 @@ impl Preallocator {
     /// small and the file does not reach `end`, extends it a step ahead. Commits are
     /// serialised by the caller.
     pub fn make_room(&self, log: &CommitLog, segment: &Segment, at: u64, end: u64) {
+        if self.mapped {
+            return self.make_mapped_room(log, segment, end);
+        }
         let average = self.observe_commit(end - at);
         if !self.supported.load(Ordering::Relaxed)
             || !extending_pays(average)
@@ -150,25 +190,81 @@ impl Preallocator {
             if end <= len {
                 return Ok(());
             }
-            self.write_record(Allocation {
-                segment_start: segment.start,
-                len: target,
-            })?;
-            if log.faults.take_preallocation() {
-                let error = crate::faults::disk_full();
-                return Err(FileError::new("fallocate", segment.path(), error));
-            }
-            segment.allocate(target)
+            self.extend(log, segment, target)
         });
         if let Err(error) = result {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-            self.retry_from
-                .store(segment.start + target, Ordering::Relaxed);
-            if error.is_unsupported() {
-                self.supported.store(false, Ordering::Relaxed);
-            }
-            tracing::warn!(%error, "CommitLog preallocation failed; appending without it");
+            self.note_failure(segment, target, &error);
         }
+    }
+
+    /// Mapped writes: unless the segment's map already reaches `end`, extends the file
+    /// [`MAPPED_STEP_BYTES`] past it (recorded first, invariant 1) and gives the map the
+    /// file's new length (invariant 4). On failure the map keeps its room and the commit
+    /// writes with `pwrite` (invariant 3).
+    fn make_mapped_room(&self, log: &CommitLog, segment: &Segment, end: u64) {
+        if segment.mapped_room() >= end
+            || !self.supported.load(Ordering::Relaxed)
+            || segment.start + end < self.retry_from.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let target = (end + MAPPED_STEP_BYTES).min(log.segment_size());
+        let result = segment.len().and_then(|len| {
+            let len = if end <= len {
+                len
+            } else {
+                self.cover_segment(log, segment)?;
+                self.allocate(log, segment, target)?;
+                target
+            };
+            segment.set_mapped_room(len, log.segment_size())
+        });
+        if let Err(error) = result {
+            self.note_failure(segment, target, &error);
+        }
+    }
+
+    /// Records the extension of `segment` to `target`, then makes it (invariant 1).
+    fn extend(&self, log: &CommitLog, segment: &Segment, target: u64) -> Result<(), FileError> {
+        self.write_record(Allocation {
+            segment_start: segment.start,
+            len: target,
+        })?;
+        self.allocate(log, segment, target)
+    }
+
+    /// Mapped writes: records that `segment`'s whole span may be space, unless the record
+    /// already says so (invariant 1 for every extension of it).
+    fn cover_segment(&self, log: &CommitLog, segment: &Segment) -> Result<(), FileError> {
+        if self.covered_segment.load(Ordering::Relaxed) == segment.start {
+            return Ok(());
+        }
+        self.write_record(Allocation {
+            segment_start: segment.start,
+            len: log.segment_size(),
+        })?;
+        self.covered_segment.store(segment.start, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Extends `segment`'s file to `target` bytes (the record already covers them).
+    fn allocate(&self, log: &CommitLog, segment: &Segment, target: u64) -> Result<(), FileError> {
+        if log.faults.take_preallocation() {
+            let error = crate::faults::disk_full();
+            return Err(FileError::new("fallocate", segment.path(), error));
+        }
+        segment.allocate(target)
+    }
+
+    /// Counts a failed extension and holds off the next attempt until the log passes it.
+    fn note_failure(&self, segment: &Segment, target: u64, error: &FileError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.retry_from
+            .store(segment.start + target, Ordering::Relaxed);
+        if error.is_unsupported() {
+            self.supported.store(false, Ordering::Relaxed);
+        }
+        tracing::warn!(%error, "CommitLog preallocation failed; appending without it");
     }
 
     /// After a commit wrote `segment`'s end marker ending at `data_end` (relative): cuts the
@@ -205,6 +301,7 @@ impl Preallocator {
         if last.len()? > keep {
             last.truncate(keep)?;
         }
+        self.covered_segment.store(NO_SEGMENT, Ordering::Relaxed);
         self.write_record(Allocation {
             segment_start: last.start,
             len: keep,

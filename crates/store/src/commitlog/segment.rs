@@ -1,9 +1,11 @@
 //! One CommitLog segment file: a fixed span of physical offsets starting at `start`.
 //!
-//! Files are not memory-mapped: a segment's length is the end of the bytes written to it,
-//! or, for the active segment, the end of the zero-filled space preallocated ahead of them
-//! (see [`super::preallocation`]); a truncation is a `set_len` and a disk-full error surfaces
-//! as a failed write, never as a fault on a memory map.
+//! A segment's length is the end of the bytes written to it, or, for the active segment, the
+//! end of the zero-filled space preallocated ahead of them (see [`super::preallocation`]); a
+//! truncation is a `set_len`. Readers never map a file. Under mapped writes
+//! ([`super::mapping`]) the committer copies into a map of the active segment, only inside
+//! space the file holds, so a disk-full error still surfaces as a failed `fallocate` or
+//! write, never as a fault on the map.
 //!
 //! Invariant: a segment's `truncations` epoch grows before any of its bytes is cut (a
 //! `truncate`, or a truncation removing the whole file), so a reader holding a
@@ -15,7 +17,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
+use super::mapping::MappedSpan;
 use crate::error::FileError;
 use crate::fsutil;
 
@@ -37,6 +41,9 @@ pub struct Segment {
     path: PathBuf,
     /// Truncations of this segment so far (see the module invariant).
     truncations: AtomicU64,
+    /// The committer's map of the file under mapped writes; its room is lowered before any
+    /// cut of the file, under this lock (`super::mapping`).
+    mapped: Mutex<Option<MappedSpan>>,
 }
 
 impl Segment {
@@ -55,6 +62,7 @@ impl Segment {
             file,
             path,
             truncations: AtomicU64::new(0),
+            mapped: Mutex::new(None),
         })
     }
 
@@ -70,6 +78,7 @@ impl Segment {
             file,
             path,
             truncations: AtomicU64::new(0),
+            mapped: Mutex::new(None),
         })
     }
 
@@ -123,18 +132,61 @@ impl Segment {
     /// epoch stays, and nothing is synced: space left after a crash reads as zeros past the
     /// segment's end marker, which no scan or read looks at.
     pub fn trim_space(&self, len: u64) -> Result<(), FileError> {
-        self.file
+        let mut mapped = self.lower_mapped_room(len);
+        let trimmed = self
+            .file
             .set_len(len)
-            .map_err(|e| FileError::new("trim", &self.path, e))
+            .map_err(|e| FileError::new("trim", &self.path, e));
+        // A segment trimmed after its end marker takes no more writes: release the map.
+        *mapped = None;
+        trimmed
     }
 
     /// Cuts the file to `len` bytes and makes the cut durable.
     pub fn truncate(&self, len: u64) -> Result<(), FileError> {
         self.retire();
+        let mapped = self.lower_mapped_room(len);
         self.file
             .set_len(len)
             .map_err(|e| FileError::new("truncate", &self.path, e))?;
+        drop(mapped);
         self.sync()
+    }
+
+    /// Lowers the map's room to `len` and returns the lock, held across the cut.
+    fn lower_mapped_room(&self, len: u64) -> MutexGuard<'_, Option<MappedSpan>> {
+        let mut mapped = self.mapped.lock().expect("segment map lock");
+        if let Some(span) = mapped.as_mut() {
+            span.lower_room(len);
+        }
+        mapped
+    }
+
+    /// Bytes from the file's start that mapped copies may reach (0 without a map).
+    pub fn mapped_room(&self) -> u64 {
+        let mapped = self.mapped.lock().expect("segment map lock");
+        mapped.as_ref().map_or(0, MappedSpan::room)
+    }
+
+    /// Records that the file holds `len` bytes of allocated space for mapped copies, mapping
+    /// `span` bytes of it first if it is not mapped yet. The caller has just extended or
+    /// measured the file.
+    pub fn set_mapped_room(&self, len: u64, span: u64) -> Result<(), FileError> {
+        let mut mapped = self.mapped.lock().expect("segment map lock");
+        if mapped.is_none() {
+            let map = MappedSpan::map(&self.file, span)
+                .map_err(|e| FileError::new("mmap", &self.path, e))?;
+            *mapped = Some(map);
+        }
+        mapped.as_mut().expect("mapped above").set_room(len);
+        Ok(())
+    }
+
+    /// Copies `bytes` to `pos` through the map; `false` (nothing done) when there is no map
+    /// or they do not fit its room, and the caller writes them with [`Segment::write_all_at`].
+    pub fn copy_mapped(&self, pos: u64, bytes: &[u8]) -> bool {
+        let mut mapped = self.mapped.lock().expect("segment map lock");
+        mapped.as_mut().is_some_and(|span| span.copy(pos, bytes))
     }
 
     /// `fdatasync`: the written bytes (and the length they imply) are durable when it returns.

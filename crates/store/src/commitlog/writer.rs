@@ -6,7 +6,8 @@
 //! on its ~1 ms tick; see `store::commit`) takes the whole tail under the lock — a swap — and
 //! writes it outside the lock, so appenders never hold the lock across a write system call
 //! and one `pwrite` (plus, under `SyncFlush`, one `fdatasync`) covers a whole group of
-//! appenders.
+//! appenders. Under `AsyncFlush` with mapped writes a small chunk is copied into the
+//! segment's map instead of written (`super::mapping`); the rules below hold either way.
 //!
 //! Invariants:
 //! 1. Only the holder of the writer lock appends; physical offsets and per-queue offsets are
@@ -296,7 +297,9 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
                 crate::faults::disk_full(),
             ));
         }
-        segment.write_all_at(at, &chunk.bytes)?;
+        if !segment.copy_mapped(at, &chunk.bytes) {
+            segment.write_all_at(at, &chunk.bytes)?;
+        }
         if let Some(preallocator) = log.preallocator().filter(|_| chunk.ends_segment) {
             preallocator.trim_rolled(&segment, at + chunk.bytes.len() as u64);
         }

@@ -7,7 +7,8 @@
 //! tick, an appender whose tail passed `TAIL_BYTES_MAX` (backpressure), readers catching up,
 //! and above all an appender waiting for its acknowledgement. That waiter does not wait for a
 //! background tick: when nobody is committing it commits the whole pending tail itself, one
-//! `pwrite` per chunk for every appender whose bytes are pending, so concurrent acknowledgements
+//! `pwrite` (or mapped copy, `commitlog::mapping`) per chunk for every appender whose bytes
+//! are pending, so concurrent acknowledgements
 //! share one write (a group commit without fsync). When a commit is running, the waiter
 //! waits for it on the commit lock and commits only if it did not cover its end.
 //!
@@ -121,17 +122,36 @@ impl Inner {
     /// commit and append locks. Tests may hold these commits under `AsyncFlush`
     /// (`Faults::hold_background_commits`).
     pub(crate) fn commit_tail_in_background(&self) -> Result<(), FileError> {
+        match self.background_commit_due() {
+            true => self.commit_tail(),
+            false => Ok(()),
+        }
+    }
+
+    /// The dispatcher's commit on its tick: as [`Inner::commit_tail_in_background`], but it
+    /// never waits for the commit lock. A commit running now takes the tail it would have
+    /// taken, and what is appended after that swap is the next tick's (or its waiter's); a
+    /// tick blocking on the lock, then holding it while descheduled on a busy machine,
+    /// stalled single appenders for milliseconds.
+    pub(crate) fn commit_tail_unless_busy(&self) -> Result<(), FileError> {
+        if !self.background_commit_due() {
+            return Ok(());
+        }
+        match self.try_lock_commits() {
+            Some(serial) => self.commit_tail_locked(serial),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a background committer has something to commit (and may).
+    fn background_commit_due(&self) -> bool {
         // Both ends are published after the bytes they cover are in the tail or the files,
         // so an append not seen here is committed by its waiter or the next pass.
         if self.log.appended_end() <= self.log.committed_end() {
-            return Ok(());
+            return false;
         }
-        if self.config.flush_disk_type == FlushDiskType::AsyncFlush
-            && self.log.faults.background_commits_held()
-        {
-            return Ok(());
-        }
-        self.commit_tail()
+        self.config.flush_disk_type != FlushDiskType::AsyncFlush
+            || !self.log.faults.background_commits_held()
     }
 
     /// Commits the tail when appenders have outrun the committer (backpressure). Called

@@ -82,7 +82,7 @@ fn dispatch_loop(inner: &Inner) {
             // Commits what appenders left without waiting for an acknowledgement (acknowledged
             // records are in the files already). A failure poisons the store inside
             // commit_tail; dispatch goes on below what the files hold.
-            let _ = inner.commit_tail_in_background();
+            let _ = inner.commit_tail_unless_busy();
         }
         inner.note_dispatch(inner.dispatch_once().map_err(|error| error.to_string()));
         if closed {

@@ -1,0 +1,255 @@
+//! Mapped writes: the committer copies a chunk into a shared, writable memory map of the
+//! active segment instead of calling `pwrite` for it (RocketMQ writes its CommitLog through
+//! a `MappedByteBuffer` for the same reason). A copy into a `MAP_SHARED` mapping is a copy
+//! into the page cache, exactly what a `pwrite` achieves, without the system call, so an
+//! ASYNC_FLUSH acknowledgement still means "a process kill loses nothing"; the flusher's
+//! `fdatasync` on the file writes pages dirtied through the map like any others.
+//!
+//! The hazard of a file map is the fault on a byte past the file's end (`SIGBUS`), and a
+//! disk that fills while a dirty page is written back. So copies go only into space the
+//! file already holds, allocated by `fallocate` (`super::preallocation`, whose record tells
+//! recovery that zeros after the data are space): [`MappedSpan::room`] is the file length
+//! the copies may reach, raised only after an extension succeeded, lowered *before* any
+//! `set_len` that shortens the file (trim, truncation), and both under the same lock as the
+//! copies. Anything that does not fit goes through `pwrite`, which reports a full disk as an
+//! error.
+//!
+//! Readers never touch the map: they read the file (`pread`, `sendfile`), which shares the
+//! page cache the copies went into.
+//!
+//! Page-table upkeep, in windows of [`WINDOW_BYTES`]: a fault per fresh page (an exception,
+//! a readahead that zero-fills the unwritten block, a `page_mkwrite`) costs more than the
+//! copy, so the window ahead of the copies is populated by one `madvise(MADV_POPULATE_WRITE)`;
+//! and every page left mapped is one the flusher's `fdatasync` must write-protect again, with
+//! a TLB shootdown (an inter-processor interrupt) per page, so the pages behind the copies are
+//! unmapped from this process in whole windows (`MADV_DONTNEED`: for a shared file map the
+//! dirty pages stay in the page cache, to be written back; nothing is lost). Both are hints:
+//! a failure leaves the copies correct, only slower, and is not retried for that window.
+
+use std::fs::File;
+use std::ptr::NonNull;
+
+/// Span populated ahead of the copies, and released behind them, at a time.
+pub(super) const WINDOW_BYTES: u64 = 1 << 20;
+/// Largest chunk copied through the map; larger ones are written with `pwrite`. The map
+/// saves a system call per commit, which matters for small commits; a large commit covers
+/// whole pages, which `pwrite` fills without zeroing them first, while a populated page of
+/// the map was zero-filled (windowed batches of 64 were about 10% slower all mapped).
+pub(super) const COPY_MAX_BYTES: usize = 16 << 10;
+
+/// A shared, writable mapping of a whole segment span (address space only: pages are
+/// touched only below [`MappedSpan::room`]).
+#[derive(Debug)]
+pub(super) struct MappedSpan {
+    base: NonNull<u8>,
+    /// Length of the mapping: the segment size.
+    len: usize,
+    /// Bytes from the start of the file that exist (are allocated); copies stay below it.
+    room: u64,
+    /// End of the span populated ahead of the copies.
+    populated: u64,
+    /// Start of the span still mapped: pages below it were released.
+    released: u64,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; every access goes through
+// `&mut self` (the segment keeps it under a mutex), so moving it across threads is sound.
+unsafe impl Send for MappedSpan {}
+
+impl MappedSpan {
+    /// Maps `len` bytes of `file` from its start, shared and writable. Nothing is touched.
+    #[cfg(target_os = "linux")]
+    pub(super) fn map(file: &File, len: u64) -> std::io::Result<MappedSpan> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: a fresh mapping chosen by the kernel (null hint) overlaps no Rust memory;
+        // the descriptor is `file`'s, open for reading and writing, alive for the call (the
+        // mapping keeps its own reference to the file afterwards).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
+        Ok(MappedSpan {
+            base,
+            len,
+            room: 0,
+            populated: 0,
+            released: 0,
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn map(_file: &File, _len: u64) -> std::io::Result<MappedSpan> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    /// The file length copies may reach.
+    pub(super) fn room(&self) -> u64 {
+        self.room
+    }
+
+    /// The file now holds `len` bytes of allocated space (after an extension, or a length
+    /// just measured). Never past the mapping.
+    pub(super) fn set_room(&mut self, len: u64) {
+        self.room = len.min(self.len as u64);
+    }
+
+    /// Lowers the room before the file is cut to `len` bytes.
+    pub(super) fn lower_room(&mut self, len: u64) {
+        self.room = self.room.min(len);
+        self.populated = self.populated.min(len);
+        self.released = self.released.min(len);
+    }
+
+    /// Copies `bytes` to offset `at`; `false` (nothing copied) when they do not fit the room
+    /// or are more than [`COPY_MAX_BYTES`].
+    pub(super) fn copy(&mut self, at: u64, bytes: &[u8]) -> bool {
+        if bytes.len() > COPY_MAX_BYTES {
+            return false;
+        }
+        let Some(end) = at.checked_add(bytes.len() as u64) else {
+            return false;
+        };
+        if end > self.room {
+            return false;
+        }
+        if end > self.populated {
+            self.populate_from(at);
+        }
+        // SAFETY: `at + bytes.len() <= room <= len`, so the destination lies inside the
+        // mapping, and below the file's length, which only shrinks after `lower_room` (same
+        // lock as this copy): no page touched here is past the end of the file. The source
+        // is a Rust slice, which cannot overlap a mapping no Rust reference points into.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.base.as_ptr().add(at as usize),
+                bytes.len(),
+            );
+        }
+        self.release_below(at);
+        true
+    }
+
+    /// Populates the window from the page holding `at` (within the room).
+    fn populate_from(&mut self, at: u64) {
+        let from = at - at % page_size();
+        let to = (from + WINDOW_BYTES).min(self.room);
+        // Marked done whatever the outcome: a failed hint is not retried per copy.
+        self.populated = to;
+        self.advise(from, to, populate_advice());
+    }
+
+    /// Releases the whole windows below the page holding `at` (no copy goes there again).
+    fn release_below(&mut self, at: u64) {
+        let below = at - at % WINDOW_BYTES;
+        if below > self.released {
+            let from = self.released;
+            self.released = below;
+            self.advise(from, below, libc::MADV_DONTNEED);
+        }
+    }
+
+    /// `madvise(advice)` over `[from, to)` of the map (page-aligned `from`); a failure is
+    /// logged at debug level and otherwise ignored (see the module docs).
+    fn advise(&self, from: u64, to: u64, advice: libc::c_int) {
+        if to <= from || advice < 0 {
+            return;
+        }
+        // SAFETY: `[from, to)` lies inside the mapping (`to <= room <= len`), `from` is
+        // page-aligned; populating pages below the file's length, or dropping this process's
+        // page-table entries of a shared file map, changes no byte any Rust value refers to.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(from as usize).cast(),
+                (to - from) as usize,
+                advice,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(
+                error = %std::io::Error::last_os_error(),
+                advice,
+                "madvise on the CommitLog map failed"
+            );
+        }
+    }
+}
+
+/// The system's page size.
+fn page_size() -> u64 {
+    // SAFETY: `sysconf` reads a constant of the system and touches no memory of ours.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
+}
+
+/// `MADV_POPULATE_WRITE` where the platform has it, else no advice (-1).
+fn populate_advice() -> libc::c_int {
+    #[cfg(target_os = "linux")]
+    {
+        libc::MADV_POPULATE_WRITE
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        -1
+    }
+}
+
+impl Drop for MappedSpan {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping `map` made, unmapped only here, once;
+        // no reference into it outlives `self` (copies borrow it only for their duration).
+        let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        if rc != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "unmapping a CommitLog segment failed"
+            );
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn copies_reach_the_file_only_inside_the_room() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("segment"))
+            .expect("file");
+        let mut span = MappedSpan::map(&file, 1 << 20).expect("map");
+        assert!(!span.copy(0, b"abc"), "no room before the file has space");
+        file.set_len(8192).expect("extend");
+        span.set_room(8192);
+        assert!(span.copy(4090, b"across a page"));
+        assert!(!span.copy(8190, b"past"), "must not reach past the room");
+        let mut read = [0u8; 13];
+        file.read_exact_at(&mut read, 4090).expect("read back");
+        assert_eq!(&read, b"across a page", "the file sees the copy");
+        span.lower_room(4096);
+        assert!(!span.copy(4095, b"xy"));
+        span.set_room(u64::MAX);
+        assert_eq!(span.room(), 1 << 20, "never past the mapping");
+        file.set_len(1 << 20).expect("extend");
+        let large = vec![7u8; COPY_MAX_BYTES + 1];
+        assert!(!span.copy(0, &large), "large commits are left to pwrite");
+        assert!(span.copy(0, &large[..COPY_MAX_BYTES]));
+    }
+}

@@ -1,0 +1,210 @@
+//! Mapped writes under ASYNC_FLUSH (`commitlog::mapping`): an acknowledged record is in the
+//! segment file (another descriptor reads it) before any flush, a crash keeps every
+//! acknowledged record and reports the preallocated zeros as space, not a cut; truncations,
+//! segment rolls, large commits and a failed extension all keep the log whole.
+
+mod common;
+
+use std::path::Path;
+
+use ferromq_store::commitlog::preallocation::RECORD_FILE;
+use ferromq_store::{FlushDiskType, MessageStore, StoreConfig};
+
+use common::{body_of, draft, read_all, segment_files, test_config};
+
+/// Segments large enough for one extension step (32 MiB) and room after it.
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// ASYNC_FLUSH with no background flush during a test: only the commits put bytes in the
+/// files.
+fn config(root: &Path) -> StoreConfig {
+    let mut config = test_config(root);
+    config.flush_disk_type = FlushDiskType::AsyncFlush;
+    config.flush_interval_ms = 3_600_000;
+    config.segment_size_bytes = SEGMENT_BYTES;
+    config
+}
+
+fn open(config: &StoreConfig) -> MessageStore {
+    MessageStore::open(config.clone()).expect("open")
+}
+
+fn body(i: usize) -> String {
+    format!("mapped message {i:05}")
+}
+
+/// Puts messages `from..to` to T/0, one per put (each acknowledged: in the files), and
+/// returns the log end.
+fn put_messages(store: &MessageStore, from: usize, to: usize) -> u64 {
+    for i in from..to {
+        store
+            .put(&[draft("T", 0, body(i).as_bytes(), b"")])
+            .expect("put");
+    }
+    store.stats().written_end
+}
+
+fn bodies(store: &MessageStore) -> Vec<String> {
+    read_all(store, "T", 0)
+        .iter()
+        .map(|m| String::from_utf8(body_of(m)).expect("utf8"))
+        .collect()
+}
+
+fn expected(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(body).collect()
+}
+
+/// Every segment file's length, in log order.
+fn file_lens(root: &Path) -> Vec<u64> {
+    segment_files(root)
+        .iter()
+        .map(|(_, path)| std::fs::metadata(path).expect("stat").len())
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn acknowledged_records_are_in_the_file_before_any_flush_and_survive_a_crash() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let end = put_messages(&store, 0, 200);
+    assert_eq!(store.stats().committed_end, end);
+    let (_, path) = segment_files(dir.path()).pop().expect("a segment");
+    // Another descriptor reads the page cache the map copied into.
+    let bytes = std::fs::read(&path).expect("read the segment");
+    assert!(
+        bytes.len() as u64 > end,
+        "mapped writes go into preallocated space: file {} bytes, log end {end}",
+        bytes.len()
+    );
+    for i in [0, 99, 199] {
+        assert!(
+            contains(&bytes[..end as usize], body(i).as_bytes()),
+            "message {i}"
+        );
+    }
+    assert!(
+        bytes[end as usize..].iter().all(|&b| b == 0),
+        "space reads as zeros"
+    );
+    assert!(dir.path().join(RECORD_FILE).exists());
+    store.abandon();
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert!(!report.clean_shutdown);
+    assert_eq!(report.cut, None, "space is not a cut: {report:?}");
+    assert!(report.preallocated_trimmed > 0, "{report:?}");
+    assert_eq!(report.log_end, end);
+    assert_eq!(bodies(&store), expected(0..200));
+    // The store goes on writing through a new map after recovery.
+    let end = put_messages(&store, 200, 300);
+    store.close().expect("close");
+    assert_eq!(
+        file_lens(dir.path()),
+        vec![end],
+        "a clean close trims the space"
+    );
+    let store = open(&config);
+    assert_eq!(bodies(&store), expected(0..300));
+}
+
+#[test]
+fn plain_writes_when_mapped_writes_are_off() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.mapped_writes = false;
+    let store = open(&config);
+    let end = put_messages(&store, 0, 50);
+    assert_eq!(
+        file_lens(dir.path()),
+        vec![end],
+        "no space without mapped writes"
+    );
+    assert!(!dir.path().join(RECORD_FILE).exists());
+    store.abandon();
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), expected(0..50));
+}
+
+#[test]
+fn a_truncation_then_appends_rewrite_the_cut_span_through_the_map() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    let keep = put_messages(&store, 0, 100);
+    put_messages(&store, 100, 200);
+    store.truncate(keep).expect("truncate");
+    assert_eq!(store.stats().written_end, keep);
+    assert_eq!(bodies(&store), expected(0..100));
+    // The cut lowered the map's room to the file's new end: the next commits extend the
+    // file again before copying, so the bytes after the cut are the new records.
+    let end = put_messages(&store, 1_000, 1_050);
+    let mut want = expected(0..100);
+    want.extend(expected(1_000..1_050));
+    assert_eq!(bodies(&store), want);
+    store.abandon();
+
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(store.stats().written_end, end);
+    assert_eq!(bodies(&store), want);
+}
+
+#[test]
+fn full_segments_end_at_their_data_and_large_commits_share_the_space() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.segment_size_bytes = 256 * 1024;
+    config.max_message_size_bytes = 64 * 1024;
+    let store = open(&config);
+    let mut sent = Vec::new();
+    for i in 0..40 {
+        // Alternate small records (copied through the map) with 40 KiB ones (written
+        // with pwrite, larger than a mapped copy may be), across several segment rolls.
+        let text = if i % 2 == 0 {
+            body(i)
+        } else {
+            format!("{}{}", body(i), "x".repeat(40 * 1024))
+        };
+        store
+            .put(&[draft("T", 0, text.as_bytes(), b"")])
+            .expect("put");
+        sent.push(text);
+    }
+    let lens = file_lens(dir.path());
+    assert!(lens.len() >= 4, "several segments: {lens:?}");
+    for len in &lens[..lens.len() - 1] {
+        assert!(*len <= 256 * 1024, "{lens:?}");
+    }
+    store.abandon();
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), sent);
+}
+
+#[test]
+fn a_failed_extension_falls_back_to_plain_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path());
+    let store = open(&config);
+    store.faults().fail_preallocations(1_000);
+    let end = put_messages(&store, 0, 100);
+    assert_eq!(store.stats().preallocation_failures, 1, "once per step");
+    assert_eq!(
+        file_lens(dir.path()),
+        vec![end],
+        "no space: the commits appended"
+    );
+    assert!(store.stats().poisoned.is_none());
+    store.abandon();
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), expected(0..100));
+}
