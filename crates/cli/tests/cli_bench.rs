@@ -46,6 +46,14 @@ fn bench_store_async_runs_with_mapped_and_plain_writes() {
         );
         let result = last_json_line(&output);
         assert_eq!(result["writes"], writes);
+        assert!(
+            result["baseline_before_msgs_per_sec"].as_f64().unwrap() > 0.0,
+            "the warm-up baseline ran: {result}"
+        );
+        assert!(
+            result["ratio_to_before"].as_f64().unwrap() > 0.0,
+            "{result}"
+        );
         assert_eq!(result["errors"], 0);
         assert!(result["msgs_per_sec"].as_f64().unwrap() > 0.0, "{result}");
         let stderr = String::from_utf8_lossy(&output.stderr);

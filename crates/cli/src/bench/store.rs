@@ -1,5 +1,12 @@
 //! `ferromq bench store`: the store's append path against raw file writes on the same disk.
 //!
+//! 0. ASYNC_FLUSH only, the warm-up baseline: the baseline below runs once first, for
+//!    `--seconds`, and its file is deleted. Writing into the page cache costs most on pages
+//!    that nothing used lately (on a VM that returns free pages to its host, each first touch
+//!    faults in the host as well: half of a mapped-writes phase's samples were the zeroing of
+//!    such pages), and each phase below writes into the pages the phase before it freed; so
+//!    without this the ferromq phase got cold pages and the baseline the store's recycled
+//!    ones. Its rate is printed too (`baseline before`), as is the ratio to it.
 //! 1. ferromq phase: `--writers` concurrent writers each append one record at a time for
 //!    `--seconds` and wait until it is acknowledgeable, timing every call. Under sync flush
 //!    that is after the fsync that covers it (group commit); under async flush once written.
@@ -154,6 +161,10 @@ pub fn run(args: &StoreArgs) -> Result<()> {
         args.seconds,
         scratch.path().display()
     );
+    let warm_up = match args.flush {
+        Flush::Async => Some(warm_up_baseline(scratch.path(), args)?),
+        Flush::Sync => None,
+    };
     let store = MessageStore::open(config)
         .with_context(|| format!("opening the bench store at {}", store_dir.display()))?;
     let store = std::sync::Arc::new(store);
@@ -183,7 +194,14 @@ pub fn run(args: &StoreArgs) -> Result<()> {
             baseline_sync(&scratch.path().join("baseline"), args, phase.records, batch)?
         }
     };
-    print_result(args, body_size, &phase, records_per_fsync, &baseline);
+    print_result(
+        args,
+        body_size,
+        &phase,
+        records_per_fsync,
+        &baseline,
+        warm_up.as_ref(),
+    );
     if phase.errors > 0 {
         bail!(
             "{} puts failed; the first: {}",
@@ -411,6 +429,14 @@ fn report_progress(started: Instant, duration: Duration, stored: &AtomicU64) {
     }
 }
 
+/// Step 0 of the module docs: the async baseline for `--seconds`, then its file deleted.
+fn warm_up_baseline(scratch: &Path, args: &StoreArgs) -> Result<Baseline> {
+    let path = scratch.join("baseline-before");
+    let baseline = baseline_async(&path, args, u64::MAX)?;
+    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+    Ok(baseline)
+}
+
 fn baseline_async(path: &Path, args: &StoreArgs, records_max: u64) -> Result<Baseline> {
     let mut file = create(path)?;
     let buffer = vec![0x5a_u8; args.record_size];
@@ -472,6 +498,7 @@ fn print_result(
     phase: &Phase,
     records_per_fsync: Option<f64>,
     baseline: &Baseline,
+    before: Option<&Baseline>,
 ) {
     let msgs_per_sec = rate(phase.records, phase.elapsed);
     let mb_per_sec = msgs_per_sec * args.record_size as f64 / 1e6;
@@ -505,6 +532,16 @@ fn print_result(
         baseline.description
     );
     println!("ratio    : {ratio:.3} (ferromq msgs/s / baseline msgs/s)");
+    let before_rate = before.map(Baseline::msgs_per_sec);
+    let ratio_to_before = before_rate.map(|r| if r > 0.0 { msgs_per_sec / r } else { 0.0 });
+    if let (Some(before), Some(r)) = (before, ratio_to_before) {
+        println!(
+            "baseline before: {} msgs in {:.2} s = {:.0} msgs/s (the same writes, first, on pages no phase had used; deleted before the ferromq phase); ratio to it {r:.3}",
+            before.records,
+            before.elapsed.as_secs_f64(),
+            before.msgs_per_sec()
+        );
+    }
     let baseline_p50 = baseline
         .cycle_latency
         .as_ref()
@@ -539,6 +576,8 @@ fn print_result(
             "baseline_msgs_per_sec": round(baseline_msgs_per_sec, 1),
             "baseline": baseline.description,
             "ratio": round(ratio, 4),
+            "baseline_before_msgs_per_sec": before_rate.map(|r| round(r, 1)),
+            "ratio_to_before": ratio_to_before.map(|r| round(r, 4)),
             "baseline_p50_us": baseline_p50.map(|(p50, _)| p50),
             "baseline_p99_us": baseline_p50.map(|(_, p99)| p99),
             "p50_ratio": p50_ratio.map(|r| round(r, 4)),
