@@ -21,30 +21,30 @@ fn last_json_line(output: &Output) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line {last:?} is not JSON: {e}"))
 }
 
+/// Runs `ferromq bench store --seconds 1 --json --dir <dir>` with `flags`, asserts it
+/// succeeded and left `dir` empty, and returns its stderr and the JSON result.
+fn bench_store_ok(dir: &std::path::Path, flags: &[&str]) -> (String, Value) {
+    let mut args = vec!["bench", "store", "--seconds", "1", "--json", "--dir"];
+    args.push(dir.to_str().unwrap());
+    args.extend_from_slice(flags);
+    let output = ferromq(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{flags:?}: {stderr}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+    assert!(
+        leftovers.is_empty(),
+        "scratch directory not removed: {leftovers:?}"
+    );
+    (stderr, last_json_line(&output))
+}
+
 /// ASYNC_FLUSH runs through both commit paths, mapped copies and `pwrite`, and says which.
 #[test]
 fn bench_store_async_runs_with_mapped_and_plain_writes() {
     for writes in ["mapped", "pwrite"] {
         let dir = tempfile::tempdir().unwrap();
-        let output = ferromq(&[
-            "bench",
-            "store",
-            "--seconds",
-            "1",
-            "--flush",
-            "async",
-            "--writes",
-            writes,
-            "--json",
-            "--dir",
-            dir.path().to_str().unwrap(),
-        ]);
-        assert!(
-            output.status.success(),
-            "{writes}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let result = last_json_line(&output);
+        let (stderr, result) =
+            bench_store_ok(dir.path(), &["--flush", "async", "--writes", writes]);
         assert_eq!(result["writes"], writes);
         assert!(
             result["baseline_before_msgs_per_sec"].as_f64().unwrap() > 0.0,
@@ -56,7 +56,6 @@ fn bench_store_async_runs_with_mapped_and_plain_writes() {
         );
         assert_eq!(result["errors"], 0);
         assert!(result["msgs_per_sec"].as_f64().unwrap() > 0.0, "{result}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             stderr.contains(&format!("flush async ({writes} writes)")),
             "{stderr}"
@@ -67,25 +66,7 @@ fn bench_store_async_runs_with_mapped_and_plain_writes() {
 #[test]
 fn bench_store_sync_prints_json_with_positive_rates() {
     let dir = tempfile::tempdir().unwrap();
-    let output = ferromq(&[
-        "bench",
-        "store",
-        "--seconds",
-        "1",
-        "--writers",
-        "2",
-        "--flush",
-        "sync",
-        "--json",
-        "--dir",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert!(
-        output.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result = last_json_line(&output);
+    let (_, result) = bench_store_ok(dir.path(), &["--writers", "2", "--flush", "sync"]);
     for key in [
         "msgs_per_sec",
         "mb_per_sec",
@@ -118,11 +99,6 @@ fn bench_store_sync_prints_json_with_positive_rates() {
         "p50_us",
         "baseline_p50_us",
         "baseline_p99_us",
-    );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-    assert!(
-        leftovers.is_empty(),
-        "scratch directory not removed: {leftovers:?}"
     );
 }
 

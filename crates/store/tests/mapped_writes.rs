@@ -10,7 +10,9 @@ use std::path::Path;
 use ferromq_store::commitlog::preallocation::RECORD_FILE;
 use ferromq_store::{FlushDiskType, MessageStore, StoreConfig};
 
-use common::{body_of, draft, read_all, segment_files, test_config};
+use common::{
+    bodies_in_t0, draft, numbered, numbered_body, put_numbered, segment_files, test_config,
+};
 
 /// Segments large enough for one extension step (32 MiB) and room after it.
 const SEGMENT_BYTES: u64 = 64 << 20;
@@ -30,29 +32,19 @@ fn open(config: &StoreConfig) -> MessageStore {
 }
 
 fn body(i: usize) -> String {
-    format!("mapped message {i:05}")
+    numbered_body(i)
 }
 
-/// Puts messages `from..to` to T/0, one per put (each acknowledged: in the files), and
-/// returns the log end.
 fn put_messages(store: &MessageStore, from: usize, to: usize) -> u64 {
-    for i in from..to {
-        store
-            .put(&[draft("T", 0, body(i).as_bytes(), b"")])
-            .expect("put");
-    }
-    store.stats().written_end
+    put_numbered(store, from..to)
 }
 
 fn bodies(store: &MessageStore) -> Vec<String> {
-    read_all(store, "T", 0)
-        .iter()
-        .map(|m| String::from_utf8(body_of(m)).expect("utf8"))
-        .collect()
+    bodies_in_t0(store)
 }
 
 fn expected(range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(body).collect()
+    numbered(range)
 }
 
 /// Every segment file's length, in log order.

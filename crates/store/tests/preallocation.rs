@@ -12,7 +12,10 @@ use ferromq_protocol::BLANK_MAGIC;
 use ferromq_store::commitlog::preallocation::{PREALLOCATION_STEP_BYTES, RECORD_FILE};
 use ferromq_store::{check_store, CheckScope, MessageStore, StoreConfig};
 
-use common::{body_of, draft, locate, read_all, segment_files, set_len, test_config};
+use common::{
+    bodies_in_t0, draft, locate, numbered, put_numbered, read_all, segment_files, set_len,
+    test_config,
+};
 
 /// Segments large enough that a preallocation is a whole step ahead.
 const SEGMENT_BYTES: u64 = 64 << 20;
@@ -27,26 +30,17 @@ fn open(config: &StoreConfig) -> MessageStore {
     MessageStore::open(config.clone()).expect("open")
 }
 
-/// Puts `count` messages to T/0 and returns the log end.
+/// Puts `count` numbered messages to T/0 and returns the log end.
 fn put_messages(store: &MessageStore, from: usize, count: usize) -> u64 {
-    for i in from..from + count {
-        let body = format!("message {i}");
-        store
-            .put(&[draft("T", 0, body.as_bytes(), b"")])
-            .expect("put");
-    }
-    store.stats().written_end
+    put_numbered(store, from..from + count)
 }
 
 fn bodies(store: &MessageStore) -> Vec<String> {
-    read_all(store, "T", 0)
-        .iter()
-        .map(|m| String::from_utf8(body_of(m)).expect("utf8"))
-        .collect()
+    bodies_in_t0(store)
 }
 
 fn expected(count: usize) -> Vec<String> {
-    (0..count).map(|i| format!("message {i}")).collect()
+    numbered(0..count)
 }
 
 fn last_file_len(root: &Path) -> u64 {

@@ -209,3 +209,32 @@ pub fn read_with_damage(store: &MessageStore, topic: &str, queue_id: u32) -> Vec
     }
     out
 }
+
+/// The body of numbered message `i` (`tests/preallocation.rs`, `tests/mapped_writes.rs`).
+pub fn numbered_body(i: usize) -> String {
+    format!("message {i}")
+}
+
+/// Puts numbered messages `range` to T/0, one per put (each acknowledged), and returns the
+/// log end.
+pub fn put_numbered(store: &MessageStore, range: std::ops::Range<usize>) -> u64 {
+    for i in range {
+        store
+            .put(&[draft("T", 0, numbered_body(i).as_bytes(), b"")])
+            .expect("put");
+    }
+    store.stats().written_end
+}
+
+/// The bodies in T/0, as text.
+pub fn bodies_in_t0(store: &MessageStore) -> Vec<String> {
+    read_all(store, "T", 0)
+        .iter()
+        .map(|m| String::from_utf8(body_of(m)).expect("utf8"))
+        .collect()
+}
+
+/// The bodies of numbered messages `range`.
+pub fn numbered(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(numbered_body).collect()
+}
