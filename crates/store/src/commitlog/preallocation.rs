@@ -161,11 +161,6 @@ impl Preallocator {
         }
     }
 
-    /// Whether it serves mapped writes.
-    pub fn is_mapped(&self) -> bool {
-        self.mapped
-    }
-
     /// Preallocations that failed (the writes went on as plain appends).
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)

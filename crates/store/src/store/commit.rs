@@ -122,9 +122,10 @@ impl Inner {
     /// commit and append locks. Tests may hold these commits under `AsyncFlush`
     /// (`Faults::hold_background_commits`).
     pub(crate) fn commit_tail_in_background(&self) -> Result<(), FileError> {
-        match self.background_commit_due() {
-            true => self.commit_tail(),
-            false => Ok(()),
+        if self.background_commit_due() {
+            self.commit_tail()
+        } else {
+            Ok(())
         }
     }
 
