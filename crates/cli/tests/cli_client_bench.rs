@@ -187,6 +187,68 @@ fn grpc_bench_compares_with_remoting_and_drains_everything_it_sent() {
     );
 }
 
+/// `bench produce --rtt-baseline` (with `--fsync-baseline` too): after the sends it times bare
+/// loopback round trips of a send's size and reports the send p50 against their p50, next to
+/// the fdatasync figures; the other benches refuse the flag.
+#[test]
+fn produce_reports_its_p50_against_a_loopback_round_trip_of_the_same_run() {
+    let server = common::start();
+    let probe_dir = tempfile::tempdir().unwrap();
+    let dir = probe_dir.path().to_str().unwrap();
+    let produced = common::bench(
+        &[],
+        &[
+            "produce",
+            "--namesrv",
+            &server.namesrv,
+            "--topic",
+            "RttBase",
+            "--queues",
+            "2",
+            "--seconds",
+            "1",
+            "--size",
+            "200",
+            "--rtt-baseline",
+            "--fsync-baseline",
+            dir,
+            "--json",
+        ],
+    );
+    check_figures(&produced);
+    assert_eq!(
+        produced["baseline"], "fdatasync, loopback round trip",
+        "{produced}"
+    );
+    assert_eq!(produced["rtt_request_bytes"], 200 + 384, "{produced}");
+    assert_eq!(produced["rtt_reply_bytes"], 256, "{produced}");
+    let cycles = produced["rtt_cycles"].as_u64().unwrap();
+    assert!((1..=20_000).contains(&cycles), "{produced}");
+    common::assert_p50_ratio(
+        &produced,
+        "p50_to_rtt_p50",
+        "p50_us",
+        "rtt_p50_us",
+        "rtt_p99_us",
+    );
+    common::assert_p50_ratio(
+        &produced,
+        "p50_to_fsync_p50",
+        "p50_us",
+        "fsync_p50_us",
+        "fsync_p99_us",
+    );
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["bench", "e2e", "--namesrv", &server.namesrv])
+        .args(["--topic", "RttBase", "--rtt-baseline"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("applies to bench produce only"), "{stderr}");
+}
+
 /// `bench produce --fsync-baseline DIR` against a SYNC_FLUSH broker: after the sends it times
 /// bare 4 KiB write + fdatasync cycles in DIR and reports the send p50 against their p50
 /// (the ratio is computed from the two figures it prints), leaving nothing in DIR; the other

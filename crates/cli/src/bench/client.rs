@@ -34,8 +34,8 @@ use ferromq_protocol::remoting::headers::admin::CreateTopicRequestHeader;
 use ferromq_protocol::remoting::RemotingCommand;
 use serde_json::json;
 
-use super::fsync_probe;
-use super::stats::{ns_to_us, Histogram};
+use super::stats::{ns_to_us, Histogram, Probe};
+use super::{fsync_probe, rtt_probe};
 
 use super::e2e_stamp::{E2eStamp, STAMP_LEN};
 
@@ -101,6 +101,12 @@ pub struct ClientBenchArgs {
     /// and report the send p50 against that fdatasync p50, measured in the same run.
     #[arg(long, value_name = "DIR")]
     pub(super) fsync_baseline: Option<std::path::PathBuf>,
+    /// produce only: after the run, time bare TCP round trips on loopback between two threads
+    /// (a request of the body size plus a header's worth, a reply of a send reply's size) and
+    /// report the send p50 against that round trip p50, measured in the same run: the floor
+    /// of a single synchronous send on this machine.
+    #[arg(long)]
+    pub(super) rtt_baseline: bool,
     /// Phases per setting with --compare-transfer (the best of each is reported).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = value_parser!(u32).range(1..=20))]
     pub(super) compare_rounds: u32,
@@ -215,6 +221,9 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
     }
     if args.fsync_baseline.is_some() && kind != Kind::Produce {
         bail!("--fsync-baseline compares send latency with fdatasync: it applies to bench produce only");
+    }
+    if args.rtt_baseline && kind != Kind::Produce {
+        bail!("--rtt-baseline compares send latency with a loopback round trip: it applies to bench produce only");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -503,6 +512,15 @@ async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
         }
         None => None,
     };
+    let rtt = if args.rtt_baseline {
+        let body = args.size as usize;
+        let probe = tokio::task::spawn_blocking(move || rtt_probe::run_for_send(body))
+            .await
+            .context("the round-trip baseline task")??;
+        Some(probe)
+    } else {
+        None
+    };
     report(
         Kind::Produce,
         args,
@@ -512,6 +530,7 @@ async fn produce_bench(args: &ClientBenchArgs) -> Result<()> {
         Extra {
             e2e: None,
             fsync: fsync.as_ref(),
+            rtt: rtt.as_ref(),
         },
     );
     Ok(())
@@ -674,6 +693,26 @@ async fn close_consumers(consumers: Vec<Arc<LitePullConsumer>>, progress: &Progr
     }
 }
 
+/// `p50` (µs) over a baseline's p50; 0 when the baseline measured nothing.
+fn ratio_to(p50: f64, baseline: &Probe) -> f64 {
+    let base = baseline.p50_us();
+    if base > 0.0 {
+        p50 / base
+    } else {
+        0.0
+    }
+}
+
+/// The JSON `baseline` field: which baselines this run measured.
+fn baseline_names(fsync: bool, rtt: bool) -> &'static str {
+    match (fsync, rtt) {
+        (true, true) => "fdatasync, loopback round trip",
+        (true, false) => "fdatasync",
+        (false, true) => "loopback round trip",
+        (false, false) => "ferromq bench store",
+    }
+}
+
 async fn consume_bench(args: &ClientBenchArgs) -> Result<()> {
     let (outcome, progress) = consume_phase(args).await?;
     report(
@@ -825,6 +864,7 @@ async fn e2e_bench(args: &ClientBenchArgs) -> Result<()> {
                 overtook_ack: polled.overtook_ack,
             }),
             fsync: None,
+            rtt: None,
         },
     );
     Ok(())
@@ -858,7 +898,9 @@ struct Extra<'a> {
     /// e2e: the send and delivery split.
     e2e: Option<E2eSplit<'a>>,
     /// produce --fsync-baseline: the bare fdatasync cycles measured after the run.
-    fsync: Option<&'a fsync_probe::Probe>,
+    fsync: Option<&'a Probe>,
+    /// produce --rtt-baseline: the bare loopback round trips measured after the run.
+    rtt: Option<&'a Probe>,
 }
 
 fn report(
@@ -869,7 +911,7 @@ fn report(
     latency_of: &str,
     extra: Extra<'_>,
 ) {
-    let Extra { e2e, fsync } = extra;
+    let Extra { e2e, fsync, rtt } = extra;
     let msgs_per_sec = rate(outcome.messages, outcome.elapsed);
     let mb_per_sec = msgs_per_sec * args.size as f64 / 1e6;
     let h = &outcome.latency;
@@ -927,26 +969,32 @@ fn report(
     if let Some(error) = &first_error {
         println!("first error: {error}");
     }
-    let p50_to_fsync = fsync.map(|probe| {
-        let base = probe.p50_us();
-        if base > 0.0 {
-            p50 / base
-        } else {
-            0.0
-        }
-    });
-    match (fsync, p50_to_fsync) {
-        (Some(probe), Some(ratio)) => println!(
+    let p50_to_fsync = fsync.map(|probe| ratio_to(p50, probe));
+    let p50_to_rtt = rtt.map(|probe| ratio_to(p50, probe));
+    if let (Some(probe), Some(ratio)) = (fsync, p50_to_fsync) {
+        println!(
             "baseline : {} bare {} B write + fdatasync cycles in {}: p50 {} us, p99 {} us; send p50 / fdatasync p50 = {ratio:.3}",
             probe.cycles,
             fsync_probe::PRODUCE_PROBE_WRITE_BYTES,
             args.fsync_baseline.as_deref().unwrap_or(std::path::Path::new("?")).display(),
             probe.p50_us(),
             probe.p99_us(),
-        ),
-        _ => println!(
+        );
+    }
+    if let (Some(probe), Some(ratio)) = (rtt, p50_to_rtt) {
+        println!(
+            "baseline : {} bare loopback TCP round trips ({} B out, {} B back, two threads): p50 {} us, p99 {} us; send p50 / round trip p50 = {ratio:.3}",
+            probe.cycles,
+            args.size as usize + rtt_probe::REQUEST_OVERHEAD_BYTES,
+            rtt_probe::REPLY_BYTES,
+            probe.p50_us(),
+            probe.p99_us(),
+        );
+    }
+    if fsync.is_none() && rtt.is_none() {
+        println!(
             "baseline : none in this run; compare with `ferromq bench store` on the same machine"
-        ),
+        );
     }
     if args.json {
         let mut out = json!({
@@ -971,7 +1019,7 @@ fn report(
             "latency": latency_of,
             "errors": errors,
             "first_error": first_error,
-            "baseline": if fsync.is_some() { "fdatasync" } else { "ferromq bench store" },
+            "baseline": baseline_names(fsync.is_some(), rtt.is_some()),
         });
         if let (Some(probe), Some(ratio)) = (fsync, p50_to_fsync) {
             out["fsync_cycles"] = json!(probe.cycles);
@@ -979,6 +1027,15 @@ fn report(
             out["fsync_p50_us"] = json!(probe.p50_us());
             out["fsync_p99_us"] = json!(probe.p99_us());
             out["p50_to_fsync_p50"] = json!(round(ratio, 4));
+        }
+        if let (Some(probe), Some(ratio)) = (rtt, p50_to_rtt) {
+            out["rtt_cycles"] = json!(probe.cycles);
+            out["rtt_request_bytes"] =
+                json!(args.size as usize + rtt_probe::REQUEST_OVERHEAD_BYTES);
+            out["rtt_reply_bytes"] = json!(rtt_probe::REPLY_BYTES);
+            out["rtt_p50_us"] = json!(probe.p50_us());
+            out["rtt_p99_us"] = json!(probe.p99_us());
+            out["p50_to_rtt_p50"] = json!(round(ratio, 4));
         }
         if let Some(split) = &e2e {
             out["received"] = json!(split.received);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::stats::{ns_to_us, Histogram};
+use super::stats::Probe;
 use super::ScratchDir;
 
 /// Cycles of `bench produce --fsync-baseline` (fewer when its time bound comes first).
@@ -21,29 +21,6 @@ pub const PRODUCE_PROBE_CYCLES: u64 = 2_000;
 pub const PRODUCE_PROBE_TIME: Duration = Duration::from_secs(3);
 /// Bytes per cycle of `bench produce --fsync-baseline`: one 4 KiB page.
 pub const PRODUCE_PROBE_WRITE_BYTES: usize = 4096;
-
-/// What a probe measured.
-#[derive(Debug, Default)]
-pub struct Probe {
-    /// Cycles done.
-    pub cycles: u64,
-    /// Time of all cycles.
-    pub elapsed: Duration,
-    /// Latency of each cycle (write + fdatasync).
-    pub latency: Histogram,
-}
-
-impl Probe {
-    /// The median cycle, µs.
-    pub fn p50_us(&self) -> f64 {
-        ns_to_us(self.latency.percentile(0.5))
-    }
-
-    /// The 99th percentile cycle, µs.
-    pub fn p99_us(&self) -> f64 {
-        ns_to_us(self.latency.percentile(0.99))
-    }
-}
 
 /// Appends `write_bytes` and fdatasyncs, `cycles` times or until `max_time` has passed, to a
 /// new file at `path` (which the caller removes).
@@ -62,10 +39,7 @@ pub fn run(path: &Path, write_bytes: usize, cycles: u64, max_time: Duration) -> 
             .with_context(|| format!("baseline write to {}", path.display()))?;
         file.sync_data()
             .with_context(|| format!("baseline fdatasync of {}", path.display()))?;
-        probe
-            .latency
-            .record(u64::try_from(cycle.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        probe.cycles += 1;
+        probe.record(cycle.elapsed());
     }
     probe.elapsed = started.elapsed();
     Ok(probe)

@@ -21,6 +21,7 @@ mod fsync_probe;
 mod grpc;
 mod recovery;
 mod rss;
+mod rtt_probe;
 mod stats;
 mod store;
 mod transaction;

@@ -10,6 +10,8 @@
 //! 2. A percentile is the upper bound of the bucket holding the rank, clamped to the exact
 //!    `max`, so it never understates a latency and never exceeds the largest one seen.
 
+use std::time::Duration;
+
 const SUB_BUCKET_BITS: u32 = 7;
 const SUB_BUCKET_COUNT: usize = 1 << SUB_BUCKET_BITS;
 /// Buckets needed for the largest `u64`: shift 56, mantissa below 256.
@@ -184,5 +186,35 @@ mod tests {
     fn microseconds_round_to_a_tenth() {
         assert_eq!(ns_to_us(1_234_567), 1234.6);
         assert_eq!(ns_to_us(0), 0.0);
+    }
+}
+
+/// What a baseline probe (`fsync_probe`, `rtt_probe`) measured: one latency per cycle.
+#[derive(Debug, Default)]
+pub struct Probe {
+    /// Cycles done.
+    pub cycles: u64,
+    /// Time of all cycles.
+    pub elapsed: Duration,
+    /// Latency of each cycle.
+    pub latency: Histogram,
+}
+
+impl Probe {
+    /// The median cycle, µs.
+    pub fn p50_us(&self) -> f64 {
+        ns_to_us(self.latency.percentile(0.5))
+    }
+
+    /// The 99th percentile cycle, µs.
+    pub fn p99_us(&self) -> f64 {
+        ns_to_us(self.latency.percentile(0.99))
+    }
+
+    /// Records one cycle that took `took`.
+    pub fn record(&mut self, took: Duration) {
+        self.latency
+            .record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+        self.cycles += 1;
     }
 }
