@@ -253,7 +253,7 @@ pub struct MessageExt {
 /// # Errors
 /// A text naming the index of the first record that cannot be parsed.
 pub fn decode_pull_body(body: &Bytes, broker_name: &str) -> Result<Vec<MessageExt>, String> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(count_records(body));
     let mut rest = &body[..];
     while !rest.is_empty() {
         let view = RecordView::parse_structure(rest)
@@ -265,6 +265,22 @@ pub fn decode_pull_body(body: &Bytes, broker_name: &str) -> Result<Vec<MessageEx
         rest = &rest[size..];
     }
     Ok(out)
+}
+
+/// The records of a pull body, counted by their size fields alone (for the vector's
+/// capacity: a message is a few hundred bytes, growing the vector moved each one again).
+/// Stops at the first size that does not fit; the decoder then says what is wrong.
+fn count_records(body: &[u8]) -> usize {
+    let (mut count, mut rest) = (0, body);
+    while let Some(size) = rest.get(..4) {
+        let size = u32::from_be_bytes(size.try_into().expect("4 bytes")) as usize;
+        if size < 4 || size > rest.len() {
+            break;
+        }
+        count += 1;
+        rest = &rest[size..];
+    }
+    count
 }
 
 /// Builds a [`MessageExt`] from a stored record of `pull_body`; a compressed body (sysFlag bit
@@ -350,22 +366,28 @@ impl<'a> ReadProperties<'a> {
         let (mut tags, mut keys, mut uniq_key, mut delay) = (None, None, None, None);
         let mut user = BTreeMap::new();
         for (name, value) in props.iter() {
-            let value = std::str::from_utf8(value).ok();
+            // Validated only for the properties kept (most records carry only reserved
+            // ones a message has no field for).
+            let value = || std::str::from_utf8(value).ok();
             let slot = match name {
                 n if n == property_names::TAGS.as_bytes() => &mut tags,
                 n if n == property_names::KEYS.as_bytes() => &mut keys,
                 n if n == property_names::UNIQ_KEY.as_bytes() => &mut uniq_key,
                 n if n == property_names::DELAY.as_bytes() => &mut delay,
                 _ => {
-                    if let (Ok(name), Some(value)) = (std::str::from_utf8(name), value) {
+                    if let Ok(name) = std::str::from_utf8(name) {
                         if !RESERVED_PROPERTIES.contains(&name) {
-                            user.insert(name.to_string(), value.to_string());
+                            if let Some(value) = value() {
+                                user.insert(name.to_string(), value.to_string());
+                            }
                         }
                     }
                     continue;
                 }
             };
-            slot.get_or_insert(value);
+            if slot.is_none() {
+                *slot = Some(value());
+            }
         }
         ReadProperties {
             tags: tags.flatten(),
@@ -495,6 +517,29 @@ mod tests {
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
         assert_eq!(user, [("user", "2")]);
+    }
+
+    #[test]
+    fn records_are_counted_by_their_sizes_up_to_the_first_that_does_not_fit() {
+        let mut body = Vec::new();
+        for size in [8_u32, 4, 12] {
+            body.extend_from_slice(&size.to_be_bytes());
+            body.resize(body.len() + size as usize - 4, 0xee);
+        }
+        assert_eq!(count_records(&body), 3);
+        assert_eq!(count_records(&[]), 0);
+        body.extend_from_slice(&100_u32.to_be_bytes());
+        assert_eq!(
+            count_records(&body),
+            3,
+            "a size past the end stops the count"
+        );
+        assert_eq!(
+            count_records(&[0, 0, 0, 0, 1]),
+            0,
+            "a size below 4 stops it"
+        );
+        assert_eq!(count_records(&[0, 0, 8]), 0, "a torn size field stops it");
     }
 
     #[test]

@@ -704,14 +704,15 @@ impl PullConsumer {
         })?;
         Ok(match code {
             response::SUCCESS => {
-                let messages = decode_pull_body(
+                let mut messages = decode_pull_body(
                     reply.body.as_ref().unwrap_or(&bytes::Bytes::new()),
                     &queue.broker_name,
                 )
-                .map_err(decode)?
-                .into_iter()
-                .filter(|m| expression.matches_tag(m.tags.as_deref()))
-                .collect();
+                .map_err(decode)?;
+                // A `*` subscription keeps every message: no pass over them.
+                if !expression.is_all() {
+                    messages.retain(|m| expression.matches_tag(m.tags.as_deref()));
+                }
                 PullResult::Found {
                     messages,
                     next_offset: next,

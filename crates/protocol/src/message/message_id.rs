@@ -46,12 +46,16 @@ impl MessageId {
     /// Appends the hex text to `out`, digit by digit: no allocation beyond `out`'s growth
     /// (a `format!` per byte once made 29).
     pub fn write_hex(&self, out: &mut String) {
+        // The digits go to a stack buffer first and into `out` in one step (a consumer
+        // writes one id per message it decodes; per-char pushes were a visible share).
+        let mut digits = HexDigits::default();
         match self.store_host.ip() {
-            IpAddr::V4(ip) => push_upper_hex(out, &ip.octets()),
-            IpAddr::V6(ip) => push_upper_hex(out, &ip.octets()),
+            IpAddr::V4(ip) => digits.put(&ip.octets()),
+            IpAddr::V6(ip) => digits.put(&ip.octets()),
         }
-        push_upper_hex(out, &i32::from(self.store_host.port()).to_be_bytes());
-        push_upper_hex(out, &self.phys_offset.to_be_bytes());
+        digits.put(&i32::from(self.store_host.port()).to_be_bytes());
+        digits.put(&self.phys_offset.to_be_bytes());
+        out.push_str(digits.as_str());
     }
 
     /// Decodes the hex text; the length tells IPv4 from IPv6.
@@ -86,6 +90,37 @@ impl MessageId {
             store_host: SocketAddr::new(ip, port),
             phys_offset: u64::from_be_bytes(offset_bytes),
         })
+    }
+}
+
+/// Upper-case hex digits of at most the longest message id (IPv6: 28 bytes, 56 digits).
+struct HexDigits {
+    digits: [u8; 56],
+    len: usize,
+}
+
+impl Default for HexDigits {
+    fn default() -> Self {
+        HexDigits {
+            digits: [0; 56],
+            len: 0,
+        }
+    }
+}
+
+impl HexDigits {
+    /// Appends two digits per byte; the callers' bytes fit by construction (see the type).
+    fn put(&mut self, bytes: &[u8]) {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        for b in bytes {
+            self.digits[self.len] = HEX[usize::from(b >> 4)];
+            self.digits[self.len + 1] = HEX[usize::from(b & 0xF)];
+            self.len += 2;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.digits[..self.len]).expect("hex digits are ASCII")
     }
 }
 
