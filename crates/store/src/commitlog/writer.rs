@@ -152,6 +152,10 @@ impl WriterState {
 
     /// Appends `records` (topic, encoded record) as one batch; they reach the files at the
     /// next commit.
+    ///
+    /// Queue offsets are reserved once per run of consecutive records for the same queue (a
+    /// batch's records all go to one queue), not looked up per record; each record of a run
+    /// still gets the next offset in log order (invariant 1).
     pub fn append(
         &mut self,
         segment_size: u64,
@@ -160,30 +164,49 @@ impl WriterState {
     ) -> Vec<Placement> {
         let store_ts = now_ms.max(self.last_store_timestamp_ms);
         let mut placements = Vec::with_capacity(records.len());
-        for (topic, record) in records.iter_mut() {
-            let len = record.len() as u64;
-            debug_assert!(len + BLANK_LEN <= segment_size, "caller checks the size");
-            let used = self.write_pos % segment_size;
-            if used + len + BLANK_LEN > segment_size {
-                self.append_blank(segment_size);
+        let mut rest = records;
+        while let Some(&(topic, ref first)) = rest.first() {
+            let queue_id = first.queue_id();
+            let run = same_queue_run(rest, topic, queue_id);
+            let first_offset = self.reserve_queue_offsets(topic, queue_id, run as u64);
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(run);
+            for (queue_offset, (_, record)) in (first_offset..).zip(head.iter_mut()) {
+                placements.push(self.place(segment_size, store_ts, queue_offset, record));
             }
-            let queue_id = record.queue_id();
-            let queue_offset = self.next_queue_offset(topic, queue_id);
-            record.finalize(queue_offset, self.write_pos, store_ts);
-            self.chunk_at_write_pos()
-                .extend_from_slice(record.as_bytes());
-            self.tail_bytes += len as usize;
-            placements.push(Placement {
-                phys_offset: self.write_pos,
-                queue_offset,
-                size: len as u32,
-                queue_id,
-                store_timestamp_ms: store_ts,
-            });
-            self.write_pos += len;
+            rest = tail;
         }
         self.last_store_timestamp_ms = store_ts;
         placements
+    }
+
+    /// Seals `record` at `write_pos` with `queue_offset` and copies it into the tail,
+    /// ending the segment first when the record does not fit before its end.
+    fn place(
+        &mut self,
+        segment_size: u64,
+        store_ts: i64,
+        queue_offset: u64,
+        record: &mut EncodedRecord,
+    ) -> Placement {
+        let len = record.len() as u64;
+        debug_assert!(len + BLANK_LEN <= segment_size, "caller checks the size");
+        let used = self.write_pos % segment_size;
+        if used + len + BLANK_LEN > segment_size {
+            self.append_blank(segment_size);
+        }
+        record.finalize(queue_offset, self.write_pos, store_ts);
+        self.chunk_at_write_pos()
+            .extend_from_slice(record.as_bytes());
+        self.tail_bytes += len as usize;
+        let placement = Placement {
+            phys_offset: self.write_pos,
+            queue_offset,
+            size: len as u32,
+            queue_id: record.queue_id(),
+            store_timestamp_ms: store_ts,
+        };
+        self.write_pos += len;
+        placement
     }
 
     /// Ends the current segment with a BLANK marker: the log continues at the next segment.
@@ -206,7 +229,7 @@ impl WriterState {
             record.queue_offset,
             self.queue_max(record.topic, record.queue_id)
         );
-        self.next_queue_offset(record.topic, record.queue_id);
+        self.reserve_queue_offsets(record.topic, record.queue_id, 1);
         self.chunk_at_write_pos().extend_from_slice(record.bytes);
         self.tail_bytes += record.bytes.len();
         self.write_pos += record.bytes.len() as u64;
@@ -242,15 +265,17 @@ impl WriterState {
         taken
     }
 
-    fn next_queue_offset(&mut self, topic: &str, queue_id: u32) -> u64 {
+    /// Reserves `count` consecutive offsets of (topic, queue) and returns the first: one
+    /// map lookup for a whole run of records.
+    fn reserve_queue_offsets(&mut self, topic: &str, queue_id: u32, count: u64) -> u64 {
         let queues = match self.queue_offsets.get_mut(topic) {
             Some(queues) => queues,
             None => self.queue_offsets.entry(topic.to_string()).or_default(),
         };
         let next = queues.entry(queue_id).or_insert(0);
-        let queue_offset = *next;
-        *next += 1;
-        queue_offset
+        let first = *next;
+        *next += count;
+        first
     }
 
     /// Resets the writer after a truncation or recovery; an uncommitted tail is dropped.
@@ -268,6 +293,15 @@ impl WriterState {
         self.last_store_timestamp_ms = last_store_timestamp_ms;
         self.offsets = offsets;
     }
+}
+
+/// How many records at the start of `records` go to (topic, queue_id); at least one when
+/// `records` starts with such a record.
+fn same_queue_run(records: &[(&str, EncodedRecord)], topic: &str, queue_id: u32) -> usize {
+    records
+        .iter()
+        .take_while(|(t, record)| *t == topic && record.queue_id() == queue_id)
+        .count()
 }
 
 /// Writes taken tail chunks to their segments, in order, creating segments as needed, and
@@ -319,10 +353,61 @@ mod tests {
     use ferromq_protocol::DraftRecord;
 
     fn encoded(body: &[u8]) -> EncodedRecord {
+        encoded_for("T", 0, body)
+    }
+
+    fn encoded_for(topic: &str, queue_id: u32, body: &[u8]) -> EncodedRecord {
         let host = "127.0.0.1:10911".parse().expect("address");
-        DraftRecord::plain("T", 0, body, &[], host, 1)
+        DraftRecord::plain(topic, queue_id, body, &[], host, 1)
             .encode()
             .expect("encode")
+    }
+
+    /// Offsets are reserved per run of same-queue records: a batch that interleaves queues
+    /// and topics (and rolls a segment inside a run) must still give every queue dense
+    /// offsets in log order, continuing the queue's previous ones.
+    #[test]
+    fn interleaved_runs_get_dense_offsets_per_queue_in_log_order() {
+        let len = encoded(b"body").len() as u64;
+        let segment_size = 3 * len + BLANK_LEN;
+        let existing = HashMap::from([("T".to_string(), HashMap::from([(1, 7)]))]);
+        let mut writer = WriterState::new(0, existing, 0, OffsetView::default());
+        let layout = [
+            ("T", 0),
+            ("T", 0),
+            ("T", 1),
+            ("U", 0),
+            ("T", 0),
+            ("T", 0),
+            ("T", 1),
+        ];
+        let mut records: Vec<(&str, EncodedRecord)> = layout
+            .iter()
+            .map(|&(topic, queue)| (topic, encoded_for(topic, queue, b"body")))
+            .collect();
+        let placements = writer.append(segment_size, 5, &mut records);
+        let got: Vec<(u32, u64)> = placements
+            .iter()
+            .map(|p| (p.queue_id, p.queue_offset))
+            .collect();
+        assert_eq!(
+            got,
+            [(0, 0), (0, 1), (1, 7), (0, 0), (0, 2), (0, 3), (1, 8)]
+        );
+        let phys: Vec<u64> = placements.iter().map(|p| p.phys_offset).collect();
+        let seg = segment_size;
+        assert_eq!(
+            phys,
+            [0, len, 2 * len, seg, seg + len, seg + 2 * len, 2 * seg]
+        );
+        assert_eq!(writer.queue_max("T", 0), 4);
+        assert_eq!(writer.queue_max("T", 1), 9);
+        assert_eq!(writer.queue_max("U", 0), 1);
+        for ((_, record), placement) in records.iter().zip(&placements) {
+            let view = ferromq_protocol::RecordView::parse(record.as_bytes()).expect("sealed");
+            assert_eq!(view.queue_offset, placement.queue_offset);
+            assert_eq!(view.phys_offset, placement.phys_offset);
+        }
     }
 
     /// Two records end exactly `BLANK_LEN` bytes before the segment end, so the third rolls

@@ -1,5 +1,6 @@
 //! All ConsumeQueues of a store, found under `consumequeue/<topic>/<queueId>/`.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -76,26 +77,22 @@ impl ConsumeQueueSet {
         topic: &str,
         queue_id: u32,
     ) -> Result<&mut ConsumeQueue, CqError> {
-        // The dispatcher calls this for every record: look up without allocating first.
-        let exists = self
-            .queues
-            .get(topic)
-            .is_some_and(|queues| queues.contains_key(&queue_id));
-        if !exists {
-            ferromq_protocol::names::validate_topic(topic)?;
-            let dir = self.dir.join(topic).join(queue_id.to_string());
-            let label = format!("{topic}/{queue_id}");
-            let (queue, _) = ConsumeQueue::open(label, &dir, self.entries_per_file)?;
+        // The dispatcher calls this for every record: no allocation and one search of the
+        // topic's queues when the queue exists. A topic entry is only added together with its
+        // first queue, so every topic in the map has at least one queue.
+        if !self.queues.contains_key(topic) {
+            let queue = open_new_queue(&self.dir, self.entries_per_file, topic, queue_id)?;
             self.queues
-                .entry(topic.to_string())
-                .or_default()
-                .insert(queue_id, queue);
+                .insert(topic.to_string(), BTreeMap::from([(queue_id, queue)]));
         }
-        Ok(self
-            .queues
-            .get_mut(topic)
-            .and_then(|queues| queues.get_mut(&queue_id))
-            .expect("created above"))
+        let queues = self.queues.get_mut(topic).expect("inserted above");
+        match queues.entry(queue_id) {
+            Entry::Occupied(existing) => Ok(existing.into_mut()),
+            Entry::Vacant(vacant) => {
+                let queue = open_new_queue(&self.dir, self.entries_per_file, topic, queue_id)?;
+                Ok(vacant.insert(queue))
+            }
+        }
     }
 
     /// Every queue, mutable.
@@ -143,6 +140,21 @@ impl ConsumeQueueSet {
     }
 }
 
+/// Opens (creating its directory) the queue of (topic, queue_id) under `dir`, after checking
+/// the topic name before any path is built from it.
+fn open_new_queue(
+    dir: &Path,
+    entries_per_file: u64,
+    topic: &str,
+    queue_id: u32,
+) -> Result<ConsumeQueue, CqError> {
+    ferromq_protocol::names::validate_topic(topic)?;
+    let queue_dir = dir.join(topic).join(queue_id.to_string());
+    let (queue, _) =
+        ConsumeQueue::open(format!("{topic}/{queue_id}"), &queue_dir, entries_per_file)?;
+    Ok(queue)
+}
+
 fn list_dirs(dir: &Path) -> Result<Vec<PathBuf>, CqError> {
     let mut dirs = Vec::new();
     let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
@@ -159,4 +171,25 @@ fn list_dirs(dir: &Path) -> Result<Vec<PathBuf>, CqError> {
     }
     dirs.sort();
     Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue that cannot be created leaves no trace: no topic without queues appears.
+    #[test]
+    fn a_refused_queue_adds_no_topic_and_an_existing_topic_gains_queues() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut set, _) = ConsumeQueueSet::open(dir.path(), 16).expect("open");
+        assert!(set.get_or_create("bad/name", 0).is_err());
+        assert!(set.topics().is_empty());
+        set.get_or_create("T", 3).expect("create");
+        set.get_or_create("T", 1).expect("create");
+        set.get_or_create("T", 3).expect("existing");
+        assert_eq!(set.topics(), ["T"]);
+        assert_eq!(set.queue_ids("T"), [1, 3]);
+        let (reopened, _) = ConsumeQueueSet::open(dir.path(), 16).expect("reopen");
+        assert_eq!(reopened.queue_ids("T"), [1, 3]);
+    }
 }
