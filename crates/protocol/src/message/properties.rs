@@ -57,19 +57,30 @@ impl<'a> Properties<'a> {
 
     /// The values of the first properties called `names[i]`, found in one scan; as
     /// [`Properties::get`] for each name.
+    ///
+    /// The dispatcher calls this for every record, so pairs are found with `memchr` and a
+    /// pair is matched against a wanted name by its prefix: a pair belongs to `name` exactly
+    /// when it starts with `name` followed by the separator, because property names contain
+    /// no separator (the first separator of the pair then ends its name, as in `iter`).
     pub fn get_several<const N: usize>(&self, names: [&str; N]) -> [Option<&'a [u8]>; N] {
+        debug_assert!(names.iter().all(|n| !n.as_bytes().contains(&NAME_VALUE_SEPARATOR)));
         let mut found = [None; N];
         let mut missing = N;
-        for (name, value) in self.iter() {
+        let raw = self.0;
+        let mut from = 0;
+        while from < raw.len() && missing > 0 {
+            let to =
+                memchr::memchr(PROPERTY_SEPARATOR, &raw[from..]).map_or(raw.len(), |at| from + at);
+            let pair = &raw[from..to];
             for (wanted, slot) in names.iter().zip(found.iter_mut()) {
-                if slot.is_none() && name == wanted.as_bytes() {
-                    *slot = Some(value);
-                    missing -= 1;
+                if slot.is_none() {
+                    if let Some(value) = value_if_named(pair, wanted.as_bytes()) {
+                        *slot = Some(value);
+                        missing -= 1;
+                    }
                 }
             }
-            if missing == 0 {
-                break;
-            }
+            from = to + 1;
         }
         found
     }
@@ -94,6 +105,14 @@ impl<'a> Properties<'a> {
         }
         out
     }
+}
+
+/// The value of `pair` when its name is `name` (which holds no separator).
+fn value_if_named<'a>(pair: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let value = pair
+        .strip_prefix(name)?
+        .strip_prefix(&[NAME_VALUE_SEPARATOR])?;
+    Some(value)
 }
 
 #[cfg(test)]
