@@ -265,6 +265,7 @@ where
     match item {
         Outbound::Frame(command) => Ok(writer.feed(command).await?),
         Outbound::Regions(reply) => write_region_reply(ctx, activity, writer, reply).await,
+        Outbound::Records(reply) => Ok(writer.feed(reply).await?),
     }
 }
 

@@ -18,6 +18,8 @@ pub enum Outbound {
     Frame(RemotingCommand),
     /// A pull reply whose body goes from the files.
     Regions(RegionReply),
+    /// A pull reply whose body is records already read and verified.
+    Records(RecordsReply),
 }
 
 impl From<RemotingCommand> for Outbound {
@@ -35,6 +37,30 @@ pub struct RegionReply {
     pub regions: Vec<FileRegion>,
     /// Bytes of the body.
     pub body_len: u64,
+}
+
+/// A reply whose body is records read and verified into memory (`transferMsgByHeap=true`),
+/// in order. The writer's encoder copies them straight into its buffer after the head: one
+/// copy of each record between the read and the socket, not one into a body and another into
+/// the buffer.
+#[derive(Debug)]
+pub struct RecordsReply {
+    /// The reply; its own body is ignored.
+    pub head: RemotingCommand,
+    /// The body, record by record.
+    pub records: Vec<Bytes>,
+}
+
+impl RecordsReply {
+    /// The reply `head` carrying `records`.
+    pub fn new(head: RemotingCommand, records: Vec<Bytes>) -> RecordsReply {
+        RecordsReply { head, records }
+    }
+
+    /// Bytes of the body.
+    pub fn body_len(&self) -> usize {
+        self.records.iter().map(Bytes::len).sum()
+    }
 }
 
 /// Why a region reply could not be turned into a copied frame.
@@ -148,11 +174,67 @@ impl Encoder<RemotingCommand> for WireCodec {
     }
 }
 
+impl Encoder<RecordsReply> for WireCodec {
+    type Error = CodecError;
+
+    /// The head with the body's length, then each record: the same bytes as the frame of the
+    /// head carrying the records as its body.
+    fn encode(&mut self, item: RecordsReply, dst: &mut BytesMut) -> Result<(), CodecError> {
+        let body_len = item.body_len();
+        item.head
+            .encode_head(body_len, dst, self.frames.max_frame_length())?;
+        dst.reserve(body_len);
+        for record in &item.records {
+            dst.extend_from_slice(record);
+        }
+        Ok(())
+    }
+}
+
 impl Encoder<Bytes> for WireCodec {
     type Error = CodecError;
 
     fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), CodecError> {
         dst.extend_from_slice(&item);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> RemotingCommand {
+        RemotingCommand::new_response(0, Some("found".into())).with_opaque(7)
+    }
+
+    /// A records reply is the same frame as its head carrying the records as one body.
+    #[test]
+    fn a_records_reply_encodes_as_the_frame_with_its_records_as_body() {
+        let records = vec![
+            Bytes::from_static(b"first record"),
+            Bytes::new(),
+            Bytes::from_static(b"second"),
+        ];
+        let mut codec = WireCodec::new(1 << 20);
+        let mut split = BytesMut::new();
+        let reply = RecordsReply::new(head(), records.clone());
+        assert_eq!(reply.body_len(), 18);
+        codec.encode(reply, &mut split).expect("encode");
+        let mut whole = BytesMut::new();
+        codec
+            .encode(head().with_body(records.concat()), &mut whole)
+            .expect("encode");
+        assert_eq!(split, whole);
+    }
+
+    /// A body past the frame limit is refused before anything is written.
+    #[test]
+    fn a_records_reply_past_the_frame_limit_is_refused() {
+        let mut codec = WireCodec::new(64);
+        let mut dst = BytesMut::new();
+        let reply = RecordsReply::new(head(), vec![Bytes::from(vec![1u8; 100])]);
+        assert!(codec.encode(reply, &mut dst).is_err());
+        assert!(dst.is_empty(), "{dst:?}");
     }
 }

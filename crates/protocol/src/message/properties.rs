@@ -63,7 +63,9 @@ impl<'a> Properties<'a> {
     /// when it starts with `name` followed by the separator, because property names contain
     /// no separator (the first separator of the pair then ends its name, as in `iter`).
     pub fn get_several<const N: usize>(&self, names: [&str; N]) -> [Option<&'a [u8]>; N] {
-        debug_assert!(names.iter().all(|n| !n.as_bytes().contains(&NAME_VALUE_SEPARATOR)));
+        debug_assert!(names
+            .iter()
+            .all(|n| !n.as_bytes().contains(&NAME_VALUE_SEPARATOR)));
         let mut found = [None; N];
         let mut missing = N;
         let raw = self.0;

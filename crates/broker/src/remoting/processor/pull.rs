@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use bytes::BytesMut;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
@@ -29,7 +28,7 @@ use crate::core::pull::{
     self, PullRead, PullRequest, Pulled, Subscription, PULL_BYTES_MAX, PULL_COUNT_MAX,
 };
 use crate::observability::transfer::Fallback;
-use crate::remoting::outbound::{Outbound, RegionReply};
+use crate::remoting::outbound::{Outbound, RecordsReply, RegionReply};
 use crate::sessions::registry::ClientChannel;
 
 /// Pull sysFlag: the request carries a commit in `commitOffset`.
@@ -73,12 +72,8 @@ pub(super) async fn handle(
                     if let Some(reason) = fallback {
                         transfer.fallback(reason, "transferMsgByHeap=false");
                     }
-                    let size = messages.iter().map(|m| m.bytes.len()).sum();
-                    let mut body = BytesMut::with_capacity(size);
-                    for message in &messages {
-                        body.extend_from_slice(&message.bytes);
-                    }
-                    head.with_body(body.freeze()).into()
+                    let records = messages.into_iter().map(|m| m.bytes).collect();
+                    Outbound::Records(RecordsReply::new(head, records))
                 }
                 Err(reply) => reply.into(),
             }
