@@ -303,10 +303,7 @@ impl CommitLog {
             min: self.min_offset(),
             max: self.committed_end(),
         })?;
-        let mut buf = vec![0u8; len];
-        let got = segment.read_at(phys_offset - segment.start, &mut buf)?;
-        buf.truncate(got);
-        Ok(buf)
+        Ok(segment.read_vec(phys_offset - segment.start, len)?)
     }
 
     /// Reads and verifies the record (or end marker) at `phys_offset`.

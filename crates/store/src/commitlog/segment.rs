@@ -113,6 +113,50 @@ impl Segment {
         Ok(done)
     }
 
+    /// Reads up to `len` bytes at `pos` (relative to the segment) into a new buffer; shorter
+    /// at the end of the file. The buffer is not zero-filled first: pull spans are up to
+    /// 256 KiB, and zeroing one costs about as much as the read's own copy.
+    pub fn read_vec(&self, pos: u64, len: usize) -> Result<Vec<u8>, FileError> {
+        use std::os::fd::AsRawFd;
+        let mut buf: Vec<u8> = Vec::with_capacity(len);
+        while buf.len() < len {
+            let done = buf.len();
+            let at = pos
+                .checked_add(done as u64)
+                .and_then(|at| libc::off_t::try_from(at).ok())
+                .ok_or_else(|| {
+                    FileError::new("read", &self.path, std::io::ErrorKind::InvalidInput.into())
+                })?;
+            let spare = &mut buf.spare_capacity_mut()[..len - done];
+            // SAFETY: `spare` is this vector's unused capacity, valid for writes of
+            // `spare.len()` bytes; `pread` writes at most that many into it and reads none of
+            // them. The descriptor is this segment's open file, alive for the call.
+            let rc = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    at,
+                )
+            };
+            match rc {
+                0 => break,
+                n if n > 0 => {
+                    // SAFETY: `pread` initialised the first `n <= spare.len()` bytes after
+                    // `done`, so the first `done + n` bytes of the vector are initialised.
+                    unsafe { buf.set_len(done + n as usize) };
+                }
+                _ => {
+                    let error = std::io::Error::last_os_error();
+                    if error.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(FileError::new("read", &self.path, error));
+                    }
+                }
+            }
+        }
+        Ok(buf)
+    }
+
     /// Writes all of `bytes` at `pos` (relative to the segment).
     pub fn write_all_at(&self, pos: u64, bytes: &[u8]) -> Result<(), FileError> {
         self.file
@@ -242,4 +286,26 @@ fn allocate_file(file: &File, len: u64) -> std::io::Result<()> {
 #[cfg(not(target_os = "linux"))]
 fn allocate_file(_file: &File, _len: u64) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_vec` returns exactly the file's bytes: whole, from the middle, short at the end
+    /// of the file, empty past it, and across more than one `pread` worth of a large read.
+    #[test]
+    fn read_vec_returns_the_files_bytes_and_stops_at_its_end() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let segment = Segment::create(dir.path(), 0).expect("create");
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        segment.write_all_at(0, &bytes).expect("write");
+        assert_eq!(segment.read_vec(0, bytes.len()).expect("read"), bytes);
+        assert_eq!(segment.read_vec(1000, 10).expect("read"), &bytes[1000..1010]);
+        let tail = segment.read_vec(299_990, 100).expect("read");
+        assert_eq!(tail, &bytes[299_990..], "short at the end of the file");
+        assert!(segment.read_vec(400_000, 16).expect("read").is_empty());
+        assert!(segment.read_vec(0, 0).expect("read").is_empty());
+        assert!(segment.read_vec(u64::MAX - 4, 16).is_err(), "offset past off_t");
+    }
 }
