@@ -40,6 +40,10 @@ pub struct StoreConfig {
     /// with one `pwrite` per commit (`false`). Same acknowledgement either way: the bytes
     /// are in the page cache. `SyncFlush` always writes (see `commitlog::mapping`).
     pub mapped_writes: bool,
+    /// Pull reads copy records out of a read-only map of each segment (`true`: a queue whose
+    /// records lie between other queues' copies only its own) or read spans with `pread`
+    /// (`false`). See `commitlog::read_map`.
+    pub mapped_reads: bool,
     /// How long a `SyncFlush` append waits for its fsync (`syncFlushTimeout`).
     pub sync_flush_timeout_ms: u64,
     /// Interval between checkpoints (ConsumeQueue/index fsync + offset snapshot).
@@ -66,6 +70,7 @@ impl StoreConfig {
             flush_disk_type: FlushDiskType::AsyncFlush,
             flush_interval_ms: 500,
             mapped_writes: true,
+            mapped_reads: true,
             sync_flush_timeout_ms: 5_000,
             checkpoint_interval_ms: 1_000,
             snapshots_kept: 3,

@@ -122,6 +122,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
         config.segment_size_bytes,
         config.record_size_max(),
     )?;
+    log.set_mapped_reads(config.mapped_reads);
     let checkpoints = CheckpointDir::open(&config.checkpoint_dir())?;
     report.completed_truncation = finish_truncation(root, &log, &checkpoints)?;
     report.log_min = log.min_offset();

@@ -63,24 +63,36 @@ fn pull_all(store: &MessageStore, max_count: usize, max_bytes: usize) -> Vec<Vec
     }
 }
 
+/// The store under `root`, pull reads copying out of segment maps (`mapped`) or reading
+/// spans with `pread`: both paths must give the same messages.
+fn open_store(root: &std::path::Path, mapped: bool) -> MessageStore {
+    let mut config = test_config(root);
+    config.mapped_reads = mapped;
+    MessageStore::open(config).unwrap()
+}
+
 #[test]
 fn runs_of_back_to_back_records_read_the_same_as_one_read_each() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = MessageStore::open(test_config(dir.path())).unwrap();
-    let bodies = fill(&store, 300, 7);
-    assert!(
-        store.stats().written_end > 4 * 64 * 1024,
-        "runs cross several segment ends"
-    );
-    pulls_read_as_one_read_each(&store, &bodies);
+    for mapped in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), mapped);
+        let bodies = fill(&store, 300, 7);
+        assert!(
+            store.stats().written_end > 4 * 64 * 1024,
+            "runs cross several segment ends"
+        );
+        pulls_read_as_one_read_each(&store, &bodies);
+    }
 }
 
 #[test]
 fn alternating_queues_read_the_same_as_one_read_each() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = MessageStore::open(test_config(dir.path())).unwrap();
-    let bodies = fill(&store, 300, 1);
-    pulls_read_as_one_read_each(&store, &bodies);
+    for mapped in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), mapped);
+        let bodies = fill(&store, 300, 1);
+        pulls_read_as_one_read_each(&store, &bodies);
+    }
 }
 
 fn pulls_read_as_one_read_each(store: &MessageStore, bodies: &[Vec<u8>]) {
@@ -97,10 +109,15 @@ fn pulls_read_as_one_read_each(store: &MessageStore, bodies: &[Vec<u8>]) {
 
 #[test]
 fn a_damaged_record_inside_a_run_is_found_after_the_good_ones_before_it() {
+    for mapped in [true, false] {
+        damaged_record_inside_a_run(mapped);
+    }
+}
+
+fn damaged_record_inside_a_run(mapped: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let config = test_config(dir.path());
-    let segment_size = config.segment_size_bytes;
-    let store = MessageStore::open(config).unwrap();
+    let segment_size = test_config(dir.path()).segment_size_bytes;
+    let store = open_store(dir.path(), mapped);
     fill(&store, 10, 10);
     let messages = read_all(&store, TOPIC, 0);
     // Damage the body of queue offset 4, in the middle of the one run of ten.

@@ -136,6 +136,9 @@ pub struct BrokerConfig {
     /// ASYNC_FLUSH commits copy into a map of the active CommitLog segment (`true`) or use
     /// one `pwrite` each (`false`); a ferromq key (RocketMQ always maps).
     pub commit_log_mapped_writes: bool,
+    /// Pull reads copy records out of a read-only map of each CommitLog segment (`true`) or
+    /// read spans with `pread` (`false`); a ferromq key.
+    pub commit_log_mapped_reads: bool,
     /// How long a SYNC_FLUSH send waits for its fsync, ms.
     pub sync_flush_timeout: u64,
     /// CommitLog retention, hours.
@@ -324,6 +327,7 @@ impl Default for BrokerConfig {
             max_message_size: 4 * 1024 * 1024,
             flush_interval_commit_log: 500,
             commit_log_mapped_writes: true,
+            commit_log_mapped_reads: true,
             sync_flush_timeout: 5_000,
             file_reserved_time: 72,
             register_name_server_period: 30_000,
@@ -755,6 +759,7 @@ impl BrokerConfig {
         store.max_message_size_bytes = self.max_message_size;
         store.flush_interval_ms = self.flush_interval_commit_log.max(1);
         store.mapped_writes = self.commit_log_mapped_writes;
+        store.mapped_reads = self.commit_log_mapped_reads;
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
         store.store_host = self.advertised_addr(self.listen_port);

@@ -14,8 +14,9 @@
 //! copies. Anything that does not fit goes through `pwrite`, which reports a full disk as an
 //! error.
 //!
-//! Readers never touch the map: they read the file (`pread`, `sendfile`), which shares the
-//! page cache the copies went into.
+//! Readers never touch this map: they copy out of a read-only map of their own
+//! (`super::read_map`) or read the file (`pread`, `sendfile`), all sharing the page cache the
+//! copies went into.
 //!
 //! Page-table upkeep, in windows of [`WINDOW_BYTES`]: a fault per fresh page (an exception,
 //! a readahead that zero-fills the unwritten block, a `page_mkwrite`) costs more than the

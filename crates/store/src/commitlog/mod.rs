@@ -11,13 +11,14 @@
 
 mod mapping;
 pub mod preallocation;
+mod read_map;
 pub mod region;
 pub mod segment;
 pub mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use bytes::Bytes;
@@ -47,6 +48,8 @@ pub struct CommitLog {
     /// Extends the active segment ahead of commits; unset (plain appends) until a writable
     /// store enables it after recovery.
     preallocator: OnceLock<preallocation::Preallocator>,
+    /// Pull reads may copy out of the segments' read-only maps (`read_map`).
+    mapped_reads: AtomicBool,
     /// Fault points for tests.
     pub faults: crate::faults::Faults,
 }
@@ -146,6 +149,7 @@ impl CommitLog {
             appended_end: AtomicU64::new(min),
             min_offset: AtomicU64::new(min),
             preallocator: OnceLock::new(),
+            mapped_reads: AtomicBool::new(true),
             faults: Default::default(),
         }
     }
@@ -185,6 +189,12 @@ impl CommitLog {
             expected = Some(start + self.segment_size);
         }
         Ok(())
+    }
+
+    /// Whether pull reads copy out of the segments' read-only maps (the default) or read
+    /// spans with `pread` (`StoreConfig::mapped_reads`).
+    pub fn set_mapped_reads(&self, enabled: bool) {
+        self.mapped_reads.store(enabled, Ordering::Relaxed);
     }
 
     /// Preallocates the active segment ahead of commits from now on (see [`preallocation`]).
@@ -367,12 +377,68 @@ impl CommitLog {
     ) -> Result<ReadSpan, ReadError> {
         let (start, size) = first;
         self.check_record_size(start, size)?;
+        let end = self.span_end(first, following, max_bytes, READ_SPAN_GAP_MAX);
+        let bytes = self.read(start, (end - start) as usize)?;
+        Ok(ReadSpan {
+            start,
+            bytes: Bytes::from(bytes),
+        })
+    }
+
+    /// As [`CommitLog::read_span`] over back-to-back records only, copied out of the
+    /// segment's read-only map (`read_map`) instead of read with `pread`: a queue whose records
+    /// lie between other queues' records copies only its own, and a run of one queue's records
+    /// is still one copy. `None` when the first record is not all committed bytes within the
+    /// size limit, mapped reads are off, or the map cannot serve the span; the caller then
+    /// reads with `pread`,
+    /// which says why if anything is wrong.
+    pub fn read_span_in_place(
+        &self,
+        first: (u64, usize),
+        following: impl Iterator<Item = (u64, usize)>,
+        max_bytes: usize,
+    ) -> Option<ReadSpan> {
+        let (start, size) = first;
+        let committed = self.committed_end();
+        if !self.mapped_reads.load(Ordering::Relaxed)
+            || start < self.min_offset()
+            || size > self.record_size_max
+        {
+            return None;
+        }
+        let end = self.span_end(first, following, max_bytes, 0).min(committed);
+        if end < start.checked_add(size as u64)? {
+            return None;
+        }
+        let segment = self.segment_for(start)?;
+        let bytes = segment.read_mapped(
+            start - segment.start,
+            (end - start) as usize,
+            self.segment_size,
+        )?;
+        Some(ReadSpan {
+            start,
+            bytes: Bytes::from(bytes),
+        })
+    }
+
+    /// End of a span starting with `first` and taking the records of `following` while each
+    /// lies at most `gap_max` bytes after the one before, in the same segment, within the size
+    /// limit, and the span stays within `max_bytes` (always at least `first`).
+    fn span_end(
+        &self,
+        first: (u64, usize),
+        following: impl Iterator<Item = (u64, usize)>,
+        max_bytes: usize,
+        gap_max: u64,
+    ) -> u64 {
+        let (start, size) = first;
         let segment = self.segment_start_of(start);
         let mut end = start + size as u64;
         for (phys_offset, size) in following {
             let next_end = phys_offset + size as u64;
             if phys_offset < end
-                || phys_offset - end > READ_SPAN_GAP_MAX
+                || phys_offset - end > gap_max
                 || next_end - start > max_bytes as u64
                 || self.segment_start_of(next_end - 1) != segment
                 || size > self.record_size_max
@@ -381,11 +447,7 @@ impl CommitLog {
             }
             end = next_end;
         }
-        let bytes = self.read(start, (end - start) as usize)?;
-        Ok(ReadSpan {
-            start,
-            bytes: Bytes::from(bytes),
-        })
+        end
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! A segment's length is the end of the bytes written to it, or, for the active segment, the
 //! end of the zero-filled space preallocated ahead of them (see [`super::preallocation`]); a
-//! truncation is a `set_len`. Readers never map a file. Under mapped writes
+//! truncation is a `set_len`. Pull reads copy records out of a read-only map of the file
+//! ([`super::read_map`]), which every cut excludes with the read-map lock. Under mapped writes
 //! ([`super::mapping`]) the committer copies into a map of the active segment, only inside
 //! space the file holds, so a disk-full error still surfaces as a failed `fallocate` or
 //! write, never as a fault on the map.
@@ -17,9 +18,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 use super::mapping::MappedSpan;
+use super::read_map::ReadMap;
 use crate::error::FileError;
 use crate::fsutil;
 
@@ -44,6 +46,19 @@ pub struct Segment {
     /// The committer's map of the file under mapped writes; its room is lowered before any
     /// cut of the file, under this lock (`super::mapping`).
     mapped: Mutex<Option<MappedSpan>>,
+    /// The read-only map pull reads copy from; its write lock is held across every cut of
+    /// the file (`super::read_map`). Lock order: this before `mapped`.
+    read_map: RwLock<ReadMapSlot>,
+}
+
+/// Whether a segment's read map exists.
+#[derive(Debug)]
+enum ReadMapSlot {
+    /// Not mapped yet: the first pull read maps the file.
+    Untried,
+    Mapped(ReadMap),
+    /// Mapping failed once (address space, platform): reads use `pread`.
+    Unavailable,
 }
 
 impl Segment {
@@ -63,6 +78,7 @@ impl Segment {
             path,
             truncations: AtomicU64::new(0),
             mapped: Mutex::new(None),
+            read_map: RwLock::new(ReadMapSlot::Untried),
         })
     }
 
@@ -79,6 +95,7 @@ impl Segment {
             path,
             truncations: AtomicU64::new(0),
             mapped: Mutex::new(None),
+            read_map: RwLock::new(ReadMapSlot::Untried),
         })
     }
 
@@ -157,6 +174,45 @@ impl Segment {
         Ok(buf)
     }
 
+    /// Copies the `len` bytes at `pos` (relative to the segment) out of the segment's
+    /// read-only map of `span` bytes, mapping the file at the first call; `None` when the map
+    /// is unavailable or the bytes lie past it or past the file's end, and the caller reads
+    /// with `pread` instead (which reports a short file).
+    pub fn read_mapped(&self, pos: u64, len: usize, span: u64) -> Option<Vec<u8>> {
+        {
+            let slot = self.read_map.read().expect("segment read-map lock");
+            match &*slot {
+                ReadMapSlot::Mapped(map) => return map.copy_out(pos, len, || self.len().ok()),
+                ReadMapSlot::Unavailable => return None,
+                ReadMapSlot::Untried => {}
+            }
+        }
+        let mut slot = self.read_map.write().expect("segment read-map lock");
+        if matches!(*slot, ReadMapSlot::Untried) {
+            *slot = match ReadMap::map(&self.file, span) {
+                Ok(map) => ReadMapSlot::Mapped(map),
+                Err(error) => {
+                    tracing::debug!(%error, path = %self.path.display(), "no read map: reads use pread");
+                    ReadMapSlot::Unavailable
+                }
+            };
+        }
+        match &*slot {
+            ReadMapSlot::Mapped(map) => map.copy_out(pos, len, || self.len().ok()),
+            _ => None,
+        }
+    }
+
+    /// Takes the read-map lock for a cut of the file to `len` bytes: no read copies from the
+    /// map until it is released, and none after reaches past `len` without measuring the file.
+    fn exclude_map_reads(&self, len: u64) -> RwLockWriteGuard<'_, ReadMapSlot> {
+        let slot = self.read_map.write().expect("segment read-map lock");
+        if let ReadMapSlot::Mapped(map) = &*slot {
+            map.lower_safe_len(len);
+        }
+        slot
+    }
+
     /// Writes all of `bytes` at `pos` (relative to the segment).
     pub fn write_all_at(&self, pos: u64, bytes: &[u8]) -> Result<(), FileError> {
         self.file
@@ -176,6 +232,7 @@ impl Segment {
     /// epoch stays, and nothing is synced: space left after a crash reads as zeros past the
     /// segment's end marker, which no scan or read looks at.
     pub fn trim_space(&self, len: u64) -> Result<(), FileError> {
+        let _reads = self.exclude_map_reads(len);
         let mut mapped = self.lower_mapped_room(len);
         let trimmed = self
             .file
@@ -189,11 +246,13 @@ impl Segment {
     /// Cuts the file to `len` bytes and makes the cut durable.
     pub fn truncate(&self, len: u64) -> Result<(), FileError> {
         self.retire();
+        let reads = self.exclude_map_reads(len);
         let mapped = self.lower_mapped_room(len);
         self.file
             .set_len(len)
             .map_err(|e| FileError::new("truncate", &self.path, e))?;
         drop(mapped);
+        drop(reads);
         self.sync()
     }
 
@@ -301,11 +360,51 @@ mod tests {
         let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         segment.write_all_at(0, &bytes).expect("write");
         assert_eq!(segment.read_vec(0, bytes.len()).expect("read"), bytes);
-        assert_eq!(segment.read_vec(1000, 10).expect("read"), &bytes[1000..1010]);
+        assert_eq!(
+            segment.read_vec(1000, 10).expect("read"),
+            &bytes[1000..1010]
+        );
         let tail = segment.read_vec(299_990, 100).expect("read");
         assert_eq!(tail, &bytes[299_990..], "short at the end of the file");
         assert!(segment.read_vec(400_000, 16).expect("read").is_empty());
         assert!(segment.read_vec(0, 0).expect("read").is_empty());
-        assert!(segment.read_vec(u64::MAX - 4, 16).is_err(), "offset past off_t");
+        assert!(
+            segment.read_vec(u64::MAX - 4, 16).is_err(),
+            "offset past off_t"
+        );
+    }
+
+    /// Reads from the read map see the file's bytes, and after a cut never reach past it
+    /// (a fault there would kill the process), while bytes below the cut still read.
+    #[test]
+    fn read_map_copies_committed_bytes_and_never_past_a_cut() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let segment = Segment::create(dir.path(), 0).expect("create");
+        let bytes: Vec<u8> = (0..20_000u32).map(|i| (i % 241) as u8).collect();
+        segment.write_all_at(0, &bytes).expect("write");
+        let span = 1 << 20;
+        assert_eq!(
+            segment.read_mapped(100, 50, span).as_deref(),
+            Some(&bytes[100..150])
+        );
+        assert_eq!(
+            segment.read_mapped(19_990, 20, span),
+            None,
+            "past the file's end"
+        );
+        segment.truncate(8192).expect("truncate");
+        assert_eq!(segment.read_mapped(10_000, 10, span), None, "past the cut");
+        assert_eq!(segment.read_mapped(8190, 4, span), None, "across the cut");
+        assert_eq!(
+            segment.read_mapped(8000, 192, span).as_deref(),
+            Some(&bytes[8000..8192])
+        );
+        segment.write_all_at(8192, b"new bytes").expect("write");
+        assert_eq!(
+            segment.read_mapped(8192, 9, span).as_deref(),
+            Some(&b"new bytes"[..])
+        );
+        segment.trim_space(4096).expect("trim");
+        assert_eq!(segment.read_mapped(4000, 200, span), None, "past a trim");
     }
 }

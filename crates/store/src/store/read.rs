@@ -363,8 +363,9 @@ impl MessageStore {
     }
 
     /// Reads and verifies the record a ConsumeQueue entry points at (from `span` when the
-    /// last span read holds it, else with a new span over the back-to-back records of `ahead`,
-    /// at most `span_max` bytes) and checks it is the one indexed.
+    /// last span read holds it, else with a new span over the following records of `ahead`,
+    /// at most `span_max` bytes: copied out of the segment's read-only map when it can serve
+    /// them, else read with `pread`) and checks it is the one indexed.
     fn read_indexed_in_span(
         &self,
         indexed: &Indexed<'_>,
@@ -378,11 +379,12 @@ impl MessageStore {
         let bytes = match span.record(phys_offset, size) {
             Some(bytes) => bytes,
             None => {
-                let following = ahead.iter().map(|e| (e.phys_offset, e.size as usize));
-                *span = self
-                    .inner
-                    .log
-                    .read_span((phys_offset, size), following, span_max)?;
+                let following = || ahead.iter().map(|e| (e.phys_offset, e.size as usize));
+                let log = &self.inner.log;
+                *span = match log.read_span_in_place((phys_offset, size), following(), span_max) {
+                    Some(in_place) => in_place,
+                    None => log.read_span((phys_offset, size), following(), span_max)?,
+                };
                 // The span holds at least this record unless the read came back short; then
                 // the usual read says why.
                 match span.record(phys_offset, size) {

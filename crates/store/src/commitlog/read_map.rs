@@ -1,0 +1,187 @@
+//! Pull reads in place: a read-only, shared map of a segment, from which a record is copied
+//! out directly instead of through a `pread` of the span around it.
+//!
+//! Why: the records of one queue lie between other queues' records, and a `pread` per
+//! record costs more than copying the few records between them, so a pull read one span
+//! holding all of them (`CommitLog::read_span`) and each queue's pull copied the same
+//! stretch again: on an interleaved backlog `_copy_to_iter` was 22% of the broker's samples.
+//! From a map a pull copies only its own records.
+//!
+//! The hazard of a file map is the fault (`SIGBUS`) on a page past the file's end, where a
+//! `pread` would return short. So a copy happens only below [`ReadMap`]'s `safe_len`, a
+//! length the file is known to reach, under the segment's read lock; every cut of the file
+//! (`Segment::truncate`, `Segment::trim_space`) holds the write lock across its `set_len` and
+//! lowers `safe_len` before releasing it. A copy wanting bytes past `safe_len` measures the
+//! file (`lseek`) under the read lock, when no cut can run, and raises `safe_len` to what it
+//! found, or gives up and leaves the read to `pread`. Only a file cut by something other than
+//! the store while it runs can still fault, as it can for RocketMQ's mapped reads.
+//!
+//! Pages mapped by reads are page-cache pages; they count in the broker's RSS as file pages
+//! (`RssFile`), which the kernel reclaims like any page cache.
+
+use std::fs::File;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A shared, read-only mapping of a whole segment span.
+#[derive(Debug)]
+pub(super) struct ReadMap {
+    base: NonNull<u8>,
+    len: usize,
+    /// Bytes from the file's start that the file is known to hold (see the module docs).
+    safe_len: AtomicU64,
+}
+
+// SAFETY: the mapping is read-only memory owned by this value; copies out of it are plain
+// reads, and the segment's lock keeps every cut of the file away while one runs (module
+// docs), so sharing and moving it across threads is sound.
+unsafe impl Send for ReadMap {}
+// SAFETY: as above; `&ReadMap` only reads the mapping and updates an atomic.
+unsafe impl Sync for ReadMap {}
+
+impl ReadMap {
+    /// Maps `len` bytes of `file` from its start, shared and read-only. Nothing is touched.
+    #[cfg(target_os = "linux")]
+    pub(super) fn map(file: &File, len: u64) -> std::io::Result<ReadMap> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        if len == 0 {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: a fresh mapping chosen by the kernel (null hint) overlaps no Rust memory;
+        // the descriptor is `file`'s, open for reading, alive for the call (the mapping keeps
+        // its own reference to the file afterwards).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
+        Ok(ReadMap {
+            base,
+            len,
+            safe_len: AtomicU64::new(0),
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn map(_file: &File, _len: u64) -> std::io::Result<ReadMap> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    /// Copies `len` bytes at `pos` out of the map; `None` (nothing read) when they lie past
+    /// the mapping or past what the file holds. `file_len` measures the file; the caller
+    /// holds the segment's read lock, so no cut runs meanwhile.
+    pub(super) fn copy_out(
+        &self,
+        pos: u64,
+        len: usize,
+        file_len: impl FnOnce() -> Option<u64>,
+    ) -> Option<Vec<u8>> {
+        let end = pos.checked_add(len as u64)?;
+        if end > self.len as u64 {
+            return None;
+        }
+        if end > self.safe_len.load(Ordering::Acquire) {
+            let measured = file_len()?;
+            self.safe_len.fetch_max(measured, Ordering::AcqRel);
+            if end > measured {
+                return None;
+            }
+        }
+        let mut out = Vec::with_capacity(len);
+        // SAFETY: `[pos, end)` lies inside the mapping (`end <= self.len`) and below the
+        // file's length (`end <= safe_len`, which only exceeds the file's length after a cut
+        // that holds the segment's write lock, excluded while the caller holds its read lock),
+        // so every page read is backed by the file and cannot fault. The destination is the
+        // fresh vector's capacity of `len` bytes, which no mapping overlaps; after the copy
+        // its first `len` bytes are initialised.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(pos as usize),
+                out.as_mut_ptr(),
+                len,
+            );
+            out.set_len(len);
+        }
+        Some(out)
+    }
+
+    /// The file is about to be (or was just) cut to `len` bytes: no copy may reach past it
+    /// until the file is measured again. Called with the segment's write lock held.
+    pub(super) fn lower_safe_len(&self, len: u64) {
+        self.safe_len.fetch_min(len, Ordering::AcqRel);
+    }
+}
+
+impl Drop for ReadMap {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping `map` made, unmapped only here, once;
+        // no reference into it outlives `self` (copies borrow it only for their duration).
+        let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        if rc != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "unmapping a CommitLog segment's read map failed"
+            );
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn copies_only_what_the_file_holds() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("segment"))
+            .expect("file");
+        let map = ReadMap::map(&file, 1 << 20).expect("map");
+        let measure = || file.metadata().ok().map(|m| m.len());
+        assert_eq!(
+            map.copy_out(0, 4, measure),
+            None,
+            "an empty file holds nothing"
+        );
+        file.write_all_at(b"hello, map", 5000).expect("write");
+        assert_eq!(
+            map.copy_out(5000, 10, measure).as_deref(),
+            Some(&b"hello, map"[..])
+        );
+        assert_eq!(map.copy_out(5005, 6, measure), None, "past the file's end");
+        assert_eq!(
+            map.copy_out((1 << 20) - 2, 4, measure),
+            None,
+            "past the mapping"
+        );
+        assert_eq!(map.copy_out(u64::MAX, 4, measure), None);
+        map.lower_safe_len(4096);
+        file.set_len(4096).expect("cut");
+        assert_eq!(
+            map.copy_out(5000, 10, measure),
+            None,
+            "measured again after a cut"
+        );
+        assert_eq!(map.copy_out(10, 2, || None).as_deref(), Some(&[0u8, 0][..]));
+        assert_eq!(
+            map.copy_out(4090, 10, || None),
+            None,
+            "no measure, no copy past safe_len"
+        );
+    }
+}
