@@ -28,7 +28,8 @@
 //! a failure leaves the copies correct, only slower, and is not retried for that window.
 
 use std::fs::File;
-use std::ptr::NonNull;
+
+use super::file_map::{FileMap, MapAccess};
 
 /// Span populated ahead of the copies, and released behind them, at a time.
 pub(super) const WINDOW_BYTES: u64 = 1 << 20;
@@ -42,9 +43,8 @@ pub(super) const COPY_MAX_BYTES: usize = 16 << 10;
 /// touched only below [`MappedSpan::room`]).
 #[derive(Debug)]
 pub(super) struct MappedSpan {
-    base: NonNull<u8>,
-    /// Length of the mapping: the segment size.
-    len: usize,
+    /// The mapping, writable, of the whole segment span.
+    map: FileMap,
     /// Bytes from the start of the file that exist (are allocated); copies stay below it.
     room: u64,
     /// End of the span populated ahead of the copies.
@@ -53,45 +53,15 @@ pub(super) struct MappedSpan {
     released: u64,
 }
 
-// SAFETY: the mapping is plain memory owned by this value; every access goes through
-// `&mut self` (the segment keeps it under a mutex), so moving it across threads is sound.
-unsafe impl Send for MappedSpan {}
-
 impl MappedSpan {
     /// Maps `len` bytes of `file` from its start, shared and writable. Nothing is touched.
-    #[cfg(target_os = "linux")]
     pub(super) fn map(file: &File, len: u64) -> std::io::Result<MappedSpan> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        // SAFETY: a fresh mapping chosen by the kernel (null hint) overlaps no Rust memory;
-        // the descriptor is `file`'s, open for reading and writing, alive for the call (the
-        // mapping keeps its own reference to the file afterwards).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
         Ok(MappedSpan {
-            base,
-            len,
+            map: FileMap::map(file, len, MapAccess::ReadWrite)?,
             room: 0,
             populated: 0,
             released: 0,
         })
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub(super) fn map(_file: &File, _len: u64) -> std::io::Result<MappedSpan> {
-        Err(std::io::ErrorKind::Unsupported.into())
     }
 
     /// The file length copies may reach.
@@ -102,7 +72,7 @@ impl MappedSpan {
     /// The file now holds `len` bytes of allocated space (after an extension, or a length
     /// just measured). Never past the mapping.
     pub(super) fn set_room(&mut self, len: u64) {
-        self.room = len.min(self.len as u64);
+        self.room = len.min(self.map.len() as u64);
     }
 
     /// Lowers the room before the file is cut to `len` bytes.
@@ -134,7 +104,7 @@ impl MappedSpan {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.base.as_ptr().add(at as usize),
+                self.map.base().as_ptr().add(at as usize),
                 bytes.len(),
             );
         }
@@ -172,7 +142,7 @@ impl MappedSpan {
         // page-table entries of a shared file map, changes no byte any Rust value refers to.
         let rc = unsafe {
             libc::madvise(
-                self.base.as_ptr().add(from as usize).cast(),
+                self.map.base().as_ptr().add(from as usize).cast(),
                 (to - from) as usize,
                 advice,
             )
@@ -206,20 +176,6 @@ fn populate_advice() -> libc::c_int {
     }
 }
 
-impl Drop for MappedSpan {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` are exactly the mapping `map` made, unmapped only here, once;
-        // no reference into it outlives `self` (copies borrow it only for their duration).
-        let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "unmapping a CommitLog segment failed"
-            );
-        }
-    }
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -228,13 +184,7 @@ mod tests {
     #[test]
     fn copies_reach_the_file_only_inside_the_room() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("segment"))
-            .expect("file");
+        let file = super::super::file_map::scratch_file(dir.path());
         let mut span = MappedSpan::map(&file, 1 << 20).expect("map");
         assert!(!span.copy(0, b"abc"), "no room before the file has space");
         file.set_len(8192).expect("extend");

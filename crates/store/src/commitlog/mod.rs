@@ -9,6 +9,7 @@
 //!    it. `appended_end` (≥ `committed_end`) also counts the writer's uncommitted tail.
 //! 3. `min_offset` is the start of the oldest segment kept; retention raises it.
 
+mod file_map;
 mod mapping;
 pub mod preallocation;
 mod read_map;

@@ -20,61 +20,26 @@
 //! (`RssFile`), which the kernel reclaims like any page cache.
 
 use std::fs::File;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::file_map::{FileMap, MapAccess};
 
 /// A shared, read-only mapping of a whole segment span.
 #[derive(Debug)]
 pub(super) struct ReadMap {
-    base: NonNull<u8>,
-    len: usize,
+    /// The mapping, read-only, of the whole segment span.
+    map: FileMap,
     /// Bytes from the file's start that the file is known to hold (see the module docs).
     safe_len: AtomicU64,
 }
 
-// SAFETY: the mapping is read-only memory owned by this value; copies out of it are plain
-// reads, and the segment's lock keeps every cut of the file away while one runs (module
-// docs), so sharing and moving it across threads is sound.
-unsafe impl Send for ReadMap {}
-// SAFETY: as above; `&ReadMap` only reads the mapping and updates an atomic.
-unsafe impl Sync for ReadMap {}
-
 impl ReadMap {
     /// Maps `len` bytes of `file` from its start, shared and read-only. Nothing is touched.
-    #[cfg(target_os = "linux")]
     pub(super) fn map(file: &File, len: u64) -> std::io::Result<ReadMap> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        if len == 0 {
-            return Err(std::io::ErrorKind::InvalidInput.into());
-        }
-        // SAFETY: a fresh mapping chosen by the kernel (null hint) overlaps no Rust memory;
-        // the descriptor is `file`'s, open for reading, alive for the call (the mapping keeps
-        // its own reference to the file afterwards).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
         Ok(ReadMap {
-            base,
-            len,
+            map: FileMap::map(file, len, MapAccess::ReadOnly)?,
             safe_len: AtomicU64::new(0),
         })
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub(super) fn map(_file: &File, _len: u64) -> std::io::Result<ReadMap> {
-        Err(std::io::ErrorKind::Unsupported.into())
     }
 
     /// Copies `len` bytes at `pos` out of the map; `None` (nothing read) when they lie past
@@ -87,7 +52,7 @@ impl ReadMap {
         file_len: impl FnOnce() -> Option<u64>,
     ) -> Option<Vec<u8>> {
         let end = pos.checked_add(len as u64)?;
-        if end > self.len as u64 {
+        if end > self.map.len() as u64 {
             return None;
         }
         if end > self.safe_len.load(Ordering::Acquire) {
@@ -98,7 +63,7 @@ impl ReadMap {
             }
         }
         let mut out = Vec::with_capacity(len);
-        // SAFETY: `[pos, end)` lies inside the mapping (`end <= self.len`) and below the
+        // SAFETY: `[pos, end)` lies inside the mapping (`end <= map.len()`) and below the
         // file's length (`end <= safe_len`, which only exceeds the file's length after a cut
         // that holds the segment's write lock, excluded while the caller holds its read lock),
         // so every page read is backed by the file and cannot fault. The destination is the
@@ -106,7 +71,7 @@ impl ReadMap {
         // its first `len` bytes are initialised.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.base.as_ptr().add(pos as usize),
+                self.map.base().as_ptr().add(pos as usize),
                 out.as_mut_ptr(),
                 len,
             );
@@ -122,20 +87,6 @@ impl ReadMap {
     }
 }
 
-impl Drop for ReadMap {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` are exactly the mapping `map` made, unmapped only here, once;
-        // no reference into it outlives `self` (copies borrow it only for their duration).
-        let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "unmapping a CommitLog segment's read map failed"
-            );
-        }
-    }
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -144,13 +95,7 @@ mod tests {
     #[test]
     fn copies_only_what_the_file_holds() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("segment"))
-            .expect("file");
+        let file = super::super::file_map::scratch_file(dir.path());
         let map = ReadMap::map(&file, 1 << 20).expect("map");
         let measure = || file.metadata().ok().map(|m| m.len());
         assert_eq!(
