@@ -12,7 +12,7 @@ use thiserror::Error;
 /// Text forms of numbers (and any `Display`) as an [`ExtText`], inline when short.
 pub use compact_str::ToCompactString;
 
-pub use super::ext_map::{ExtFields, ExtText};
+pub use super::ext_map::{ExtFields, ExtText, OrderedLookup};
 
 /// Why ext fields do not form a valid header.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -146,6 +146,8 @@ pub fn parse_bool(text: &str) -> Option<bool> {
 pub trait ExtField: Sized {
     /// Reads the field named `key`.
     fn read(ext: &ExtFields, key: &'static str) -> Result<Self, HeaderError>;
+    /// Reads the field named `key` from its text as already looked up (`None`: absent).
+    fn read_found(found: Option<&ExtText>, key: &'static str) -> Result<Self, HeaderError>;
     /// Writes the field named `key` unless it is absent.
     fn write(&self, ext: &mut ExtFields, key: &'static str);
     /// [`write`](Self::write), moving the value (see [`ExtValue::into_ext_text`]).
@@ -154,7 +156,10 @@ pub trait ExtField: Sized {
 
 impl<T: ExtValue> ExtField for T {
     fn read(ext: &ExtFields, key: &'static str) -> Result<Self, HeaderError> {
-        let text = ext.get(key).ok_or(HeaderError::Missing(key))?;
+        Self::read_found(ext.get(key), key)
+    }
+    fn read_found(found: Option<&ExtText>, key: &'static str) -> Result<Self, HeaderError> {
+        let text = found.ok_or(HeaderError::Missing(key))?;
         parse_value(key, text)
     }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
@@ -167,7 +172,10 @@ impl<T: ExtValue> ExtField for T {
 
 impl<T: ExtValue> ExtField for Option<T> {
     fn read(ext: &ExtFields, key: &'static str) -> Result<Self, HeaderError> {
-        match ext.get(key) {
+        Self::read_found(ext.get(key), key)
+    }
+    fn read_found(found: Option<&ExtText>, key: &'static str) -> Result<Self, HeaderError> {
+        match found {
             None => Ok(None),
             Some(text) if T::EMPTY_IS_ABSENT && text.trim().is_empty() => Ok(None),
             Some(text) => parse_value(key, text).map(Some),

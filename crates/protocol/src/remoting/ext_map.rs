@@ -69,11 +69,20 @@ fn prefix_of(key: &str) -> u64 {
 }
 
 /// Orders `key` (with its `prefix`) against an entry's key, as the texts compare.
+///
+/// Equal prefixes of two keys of at most 8 bytes mean the shorter is the longer's first
+/// bytes followed by nothing but zero bytes (the padding matched them), so it is a proper
+/// prefix, or both are equal: comparing the lengths orders them as comparing the texts
+/// would, with no byte comparison (every key a send carries is that short).
 fn compare(entry: &Entry, prefix: u64, key: &str) -> std::cmp::Ordering {
-    entry
-        .prefix
-        .cmp(&prefix)
-        .then_with(|| entry.key.as_str().cmp(key))
+    entry.prefix.cmp(&prefix).then_with(|| {
+        let (theirs, ours) = (entry.key.len(), key.len());
+        if theirs <= 8 && ours <= 8 {
+            theirs.cmp(&ours)
+        } else {
+            entry.key.as_str().cmp(key)
+        }
+    })
 }
 
 impl ExtFields {
@@ -145,6 +154,16 @@ impl ExtFields {
     ) -> Option<ExtText> {
         let key = key.into();
         let value = value.into();
+        // Headers are mostly written in key order: a key past the last one is pushed.
+        let prefix = prefix_of(&key);
+        if self
+            .entries
+            .last()
+            .is_none_or(|last| compare(last, prefix, &key).is_lt())
+        {
+            self.entries.push(Entry { prefix, key, value });
+            return None;
+        }
         match self.position(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].value, value)),
             Err(i) => {
@@ -166,6 +185,15 @@ impl ExtFields {
         self.entries.retain_mut(|e| keep(&e.key, &mut e.value));
     }
 
+    /// Lookups in ascending key order, each continuing where the last one ended (a typed
+    /// header reads its fields that way): see [`OrderedLookup`].
+    pub fn ordered_lookup(&self) -> OrderedLookup<'_> {
+        OrderedLookup {
+            entries: &self.entries,
+            next: 0,
+        }
+    }
+
     /// The fields in key order.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
@@ -181,6 +209,41 @@ impl ExtFields {
     /// The values in key order.
     pub fn values(&self) -> impl Iterator<Item = &ExtText> {
         self.entries.iter().map(|e| &e.value)
+    }
+}
+
+/// Looks keys up in an [`ExtFields`], fastest when they are asked for in ascending order:
+/// a key found is usually the entry after the previous one found (one comparison), and a
+/// search only covers the entries after it. A key asked for out of order is searched in
+/// the whole map, so any order gives the same answers as [`ExtFields::get`].
+#[derive(Debug)]
+pub struct OrderedLookup<'a> {
+    entries: &'a [Entry],
+    /// Index after the entry the previous lookup found.
+    next: usize,
+}
+
+impl<'a> OrderedLookup<'a> {
+    /// The value of `key`.
+    pub fn get(&mut self, key: &str) -> Option<&'a ExtText> {
+        let prefix = prefix_of(key);
+        let entries = self.entries;
+        let from = self.next.min(entries.len());
+        if let Some(entry) = entries.get(from) {
+            if compare(entry, prefix, key).is_eq() {
+                self.next = from + 1;
+                return Some(&entry.value);
+            }
+        }
+        // Out of order (the key sorts at or before the previous find): search everything.
+        let after_previous = from == 0 || compare(&entries[from - 1], prefix, key).is_lt();
+        let base = if after_previous { from } else { 0 };
+        let found = entries[base..]
+            .binary_search_by(|entry| compare(entry, prefix, key))
+            .ok()?
+            + base;
+        self.next = found + 1;
+        Some(&entries[found].value)
     }
 }
 
@@ -500,6 +563,31 @@ mod tests {
                 .collect();
             let expected: Vec<(String, String)> = last_wins.into_iter().collect();
             proptest::prop_assert_eq!(bulk, expected);
+        }
+
+        /// An ordered lookup answers as `get` whatever order keys are asked in: ascending
+        /// (a header's fields), with keys absent or repeated, and shuffled.
+        #[test]
+        fn an_ordered_lookup_answers_as_get(
+            pairs in proptest::collection::vec(("[a-c\\x00]{0,10}", "[0-9]{0,3}"), 0..20),
+            asked in proptest::collection::vec("[a-c\\x00]{0,10}", 0..30),
+        ) {
+            let ext: ExtFields = pairs
+                .iter()
+                .map(|(k, v)| (ExtText::from(k.as_str()), ExtText::from(v.as_str())))
+                .collect();
+            let mut sorted = asked.clone();
+            sorted.sort();
+            for order in [&asked, &sorted] {
+                let mut lookup = ext.ordered_lookup();
+                for key in order {
+                    proptest::prop_assert_eq!(lookup.get(key), ext.get(key), "{:?}", key);
+                }
+            }
+            let mut lookup = ext.ordered_lookup();
+            for (key, _) in &ext {
+                proptest::prop_assert_eq!(lookup.get(key), ext.get(key));
+            }
         }
     }
 }

@@ -29,8 +29,13 @@ macro_rules! header {
             fn from_ext(
                 ext: &$crate::remoting::ext::ExtFields,
             ) -> Result<Self, $crate::remoting::ext::HeaderError> {
+                // Fields are mostly declared in key order: one pass over the map.
+                let mut lookup = ext.ordered_lookup();
                 Ok($name {
-                    $( $field: <$ty as $crate::remoting::ext::ExtField>::read(ext, $key)?, )*
+                    $( $field: <$ty as $crate::remoting::ext::ExtField>::read_found(
+                        lookup.get($key),
+                        $key,
+                    )?, )*
                 })
             }
 

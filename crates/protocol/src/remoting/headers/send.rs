@@ -124,21 +124,23 @@ header! {
     /// Reply header of a send, Java's `SendMessageResponseHeader`, plus the two ext keys the
     /// Java client reads from every send reply. A SUCCESS reply must carry a non-null ext map.
     pub struct SendMessageResponseHeader {
+        // Declared in key (byte) order, as every send carries it: writing it appends each
+        // field, and reading it finds each field right after the previous one.
+        /// Broker region (`MSG_REGION`).
+        msg_region: Option<ExtText> = "MSG_REGION",
+        /// Trace switch (`TRACE_ON`, "true"/"false").
+        trace_on: Option<ExtText> = "TRACE_ON",
+        /// Unique ids of a batch.
+        batch_uniq_id: Option<ExtText> = "batchUniqId",
         /// Offset message id (store host + CommitLog offset, uppercase hex).
         msg_id: ExtText = "msgId",
         /// Queue the message went to.
         queue_id: i32 = "queueId",
         /// Queue offset of the (first) message.
         queue_offset: i64 = "queueOffset",
-        /// Transaction id of a half message.
-        transaction_id: Option<ExtText> = "transactionId",
-        /// Unique ids of a batch.
-        batch_uniq_id: Option<ExtText> = "batchUniqId",
         /// Handle to recall a delayed message.
         recall_handle: Option<ExtText> = "recallHandle",
-        /// Broker region (`MSG_REGION`).
-        msg_region: Option<ExtText> = "MSG_REGION",
-        /// Trace switch (`TRACE_ON`, "true"/"false").
-        trace_on: Option<ExtText> = "TRACE_ON",
+        /// Transaction id of a half message.
+        transaction_id: Option<ExtText> = "transactionId",
     }
 }
