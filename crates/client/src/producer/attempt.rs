@@ -175,11 +175,13 @@ impl Producer {
                     .await
             }
             .await;
-            let out_of_time = Instant::now() >= deadline;
+            // Read the clock only when the attempt failed (a clock read per send showed in
+            // profiles of windowed sends).
+            let out_of_time = || Instant::now() >= deadline;
             match result {
                 Ok(sent) => return Ok((sent, attempt + 1)),
                 Err((error, failed))
-                    if error.is_retriable() && attempt + 1 < attempts_max && !out_of_time =>
+                    if error.is_retriable() && attempt + 1 < attempts_max && !out_of_time() =>
                 {
                     tracing::warn!(%topic, attempt = attempt + 1, %error, "send failed; retrying");
                     self.inner.send_retries.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +196,7 @@ impl Producer {
                 }
                 Err((error, _)) if error.is_retriable() => {
                     last_error = Some(error);
-                    if out_of_time {
+                    if out_of_time() {
                         break;
                     }
                 }
