@@ -14,10 +14,15 @@
 //! 2. Each entry carries its key's first 8 bytes as a big-endian integer (zero-padded):
 //!    comparing those orders keys as comparing the texts does whenever they differ, so most
 //!    comparisons in a search or sort are one integer comparison (the byte comparison of
-//!    short keys was the largest share of the map's time in a profile).
+//!    short keys was the largest share of the map's time in a profile); keys of at most 8
+//!    bytes with equal prefixes are ordered by their lengths, with no byte comparison.
 //! 3. Bulk construction (`FromIterator`, `Extend`, [`ExtFields::from_pairs`]) sorts once and
 //!    keeps the last value of a repeated key, as repeated inserts would; it never inserts one
 //!    by one, so a hostile frame with millions of fields costs `n log n`, not `n²`.
+//!
+//! Typed headers read their fields with [`ExtFields::ordered_lookup`] (declared in key order,
+//! each field is found next to the previous one) and are written by inserts that append
+//! when keys come in order.
 
 use std::fmt;
 
