@@ -9,7 +9,8 @@
 //!
 //! Invariants:
 //! 1. `flushed_end` only grows (except when a truncation lowers it) and never exceeds the
-//!    committed end at the moment its fsync began.
+//!    committed end at the moment its fsync began; an fsync that a truncation overtook
+//!    publishes nothing (the epoch it read its target at has passed).
 //! 2. A failed fsync poisons the control: every waiter, present and future, gets
 //!    `DurabilityError::FlushFailed`, and appends are refused until restart (see `error`).
 //! 3. A record cut by a truncation while its appender waited is reported as
@@ -328,33 +329,8 @@ impl FlushControl {
         flushed: &dyn Fn(),
     ) {
         loop {
-            let stop = {
-                let mut requests = self.requests.lock().expect("flush lock");
-                // The flushed end is re-read on every pass: a truncation may lower it.
-                while !requests.stop && requests.wanted <= self.flushed_end() {
-                    match interval {
-                        Some(every) => {
-                            let (guard, timed_out) = self
-                                .work_arrived
-                                .wait_timeout(requests, every)
-                                .expect("flush lock");
-                            requests = guard;
-                            if timed_out.timed_out() {
-                                break;
-                            }
-                        }
-                        None => requests = self.work_arrived.wait(requests).expect("flush lock"),
-                    }
-                }
-                requests.stop
-            };
-            match commit() {
-                Ok(()) => match self.flush_once(log, log.committed_end()) {
-                    Ok(()) => flushed(),
-                    Err(error) => self.poison(error.to_string()),
-                },
-                Err(error) => self.poison(format!("commit failed: {error}")),
-            }
+            let stop = self.wait_for_work(interval);
+            self.flush_pass(log, commit, flushed);
             if stop {
                 let mut state = self.state.lock().expect("flush lock");
                 state.progress.closed = true;
@@ -364,11 +340,71 @@ impl FlushControl {
         }
     }
 
-    /// fsyncs every segment holding bytes in `[flushed_end, target)` and publishes `target`.
+    /// Waits until an end above the flushed end is requested, the interval passes (if any) or
+    /// the control closes; returns whether it closed.
+    fn wait_for_work(&self, interval: Option<Duration>) -> bool {
+        let mut requests = self.requests.lock().expect("flush lock");
+        // The flushed end is re-read on every pass: a truncation may lower it.
+        while !requests.stop && requests.wanted <= self.flushed_end() {
+            match interval {
+                Some(every) => {
+                    let (guard, timed_out) = self
+                        .work_arrived
+                        .wait_timeout(requests, every)
+                        .expect("flush lock");
+                    requests = guard;
+                    if timed_out.timed_out() {
+                        break;
+                    }
+                }
+                None => requests = self.work_arrived.wait(requests).expect("flush lock"),
+            }
+        }
+        requests.stop
+    }
+
+    /// One group commit: write the tail, fsync it, publish. A failure poisons the store
+    /// (invariant 2).
+    fn flush_pass(
+        &self,
+        log: &CommitLog,
+        commit: &dyn Fn() -> Result<(), FileError>,
+        flushed: &dyn Fn(),
+    ) {
+        if let Err(error) = commit() {
+            self.poison(format!("commit failed: {error}"));
+            return;
+        }
+        // The epoch before the end: a truncation after this read is seen at the publish.
+        let epoch = self.epoch();
+        let target = log.committed_end();
+        match self.sync_through(log, target) {
+            Ok(synced) => {
+                if synced {
+                    self.publish_flushed(target, epoch);
+                }
+                flushed();
+            }
+            Err(error) => self.poison(error.to_string()),
+        }
+    }
+
+    /// fsyncs every segment holding bytes in `[flushed_end, target)` and publishes `target`
+    /// (unless a truncation came first).
     pub fn flush_once(&self, log: &CommitLog, target: u64) -> Result<(), FileError> {
+        let epoch = self.epoch();
+        if self.sync_through(log, target)? {
+            self.publish_flushed(target, epoch);
+        }
+        Ok(())
+    }
+
+    /// fsyncs every segment holding bytes in `[flushed_end, target)`; false when there was
+    /// nothing to do (already flushed, or the store is poisoned).
+    fn sync_through(&self, log: &CommitLog, target: u64) -> Result<bool, FileError> {
         let flushed = self.flushed_end();
-        if target <= flushed || self.failure().is_some() {
-            return Ok(());
+        if target <= flushed || self.is_poisoned() {
+            return Ok(false);
         }
         // A test's stall holds the flusher here, as a wedged disk would hold its fsync.
         log.faults.wait_sync_stall();
@@ -385,12 +421,19 @@ impl FlushControl {
         }
         self.fsync_count.fetch_add(1, Ordering::Relaxed);
         self.latency.record(started.elapsed());
+        Ok(true)
+    }
+
+    /// Publishes `target` as flushed after an fsync whose target was read at truncation epoch
+    /// `epoch`. A truncation since then (invariant 1) may have lowered the flushed end below
+    /// `target` and new records may already fill the cut range, written after the fsync
+    /// began: the end is then left as the truncation set it, and the next pass flushes them.
+    fn publish_flushed(&self, target: u64, epoch: u64) {
         let mut state = self.state.lock().expect("flush lock");
-        if target > state.progress.flushed_end {
+        if self.epoch() == epoch && target > state.progress.flushed_end {
             state.progress.flushed_end = target;
         }
         self.publish(&mut state, false);
-        Ok(())
     }
 }
 
@@ -433,6 +476,38 @@ mod tests {
         ));
         assert!(control.wait_durable_since(40, epoch).is_ok());
         assert!(control.wait_durable_since(80, control.epoch()).is_ok());
+    }
+
+    /// A truncation while an fsync runs: that fsync's publish must not raise the flushed end
+    /// back over the cut, where new records written after the fsync began may already lie.
+    /// A later flush publishes its own end as usual.
+    #[test]
+    fn a_truncation_during_an_fsync_is_not_undone_by_its_publish() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = CommitLog::open(dir.path(), 64 * 1024, 32 * 1024).expect("open empty CommitLog");
+        let control = FlushControl::new(0, Duration::from_millis(500));
+        log.faults.stall_syncs(true);
+        std::thread::scope(|scope| {
+            let flusher = scope.spawn(|| control.flush_once(&log, 120));
+            let started = Instant::now();
+            while log.faults.stalled_now() == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the fsync stalls"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            control.truncate_to(50);
+            log.faults.stall_syncs(false);
+            flusher.join().expect("flusher").expect("flush");
+        });
+        assert_eq!(
+            control.flushed_end(),
+            0,
+            "the fsync that the cut overtook publishes nothing"
+        );
+        control.flush_once(&log, 90).expect("flush after the cut");
+        assert_eq!(control.flushed_end(), 90);
     }
 
     #[tokio::test]
