@@ -109,12 +109,20 @@ impl<'a> Properties<'a> {
     }
 }
 
-/// The value of `pair` when its name is `name` (which holds no separator).
+/// The value of `pair` when its name is `name` (which holds no separator). The separator
+/// after the name and the name's first byte are checked before the whole name is compared:
+/// most pairs are told apart by one of them, without a `memcmp` call (the dispatcher reads
+/// three names of every record).
 fn value_if_named<'a>(pair: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-    let value = pair
-        .strip_prefix(name)?
-        .strip_prefix(&[NAME_VALUE_SEPARATOR])?;
-    Some(value)
+    if pair.get(name.len()) != Some(&NAME_VALUE_SEPARATOR) {
+        return None;
+    }
+    // `pair` is longer than `name`, so it has a first byte whenever `name` has one.
+    if name.first().is_some_and(|first| pair[0] != *first) {
+        return None;
+    }
+    let (pair_name, value) = pair.split_at(name.len());
+    (pair_name == name).then(|| &value[1..])
 }
 
 #[cfg(test)]
@@ -134,11 +142,11 @@ mod tests {
 
     proptest::proptest! {
         /// One scan for several names finds what one `get` per name finds: the first value,
-        /// repeated names, absent names and malformed pairs included.
+        /// repeated, empty and absent names and malformed pairs included.
         #[test]
         fn get_several_agrees_with_get(
-            pairs in proptest::collection::vec(("[ABK]{1,2}", "[a-z \x01]{0,4}"), 0..8),
-            names in proptest::array::uniform3("[ABK]{1,2}"),
+            pairs in proptest::collection::vec(("[ABK]{0,2}", "[a-z \x01]{0,4}"), 0..8),
+            names in proptest::array::uniform3("[ABK]{0,2}"),
             garbage in proptest::bool::ANY,
         ) {
             let mut raw = Properties::encode(pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())));
