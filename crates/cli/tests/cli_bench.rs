@@ -47,6 +47,10 @@ fn bench_store_async_runs_with_mapped_and_plain_writes() {
             bench_store_ok(dir.path(), &["--flush", "async", "--writes", writes]);
         assert_eq!(result["writes"], writes);
         assert!(
+            result["fsync_mean_us"].is_null(),
+            "a sync-only figure: {result}"
+        );
+        assert!(
             result["baseline_before_msgs_per_sec"].as_f64().unwrap() > 0.0,
             "the warm-up baseline ran: {result}"
         );
@@ -88,6 +92,17 @@ fn bench_store_sync_prints_json_with_positive_rates() {
     assert!(result["baseline_msgs_per_sec"].as_f64().unwrap() > 0.0);
     assert!(result["ratio"].as_f64().unwrap() > 0.0);
     assert!(result["records_per_fsync"].as_f64().unwrap() >= 1.0);
+    // The flusher's cycle: its fsyncs and the time outside them fill the phase.
+    let fsync_mean = result["fsync_mean_us"].as_f64().unwrap();
+    let between = result["between_fsyncs_mean_us"].as_f64().unwrap();
+    let fsyncs = result["fsync_count"].as_f64().unwrap();
+    let phase_us = result["seconds"].as_f64().unwrap() * 1e6;
+    assert!(fsync_mean > 0.0 && between >= 0.0, "{result}");
+    let covered = (fsync_mean + between) * fsyncs;
+    assert!(
+        covered >= phase_us * 0.98 && covered <= phase_us * 1.02 + fsync_mean,
+        "fsyncs and the time between them ({covered} us) make up the phase ({phase_us} us): {result}"
+    );
     assert_eq!(result["errors"], 0);
     assert_eq!(result["flush"], "sync");
     assert_eq!(result["writers"], 2);

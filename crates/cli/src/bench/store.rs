@@ -111,6 +111,8 @@ struct Phase {
     latency: Histogram,
     elapsed: Duration,
     fsyncs: u64,
+    /// Time the flusher spent in those fsyncs, µs.
+    fsync_micros: u64,
 }
 
 /// What one writer thread measured.
@@ -241,7 +243,7 @@ pub(super) fn body_size_for(record_size: usize, max_body: usize) -> Result<usize
 fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phase {
     let stop = AtomicBool::new(false);
     let stored = AtomicU64::new(0);
-    let fsyncs_before = store.stats().fsync_count;
+    let flushes_before = FlushesSeen::now(store);
     let started = Instant::now();
     let results: Vec<WriterResult> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..args.writers)
@@ -264,11 +266,32 @@ fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phas
             .collect()
     });
     let elapsed = started.elapsed();
-    let fsyncs = store.stats().fsync_count - fsyncs_before;
-    merge_results(results, elapsed, fsyncs)
+    merge_results(results, elapsed, flushes_before.since(store))
 }
 
-fn merge_results(results: Vec<WriterResult>, elapsed: Duration, fsyncs: u64) -> Phase {
+/// The flusher's counters at the start of a phase.
+struct FlushesSeen {
+    fsyncs: u64,
+    latency: ferromq_store::flush_latency::FlushLatencySnapshot,
+}
+
+impl FlushesSeen {
+    fn now(store: &MessageStore) -> FlushesSeen {
+        FlushesSeen {
+            fsyncs: store.stats().fsync_count,
+            latency: store.flush_latency().snapshot(),
+        }
+    }
+
+    /// (fsyncs, µs spent in them) since `self`.
+    fn since(&self, store: &MessageStore) -> (u64, u64) {
+        let latency = store.flush_latency().snapshot().since(&self.latency);
+        (store.stats().fsync_count - self.fsyncs, latency.sum_micros)
+    }
+}
+
+fn merge_results(results: Vec<WriterResult>, elapsed: Duration, flushes: (u64, u64)) -> Phase {
+    let (fsyncs, fsync_micros) = flushes;
     let mut phase = Phase {
         records: 0,
         errors: 0,
@@ -276,6 +299,7 @@ fn merge_results(results: Vec<WriterResult>, elapsed: Duration, fsyncs: u64) -> 
         latency: Histogram::default(),
         elapsed,
         fsyncs,
+        fsync_micros,
     };
     for result in results {
         phase.records += result.records;
@@ -305,7 +329,7 @@ fn run_ferromq_tasks(
         .context("starting the bench runtime")?;
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let stored = std::sync::Arc::new(AtomicU64::new(0));
-    let fsyncs_before = store.stats().fsync_count;
+    let flushes_before = FlushesSeen::now(store);
     let started = Instant::now();
     let handles: Vec<_> = (0..args.writers)
         .map(|writer| {
@@ -328,8 +352,7 @@ fn run_ferromq_tasks(
         results
     });
     let elapsed = started.elapsed();
-    let fsyncs = store.stats().fsync_count - fsyncs_before;
-    Ok(merge_results(results, elapsed, fsyncs))
+    Ok(merge_results(results, elapsed, flushes_before.since(store)))
 }
 
 async fn write_task(
@@ -521,9 +544,14 @@ fn print_result(
         phase.errors
     );
     println!("latency  : p50 {p50} us, p99 {p99} us, p999 {p999} us, max {max} us");
-    match records_per_fsync {
-        Some(per) => println!("fsyncs   : {} ({per:.1} records per fsync)", phase.fsyncs),
-        None => println!("fsyncs   : 0"),
+    let cycle = flush_cycle(args, phase);
+    match (records_per_fsync, cycle) {
+        (Some(per), Some((fsync, between))) => println!(
+            "fsyncs   : {} ({per:.1} records per fsync; fsync mean {fsync:.1} us, flusher not in fsync {between:.1} us per fsync)",
+            phase.fsyncs
+        ),
+        (Some(per), None) => println!("fsyncs   : {} ({per:.1} records per fsync)", phase.fsyncs),
+        (None, _) => println!("fsyncs   : 0"),
     }
     println!(
         "baseline : {} msgs in {:.2} s = {baseline_msgs_per_sec:.0} msgs/s ({})",
@@ -572,6 +600,8 @@ fn print_result(
             "errors": phase.errors,
             "fsync_count": phase.fsyncs,
             "records_per_fsync": records_per_fsync.map(|r| round(r, 2)),
+            "fsync_mean_us": cycle.map(|(fsync, _)| round(fsync, 1)),
+            "between_fsyncs_mean_us": cycle.map(|(_, between)| round(between, 1)),
             "baseline_records": baseline.records,
             "baseline_msgs_per_sec": round(baseline_msgs_per_sec, 1),
             "baseline": baseline.description,
@@ -584,6 +614,19 @@ fn print_result(
         });
         println!("{out}");
     }
+}
+
+/// Under sync flush, the flusher's cycle: (mean fsync, mean time per fsync outside fsyncs),
+/// µs. Group commit keeps up with the disk when the second is small against the first: it
+/// holds the publish, the wake-ups, the next group's write and the hand-offs.
+fn flush_cycle(args: &StoreArgs, phase: &Phase) -> Option<(f64, f64)> {
+    if args.flush != Flush::Sync || phase.fsyncs == 0 {
+        return None;
+    }
+    let fsyncs = phase.fsyncs as f64;
+    let fsync = phase.fsync_micros as f64 / fsyncs;
+    let between = (phase.elapsed.as_secs_f64() * 1e6 / fsyncs - fsync).max(0.0);
+    Some((fsync, between))
 }
 
 #[cfg(test)]
