@@ -370,9 +370,9 @@ impl FlushControl {
     /// again, competing with the flusher for two cores and for the writer and request locks,
     /// so writing and waking in that order shortens the time between fsyncs (`bench store
     /// --flush sync --writers 64`: 8% more fsyncs of 32 records in the same time,
-    /// docs/performance.md). Their new records go to the group after. With one writer the next tail is empty and
-    /// costs no write. A failure poisons the store (invariant 2), after the fsync that
-    /// succeeded was published.
+    /// docs/performance.md). Their new records go to the group after. With one writer the
+    /// next tail is empty and costs no write. A failure poisons the store (invariant 2),
+    /// after the fsync that succeeded was published.
     fn flush_pass(
         &self,
         log: &CommitLog,
