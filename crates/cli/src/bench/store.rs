@@ -269,24 +269,18 @@ fn run_ferromq(store: &MessageStore, args: &StoreArgs, body_size: usize) -> Phas
     merge_results(results, elapsed, flushes_before.since(store))
 }
 
-/// The flusher's counters at the start of a phase.
-struct FlushesSeen {
-    fsyncs: u64,
-    latency: ferromq_store::flush_latency::FlushLatencySnapshot,
-}
+/// The flusher's fsync counters at the start of a phase.
+struct FlushesSeen(ferromq_store::flush_latency::FlushLatencySnapshot);
 
 impl FlushesSeen {
     fn now(store: &MessageStore) -> FlushesSeen {
-        FlushesSeen {
-            fsyncs: store.stats().fsync_count,
-            latency: store.flush_latency().snapshot(),
-        }
+        FlushesSeen(store.flush_latency().snapshot())
     }
 
     /// (fsyncs, µs spent in them) since `self`.
     fn since(&self, store: &MessageStore) -> (u64, u64) {
-        let latency = store.flush_latency().snapshot().since(&self.latency);
-        (store.stats().fsync_count - self.fsyncs, latency.sum_micros)
+        let latency = store.flush_latency().snapshot().since(&self.0);
+        (latency.count, latency.sum_micros)
     }
 }
 
