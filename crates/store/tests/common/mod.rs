@@ -2,6 +2,8 @@
 //! and direct file access (the tests damage files the way a crash or an operator would).
 #![allow(dead_code)]
 
+pub mod terms;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
