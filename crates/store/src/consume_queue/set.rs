@@ -9,11 +9,28 @@ use crate::error::FileError;
 use crate::fsutil;
 
 /// Every ConsumeQueue, by topic and queue id.
+///
+/// Invariants: `topics` only grows (no topic is ever dropped), so a position in it stays
+/// valid; `index` maps each topic's name to its position; every topic has at least one
+/// queue (a topic is added together with its first queue).
 #[derive(Debug)]
 pub struct ConsumeQueueSet {
     dir: PathBuf,
     entries_per_file: u64,
-    queues: HashMap<String, BTreeMap<u32, ConsumeQueue>>,
+    index: HashMap<String, usize>,
+    topics: Vec<TopicQueues>,
+    /// Position of the topic the last [`ConsumeQueueSet::get_or_create`] found. The
+    /// dispatcher meets runs of records of one topic (batches, one producer's burst); the
+    /// next record of the run finds its topic by one comparison instead of hashing the name
+    /// (SipHash, seeded: topic names are chosen by clients).
+    last: Option<usize>,
+}
+
+/// One topic's queues.
+#[derive(Debug)]
+struct TopicQueues {
+    name: String,
+    queues: BTreeMap<u32, ConsumeQueue>,
 }
 
 impl ConsumeQueueSet {
@@ -26,7 +43,9 @@ impl ConsumeQueueSet {
         let mut set = ConsumeQueueSet {
             dir: dir.to_path_buf(),
             entries_per_file,
-            queues: HashMap::new(),
+            index: HashMap::new(),
+            topics: Vec::new(),
+            last: None,
         };
         let mut reports = Vec::new();
         for topic_dir in list_dirs(dir)? {
@@ -51,10 +70,7 @@ impl ConsumeQueueSet {
                 if report != CqOpenReport::default() {
                     reports.push((label, report));
                 }
-                set.queues
-                    .entry(topic.clone())
-                    .or_default()
-                    .insert(queue_id, queue);
+                set.insert(&topic, queue_id, queue);
             }
         }
         Ok((set, reports))
@@ -62,8 +78,7 @@ impl ConsumeQueueSet {
 
     /// The queue, if it exists.
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<&ConsumeQueue> {
-        self.queues
-            .get(topic)
+        self.queues_of(topic)
             .and_then(|queues| queues.get(&queue_id))
     }
 
@@ -77,16 +92,20 @@ impl ConsumeQueueSet {
         topic: &str,
         queue_id: u32,
     ) -> Result<&mut ConsumeQueue, CqError> {
-        // The dispatcher calls this for every record: no allocation and one search of the
-        // topic's queues when the queue exists. A topic entry is only added together with its
-        // first queue, so every topic in the map has at least one queue.
-        if !self.queues.contains_key(topic) {
-            let queue = open_new_queue(&self.dir, self.entries_per_file, topic, queue_id)?;
-            self.queues
-                .insert(topic.to_string(), BTreeMap::from([(queue_id, queue)]));
-        }
-        let queues = self.queues.get_mut(topic).expect("inserted above");
-        match queues.entry(queue_id) {
+        // The dispatcher calls this for every record: no allocation, and no hash either
+        // while the records' topic stays the same, when the queue exists.
+        let position = match self.last.filter(|&at| self.topics[at].name == topic) {
+            Some(at) => at,
+            None => match self.index.get(topic) {
+                Some(&at) => at,
+                None => {
+                    let queue = open_new_queue(&self.dir, self.entries_per_file, topic, queue_id)?;
+                    self.insert(topic, queue_id, queue)
+                }
+            },
+        };
+        self.last = Some(position);
+        match self.topics[position].queues.entry(queue_id) {
             Entry::Occupied(existing) => Ok(existing.into_mut()),
             Entry::Vacant(vacant) => {
                 let queue = open_new_queue(&self.dir, self.entries_per_file, topic, queue_id)?;
@@ -95,45 +114,71 @@ impl ConsumeQueueSet {
         }
     }
 
+    /// Adds an opened queue (its topic too, when new); returns the topic's position.
+    fn insert(&mut self, topic: &str, queue_id: u32, queue: ConsumeQueue) -> usize {
+        let position = match self.index.get(topic) {
+            Some(&at) => at,
+            None => {
+                self.topics.push(TopicQueues {
+                    name: topic.to_string(),
+                    queues: BTreeMap::new(),
+                });
+                let at = self.topics.len() - 1;
+                self.index.insert(topic.to_string(), at);
+                at
+            }
+        };
+        self.topics[position].queues.insert(queue_id, queue);
+        position
+    }
+
+    fn queues_of(&self, topic: &str) -> Option<&BTreeMap<u32, ConsumeQueue>> {
+        self.index.get(topic).map(|&at| &self.topics[at].queues)
+    }
+
     /// Every queue, mutable.
     pub fn all_mut(&mut self) -> impl Iterator<Item = &mut ConsumeQueue> {
-        self.queues
-            .values_mut()
-            .flat_map(|queues| queues.values_mut())
+        self.topics
+            .iter_mut()
+            .flat_map(|topic| topic.queues.values_mut())
     }
 
     /// (topic, queue id, queue) for every queue.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u32, &ConsumeQueue)> {
-        self.queues.iter().flat_map(|(topic, queues)| {
-            queues
+        self.topics.iter().flat_map(|topic| {
+            topic
+                .queues
                 .iter()
-                .map(move |(queue_id, queue)| (topic.as_str(), *queue_id, queue))
+                .map(move |(queue_id, queue)| (topic.name.as_str(), *queue_id, queue))
         })
     }
 
     /// Queue ids of a topic.
     pub fn queue_ids(&self, topic: &str) -> Vec<u32> {
-        self.queues
-            .get(topic)
+        self.queues_of(topic)
             .map(|q| q.keys().copied().collect())
             .unwrap_or_default()
     }
 
     /// Topics with at least one queue.
     pub fn topics(&self) -> Vec<String> {
-        let mut topics: Vec<String> = self.queues.keys().cloned().collect();
+        let mut topics: Vec<String> = self.topics.iter().map(|t| t.name.clone()).collect();
         topics.sort();
         topics
     }
 
     /// Next queue offset of every queue, by topic.
     pub fn max_offsets(&self) -> HashMap<String, HashMap<u32, u64>> {
-        self.queues
+        self.topics
             .iter()
-            .map(|(topic, queues)| {
+            .map(|topic| {
                 (
-                    topic.clone(),
-                    queues.iter().map(|(id, q)| (*id, q.max_offset())).collect(),
+                    topic.name.clone(),
+                    topic
+                        .queues
+                        .iter()
+                        .map(|(id, q)| (*id, q.max_offset()))
+                        .collect(),
                 )
             })
             .collect()
@@ -191,5 +236,40 @@ mod tests {
         assert_eq!(set.queue_ids("T"), [1, 3]);
         let (reopened, _) = ConsumeQueueSet::open(dir.path(), 16).expect("reopen");
         assert_eq!(reopened.queue_ids("T"), [1, 3]);
+    }
+
+    /// Runs of one topic are found through the remembered position: a lookup after another
+    /// topic, after a refused name and after a new queue of the same topic still gives the
+    /// queue of the topic and id asked for.
+    #[test]
+    fn every_lookup_finds_the_queue_asked_for_whatever_came_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut set, _) = ConsumeQueueSet::open(dir.path(), 16).expect("open");
+        let asks = [
+            ("T", 0),
+            ("T", 0),
+            ("U", 0),
+            ("T", 0),
+            ("T", 1),
+            ("bad/name", 0),
+            ("T", 1),
+            ("U", 2),
+            ("U", 0),
+            ("bad/name", 1),
+            ("U", 2),
+        ];
+        for (topic, queue_id) in asks {
+            match set.get_or_create(topic, queue_id) {
+                Ok(queue) => assert_eq!(queue.name(), format!("{topic}/{queue_id}")),
+                Err(_) => assert_eq!(topic, "bad/name"),
+            }
+        }
+        assert_eq!(set.topics(), ["T", "U"]);
+        assert_eq!(set.queue_ids("T"), [0, 1]);
+        assert_eq!(set.queue_ids("U"), [0, 2]);
+        let names: Vec<String> = set.iter().map(|(t, q, _)| format!("{t}/{q}")).collect();
+        assert_eq!(names, ["T/0", "T/1", "U/0", "U/2"]);
+        assert_eq!(set.get("U", 2).map(|q| q.name()), Some("U/2"));
+        assert!(set.get("U", 1).is_none());
     }
 }
