@@ -100,6 +100,10 @@ pub struct WriterState {
     write_pos: u64,
     tail: Vec<TailChunk>,
     tail_bytes: usize,
+    /// Capacity of a tail buffer started while no spare one is at hand: the size of the last
+    /// tail taken (see [`tail_capacity_for`]), so a batch's records are copied once instead
+    /// of through every doubling of a buffer started empty.
+    fresh_capacity: usize,
     queue_offsets: HashMap<String, HashMap<u32, u64>>,
     last_store_timestamp_ms: i64,
     /// The offset view including commits appended but not yet dispatched; commits are checked
@@ -120,6 +124,7 @@ impl WriterState {
             write_pos,
             tail: Vec::new(),
             tail_bytes: 0,
+            fresh_capacity: 0,
             queue_offsets,
             last_store_timestamp_ms,
             offsets,
@@ -250,13 +255,17 @@ impl WriterState {
             !chunk.ends_segment && chunk.start + chunk.bytes.len() as u64 == self.write_pos
         });
         if !continues {
-            self.tail.push(TailChunk::new(self.write_pos, Vec::new()));
+            let buffer = Vec::with_capacity(self.fresh_capacity);
+            self.tail.push(TailChunk::new(self.write_pos, buffer));
         }
         &mut self.tail.last_mut().expect("pushed above").bytes
     }
 
     /// Takes the uncommitted tail, leaving an empty one; `spare` supplies reusable buffers.
     pub fn take_tail(&mut self, spare: &mut Vec<Vec<u8>>) -> Vec<TailChunk> {
+        if self.tail_bytes > 0 {
+            self.fresh_capacity = tail_capacity_for(self.tail_bytes);
+        }
         self.tail_bytes = 0;
         let taken = std::mem::take(&mut self.tail);
         if let Some(buffer) = spare.pop() {
@@ -347,6 +356,17 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
     Ok(())
 }
 
+/// Largest capacity a fresh tail buffer starts with. Committed buffers wait for the
+/// dispatcher, which bounds them by length (`store::committed`); a buffer's unused capacity
+/// is at most this much.
+const FRESH_TAIL_CAPACITY_MAX: usize = 256 * 1024;
+
+/// The capacity for a fresh tail buffer after a tail of `taken` bytes: commits come in
+/// similar sizes (a batch, a group of single sends), so the next tail likely needs as much.
+fn tail_capacity_for(taken: usize) -> usize {
+    taken.min(FRESH_TAIL_CAPACITY_MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,5 +453,32 @@ mod tests {
         assert_eq!(chunks[1].start, segment_size);
         assert!(!chunks[1].ends_segment);
         assert_eq!(chunks[1].bytes.len() as u64, len);
+    }
+
+    /// A tail started without a spare buffer is sized like the last tail taken (at most
+    /// `FRESH_TAIL_CAPACITY_MAX`), so a batch of the same size fills it without regrowing;
+    /// an empty take keeps the size.
+    #[test]
+    fn a_fresh_tail_buffer_starts_with_the_last_tails_size() {
+        let segment_size = 1 << 30;
+        let mut writer = WriterState::new(0, HashMap::new(), 0, OffsetView::default());
+        let mut batch: Vec<(&str, EncodedRecord)> =
+            (0..64).map(|_| ("T", encoded(&[7; 128]))).collect();
+        writer.append(segment_size, 1, &mut batch);
+        let first = writer.take_tail(&mut Vec::new());
+        let batch_bytes = first[0].bytes.len();
+        assert!(batch_bytes > 64 * 128);
+        assert!(writer.take_tail(&mut Vec::new()).is_empty());
+        let mut one = vec![("T", encoded(b"x"))];
+        writer.append(segment_size, 2, &mut one);
+        let second = writer.take_tail(&mut Vec::new());
+        assert_eq!(second[0].bytes.capacity(), batch_bytes);
+        let mut huge: Vec<(&str, EncodedRecord)> =
+            (0..3).map(|_| ("T", encoded(&vec![1; 200_000]))).collect();
+        writer.append(segment_size, 3, &mut huge);
+        writer.take_tail(&mut Vec::new());
+        writer.append(segment_size, 4, &mut [("T", encoded(b"y"))]);
+        let after_huge = writer.take_tail(&mut Vec::new());
+        assert_eq!(after_huge[0].bytes.capacity(), FRESH_TAIL_CAPACITY_MAX);
     }
 }
