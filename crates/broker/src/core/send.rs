@@ -20,6 +20,7 @@
 use std::net::SocketAddr;
 
 use ferromq_protocol::message::record::{CLIENT_PROPERTIES_LEN_MAX, PROPERTIES_LEN_MAX};
+use ferromq_protocol::remoting::headers::transaction::PROPERTY_TRANSACTION_PREPARED;
 use ferromq_protocol::{DraftRecord, Properties, PROPERTY_SEPARATOR};
 use ferromq_store::PutReceipt;
 
@@ -101,11 +102,12 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
         requested.max(0) % queue_nums
     } as u32;
     check_properties_len(request.properties)?;
-    let half = super::transactions::half::is_half(request.sys_flag, request.properties);
+    let directives = Directives::read(request.properties);
+    let half = super::transactions::half::is_half(request.sys_flag, directives.prepared);
     if half {
-        check_half_shape(request)?;
+        check_half_shape(request, &directives)?;
     }
-    let due = timer_due(ctx, request, half)?;
+    let due = timer_due(ctx, request, &directives, half)?;
     let base = DraftRecord {
         topic,
         queue_id,
@@ -137,7 +139,7 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
         super::transactions::half::store_half(ctx, &base, request.producer_group).await?
     } else if let Some(due) = due {
         super::timer::schedule::schedule(ctx, &base, due).await?
-    } else if let Some(level) = delay_level(request.properties) {
+    } else if let Some(level) = delay_level(directives.delay) {
         scheduler::schedule(ctx, &base, level).await?
     } else {
         put(ctx, &[base]).await?
@@ -161,13 +163,14 @@ pub async fn send(ctx: &BrokerContext, request: &SendRequest<'_>) -> Result<Sent
 fn timer_due(
     ctx: &BrokerContext,
     request: &SendRequest<'_>,
+    directives: &Directives<'_>,
     half: bool,
 ) -> Result<Option<i64>, Refusal> {
-    if request.batch.is_some() {
+    if request.batch.is_some() || directives.timer.is_none() {
         return Ok(None);
     }
     let due = super::timer::due_ms(
-        request.properties,
+        directives.timer,
         super::timer::now_ms(),
         ctx.timers.settings.max_delay_ms,
     )?;
@@ -181,10 +184,10 @@ fn timer_due(
 }
 
 /// Refuses a half message that is a batch or delayed (RocketMQ refuses both).
-fn check_half_shape(request: &SendRequest<'_>) -> Result<(), Refusal> {
+fn check_half_shape(request: &SendRequest<'_>, directives: &Directives<'_>) -> Result<(), Refusal> {
     let reason = if request.batch.is_some() {
         "a batch cannot be a transactional (half) message"
-    } else if delay_level(request.properties).is_some() {
+    } else if delay_level(directives.delay).is_some() {
         "a delayed message (DELAY property) cannot be a transactional (half) message"
     } else {
         return Ok(());
@@ -288,10 +291,96 @@ pub fn writable_queue_nums(
     Ok(write_queue_nums)
 }
 
-/// The delay level a message's `DELAY` property asks for (0 or unreadable: none).
-fn delay_level(properties: &[u8]) -> Option<u32> {
-    Properties(properties)
-        .get_str(PROPERTY_DELAY)
+/// The delay level a message's `DELAY` property value asks for (0 or unreadable: none).
+fn delay_level(value: Option<&str>) -> Option<u32> {
+    value
         .and_then(|level| level.trim().parse::<u32>().ok())
         .filter(|level| *level > 0)
+}
+
+/// The properties that decide how a single send is stored (a half message, a delay level, a
+/// timer), each as [`Properties::get_str`] finds it, read in one scan: looked up one by one,
+/// each absent name was a search of the whole property string, six per send.
+struct Directives<'a> {
+    /// `TRAN_MSG`.
+    prepared: Option<&'a str>,
+    /// `DELAY`.
+    delay: Option<&'a str>,
+    timer: super::timer::TimerProperties<'a>,
+}
+
+impl<'a> Directives<'a> {
+    fn read(properties: &'a [u8]) -> Directives<'a> {
+        let [t0, t1, t2, t3] = super::timer::TimerProperties::NAMES;
+        let [prepared, delay, v0, v1, v2, v3] = Properties(properties).get_strs([
+            PROPERTY_TRANSACTION_PREPARED,
+            PROPERTY_DELAY,
+            t0,
+            t1,
+            t2,
+            t3,
+        ]);
+        Directives {
+            prepared,
+            delay,
+            timer: super::timer::TimerProperties::from_values([v0, v1, v2, v3]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::timer::{
+        PROPERTY_START_DELIVER_TIME, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELIVER_MS,
+    };
+
+    /// The one-scan read finds what a lookup per name finds: the first value of each name,
+    /// none for an absent name or a value that is not UTF-8, whatever the order and the
+    /// other properties around them.
+    #[test]
+    fn directives_read_in_one_scan_match_a_lookup_per_name() {
+        let cases: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            Properties::encode([("UNIQ_KEY", "abc"), ("WAIT", "true")]),
+            Properties::encode([
+                (PROPERTY_TIMER_DELAY_MS, "1500"),
+                ("TAGS", "t"),
+                (PROPERTY_DELAY, "3"),
+                (PROPERTY_TRANSACTION_PREPARED, "true"),
+                (PROPERTY_TIMER_DELIVER_MS, "99"),
+                (PROPERTY_DELAY, "4"),
+                (PROPERTY_START_DELIVER_TIME, "7"),
+                (PROPERTY_TIMER_DELAY_SEC, "2"),
+            ]),
+            [
+                PROPERTY_DELAY.as_bytes(),
+                &[1, 0xff, 2],
+                b"\x02TIMER_DELAY_SEC\x015\x02",
+            ]
+            .concat(),
+        ];
+        for properties in &cases {
+            let read = Directives::read(properties);
+            let get = |name: &str| Properties(properties).get_str(name);
+            assert_eq!(read.prepared, get(PROPERTY_TRANSACTION_PREPARED));
+            assert_eq!(read.delay, get(PROPERTY_DELAY));
+            assert_eq!(read.timer.deliver_ms, get(PROPERTY_TIMER_DELIVER_MS));
+            assert_eq!(
+                read.timer.start_deliver_time,
+                get(PROPERTY_START_DELIVER_TIME)
+            );
+            assert_eq!(read.timer.delay_sec, get(PROPERTY_TIMER_DELAY_SEC));
+            assert_eq!(read.timer.delay_ms, get(PROPERTY_TIMER_DELAY_MS));
+            assert_eq!(
+                read.timer,
+                crate::core::timer::TimerProperties::read(properties)
+            );
+        }
+        let mixed = Directives::read(&cases[2]);
+        assert_eq!((mixed.delay, mixed.prepared), (Some("3"), Some("true")));
+        assert_eq!(mixed.timer.delay_ms, Some("1500"));
+        assert!(Directives::read(&cases[1]).timer.is_none());
+    }
 }

@@ -167,16 +167,63 @@ pub(crate) fn with_loaded(ctx: &BrokerContext, f: impl FnOnce(&mut TimerTable)) 
     let _ = ctx.timers.with_table(ctx.replication.epoch(), f);
 }
 
-/// The delivery time `properties` ask for, if any: `Ok(None)` for a normal message (no timer
-/// property, or a time not after `now_ms`).
+/// A message's timer properties, each as [`Properties::get_str`] finds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimerProperties<'a> {
+    /// `TIMER_DELIVER_MS`: the delivery time, ms since the epoch.
+    pub deliver_ms: Option<&'a str>,
+    /// `__STARTDELIVERTIME`: the same, under the name older clients use.
+    pub start_deliver_time: Option<&'a str>,
+    /// `TIMER_DELAY_SEC`: a delay from now, seconds.
+    pub delay_sec: Option<&'a str>,
+    /// `TIMER_DELAY_MS`: a delay from now, ms.
+    pub delay_ms: Option<&'a str>,
+}
+
+impl<'a> TimerProperties<'a> {
+    /// Their names, in the order [`TimerProperties::from_values`] takes the values.
+    pub const NAMES: [&'static str; 4] = [
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_START_DELIVER_TIME,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+    ];
+
+    /// Reads them from `properties` in one scan.
+    pub fn read(properties: &'a [u8]) -> TimerProperties<'a> {
+        TimerProperties::from_values(Properties(properties).get_strs(Self::NAMES))
+    }
+
+    /// From the values of [`TimerProperties::NAMES`], found by the caller's own scan.
+    pub fn from_values(values: [Option<&'a str>; 4]) -> TimerProperties<'a> {
+        let [deliver_ms, start_deliver_time, delay_sec, delay_ms] = values;
+        TimerProperties {
+            deliver_ms,
+            start_deliver_time,
+            delay_sec,
+            delay_ms,
+        }
+    }
+
+    /// No timer property at all: a normal message, whatever the clock says.
+    pub fn is_none(&self) -> bool {
+        *self == TimerProperties::default()
+    }
+}
+
+/// The delivery time `timer` asks for, if any: `Ok(None)` for a normal message (no timer
+/// property, or a time not after `now_ms`). The first property present decides, in the
+/// order of [`TimerProperties::NAMES`].
 ///
 /// # Errors
 /// A timer property that is not a number, or a time further than `max_delay_ms` from now.
-pub fn due_ms(properties: &[u8], now_ms: i64, max_delay_ms: i64) -> Result<Option<i64>, Refusal> {
-    let props = Properties(properties);
-    let number = |name: &str| -> Result<Option<i64>, Refusal> {
-        props
-            .get_str(name)
+pub fn due_ms(
+    timer: TimerProperties<'_>,
+    now_ms: i64,
+    max_delay_ms: i64,
+) -> Result<Option<i64>, Refusal> {
+    let number = |name: &str, value: Option<&str>| -> Result<Option<i64>, Refusal> {
+        value
             .map(|v| {
                 v.trim().parse::<i64>().map_err(|_| {
                     Refusal::new(
@@ -187,13 +234,13 @@ pub fn due_ms(properties: &[u8], now_ms: i64, max_delay_ms: i64) -> Result<Optio
             })
             .transpose()
     };
-    let due = if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS)? {
+    let due = if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS, timer.deliver_ms)? {
         at
-    } else if let Some(at) = number(PROPERTY_START_DELIVER_TIME)? {
+    } else if let Some(at) = number(PROPERTY_START_DELIVER_TIME, timer.start_deliver_time)? {
         at
-    } else if let Some(sec) = number(PROPERTY_TIMER_DELAY_SEC)? {
+    } else if let Some(sec) = number(PROPERTY_TIMER_DELAY_SEC, timer.delay_sec)? {
         now_ms.saturating_add(sec.saturating_mul(1_000))
-    } else if let Some(ms) = number(PROPERTY_TIMER_DELAY_MS)? {
+    } else if let Some(ms) = number(PROPERTY_TIMER_DELAY_MS, timer.delay_ms)? {
         now_ms.saturating_add(ms)
     } else {
         return Ok(None);
@@ -237,26 +284,44 @@ mod tests {
     fn each_timer_property_names_a_due_time_and_bounds_hold() {
         let now = 1_000_000;
         let max = 10_000;
-        assert_eq!(due_ms(&props(&[]), now, max).unwrap(), None);
+        assert_eq!(
+            due_ms(TimerProperties::read(&props(&[])), now, max).unwrap(),
+            None
+        );
         let at = props(&[(PROPERTY_TIMER_DELIVER_MS, "1005000")]);
-        assert_eq!(due_ms(&at, now, max).unwrap(), Some(1_005_000));
+        assert_eq!(
+            due_ms(TimerProperties::read(&at), now, max).unwrap(),
+            Some(1_005_000)
+        );
         let start = props(&[(PROPERTY_START_DELIVER_TIME, "1002000")]);
-        assert_eq!(due_ms(&start, now, max).unwrap(), Some(1_002_000));
+        assert_eq!(
+            due_ms(TimerProperties::read(&start), now, max).unwrap(),
+            Some(1_002_000)
+        );
         let sec = props(&[(PROPERTY_TIMER_DELAY_SEC, "3")]);
-        assert_eq!(due_ms(&sec, now, max).unwrap(), Some(1_003_000));
+        assert_eq!(
+            due_ms(TimerProperties::read(&sec), now, max).unwrap(),
+            Some(1_003_000)
+        );
         let ms = props(&[(PROPERTY_TIMER_DELAY_MS, "1500")]);
-        assert_eq!(due_ms(&ms, now, max).unwrap(), Some(1_001_500));
+        assert_eq!(
+            due_ms(TimerProperties::read(&ms), now, max).unwrap(),
+            Some(1_001_500)
+        );
         let past = props(&[(PROPERTY_TIMER_DELIVER_MS, "999999")]);
         assert_eq!(
-            due_ms(&past, now, max).unwrap(),
+            due_ms(TimerProperties::read(&past), now, max).unwrap(),
             None,
             "past: deliver at once"
         );
         let far = props(&[(PROPERTY_TIMER_DELAY_SEC, "11")]);
-        assert!(due_ms(&far, now, max).is_err());
+        assert!(due_ms(TimerProperties::read(&far), now, max).is_err());
         let bad = props(&[(PROPERTY_TIMER_DELAY_SEC, "soon")]);
-        assert!(due_ms(&bad, now, max).is_err());
+        assert!(due_ms(TimerProperties::read(&bad), now, max).is_err());
         let huge = props(&[(PROPERTY_TIMER_DELAY_SEC, "9223372036854775807")]);
-        assert!(due_ms(&huge, now, max).is_err(), "saturates, then refused");
+        assert!(
+            due_ms(TimerProperties::read(&huge), now, max).is_err(),
+            "saturates, then refused"
+        );
     }
 }

@@ -27,12 +27,11 @@ use crate::core::scheduler::{check_target, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL
 use crate::core::send::{check_properties_len, put};
 use crate::core::send_back::rewrite_properties;
 
-/// Whether a send is a half message: the prepared sysFlag type, or `TRAN_MSG=true`.
-pub fn is_half(sys_flag: i32, properties: &[u8]) -> bool {
+/// Whether a send is a half message: the prepared sysFlag type, or `TRAN_MSG=true`
+/// (`prepared`: the value of its `TRAN_MSG` property, if any).
+pub fn is_half(sys_flag: i32, prepared: Option<&str>) -> bool {
     sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE
-        || Properties(properties)
-            .get_str(PROPERTY_TRANSACTION_PREPARED)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || prepared.is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 /// Stores `draft` (its real topic and queue) as a half message of `producer_group` and tracks
