@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
+use ferromq_store::offsets::OffsetCommand;
 use ferromq_store::{DurabilityError, FlushDiskType, MessageStore, StoreConfig, StoreError};
 
 use common::{draft, test_config};
@@ -34,19 +34,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn commit(offset: u64) -> OffsetCommand {
-    OffsetCommand {
-        kind: OffsetKind::Commit,
-        group: "G".into(),
-        client_id: "ack-bounds".into(),
-        generation: None,
-        entries: vec![OffsetEntry {
-            topic: "T".into(),
-            queue_id: 0,
-            offset,
-        }],
-        fenced_clients: Vec::new(),
-        access_key: None,
-    }
+    common::commit_t0("ack-bounds", offset)
 }
 
 /// A store holding `count` acknowledged messages in T/0.

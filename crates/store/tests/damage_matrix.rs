@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ferromq_protocol::Properties;
-use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind, Verdict};
+use ferromq_store::offsets::Verdict;
 use ferromq_store::{check_store, CheckReport, CheckScope, MessageStore, Placement, StoreConfig};
 
 use common::{
@@ -48,19 +48,7 @@ fn body(i: usize) -> Vec<u8> {
 }
 
 fn commit(store: &MessageStore, offset: u64) {
-    let command = OffsetCommand {
-        kind: OffsetKind::Commit,
-        group: "G".into(),
-        client_id: "matrix".into(),
-        generation: None,
-        entries: vec![OffsetEntry {
-            topic: "T".into(),
-            queue_id: 0,
-            offset,
-        }],
-        fenced_clients: Vec::new(),
-        access_key: None,
-    };
+    let command = common::commit_t0("matrix", offset);
     let outcome = store.commit_offsets(&command).expect("commit");
     assert_eq!(outcome.verdicts, vec![Verdict::Applied]);
 }

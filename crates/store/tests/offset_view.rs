@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
+use ferromq_store::offsets::{OffsetCommand, OffsetKind};
 use ferromq_store::{FlushDiskType, MessageStore, ReadError, StoreConfig};
 
 use common::{draft, test_config};
@@ -29,19 +29,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn commit(offset: u64) -> OffsetCommand {
-    OffsetCommand {
-        kind: OffsetKind::Commit,
-        group: "G".into(),
-        client_id: "offset-view".into(),
-        generation: None,
-        entries: vec![OffsetEntry {
-            topic: "T".into(),
-            queue_id: 0,
-            offset,
-        }],
-        fenced_clients: Vec::new(),
-        access_key: None,
-    }
+    common::commit_t0("offset-view", offset)
 }
 
 fn open_with_messages(config: StoreConfig, count: usize) -> MessageStore {

@@ -8,9 +8,27 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ferromq_protocol::{DraftRecord, RecordView};
+use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
 use ferromq_store::{
     FlushDiskType, GetStatus, MessageStore, StoreConfig, StoredMessage, TagFilter,
 };
+
+/// A commit of `offset` for group `G` on queue 0 of topic `T`, by `client_id`.
+pub fn commit_t0(client_id: &str, offset: u64) -> OffsetCommand {
+    OffsetCommand {
+        kind: OffsetKind::Commit,
+        group: "G".into(),
+        client_id: client_id.into(),
+        generation: None,
+        entries: vec![OffsetEntry {
+            topic: "T".into(),
+            queue_id: 0,
+            offset,
+        }],
+        fenced_clients: Vec::new(),
+        access_key: None,
+    }
+}
 
 /// A small store: 64 KiB segments, 8 ConsumeQueue entries per file, `SyncFlush`, no
 /// background checkpoints or retention during a test (tests checkpoint explicitly).

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use ferromq_store::epoch::EpochEntry;
-use ferromq_store::offsets::{OffsetCommand, OffsetEntry, OffsetKind};
+use ferromq_store::offsets::OffsetCommand;
 use ferromq_store::MessageStore;
 
 use super::{draft, read_all, test_config};
@@ -18,19 +18,7 @@ pub fn e(epoch: u64, start: u64) -> EpochEntry {
 }
 
 pub fn commit(offset: u64) -> OffsetCommand {
-    OffsetCommand {
-        kind: OffsetKind::Commit,
-        group: "G".into(),
-        client_id: "epochs".into(),
-        generation: None,
-        entries: vec![OffsetEntry {
-            topic: "T".into(),
-            queue_id: 0,
-            offset,
-        }],
-        fenced_clients: Vec::new(),
-        access_key: None,
-    }
+    super::commit_t0("epochs", offset)
 }
 
 pub fn put(store: &MessageStore, n: usize, tag: &str) {
