@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -207,12 +207,12 @@ pub fn new_uniq_key() -> String {
 /// A message received from a broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageExt {
-    /// Topic.
-    pub topic: String,
+    /// Topic (shared by the messages of one pull that have the same topic).
+    pub topic: Arc<str>,
     /// Queue id.
     pub queue_id: i32,
-    /// Broker group the message was pulled from.
-    pub broker_name: String,
+    /// Broker group the message was pulled from (shared by the messages of one pull).
+    pub broker_name: Arc<str>,
     /// Offset in the queue.
     pub queue_offset: u64,
     /// Offset in the broker's CommitLog.
@@ -227,8 +227,6 @@ pub struct MessageExt {
     pub properties: BTreeMap<String, String>,
     /// Client message id: `UNIQ_KEY` when the producer set one, else the offset message id.
     pub msg_id: String,
-    /// Broker message id (store address + CommitLog offset).
-    pub offset_msg_id: String,
     /// Producer's timestamp, ms.
     pub born_timestamp_ms: i64,
     /// Broker's timestamp, ms.
@@ -248,23 +246,61 @@ pub struct MessageExt {
     pub delay_level: Option<u32>,
 }
 
+impl MessageExt {
+    /// Broker message id (store address + CommitLog offset, Java's `offsetMsgId`), written
+    /// when asked for: most consumers never read it, and a field cost a string per message.
+    pub fn offset_msg_id(&self) -> String {
+        MessageId {
+            store_host: self.store_host,
+            phys_offset: self.commit_log_offset,
+        }
+        .encode()
+    }
+}
+
 /// Decodes a pull body: stored records back to back.
 ///
 /// # Errors
 /// A text naming the index of the first record that cannot be parsed.
 pub fn decode_pull_body(body: &Bytes, broker_name: &str) -> Result<Vec<MessageExt>, String> {
     let mut out = Vec::with_capacity(count_records(body));
+    let mut names = SharedNames::new(broker_name);
     let mut rest = &body[..];
     while !rest.is_empty() {
         let view = RecordView::parse_structure(rest)
             .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
         let size = view.total_size();
-        let message = message_from_view(&view, body, broker_name)
+        let message = message_from_view(&view, body, &mut names)
             .map_err(|e| format!("record {} of the pull body: {e}", out.len()))?;
         out.push(message);
         rest = &rest[size..];
     }
     Ok(out)
+}
+
+/// The broker name and topics of one pull's messages, each allocated once and shared (a
+/// pull's records are of one queue, so nearly always of one topic).
+struct SharedNames {
+    broker_name: Arc<str>,
+    /// The topic of the last record decoded.
+    topic: Option<Arc<str>>,
+}
+
+impl SharedNames {
+    fn new(broker_name: &str) -> SharedNames {
+        SharedNames {
+            broker_name: Arc::from(broker_name),
+            topic: None,
+        }
+    }
+
+    /// `topic` as a shared string: the last one when it is the same text.
+    fn topic(&mut self, topic: &str) -> Arc<str> {
+        match &self.topic {
+            Some(last) if &**last == topic => Arc::clone(last),
+            _ => Arc::clone(self.topic.insert(Arc::from(topic))),
+        }
+    }
 }
 
 /// The fixed fields of a stored record (reference §8.3, 91 bytes with IPv4 hosts): no
@@ -296,7 +332,7 @@ fn count_records(body: &[u8]) -> usize {
 fn message_from_view(
     view: &RecordView<'_>,
     pull_body: &Bytes,
-    broker_name: &str,
+    names: &mut SharedNames,
 ) -> Result<MessageExt, String> {
     let (body, sys_flag) = if view.sys_flag & compression::COMPRESSED_FLAG != 0 {
         let body = compression::decompress(view.body, view.sys_flag).map_err(|e| {
@@ -315,15 +351,18 @@ fn message_from_view(
         (pull_body.slice_ref(view.body), view.sys_flag)
     };
     let read = ReadProperties::of(view.properties);
-    let offset_msg_id = MessageId {
-        store_host: view.store_host,
-        phys_offset: view.phys_offset,
-    }
-    .encode();
+    let msg_id = match read.uniq_key {
+        Some(uniq_key) => uniq_key.to_string(),
+        None => MessageId {
+            store_host: view.store_host,
+            phys_offset: view.phys_offset,
+        }
+        .encode(),
+    };
     Ok(MessageExt {
-        topic: view.topic_str().to_string(),
+        topic: names.topic(view.topic_str()),
         queue_id: view.queue_id as i32,
-        broker_name: broker_name.to_string(),
+        broker_name: Arc::clone(&names.broker_name),
         queue_offset: view.queue_offset,
         commit_log_offset: view.phys_offset,
         body,
@@ -338,10 +377,7 @@ fn message_from_view(
             })
             .unwrap_or_default(),
         properties: read.user,
-        msg_id: read
-            .uniq_key
-            .map_or_else(|| offset_msg_id.clone(), str::to_string),
-        offset_msg_id,
+        msg_id,
         born_timestamp_ms: view.born_timestamp_ms,
         store_timestamp_ms: view.store_timestamp_ms,
         born_host: view.born_host,
@@ -522,6 +558,49 @@ mod tests {
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
         assert_eq!(user, [("user", "2")]);
+    }
+
+    /// A record of `topic` stored at `phys_offset`, with `properties`.
+    fn record(topic: &str, phys_offset: u64, properties: &[u8]) -> Vec<u8> {
+        let host: SocketAddr = "10.1.2.3:10911".parse().unwrap();
+        let draft = ferromq_protocol::DraftRecord::plain(topic, 1, b"body", properties, host, 7);
+        let mut record = draft.encode().unwrap();
+        record.finalize(phys_offset / 100, phys_offset, 9);
+        record.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_pull_decodes_each_records_topic_and_ids_sharing_the_names() {
+        let uniq = Properties::encode([(property_names::UNIQ_KEY, "ABC")]);
+        let mut body = Vec::new();
+        for (topic, at, props) in [
+            ("A", 100, &uniq[..]),
+            ("A", 200, b"".as_slice()),
+            ("B", 300, b"".as_slice()),
+            ("A", 400, b"".as_slice()),
+        ] {
+            body.extend_from_slice(&record(topic, at, props));
+        }
+        let messages = decode_pull_body(&Bytes::from(body), "broker-x").unwrap();
+        let topics: Vec<&str> = messages.iter().map(|m| &*m.topic).collect();
+        assert_eq!(topics, ["A", "A", "B", "A"]);
+        assert!(Arc::ptr_eq(&messages[0].topic, &messages[1].topic));
+        assert!(messages.iter().all(|m| &*m.broker_name == "broker-x"
+            && Arc::ptr_eq(&m.broker_name, &messages[0].broker_name)));
+        // The client id is UNIQ_KEY when set, else the broker id, which every message has.
+        assert_eq!(messages[0].msg_id, "ABC");
+        assert_eq!(
+            messages[0].offset_msg_id(),
+            "0A01020300002A9F0000000000000064"
+        );
+        for m in &messages[1..] {
+            assert_eq!(m.msg_id, m.offset_msg_id());
+            let id = MessageId::decode(&m.msg_id).unwrap();
+            assert_eq!(
+                (id.store_host, id.phys_offset),
+                (m.store_host, m.commit_log_offset)
+            );
+        }
     }
 
     #[test]

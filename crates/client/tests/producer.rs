@@ -88,7 +88,7 @@ async fn send_100_with_keys_tags_properties_and_pull_them_back() {
         assert_eq!(messages.len(), 25, "round robin spreads evenly");
         for m in messages {
             let (i, r) = &sent[&m.msg_id];
-            assert_eq!(m.topic, "PROD");
+            assert_eq!(&*m.topic, "PROD");
             assert_eq!(m.body, format!("body-{i}").as_bytes());
             assert_eq!(
                 m.tags.as_deref(),
@@ -100,9 +100,9 @@ async fn send_100_with_keys_tags_properties_and_pull_them_back() {
                 BTreeMap::from([("idx".to_string(), i.to_string())])
             );
             assert_eq!(m.queue_id, r.queue.queue_id);
-            assert_eq!(&m.broker_name, &r.queue.broker_name);
+            assert_eq!(&*m.broker_name, r.queue.broker_name);
             assert_eq!(m.queue_offset, r.queue_offset);
-            assert_eq!(m.offset_msg_id, r.offset_msg_id);
+            assert_eq!(m.offset_msg_id(), r.offset_msg_id);
             got += 1;
         }
         let even = pull_all(&c, q, "even").await;
@@ -338,7 +338,7 @@ async fn batch_oneway_and_delayed_sends_arrive() {
     for (i, m) in messages.iter().enumerate() {
         assert_eq!(m.queue_offset, 1 + i as u64);
         assert_eq!(m.msg_id, r.msg_ids[i]);
-        assert_eq!(m.offset_msg_id, r.offset_msg_ids[i]);
+        assert_eq!(m.offset_msg_id(), r.offset_msg_ids[i]);
         assert_eq!(m.keys, vec![format!("bk{i}")]);
         assert_eq!(m.body, format!("b{i}").as_bytes());
     }
@@ -366,7 +366,7 @@ async fn batch_oneway_and_delayed_sends_arrive() {
                 Some("ow") => oneway = m.body == "oneway".as_bytes(),
                 Some("late") => {
                     delayed = m.body == "delayed".as_bytes();
-                    assert_eq!(m.topic, "BATCH");
+                    assert_eq!(&*m.topic, "BATCH");
                 }
                 other => panic!("filtered tag {other:?}"),
             }

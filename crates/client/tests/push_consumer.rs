@@ -53,7 +53,7 @@ fn entry(label: &str, m: &MessageExt) -> (String, String, i32, u64, i32, String)
         m.queue_id,
         m.queue_offset,
         m.reconsume_times,
-        m.topic.clone(),
+        m.topic.to_string(),
     )
 }
 

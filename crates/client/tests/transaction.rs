@@ -90,7 +90,7 @@ async fn send_in_transaction_commits_rolls_back_and_settles_unknown_by_check() {
     let seen = checks.clone();
     let producer = TransactionProducer::start(config(ns.addr), move |half: &MessageExt| {
         seen.fetch_add(1, Ordering::SeqCst);
-        assert_eq!(half.topic, "TX");
+        assert_eq!(&*half.topic, "TX");
         match &half.body[..] {
             b"unknown-then-commit" => TransactionState::Commit,
             _ => TransactionState::Rollback,

@@ -110,7 +110,7 @@ pub fn record_delivery(
         Some(value) => recorder.record(Op::Deliver {
             consumer,
             queue: Queue {
-                broker: message.broker_name.clone(),
+                broker: message.broker_name.to_string(),
                 queue_id: u32::try_from(message.queue_id).unwrap_or(u32::MAX),
             },
             offset: message.queue_offset,

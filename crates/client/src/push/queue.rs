@@ -515,7 +515,7 @@ async fn initial_offset(inner: &Inner, queue: &MessageQueue) -> Result<u64, Clie
 fn restore_retry_topic(mut m: MessageExt) -> MessageExt {
     if m.topic.starts_with(RETRY_TOPIC_PREFIX) {
         if let Some(topic) = m.properties.get(RETRY_TOPIC_PROPERTY) {
-            m.topic = topic.clone();
+            m.topic = Arc::from(topic.as_str());
         }
     }
     m
@@ -774,7 +774,7 @@ async fn send_back(
         group: inner.config.group.clone(),
         delay_level,
         origin_msg_id: Some(m.msg_id.clone()),
-        origin_topic: Some(m.topic.clone()),
+        origin_topic: Some(m.topic.to_string()),
         unit_mode: Some(false),
         max_reconsume_times: Some(inner.config.max_reconsume_times),
     };
@@ -856,7 +856,6 @@ mod tests {
             keys: Vec::new(),
             properties: BTreeMap::new(),
             msg_id: String::new(),
-            offset_msg_id: String::new(),
             born_timestamp_ms: 0,
             store_timestamp_ms: 0,
             born_host: addr,
@@ -990,6 +989,6 @@ mod tests {
         let mut m = msg(0);
         m.topic = "%RETRY%g".into();
         m.properties.insert("RETRY_TOPIC".into(), "T".into());
-        assert_eq!(restore_retry_topic(m).topic, "T");
+        assert_eq!(&*restore_retry_topic(m).topic, "T");
     }
 }

@@ -33,12 +33,20 @@ const ENCODED_PAIR_SIZE_TYPICAL: usize = 48;
 pub struct Properties<'a>(pub &'a [u8]);
 
 impl<'a> Properties<'a> {
-    /// Iterates `(name, value)` pairs in stored order, skipping malformed pairs.
+    /// Iterates `(name, value)` pairs in stored order, skipping malformed pairs. Separators
+    /// are found with `memchr` (a consumer reads every property of every message it
+    /// receives; a byte-by-byte search was a tenth of its decoding).
     pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        self.0
-            .split(|b| *b == PROPERTY_SEPARATOR)
+        let raw = self.0;
+        memchr::memchr_iter(PROPERTY_SEPARATOR, raw)
+            .chain(std::iter::once(raw.len()))
+            .scan(0, move |from, to| {
+                let pair = &raw[*from..to];
+                *from = to + 1;
+                Some(pair)
+            })
             .filter_map(|pair| {
-                let at = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
+                let at = memchr::memchr(NAME_VALUE_SEPARATOR, pair)?;
                 Some((&pair[..at], &pair[at + 1..]))
             })
     }
@@ -141,6 +149,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `iter` finds the pairs Java's split does: on every 0x02, then the first 0x01.
+        #[test]
+        fn iter_agrees_with_splitting_byte_by_byte(
+            raw in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 2, b'A', b'z']), 0..40),
+        ) {
+            let expected: Vec<(&[u8], &[u8])> = raw
+                .split(|b| *b == PROPERTY_SEPARATOR)
+                .filter_map(|pair| {
+                    let at = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
+                    Some((&pair[..at], &pair[at + 1..]))
+                })
+                .collect();
+            proptest::prop_assert_eq!(Properties(&raw).iter().collect::<Vec<_>>(), expected);
+        }
+
         /// One scan for several names finds what one `get` per name finds: the first value,
         /// repeated, empty and absent names and malformed pairs included.
         #[test]
