@@ -209,8 +209,12 @@ impl ResetFences {
         client: Option<&str>,
     ) -> Option<u64> {
         let client = client?;
-        let key = key(group, topic, queue_id);
         let mut fences = self.fences.lock().expect("fences lock");
+        if fences.is_empty() {
+            // Nearly every pull: no reset is in progress, and the key costs two strings.
+            return None;
+        }
+        let key = key(group, topic, queue_id);
         let fence = fences.get_mut(&key)?;
         if fence.pending || !fence.clients.remove(client) {
             return None;

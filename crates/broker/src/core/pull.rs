@@ -257,22 +257,33 @@ fn physical_memory_bytes() -> Option<u64> {
     })
 }
 
-/// The topic's config. A slave that does not know the topic first applies the newest
-/// catalog record its dispatcher exposed: the record precedes the topic's messages in the log,
-/// so a slave that serves those messages knows their topic too, without waiting for the
-/// catalog follower's next pass.
-fn topic_config(
-    ctx: &BrokerContext,
-    topic: &str,
-) -> Option<ferromq_protocol::remoting::body::topic::TopicConfig> {
-    if let Some(config) = ctx.topics.get(topic) {
-        return Some(config);
+/// The numbers of a topic's config a pull checks, read in place (a clone of the config cost
+/// its strings and attribute map on every pull).
+#[derive(Debug, Clone, Copy)]
+struct TopicAccess {
+    perm: i32,
+    read_queue_nums: i32,
+}
+
+/// The topic's [`TopicAccess`]. A slave that does not know the topic first applies the
+/// newest catalog record its dispatcher exposed: the record precedes the topic's messages in
+/// the log, so a slave that serves those messages knows their topic too, without waiting for
+/// the catalog follower's next pass.
+fn topic_access(ctx: &BrokerContext, topic: &str) -> Option<TopicAccess> {
+    let read = || {
+        ctx.topics.read(topic, |config| TopicAccess {
+            perm: config.perm,
+            read_queue_nums: config.read_queue_nums,
+        })
+    };
+    if let Some(access) = read() {
+        return Some(access);
     }
     if !ctx.replication.role().is_master() {
         // A failure is counted and logged by the follower's next pass.
         let _ = crate::replication::catalog_log::apply_newest(ctx);
     }
-    ctx.topics.get(topic)
+    read()
 }
 
 /// Rule 1 and the topic, queue and group checks; the queue id.
@@ -282,7 +293,7 @@ fn admit(ctx: &BrokerContext, request: &PullRequest) -> Result<u32, Refusal> {
     if request.commit.is_some() {
         access::client_topic(ctx, topic, Request::Pull)?;
     }
-    let config = topic_config(ctx, topic).ok_or_else(|| {
+    let config = topic_access(ctx, topic).ok_or_else(|| {
         Refusal::new(
             RefusalKind::TopicMissing,
             format!("topic {topic} does not exist"),

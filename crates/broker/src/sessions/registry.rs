@@ -81,10 +81,38 @@ pub const CONSUME_RATE_WINDOW_SECS: u64 = 60;
 ///
 /// Bounded: one offset per (group, topic, queue) pulled and at most
 /// [`CONSUME_RATE_WINDOW_SECS`] buckets per (group, topic).
+///
+/// Keyed by group, then topic, so a pull finds its entry by the names it carries without
+/// building an owned key (two per map made four string allocations per pull).
 #[derive(Debug, Default)]
 struct PullProgress {
-    next_offsets: HashMap<(String, String, u32), u64>,
-    rates: HashMap<(String, String), std::collections::VecDeque<(u64, u64)>>,
+    groups: HashMap<String, HashMap<String, TopicPulls>>,
+}
+
+/// One group's pulls of one topic.
+#[derive(Debug, Default)]
+struct TopicPulls {
+    /// Where the latest pull of each queue ended.
+    next_offsets: HashMap<u32, u64>,
+    /// Messages pulled per second: `(unix second, count)`, oldest first.
+    rates: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl PullProgress {
+    fn get(&self, group: &str, topic: &str) -> Option<&TopicPulls> {
+        self.groups.get(group)?.get(topic)
+    }
+
+    fn get_or_insert(&mut self, group: &str, topic: &str) -> &mut TopicPulls {
+        if !self.groups.contains_key(group) {
+            self.groups.insert(group.to_string(), HashMap::new());
+        }
+        let topics = self.groups.get_mut(group).expect("inserted above");
+        if !topics.contains_key(topic) {
+            topics.insert(topic.to_string(), TopicPulls::default());
+        }
+        topics.get_mut(topic).expect("inserted above")
+    }
 }
 
 impl ClientRegistry {
@@ -263,17 +291,12 @@ impl ClientRegistry {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut pulls = self.pulls.lock().expect("pulls lock");
-        pulls.next_offsets.insert(
-            (group.to_string(), topic.to_string(), queue_id),
-            next_offset,
-        );
+        let pulls = pulls.get_or_insert(group, topic);
+        pulls.next_offsets.insert(queue_id, next_offset);
         if message_count == 0 {
             return;
         }
-        let buckets = pulls
-            .rates
-            .entry((group.to_string(), topic.to_string()))
-            .or_default();
+        let buckets = &mut pulls.rates;
         match buckets.back_mut() {
             Some((at, count)) if *at == second => *count += message_count as u64,
             _ => buckets.push_back((second, message_count as u64)),
@@ -290,9 +313,9 @@ impl ClientRegistry {
     /// belong to the old generation), so in-flight counts restart from the next pull.
     pub fn forget_pulls(&self, group: &str, topic: &str) {
         let mut pulls = self.pulls.lock().expect("pulls lock");
-        pulls
-            .next_offsets
-            .retain(|(g, t, _), _| g != group || t != topic);
+        if let Some(pulls) = pulls.groups.get_mut(group).and_then(|t| t.get_mut(topic)) {
+            pulls.next_offsets.clear();
+        }
     }
 
     /// Where the latest pull of (group, topic, queue) ended; `None` if none was seen since
@@ -300,8 +323,9 @@ impl ClientRegistry {
     pub fn pulled_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
         let pulls = self.pulls.lock().expect("pulls lock");
         pulls
+            .get(group, topic)?
             .next_offsets
-            .get(&(group.to_string(), topic.to_string(), queue_id))
+            .get(&queue_id)
             .copied()
     }
 
@@ -312,16 +336,14 @@ impl ClientRegistry {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let pulls = self.pulls.lock().expect("pulls lock");
-        let total: u64 = pulls
-            .rates
-            .get(&(group.to_string(), topic.to_string()))
-            .map_or(0, |buckets| {
-                buckets
-                    .iter()
-                    .filter(|(at, _)| *at + CONSUME_RATE_WINDOW_SECS > now)
-                    .map(|(_, count)| count)
-                    .sum()
-            });
+        let total: u64 = pulls.get(group, topic).map_or(0, |pulls| {
+            pulls
+                .rates
+                .iter()
+                .filter(|(at, _)| *at + CONSUME_RATE_WINDOW_SECS > now)
+                .map(|(_, count)| count)
+                .sum()
+        });
         total as f64 / CONSUME_RATE_WINDOW_SECS as f64
     }
 
@@ -407,7 +429,9 @@ mod tests {
         clients.record_pull("g", "t", 0, 60, 28);
         clients.record_pull("g", "t", 1, 5, 0);
         clients.record_pull("other", "t", 0, 7, 7);
+        clients.record_pull("g", "u", 0, 9, 9);
         assert_eq!(clients.pulled_offset("g", "t", 0), Some(60));
+        assert_eq!(clients.pulled_offset("g", "u", 1), None);
         assert_eq!(clients.pulled_offset("g", "t", 1), Some(5));
         let expected = 60.0 / CONSUME_RATE_WINDOW_SECS as f64;
         assert!((clients.consume_tps("g", "t") - expected).abs() < 1e-9);
@@ -416,5 +440,10 @@ mod tests {
         assert_eq!(clients.pulled_offset("g", "t", 0), None);
         assert_eq!(clients.pulled_offset("g", "t", 1), None);
         assert_eq!(clients.pulled_offset("other", "t", 0), Some(7));
+        assert_eq!(clients.pulled_offset("g", "u", 0), Some(9));
+        assert!(
+            (clients.consume_tps("g", "t") - expected).abs() < 1e-9,
+            "rates stay"
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ferromq_protocol::{peek_magic, peek_total_size, RecordError, RecordView, BLANK_MAGIC};
 
 use crate::error::{FileError, OpenError, ReadError};
@@ -389,15 +389,17 @@ impl CommitLog {
     /// As [`CommitLog::read_span`] over back-to-back records only, copied out of the
     /// segment's read-only map (`read_map`) instead of read with `pread`: a queue whose records
     /// lie between other queues' records copies only its own, and a run of one queue's records
-    /// is still one copy. `None` when the first record is not all committed bytes within the
-    /// size limit, mapped reads are off, or the map cannot serve the span; the caller then
-    /// reads with `pread`,
-    /// which says why if anything is wrong.
+    /// is still one copy. The span is appended to `buffer` (empty; the caller reserves its
+    /// capacity) and split off it, so the spans of one pull share one allocation. `None` when
+    /// the first record is not all committed bytes within the size limit, mapped reads are
+    /// off, or the map cannot serve the span; the caller then reads with `pread`, which says
+    /// why if anything is wrong.
     pub fn read_span_in_place(
         &self,
         first: (u64, usize),
         following: impl Iterator<Item = (u64, usize)>,
         max_bytes: usize,
+        buffer: &mut BytesMut,
     ) -> Option<ReadSpan> {
         let (start, size) = first;
         let committed = self.committed_end();
@@ -412,14 +414,16 @@ impl CommitLog {
             return None;
         }
         let segment = self.segment_for(start)?;
-        let bytes = segment.read_mapped(
+        debug_assert!(buffer.is_empty(), "spans are split off as they are read");
+        let read = segment.read_mapped(
             start - segment.start,
             (end - start) as usize,
             self.segment_size,
-        )?;
-        Some(ReadSpan {
+            buffer,
+        );
+        read.then(|| ReadSpan {
             start,
-            bytes: Bytes::from(bytes),
+            bytes: buffer.split().freeze(),
         })
     }
 

@@ -22,6 +22,8 @@
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::BytesMut;
+
 use super::file_map::{FileMap, MapAccess};
 
 /// A shared, read-only mapping of a whole segment span.
@@ -42,42 +44,50 @@ impl ReadMap {
         })
     }
 
-    /// Copies `len` bytes at `pos` out of the map; `None` (nothing read) when they lie past
-    /// the mapping or past what the file holds. `file_len` measures the file; the caller
-    /// holds the segment's read lock, so no cut runs meanwhile.
+    /// Appends the `len` bytes at `pos` of the map to `out`; `false` (nothing appended) when
+    /// they lie past the mapping or past what the file holds. `file_len` measures the file;
+    /// the caller holds the segment's read lock, so no cut runs meanwhile. Appending lets the
+    /// runs of one pull share one buffer (a buffer per run, and its shared header, were two
+    /// allocations per message on an interleaved backlog).
     pub(super) fn copy_out(
         &self,
         pos: u64,
         len: usize,
         file_len: impl FnOnce() -> Option<u64>,
-    ) -> Option<Vec<u8>> {
-        let end = pos.checked_add(len as u64)?;
+        out: &mut BytesMut,
+    ) -> bool {
+        let Some(end) = pos.checked_add(len as u64) else {
+            return false;
+        };
         if end > self.map.len() as u64 {
-            return None;
+            return false;
         }
         if end > self.safe_len.load(Ordering::Acquire) {
-            let measured = file_len()?;
+            let Some(measured) = file_len() else {
+                return false;
+            };
             self.safe_len.fetch_max(measured, Ordering::AcqRel);
             if end > measured {
-                return None;
+                return false;
             }
         }
-        let mut out = Vec::with_capacity(len);
+        out.reserve(len);
+        let filled = out.len();
         // SAFETY: `[pos, end)` lies inside the mapping (`end <= map.len()`) and below the
         // file's length (`end <= safe_len`, which only exceeds the file's length after a cut
         // that holds the segment's write lock, excluded while the caller holds its read lock),
-        // so every page read is backed by the file and cannot fault. The destination is the
-        // fresh vector's capacity of `len` bytes, which no mapping overlaps; after the copy
-        // its first `len` bytes are initialised.
+        // so every page read is backed by the file and cannot fault. The destination is `out`'s
+        // spare capacity, at least `len` bytes after `reserve`, which no mapping overlaps;
+        // after the copy its first `filled + len` bytes are initialised.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.map.base().as_ptr().add(pos as usize),
-                out.as_mut_ptr(),
+                out.as_mut_ptr().add(filled),
                 len,
             );
-            out.set_len(len);
+            out.set_len(filled + len);
         }
-        Some(out)
+        true
     }
 
     /// The file is about to be (or was just) cut to `len` bytes: no copy may reach past it
@@ -92,6 +102,24 @@ mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
 
+    /// The bytes `copy_out` appends after a prefix, `None` when it appends nothing (checked:
+    /// a refused copy leaves the buffer as it was).
+    fn copied(
+        map: &ReadMap,
+        pos: u64,
+        len: usize,
+        measure: impl FnOnce() -> Option<u64>,
+    ) -> Option<Vec<u8>> {
+        let mut out = BytesMut::from(&b"run before"[..]);
+        if map.copy_out(pos, len, measure, &mut out) {
+            assert_eq!(&out[..10], b"run before", "earlier bytes kept");
+            Some(out[10..].to_vec())
+        } else {
+            assert_eq!(&out[..], b"run before", "nothing appended");
+            None
+        }
+    }
+
     #[test]
     fn copies_only_what_the_file_holds() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -99,32 +127,32 @@ mod tests {
         let map = ReadMap::map(&file, 1 << 20).expect("map");
         let measure = || file.metadata().ok().map(|m| m.len());
         assert_eq!(
-            map.copy_out(0, 4, measure),
+            copied(&map, 0, 4, measure),
             None,
             "an empty file holds nothing"
         );
         file.write_all_at(b"hello, map", 5000).expect("write");
         assert_eq!(
-            map.copy_out(5000, 10, measure).as_deref(),
+            copied(&map, 5000, 10, measure).as_deref(),
             Some(&b"hello, map"[..])
         );
-        assert_eq!(map.copy_out(5005, 6, measure), None, "past the file's end");
+        assert_eq!(copied(&map, 5005, 6, measure), None, "past the file's end");
         assert_eq!(
-            map.copy_out((1 << 20) - 2, 4, measure),
+            copied(&map, (1 << 20) - 2, 4, measure),
             None,
             "past the mapping"
         );
-        assert_eq!(map.copy_out(u64::MAX, 4, measure), None);
+        assert_eq!(copied(&map, u64::MAX, 4, measure), None);
         map.lower_safe_len(4096);
         file.set_len(4096).expect("cut");
         assert_eq!(
-            map.copy_out(5000, 10, measure),
+            copied(&map, 5000, 10, measure),
             None,
             "measured again after a cut"
         );
-        assert_eq!(map.copy_out(10, 2, || None).as_deref(), Some(&[0u8, 0][..]));
+        assert_eq!(copied(&map, 10, 2, || None).as_deref(), Some(&[0u8, 0][..]));
         assert_eq!(
-            map.copy_out(4090, 10, || None),
+            copied(&map, 4090, 10, || None),
             None,
             "no measure, no copy past safe_len"
         );

@@ -13,6 +13,7 @@
 //! [`FileRegion`](super::region::FileRegion) checked at epoch `e` knows the bytes are still
 //! the ones it checked as long as the epoch is still `e` once it has sent them.
 
+use bytes::BytesMut;
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
@@ -174,16 +175,16 @@ impl Segment {
         Ok(buf)
     }
 
-    /// Copies the `len` bytes at `pos` (relative to the segment) out of the segment's
-    /// read-only map of `span` bytes, mapping the file at the first call; `None` when the map
-    /// is unavailable or the bytes lie past it or past the file's end, and the caller reads
-    /// with `pread` instead (which reports a short file).
-    pub fn read_mapped(&self, pos: u64, len: usize, span: u64) -> Option<Vec<u8>> {
+    /// Appends the `len` bytes at `pos` (relative to the segment) to `out`, copied out of the
+    /// segment's read-only map of `span` bytes, mapping the file at the first call; `false`
+    /// (nothing appended) when the map is unavailable or the bytes lie past it or past the
+    /// file's end, and the caller reads with `pread` instead (which reports a short file).
+    pub fn read_mapped(&self, pos: u64, len: usize, span: u64, out: &mut BytesMut) -> bool {
         {
             let slot = self.read_map.read().expect("segment read-map lock");
             match &*slot {
-                ReadMapSlot::Mapped(map) => return map.copy_out(pos, len, || self.len().ok()),
-                ReadMapSlot::Unavailable => return None,
+                ReadMapSlot::Mapped(map) => return map.copy_out(pos, len, || self.len().ok(), out),
+                ReadMapSlot::Unavailable => return false,
                 ReadMapSlot::Untried => {}
             }
         }
@@ -198,8 +199,8 @@ impl Segment {
             };
         }
         match &*slot {
-            ReadMapSlot::Mapped(map) => map.copy_out(pos, len, || self.len().ok()),
-            _ => None,
+            ReadMapSlot::Mapped(map) => map.copy_out(pos, len, || self.len().ok(), out),
+            _ => false,
         }
     }
 
@@ -374,6 +375,14 @@ mod tests {
         );
     }
 
+    /// The bytes `read_mapped` appends to an empty buffer, `None` when it appends nothing.
+    fn mapped(segment: &Segment, pos: u64, len: usize) -> Option<Vec<u8>> {
+        let mut out = BytesMut::new();
+        let appended = segment.read_mapped(pos, len, 1 << 20, &mut out);
+        assert_eq!(appended, !out.is_empty() || len == 0);
+        appended.then(|| out.to_vec())
+    }
+
     /// Reads from the read map see the file's bytes, and after a cut never reach past it
     /// (a fault there would kill the process), while bytes below the cut still read.
     #[test]
@@ -382,29 +391,21 @@ mod tests {
         let segment = Segment::create(dir.path(), 0).expect("create");
         let bytes: Vec<u8> = (0..20_000u32).map(|i| (i % 241) as u8).collect();
         segment.write_all_at(0, &bytes).expect("write");
-        let span = 1 << 20;
-        assert_eq!(
-            segment.read_mapped(100, 50, span).as_deref(),
-            Some(&bytes[100..150])
-        );
-        assert_eq!(
-            segment.read_mapped(19_990, 20, span),
-            None,
-            "past the file's end"
-        );
+        assert_eq!(mapped(&segment, 100, 50).as_deref(), Some(&bytes[100..150]));
+        assert_eq!(mapped(&segment, 19_990, 20), None, "past the file's end");
         segment.truncate(8192).expect("truncate");
-        assert_eq!(segment.read_mapped(10_000, 10, span), None, "past the cut");
-        assert_eq!(segment.read_mapped(8190, 4, span), None, "across the cut");
+        assert_eq!(mapped(&segment, 10_000, 10), None, "past the cut");
+        assert_eq!(mapped(&segment, 8190, 4), None, "across the cut");
         assert_eq!(
-            segment.read_mapped(8000, 192, span).as_deref(),
+            mapped(&segment, 8000, 192).as_deref(),
             Some(&bytes[8000..8192])
         );
         segment.write_all_at(8192, b"new bytes").expect("write");
         assert_eq!(
-            segment.read_mapped(8192, 9, span).as_deref(),
+            mapped(&segment, 8192, 9).as_deref(),
             Some(&b"new bytes"[..])
         );
         segment.trim_space(4096).expect("trim");
-        assert_eq!(segment.read_mapped(4000, 200, span), None, "past a trim");
+        assert_eq!(mapped(&segment, 4000, 200), None, "past a trim");
     }
 }

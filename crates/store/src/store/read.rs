@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ferromq_protocol::{property_names, MessageId, RecordView};
 
 use super::{MessageStore, OffsetView};
@@ -19,6 +19,27 @@ use crate::quarantine::{QuarantineKind, QuarantinedRange};
 /// Bytes read at most by one `pread` of back-to-back records on the pull path (a pull's own
 /// byte limit is the other bound); see [`CommitLog::read_span`].
 pub const READ_SPAN_BYTES_MAX: usize = 256 * 1024;
+
+/// What one pull has read so far: the last span, from which later records inside it are
+/// sliced, and the buffer the spans copied from the read map are split off.
+#[derive(Default)]
+struct PullSpans {
+    last: ReadSpan,
+    buffer: BytesMut,
+}
+
+/// Bytes to reserve for a pull's spans at its first read: its first record and the records
+/// it may take after it (`max_count` in all), at most `span_max`. Tag filtering may take
+/// fewer; a pull that needs more grows the buffer.
+fn pull_buffer_size(first: usize, ahead: &[CqEntry], max_count: usize, span_max: usize) -> usize {
+    ahead
+        .iter()
+        .take(max_count.saturating_sub(1))
+        .fold(first, |total, entry| {
+            total.saturating_add(entry.size as usize)
+        })
+        .min(span_max)
+}
 
 /// A ConsumeQueue entry and where it was found: what the record it leads to must say.
 #[derive(Debug, Clone, Copy)]
@@ -196,7 +217,7 @@ impl MessageStore {
         };
         // The span of back-to-back records read last; later entries inside it are sliced
         // from it instead of read again.
-        let span = RefCell::new(ReadSpan::default());
+        let span = RefCell::new(PullSpans::default());
         let span_max = max_bytes.min(READ_SPAN_BYTES_MAX);
         self.read_messages(&range, |this_offset, entry, ahead| {
             let indexed = Indexed {
@@ -205,7 +226,7 @@ impl MessageStore {
                 queue_offset: this_offset,
                 entry,
             };
-            let bytes = self.read_indexed_in_span(&indexed, ahead, &span, span_max)?;
+            let bytes = self.read_indexed_in_span(&indexed, (ahead, max_count), &span, span_max)?;
             // Finding the tags scans the properties: only a tag filter needs them.
             let matches = *filter == TagFilter::All || {
                 let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
@@ -362,32 +383,43 @@ impl MessageStore {
         }
     }
 
-    /// Reads and verifies the record a ConsumeQueue entry points at (from `span` when the
-    /// last span read holds it, else with a new span over the following records of `ahead`,
-    /// at most `span_max` bytes: copied out of the segment's read-only map when it can serve
-    /// them, else read with `pread`) and checks it is the one indexed.
+    /// Reads and verifies the record a ConsumeQueue entry points at (from the last span read
+    /// when it holds it, else with a new span over the following records of `ahead`, at most
+    /// `span_max` bytes: copied out of the segment's read-only map into the pull's shared
+    /// buffer when the map can serve them, else read with `pread`) and checks it is the one
+    /// indexed. `ahead` comes with the pull's message count, which bounds what the buffer is
+    /// sized for.
     fn read_indexed_in_span(
         &self,
         indexed: &Indexed<'_>,
-        ahead: &[CqEntry],
-        span: &RefCell<ReadSpan>,
+        (ahead, max_count): (&[CqEntry], usize),
+        spans: &RefCell<PullSpans>,
         span_max: usize,
     ) -> Result<Bytes, ReadError> {
         let Indexed { entry, .. } = *indexed;
         let (phys_offset, size) = (entry.phys_offset, entry.size as usize);
-        let mut span = span.borrow_mut();
-        let bytes = match span.record(phys_offset, size) {
+        let mut spans = spans.borrow_mut();
+        let PullSpans { last, buffer } = &mut *spans;
+        let bytes = match last.record(phys_offset, size) {
             Some(bytes) => bytes,
             None => {
                 let following = || ahead.iter().map(|e| (e.phys_offset, e.size as usize));
+                if buffer.capacity() == 0 {
+                    buffer.reserve(pull_buffer_size(size, ahead, max_count, span_max));
+                }
                 let log = &self.inner.log;
-                *span = match log.read_span_in_place((phys_offset, size), following(), span_max) {
+                *last = match log.read_span_in_place(
+                    (phys_offset, size),
+                    following(),
+                    span_max,
+                    buffer,
+                ) {
                     Some(in_place) => in_place,
                     None => log.read_span((phys_offset, size), following(), span_max)?,
                 };
                 // The span holds at least this record unless the read came back short; then
                 // the usual read says why.
-                match span.record(phys_offset, size) {
+                match last.record(phys_offset, size) {
                     Some(bytes) => bytes,
                     None => return self.read_indexed(indexed),
                 }
@@ -648,5 +680,32 @@ fn empty<M>(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult<M> {
         min_offset: min,
         max_offset: max,
         messages: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(sizes: &[u32]) -> Vec<CqEntry> {
+        sizes
+            .iter()
+            .map(|&size| CqEntry {
+                phys_offset: 0,
+                size,
+                tag_code: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pull_buffer_holds_the_records_the_pull_may_take_and_no_more_than_a_span() {
+        let ahead = entries(&[100, 200, 300, 400]);
+        assert_eq!(pull_buffer_size(50, &ahead, 3, 1 << 20), 50 + 100 + 200);
+        assert_eq!(pull_buffer_size(50, &ahead, 32, 1 << 20), 1050);
+        assert_eq!(pull_buffer_size(50, &ahead, 1, 1 << 20), 50);
+        assert_eq!(pull_buffer_size(50, &ahead, 32, 500), 500);
+        let huge = entries(&[u32::MAX, u32::MAX]);
+        assert_eq!(pull_buffer_size(usize::MAX, &huge, 3, 4096), 4096);
     }
 }

@@ -48,7 +48,7 @@ pub(super) async fn handle(
         Ok(header) => header,
         Err(error) => return bad_header(command, error).into(),
     };
-    let request = request_of(ctx, &header);
+    let request = request_of(ctx, header);
     match transfer_of(ctx, channel) {
         Transfer::ZeroCopy => {
             match pull_with::<StoredRegion>(ctx, channel, principal, command, &request).await {
@@ -129,8 +129,8 @@ async fn pull_with<M: PullRead>(
     }
 }
 
-/// The core's request from the wire header.
-fn request_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> PullRequest {
+/// The core's request from the wire header (its strings moved, not copied).
+fn request_of(ctx: &BrokerContext, header: PullMessageRequestHeader) -> PullRequest {
     let hold = (header.sys_flag & PULL_SYSFLAG_SUSPEND != 0).then(|| {
         Duration::from_millis(
             (header.suspend_timeout_millis.max(0) as u64)
@@ -141,16 +141,16 @@ fn request_of(ctx: &BrokerContext, header: &PullMessageRequestHeader) -> PullReq
     let subscription = if !expression_type.eq_ignore_ascii_case("TAG") {
         Subscription::Unsupported(expression_type.to_string())
     } else {
-        match &header.subscription {
+        match header.subscription {
             Some(expression) if header.sys_flag & PULL_SYSFLAG_SUBSCRIPTION != 0 => {
-                Subscription::Tags(expression.clone())
+                Subscription::Tags(expression)
             }
             _ => Subscription::Registered,
         }
     };
     PullRequest {
-        group: header.consumer_group.clone(),
-        topic: header.topic.clone(),
+        group: header.consumer_group,
+        topic: header.topic,
         queue_id: u32::try_from(header.queue_id).ok(),
         offset: header.queue_offset.max(0) as u64,
         max_count: (header.max_msg_nums.max(1) as usize).min(PULL_COUNT_MAX),
