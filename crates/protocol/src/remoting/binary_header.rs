@@ -114,37 +114,70 @@ fn decode_ext(bytes: &[u8]) -> Result<ExtFields, BinaryHeaderError> {
 
 /// Encodes the header fields of `cmd`, or `None` when the layout cannot carry them exactly.
 pub fn encode(cmd: &RemotingCommand) -> Option<Vec<u8>> {
-    let code = i16::try_from(cmd.code).ok()?;
-    let version = i16::try_from(cmd.version).ok()?;
-    let remark = cmd.remark.as_deref().map(str::as_bytes).unwrap_or_default();
-    if cmd.remark.as_deref() == Some("") || i32::try_from(remark.len()).is_err() {
-        return None;
-    }
-    let mut ext_len = 0usize;
-    for (k, v) in &cmd.ext_fields {
-        if k.is_empty() || v.is_empty() || i16::try_from(k.len()).is_err() {
+    let layout = Layout::of(cmd)?;
+    let mut out = Vec::with_capacity(layout.len);
+    layout.write(cmd, &mut out);
+    Some(out)
+}
+
+/// What writing a command's binary header needs to know first: its narrowed fields and its
+/// length, so a frame's prefix can be written before the header, straight into the frame's
+/// buffer (an encoded header of its own cost an allocation and a copy per frame).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    code: i16,
+    version: i16,
+    ext_len: usize,
+    /// Bytes of the whole header.
+    pub(crate) len: usize,
+}
+
+impl Layout {
+    /// The layout of `cmd`'s header; `None` when this layout cannot carry it (see the module
+    /// doc).
+    pub(crate) fn of(cmd: &RemotingCommand) -> Option<Layout> {
+        let code = i16::try_from(cmd.code).ok()?;
+        let version = i16::try_from(cmd.version).ok()?;
+        let remark_len = cmd.remark.as_deref().map_or(0, str::len);
+        if cmd.remark.as_deref() == Some("") || i32::try_from(remark_len).is_err() {
             return None;
         }
-        i32::try_from(v.len()).ok()?;
-        ext_len = ext_len.checked_add(2 + k.len() + 4 + v.len())?;
+        let mut ext_len = 0usize;
+        for (k, v) in &cmd.ext_fields {
+            if k.is_empty() || v.is_empty() || i16::try_from(k.len()).is_err() {
+                return None;
+            }
+            i32::try_from(v.len()).ok()?;
+            ext_len = ext_len.checked_add(2 + k.len() + 4 + v.len())?;
+        }
+        i32::try_from(ext_len).ok()?;
+        let len = (FIXED_LEN + 8 + remark_len).checked_add(ext_len)?;
+        Some(Layout {
+            code,
+            version,
+            ext_len,
+            len,
+        })
     }
-    i32::try_from(ext_len).ok()?;
-    let mut out = Vec::with_capacity(FIXED_LEN + 8 + remark.len() + ext_len);
-    out.put_i16(code);
-    out.put_u8(cmd.language.code());
-    out.put_i16(version);
-    out.put_i32(cmd.opaque);
-    out.put_i32(cmd.flag);
-    out.put_i32(remark.len() as i32);
-    out.put_slice(remark);
-    out.put_i32(ext_len as i32);
-    for (k, v) in &cmd.ext_fields {
-        out.put_i16(k.len() as i16);
-        out.put_slice(k.as_bytes());
-        out.put_i32(v.len() as i32);
-        out.put_slice(v.as_bytes());
+
+    /// Writes `cmd`'s header, the command this layout was made of: `len` bytes.
+    pub(crate) fn write(&self, cmd: &RemotingCommand, out: &mut impl BufMut) {
+        let remark = cmd.remark.as_deref().map(str::as_bytes).unwrap_or_default();
+        out.put_i16(self.code);
+        out.put_u8(cmd.language.code());
+        out.put_i16(self.version);
+        out.put_i32(cmd.opaque);
+        out.put_i32(cmd.flag);
+        out.put_i32(remark.len() as i32);
+        out.put_slice(remark);
+        out.put_i32(self.ext_len as i32);
+        for (k, v) in &cmd.ext_fields {
+            out.put_i16(k.len() as i16);
+            out.put_slice(k.as_bytes());
+            out.put_i32(v.len() as i32);
+            out.put_slice(v.as_bytes());
+        }
     }
-    Some(out)
 }
 
 /// Bounds-checked big-endian reader over a byte slice.

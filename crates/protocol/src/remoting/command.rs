@@ -7,12 +7,12 @@
 //! [`CommandError`]; encoding then decoding gives back an equal command (a binary header that
 //! cannot carry a command exactly falls back to JSON, see `binary_header`).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
 use super::binary_header::{self, BinaryHeaderError};
 use super::ext::{CommandHeader, ExtFields, HeaderError};
-use super::frame::{FrameError, RawFrame, SerializeType, DEFAULT_MAX_FRAME_LENGTH};
+use super::frame::{FrameError, FrameLimits, RawFrame, SerializeType, DEFAULT_MAX_FRAME_LENGTH};
 use super::json_header::{self, JsonHeaderError};
 use super::language::LanguageCode;
 
@@ -224,9 +224,13 @@ impl RemotingCommand {
         }
     }
 
-    /// Appends this command's frame to `dst`, failing if it exceeds `max_frame_length`.
+    /// Appends this command's frame to `dst`, failing if it exceeds `max_frame_length`: the
+    /// frame [`RemotingCommand::to_frame`] would encode, written without building it.
     pub fn encode(&self, dst: &mut BytesMut, max_frame_length: usize) -> Result<(), FrameError> {
-        self.to_frame().encode(dst, max_frame_length)
+        let body = self.body.as_deref().unwrap_or_default();
+        self.put_head(body.len(), body.len(), dst, max_frame_length)?;
+        dst.put_slice(body);
+        Ok(())
     }
 
     /// Appends this command's frame up to its body, for a body of `body_len` bytes the caller
@@ -238,9 +242,39 @@ impl RemotingCommand {
         dst: &mut BytesMut,
         max_frame_length: usize,
     ) -> Result<(), FrameError> {
-        let mut frame = self.to_frame();
-        frame.body = Bytes::new();
-        frame.encode_head(body_len, dst, max_frame_length)
+        self.put_head(body_len, 0, dst, max_frame_length)
+    }
+
+    /// Appends the frame's prefix and header (binary when the layout can carry the command,
+    /// as [`RemotingCommand::to_frame`] chooses) for a body of `body_len` bytes, reserving
+    /// room for `then` bytes after the header.
+    fn put_head(
+        &self,
+        body_len: usize,
+        then: usize,
+        dst: &mut BytesMut,
+        max_frame_length: usize,
+    ) -> Result<(), FrameError> {
+        let limits = FrameLimits { max_frame_length };
+        if self.serialize_type == SerializeType::RocketMq {
+            if let Some(layout) = binary_header::Layout::of(self) {
+                let header_len = layout.len;
+                let serialize_type = SerializeType::RocketMq;
+                limits.put_prefix(serialize_type, header_len, body_len, header_len + then, dst)?;
+                layout.write(self, dst);
+                return Ok(());
+            }
+        }
+        let header = json_header::encode(self);
+        limits.put_prefix(
+            SerializeType::Json,
+            header.len(),
+            body_len,
+            header.len() + then,
+            dst,
+        )?;
+        dst.put_slice(&header);
+        Ok(())
     }
 
     /// This command's frame as bytes, with the default maximum frame length.

@@ -104,6 +104,42 @@ pub enum FrameError {
     HeaderTooLarge(usize),
 }
 
+/// The size checks every encoded frame passes, and its 8-byte prefix.
+pub(crate) struct FrameLimits {
+    /// Largest frame, length field included.
+    pub(crate) max_frame_length: usize,
+}
+
+impl FrameLimits {
+    /// Checks a frame of a `header_len`-byte header and a `body_len`-byte body (the header
+    /// must fit the 24-bit field, the frame `max_frame_length` and an `i32` length), then
+    /// appends its length and header-length fields to `dst` with room reserved for the
+    /// `then` bytes the caller writes next. Nothing is appended when a check fails.
+    pub(crate) fn put_prefix(
+        &self,
+        serialize_type: SerializeType,
+        header_len: usize,
+        body_len: usize,
+        then: usize,
+        dst: &mut BytesMut,
+    ) -> Result<(), FrameError> {
+        if header_len > MAX_HEADER_LENGTH {
+            return Err(FrameError::HeaderTooLarge(header_len));
+        }
+        let size = FRAME_PREFIX_LEN + header_len + body_len;
+        if size > self.max_frame_length || size - 4 > i32::MAX as usize {
+            return Err(FrameError::TooLong {
+                size: size as u64,
+                max: self.max_frame_length,
+            });
+        }
+        dst.reserve(FRAME_PREFIX_LEN + then);
+        dst.put_u32((size - 4) as u32);
+        dst.put_u32(((serialize_type.code() as u32) << 24) | header_len as u32);
+        Ok(())
+    }
+}
+
 /// One frame split into its parts, header still encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawFrame {
@@ -124,19 +160,15 @@ impl RawFrame {
     /// Appends the encoded frame to `dst`; fails only when the header exceeds 24 bits or the
     /// frame exceeds `max_frame_length`.
     pub fn encode(&self, dst: &mut BytesMut, max_frame_length: usize) -> Result<(), FrameError> {
-        if self.header.len() > MAX_HEADER_LENGTH {
-            return Err(FrameError::HeaderTooLarge(self.header.len()));
-        }
-        let size = self.encoded_len();
-        if size > max_frame_length || size - 4 > i32::MAX as usize {
-            return Err(FrameError::TooLong {
-                size: size as u64,
-                max: max_frame_length,
-            });
-        }
-        dst.reserve(size);
-        dst.put_u32((size - 4) as u32);
-        dst.put_u32(((self.serialize_type.code() as u32) << 24) | self.header.len() as u32);
+        let (header_len, body_len) = (self.header.len(), self.body.len());
+        let limits = FrameLimits { max_frame_length };
+        limits.put_prefix(
+            self.serialize_type,
+            header_len,
+            body_len,
+            header_len + body_len,
+            dst,
+        )?;
         dst.put_slice(&self.header);
         dst.put_slice(&self.body);
         Ok(())
@@ -155,19 +187,9 @@ impl RawFrame {
         max_frame_length: usize,
     ) -> Result<(), FrameError> {
         debug_assert!(self.body.is_empty(), "encode_head of a frame with a body");
-        if self.header.len() > MAX_HEADER_LENGTH {
-            return Err(FrameError::HeaderTooLarge(self.header.len()));
-        }
-        let size = FRAME_PREFIX_LEN + self.header.len() + body_len;
-        if size > max_frame_length || size - 4 > i32::MAX as usize {
-            return Err(FrameError::TooLong {
-                size: size as u64,
-                max: max_frame_length,
-            });
-        }
-        dst.reserve(FRAME_PREFIX_LEN + self.header.len());
-        dst.put_u32((size - 4) as u32);
-        dst.put_u32(((self.serialize_type.code() as u32) << 24) | self.header.len() as u32);
+        let header_len = self.header.len();
+        let limits = FrameLimits { max_frame_length };
+        limits.put_prefix(self.serialize_type, header_len, body_len, header_len, dst)?;
         dst.put_slice(&self.header);
         Ok(())
     }

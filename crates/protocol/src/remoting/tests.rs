@@ -603,6 +603,26 @@ proptest! {
         let _ = body::fastjson::normalize(&text);
     }
 
+    /// `encode` and `encode_head` write the frame `to_frame` builds, byte for byte, after
+    /// what the buffer held, and refuse what it refuses, appending nothing then.
+    #[test]
+    fn encoding_in_place_matches_the_built_frame(cmd in arb_command(), max in 0usize..400, body_len in 0usize..100) {
+        let mut built = BytesMut::from(&b"before"[..]);
+        let mut direct = built.clone();
+        let expected = cmd.to_frame().encode(&mut built, max);
+        prop_assert_eq!(cmd.encode(&mut direct, max), expected.clone());
+        prop_assert_eq!(&direct, &built);
+        if expected.is_err() {
+            prop_assert_eq!(&direct[..], b"before");
+        }
+        let mut frame = cmd.to_frame();
+        frame.body = Bytes::new();
+        let (mut built, mut direct) = (BytesMut::new(), BytesMut::new());
+        let expected = frame.encode_head(body_len, &mut built, max);
+        prop_assert_eq!(cmd.encode_head(body_len, &mut direct, max), expected);
+        prop_assert_eq!(direct, built);
+    }
+
     #[test]
     fn every_command_round_trips(cmd in arb_command()) {
         let bytes = cmd.to_bytes().unwrap();
