@@ -562,12 +562,22 @@ mod tests {
             for (k, v) in &inserted {
                 last_wins.insert(k.to_string(), v.to_string());
             }
-            let bulk: Vec<(String, String)> = ExtFields::from_pairs(inserted)
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            // The same pairs in key order (a stable sort keeps repeats in insert order), and
+            // strictly in key order (as ferromq's client writes them), build the same map.
+            let mut in_order = inserted.clone();
+            in_order.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut strictly = in_order.clone();
+            strictly.reverse();
+            strictly.dedup_by(|later, earlier| later.0 == earlier.0);
+            strictly.reverse();
             let expected: Vec<(String, String)> = last_wins.into_iter().collect();
-            proptest::prop_assert_eq!(bulk, expected);
+            for pairs in [inserted, in_order, strictly] {
+                let bulk: Vec<(String, String)> = ExtFields::from_pairs(pairs)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                proptest::prop_assert_eq!(&bulk, &expected);
+            }
         }
 
         /// An ordered lookup answers as `get` whatever order keys are asked in: ascending
