@@ -106,6 +106,12 @@ struct State {
     next_ticket: u64,
 }
 
+/// Longest the flusher polls for the next request after a pass before it sleeps (see
+/// `FlushControl::poll_for_work`). It bounds the CPU an idle flusher spends: at most this
+/// much after each pass, so a broker receiving one synchronous send per millisecond spends
+/// a fifth of a CPU, and one receiving none spends it once per flush interval.
+pub const FLUSHER_POLL_MAX: Duration = Duration::from_micros(200);
+
 #[derive(Debug, Default)]
 struct Requests {
     /// Highest end someone asked to be flushed.
@@ -343,6 +349,9 @@ impl FlushControl {
     /// Waits until an end above the flushed end is requested, the interval passes (if any) or
     /// the control closes; returns whether it closed.
     fn wait_for_work(&self, interval: Option<Duration>) -> bool {
+        if let Some(stop) = self.poll_for_work() {
+            return stop;
+        }
         let mut requests = self.requests.lock().expect("flush lock");
         // The flushed end is re-read on every pass: a truncation may lower it.
         while !requests.stop && requests.wanted <= self.flushed_end() {
@@ -361,6 +370,27 @@ impl FlushControl {
             }
         }
         requests.stop
+    }
+
+    /// Polls for a request (or the close) for at most [`FLUSHER_POLL_MAX`] before the
+    /// flusher sleeps; `Some(stop)` when one came. A lone synchronous producer's next send
+    /// arrives about one network round trip after its acknowledgement: a flusher asleep by
+    /// then must be woken, which on an idle virtual CPU took 30–40 µs of the send's time
+    /// (docs/performance.md). The lock is only tried, so a requester is never kept waiting
+    /// on it by the poll.
+    fn poll_for_work(&self) -> Option<bool> {
+        let until = Instant::now() + FLUSHER_POLL_MAX;
+        loop {
+            if let Ok(requests) = self.requests.try_lock() {
+                if requests.stop || requests.wanted > self.flushed_end() {
+                    return Some(requests.stop);
+                }
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Group commits while they are asked for: write the tail, fsync it, publish. After an
@@ -481,6 +511,28 @@ mod tests {
         assert_eq!(control.flushed_end(), 50, "a cut lowers the flushed end");
         assert_eq!(control.epoch(), epoch + 1, "a cut starts a new epoch");
         (control, epoch)
+    }
+
+    /// The poll answers at once for a request above the flushed end (and for the close),
+    /// and gives up after its bound when there is none, including after a cut lowered the
+    /// flushed end below a request already served.
+    #[test]
+    fn the_flushers_poll_finds_a_request_at_once_and_gives_up_after_its_bound() {
+        let control = FlushControl::new(100, Duration::from_millis(500));
+        let started = Instant::now();
+        assert_eq!(control.poll_for_work(), None, "nothing asked above 100");
+        let waited = started.elapsed();
+        assert!(
+            waited >= FLUSHER_POLL_MAX && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        control.request(100);
+        assert_eq!(control.poll_for_work(), None, "100 is durable already");
+        control.request(150);
+        assert_eq!(control.poll_for_work(), Some(false));
+        assert!(!control.wait_for_work(None), "the sleeping wait agrees");
+        control.close();
+        assert_eq!(control.poll_for_work(), Some(true), "the close is seen too");
     }
 
     #[test]
