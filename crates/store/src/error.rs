@@ -132,6 +132,19 @@ pub enum ReadError {
         phys_offset: u64,
         reason: String,
     },
+    /// A truncation cut the log under the read, between taking the queue's entries and
+    /// reading the records they lead to (the read tried again, up to its bound, and the log
+    /// kept changing). Nothing is damaged: the same read may simply be sent again.
+    #[error(
+        "the CommitLog was truncated under the read of {topic}/{queue_id} at queue offset \
+         {queue_offset} (CommitLog offset {phys_offset}); retry"
+    )]
+    CutUnderRead {
+        topic: String,
+        queue_id: u32,
+        queue_offset: u64,
+        phys_offset: u64,
+    },
     /// The dispatcher cannot index new records: "nothing new" would be a stale answer.
     #[error("the store cannot index new records ({0}); retry later")]
     DispatchStalled(String),

@@ -6,7 +6,9 @@
 //!
 //! Stalls make CommitLog fsyncs or tail writes hang (a slow or wedged disk), to prove that an
 //! acknowledgement wait is bounded by `sync_flush_timeout_ms` and answers `Timeout` rather
-//! than hanging its caller.
+//! than hanging its caller. A read stall holds a queue read between taking its entries and
+//! reading the records they point at, to prove that a truncation in that window is not
+//! taken for damage.
 //!
 //! Production never arms them; an unarmed point costs one relaxed atomic load per batch.
 
@@ -32,6 +34,7 @@ pub struct Faults {
     syncs_stalled: AtomicBool,
     writes_stalled: AtomicBool,
     derived_syncs_stalled: AtomicBool,
+    reads_stalled: AtomicBool,
     stalls: Mutex<Stalls>,
     stall_changed: Condvar,
     /// Threads held by a stall right now.
@@ -44,6 +47,7 @@ struct Stalls {
     syncs: bool,
     writes: bool,
     derived_syncs: bool,
+    reads: bool,
     released: bool,
 }
 
@@ -53,6 +57,7 @@ enum StallPoint {
     Sync,
     Write,
     DerivedSync,
+    Read,
 }
 
 impl Faults {
@@ -116,6 +121,13 @@ impl Faults {
         self.set_stall(StallPoint::DerivedSync, stall);
     }
 
+    /// While `true`, every queue read (`get_messages` and its kin) blocks after taking the
+    /// queue's entries and before reading the records they lead to, until disarmed, the store
+    /// closes, or [`STALL_MAX`] passes: a reader descheduled at the worst moment.
+    pub fn stall_reads(&self, stall: bool) {
+        self.set_stall(StallPoint::Read, stall);
+    }
+
     fn set_stall(&self, point: StallPoint, stall: bool) {
         let mut stalls = self.stalls.lock().expect("stall lock");
         match point {
@@ -130,6 +142,10 @@ impl Faults {
             StallPoint::DerivedSync => {
                 stalls.derived_syncs = stall;
                 self.derived_syncs_stalled.store(stall, Ordering::Release);
+            }
+            StallPoint::Read => {
+                stalls.reads = stall;
+                self.reads_stalled.store(stall, Ordering::Release);
             }
         }
         self.stall_changed.notify_all();
@@ -147,6 +163,7 @@ impl Faults {
         self.syncs_stalled.store(false, Ordering::Release);
         self.writes_stalled.store(false, Ordering::Release);
         self.derived_syncs_stalled.store(false, Ordering::Release);
+        self.reads_stalled.store(false, Ordering::Release);
         self.stall_changed.notify_all();
     }
 
@@ -171,6 +188,13 @@ impl Faults {
         }
     }
 
+    /// Blocks while queue reads are stalled (see [`Faults::stall_reads`]).
+    pub(crate) fn wait_read_stall(&self) {
+        if self.reads_stalled.load(Ordering::Relaxed) {
+            self.wait_stall(StallPoint::Read);
+        }
+    }
+
     /// Waits on the condition variable (no busy loop) until `point` is disarmed, the stalls
     /// are released, or `STALL_MAX` passes.
     fn wait_stall(&self, point: StallPoint) {
@@ -181,6 +205,7 @@ impl Faults {
                     StallPoint::Sync => stalls.syncs,
                     StallPoint::Write => stalls.writes,
                     StallPoint::DerivedSync => stalls.derived_syncs,
+                    StallPoint::Read => stalls.reads,
                 }
         };
         let mut stalls = self.stalls.lock().expect("stall lock");

@@ -358,6 +358,10 @@ pub enum PullError {
     /// Dispatch is stalled: the queue may be behind what was acknowledged.
     #[error("{0}")]
     DispatchStalled(#[source] ReadError),
+    /// Truncations kept cutting the log under the read (a deposed master cutting its
+    /// diverged tail): nothing is damaged, the consumer pulls again.
+    #[error("{0}")]
+    CutUnderRead(#[source] ReadError),
     /// The read failed.
     #[error("reading {topic}/{queue_id}: {cause}")]
     Failed {
@@ -379,4 +383,29 @@ pub enum PullError {
     /// The caller went away while its pull was held: nobody reads the answer.
     #[error("the connection closed while the pull was held")]
     CallerGone,
+}
+
+impl PullError {
+    /// The pull error for the store's `error` reading `topic`/`queue_id`; a damaged record is
+    /// counted in `metrics`.
+    pub fn from_read(
+        metrics: &crate::observability::metrics::BrokerMetrics,
+        topic: &str,
+        queue_id: u32,
+        error: ReadError,
+    ) -> PullError {
+        match error {
+            ReadError::DispatchStalled(_) => PullError::DispatchStalled(error),
+            ReadError::CutUnderRead { .. } => PullError::CutUnderRead(error),
+            ReadError::Damaged { .. } => {
+                metrics.damaged_read();
+                PullError::Damaged(error)
+            }
+            cause => PullError::Failed {
+                topic: topic.to_string(),
+                queue_id,
+                cause,
+            },
+        }
+    }
 }

@@ -376,18 +376,7 @@ fn read<M: PullRead>(
     M::get(
         &ctx.store, topic, queue_id, offset, max_count, max_bytes, filter,
     )
-    .map_err(|error| match error {
-        ReadError::DispatchStalled(_) => PullError::DispatchStalled(error),
-        ReadError::Damaged { .. } => {
-            ctx.metrics.damaged_read();
-            PullError::Damaged(error)
-        }
-        cause => PullError::Failed {
-            topic: topic.to_string(),
-            queue_id,
-            cause,
-        },
-    })
+    .map_err(|error| PullError::from_read(&ctx.metrics, topic, queue_id, error))
 }
 
 /// Rule 5: holds the pull; `Ok(true)` when a message arrived.

@@ -24,7 +24,7 @@
 //! | `QueryError::NotFound` ("no offset"; OFFSET_NOT_FOUND 40404 is not safe) | NOT_FOUND (40400) |
 //! | `QueryError::NotMaster` | as its `WriteError` (FORBIDDEN) |
 //! | `ViewError` (the offset view cannot be read now: never "no offset", invariant 7) | INTERNAL_SERVER_ERROR (50001) |
-//! | `PullError::Busy`, `PullError::DispatchStalled` | TOO_MANY_REQUESTS (42900) |
+//! | `PullError::Busy`, `PullError::DispatchStalled`, `PullError::CutUnderRead` | TOO_MANY_REQUESTS (42900) |
 //! | `PullError::Damaged`, `PullError::Failed`, `PullError::View`, `PullError::CallerGone` | INTERNAL_SERVER_ERROR (50001) |
 
 use ferromq_protocol::grpc::codes::is_safe;
@@ -130,7 +130,9 @@ pub fn query_code(error: &QueryError) -> Code {
 pub fn pull_code(error: &PullError) -> Code {
     match error {
         PullError::Refused(refusal) => refusal_code(refusal),
-        PullError::Busy(_) | PullError::DispatchStalled(_) => Code::TooManyRequests,
+        PullError::Busy(_) | PullError::DispatchStalled(_) | PullError::CutUnderRead(_) => {
+            Code::TooManyRequests
+        }
         PullError::Damaged(_)
         | PullError::Failed { .. }
         | PullError::View(_)

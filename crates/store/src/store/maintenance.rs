@@ -44,8 +44,12 @@ impl Inner {
             let error = FileError::new("create", &dir, crate::faults::too_many_open_files());
             return Err(DispatchError::Index(error));
         }
-        let limit = self.dispatch_limit();
         let mut derived = self.derived.lock().expect("derived lock");
+        // The limit is read under the lock: a truncation lowers the ends while holding it, so a
+        // limit read before the lock may lie past a cut made meanwhile, and the pass would
+        // index whatever the files hold there (nothing, or records not yet committed or
+        // replicated).
+        let limit = self.dispatch_limit();
         let segment_size = self.config.segment_size_bytes;
         let mut result = Ok(());
         while derived.dispatched < limit && result.is_ok() {

@@ -13,6 +13,7 @@ use ferromq_protocol::{property_names, MessageId, RecordView};
 use super::{MessageStore, OffsetView};
 use crate::commitlog::{CommitLog, Entry, ReadSpan};
 use crate::consume_queue::CqEntry;
+use crate::dispatch::Derived;
 use crate::error::ReadError;
 use crate::quarantine::{QuarantineKind, QuarantinedRange};
 
@@ -65,6 +66,10 @@ fn check_is_indexed(bytes: &[u8], indexed: &Indexed<'_>) -> Result<(), ReadError
     }
     Ok(())
 }
+
+/// Times a queue read starts again, at most, when a truncation cut the log under it (see
+/// [`ReadError::CutUnderRead`]); a truncation is rare, several in a row under one read rarer.
+const CUT_UNDER_READ_RETRIES_MAX: usize = 3;
 
 /// Entries scanned at most by one filtered read before it returns `NoMatchedMessage`
 /// (RocketMQ's `maxFilterMessageCount`).
@@ -215,41 +220,50 @@ impl MessageStore {
             max_bytes,
             filter,
         };
-        // The span of back-to-back records read last; later entries inside it are sliced
-        // from it instead of read again.
-        let span = RefCell::new(PullSpans::default());
         let span_max = max_bytes.min(READ_SPAN_BYTES_MAX);
-        self.read_messages(&range, |this_offset, entry, ahead| {
-            let indexed = Indexed {
-                topic,
-                queue_id,
-                queue_offset: this_offset,
-                entry,
-            };
-            let bytes = self.read_indexed_in_span(&indexed, (ahead, max_count), &span, span_max)?;
-            // Finding the tags scans the properties: only a tag filter needs them.
-            let matches = *filter == TagFilter::All || {
-                let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
-                filter.matches_tag(view.tags())
-            };
-            let message = StoredMessage {
-                queue_offset: this_offset,
-                phys_offset: entry.phys_offset,
-                bytes,
-            };
-            Ok((message, matches))
+        self.read_messages(&range, || {
+            // The span of back-to-back records read last; later entries inside it are sliced
+            // from it instead of read again. New for every try: a try after a cut under the
+            // read must not find the bytes read before it.
+            let span = RefCell::new(PullSpans::default());
+            move |this_offset, entry: &CqEntry, ahead: &[CqEntry]| {
+                let indexed = Indexed {
+                    topic,
+                    queue_id,
+                    queue_offset: this_offset,
+                    entry,
+                };
+                let bytes =
+                    self.read_indexed_in_span(&indexed, (ahead, max_count), &span, span_max)?;
+                // Finding the tags scans the properties: only a tag filter needs them.
+                let matches = *filter == TagFilter::All || {
+                    let view =
+                        RecordView::parse_structure(&bytes).expect("verified by read_indexed");
+                    filter.matches_tag(view.tags())
+                };
+                let message = StoredMessage {
+                    queue_offset: this_offset,
+                    phys_offset: entry.phys_offset,
+                    bytes,
+                };
+                Ok((message, matches))
+            }
         })
     }
 
     /// Reads the range's entries, `fetch`ing each one the tag code lets through (a message
     /// and whether its tags match; it also gets the entries after it, to read ahead), into a
-    /// result; shared by both kinds of read.
-    pub(super) fn read_messages<M: Stored>(
+    /// result; shared by both kinds of read. `new_fetch` makes the fetch for each try (see
+    /// [`Self::read_entries`]).
+    pub(super) fn read_messages<M: Stored, F>(
         &self,
         range: &QueueRange<'_>,
-        fetch: impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
-    ) -> Result<GetResult<M>, ReadError> {
-        let result = self.read_entries(range, fetch)?;
+        new_fetch: impl Fn() -> F,
+    ) -> Result<GetResult<M>, ReadError>
+    where
+        F: Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
+    {
+        let result = self.read_entries(range, new_fetch)?;
         // While dispatch is failing, "nothing (new) here" may be false: say why instead.
         if result.messages.is_empty() {
             if let Some(failure) = self.inner.dispatch_stall() {
@@ -259,10 +273,32 @@ impl MessageStore {
         Ok(result)
     }
 
-    fn read_entries<M: Stored>(
+    /// [`Self::read_entries_once`], again while a truncation keeps cutting the log under it
+    /// (at most [`CUT_UNDER_READ_RETRIES_MAX`] more times): each try takes the queue's entries
+    /// afresh, so after a cut it reads the log the cut left.
+    fn read_entries<M: Stored, F>(
         &self,
         range: &QueueRange<'_>,
-        fetch: impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
+        new_fetch: impl Fn() -> F,
+    ) -> Result<GetResult<M>, ReadError>
+    where
+        F: Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
+    {
+        let mut retries = 0;
+        loop {
+            match self.read_entries_once(range, &new_fetch()) {
+                Err(ReadError::CutUnderRead { .. }) if retries < CUT_UNDER_READ_RETRIES_MAX => {
+                    retries += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    fn read_entries_once<M: Stored>(
+        &self,
+        range: &QueueRange<'_>,
+        fetch: &impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
     ) -> Result<GetResult<M>, ReadError> {
         let QueueRange {
             topic,
@@ -297,6 +333,8 @@ impl MessageStore {
             };
             (min, max, queue.entries(queue_offset, scan)?)
         };
+        // A test's stall holds the read here, as a descheduled reader would be held.
+        self.inner.log.faults.wait_read_stall();
         let mut messages = Vec::new();
         let mut bytes_total = 0usize;
         let mut next = queue_offset;
@@ -316,11 +354,18 @@ impl MessageStore {
             let (message, tag_matches) = match fetch(this_offset, entry, &entries[index + 1..]) {
                 Ok(fetched) => fetched,
                 Err(error @ (ReadError::Corrupt { .. } | ReadError::Misplaced { .. })) => {
-                    let damaged = self.note_damaged(topic, queue_id, this_offset, entry, &error);
+                    let indexed = Indexed {
+                        topic,
+                        queue_id,
+                        queue_offset: this_offset,
+                        entry,
+                    };
+                    let failed = self.note_damaged(&indexed, &error);
                     if messages.is_empty() {
-                        return Err(damaged);
+                        return Err(failed);
                     }
-                    // The good records before the damage now; the next read names it.
+                    // The good records before the failure now; the next read names it (or,
+                    // after a cut under this read, reads what the cut left).
                     break;
                 }
                 Err(error) => return Err(error),
@@ -346,28 +391,45 @@ impl MessageStore {
     }
 
     /// Quarantines the damaged record a queue entry leads to and returns the error a reader
-    /// gets for it.
-    fn note_damaged(
-        &self,
-        topic: &str,
-        queue_id: u32,
-        queue_offset: u64,
-        entry: &CqEntry,
-        error: &ReadError,
-    ) -> ReadError {
-        let reason = error.to_string();
-        let added = self
-            .inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .quarantine
-            .add(QuarantinedRange {
+    /// gets for it; or, when the failure was a truncation cutting the log under the read,
+    /// quarantines nothing and returns [`ReadError::CutUnderRead`].
+    ///
+    /// Invariant: only bytes that fail verification while no truncation can run (under the
+    /// `derived` lock, which a truncation holds from before its cut until its re-dispatch)
+    /// and that the queue still indexes are quarantined. The entries a read works from were
+    /// taken under that lock but the records are read after it is released, so a cut (and new
+    /// records written over the cut) can change the bytes under the read: taking those for
+    /// damage would make dispatch skip good records written there later, and make the next
+    /// truncation's re-dispatch jump into the middle of a record.
+    fn note_damaged(&self, indexed: &Indexed<'_>, error: &ReadError) -> ReadError {
+        let Indexed {
+            topic,
+            queue_id,
+            queue_offset,
+            entry,
+        } = *indexed;
+        let mut derived = self.inner.derived.lock().expect("derived lock");
+        if !self.damage_stands(&derived, indexed) {
+            drop(derived);
+            tracing::debug!(
+                topic, queue_id, queue_offset, phys_offset = entry.phys_offset, %error,
+                "a read raced a truncation: nothing quarantined"
+            );
+            return ReadError::CutUnderRead {
+                topic: topic.to_string(),
+                queue_id,
+                queue_offset,
                 phys_offset: entry.phys_offset,
-                len: u64::from(entry.size),
-                kind: QuarantineKind::Damaged,
-                reason: reason.clone(),
-            });
+            };
+        }
+        let reason = error.to_string();
+        let added = derived.quarantine.add(QuarantinedRange {
+            phys_offset: entry.phys_offset,
+            len: u64::from(entry.size),
+            kind: QuarantineKind::Damaged,
+            reason: reason.clone(),
+        });
+        drop(derived);
         if added {
             tracing::error!(
                 topic, queue_id, queue_offset, phys_offset = entry.phys_offset, %reason,
@@ -429,6 +491,21 @@ impl MessageStore {
         let bytes = CommitLog::verify_record(phys_offset, bytes)?;
         check_is_indexed(&bytes, indexed)?;
         Ok(bytes)
+    }
+
+    /// Whether the failed read of `indexed` still fails with no truncation running (the
+    /// caller holds `derived`): the queue still holds that entry, and reading its record
+    /// again still finds it corrupt or misplaced.
+    fn damage_stands(&self, derived: &Derived, indexed: &Indexed<'_>) -> bool {
+        let current = derived
+            .queues
+            .get(indexed.topic, indexed.queue_id)
+            .and_then(|queue| queue.entry(indexed.queue_offset).ok());
+        current.as_ref() == Some(indexed.entry)
+            && matches!(
+                self.read_indexed(indexed),
+                Err(ReadError::Corrupt { .. } | ReadError::Misplaced { .. })
+            )
     }
 
     /// Reads the record a ConsumeQueue entry points at and checks it is the one indexed.

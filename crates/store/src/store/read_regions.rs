@@ -12,6 +12,7 @@ use ferromq_protocol::RecordOutline;
 use super::read::{QueueRange, Stored};
 use super::{GetResult, MessageStore, TagFilter};
 use crate::commitlog::FileRegion;
+use crate::consume_queue::CqEntry;
 use crate::error::ReadError;
 
 /// One message as a region of its segment file.
@@ -60,23 +61,25 @@ impl MessageStore {
             max_bytes,
             filter,
         };
-        self.read_messages(&range, |this_offset, entry, _ahead| {
-            let mut matches = false;
-            let region = self.inner.log.record_region(
-                entry.phys_offset,
-                entry.size as usize,
-                |outline| {
-                    check_indexed(outline, topic, queue_id, this_offset, entry.phys_offset)?;
-                    matches = filter.matches_tag(outline.tags());
-                    Ok(())
-                },
-            )?;
-            let message = StoredRegion {
-                queue_offset: this_offset,
-                phys_offset: entry.phys_offset,
-                region,
-            };
-            Ok((message, matches))
+        self.read_messages(&range, || {
+            |this_offset, entry: &CqEntry, _ahead: &[CqEntry]| {
+                let mut matches = false;
+                let region = self.inner.log.record_region(
+                    entry.phys_offset,
+                    entry.size as usize,
+                    |outline| {
+                        check_indexed(outline, topic, queue_id, this_offset, entry.phys_offset)?;
+                        matches = filter.matches_tag(outline.tags());
+                        Ok(())
+                    },
+                )?;
+                let message = StoredRegion {
+                    queue_offset: this_offset,
+                    phys_offset: entry.phys_offset,
+                    region,
+                };
+                Ok((message, matches))
+            }
         })
     }
 }

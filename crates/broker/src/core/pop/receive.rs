@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferromq_store::{GetStatus, ReadError, StoredMessage, TagFilter};
+use ferromq_store::{GetStatus, StoredMessage, TagFilter};
 
 use super::record::{PopOp, PopRecord};
 use super::settle::{self, commit_progress};
@@ -497,17 +497,11 @@ fn read(
             filter,
         )
         .map_err(|error| {
-            PopError::Read(match error {
-                ReadError::DispatchStalled(_) => PullError::DispatchStalled(error),
-                ReadError::Damaged { .. } => {
-                    ctx.metrics.damaged_read();
-                    PullError::Damaged(error)
-                }
-                cause => PullError::Failed {
-                    topic: key.topic.clone(),
-                    queue_id: key.queue_id,
-                    cause,
-                },
-            })
+            PopError::Read(PullError::from_read(
+                &ctx.metrics,
+                &key.topic,
+                key.queue_id,
+                error,
+            ))
         })
 }

@@ -23,7 +23,7 @@
 //! | `QueryError::NotFound` | QUERY_NOT_FOUND (22) |
 //! | `QueryError::NotMaster` (controller mode: an offset query to a slave or a lease-less master) | NOT_MASTER (2111) |
 //! | `PullError::Damaged` | MESSAGE_DAMAGED (2105) |
-//! | `PullError::DispatchStalled`, `PullError::Busy`, `PullError::CallerGone` | SYSTEM_BUSY (2) |
+//! | `PullError::DispatchStalled`, `PullError::CutUnderRead`, `PullError::Busy`, `PullError::CallerGone` | SYSTEM_BUSY (2) |
 //! | `RefusalKind::BadSubscription` | SUBSCRIPTION_PARSE_FAILED (23) |
 //! | `PullError::Failed` | SYSTEM_ERROR (1) |
 //! | `EndError::NoHalf`, `EndError::Conflict` (END naming no half, or the other decision) | TRANSACTION_FAILED (4) |
@@ -173,7 +173,7 @@ impl ResponseCode for PullError {
         match self {
             PullError::Refused(refusal) => refusal.code(),
             PullError::Damaged(_) => codes::MESSAGE_DAMAGED,
-            PullError::DispatchStalled(_) => response::SYSTEM_BUSY,
+            PullError::DispatchStalled(_) | PullError::CutUnderRead(_) => response::SYSTEM_BUSY,
             PullError::Failed { .. } => response::SYSTEM_ERROR,
             PullError::View(error) => error.code(),
             PullError::Busy(_) | PullError::CallerGone => response::SYSTEM_BUSY,
@@ -190,5 +190,46 @@ impl ResponseCode for EndError {
             EndError::Busy { .. } | EndError::Load(_) => response::SYSTEM_BUSY,
             EndError::Write(error) => error.code(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observability::metrics::BrokerMetrics;
+    use ferromq_store::ReadError;
+
+    /// A read a truncation kept cutting under is a retry (busy), never damage or a system
+    /// error, on both transports; damage keeps its own code.
+    #[test]
+    fn a_read_cut_under_it_is_busy_and_damage_stays_damage() {
+        let metrics = BrokerMetrics::new();
+        let cut = ReadError::CutUnderRead {
+            topic: "T".to_string(),
+            queue_id: 1,
+            queue_offset: 5,
+            phys_offset: 99,
+        };
+        let error = PullError::from_read(&metrics, "T", 1, cut);
+        assert!(matches!(error, PullError::CutUnderRead(_)), "{error:?}");
+        assert_eq!(error.code(), response::SYSTEM_BUSY);
+        assert_eq!(
+            crate::grpc::status::pull_code(&error),
+            ferromq_protocol::grpc::Code::TooManyRequests
+        );
+        assert!(error.to_string().contains("retry"), "{error}");
+
+        let damaged = ReadError::Damaged {
+            topic: "T".to_string(),
+            queue_id: 1,
+            queue_offset: 5,
+            phys_offset: 99,
+            reason: "bad CRC".to_string(),
+        };
+        let error = PullError::from_read(&metrics, "T", 1, damaged);
+        assert_eq!(error.code(), codes::MESSAGE_DAMAGED);
+        let stalled = ReadError::DispatchStalled("EMFILE".to_string());
+        let error = PullError::from_read(&metrics, "T", 1, stalled);
+        assert_eq!(error.code(), response::SYSTEM_BUSY);
     }
 }
