@@ -249,6 +249,48 @@ fn produce_reports_its_p50_against_a_loopback_round_trip_of_the_same_run() {
     assert!(stderr.contains("applies to bench produce only"), "{stderr}");
 }
 
+/// `bench produce --current-thread --reply-spin-us 200`: one client thread whose sends spin
+/// for their replies; every send is acknowledged and the report names the mode (its JSON
+/// too). A spin past the client's cap is refused as a flag.
+#[test]
+fn produce_on_one_thread_with_a_reply_spin_sends_everything_and_says_so() {
+    let server = common::start();
+    let produced = common::bench(
+        &[],
+        &[
+            "produce",
+            "--namesrv",
+            &server.namesrv,
+            "--topic",
+            "SpinSend",
+            "--queues",
+            "2",
+            "--seconds",
+            "20",
+            "--count",
+            "500",
+            "--current-thread",
+            "--reply-spin-us",
+            "200",
+            "--json",
+        ],
+    );
+    check_figures(&produced);
+    assert_eq!(produced["messages"], 500, "{produced}");
+    assert_eq!(produced["errors"], 0, "{produced}");
+    assert_eq!(produced["reply_spin_us"], 200, "{produced}");
+    assert_eq!(produced["current_thread"], true, "{produced}");
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ferromq"))
+        .args(["bench", "produce", "--namesrv", &server.namesrv])
+        .args(["--topic", "SpinSend", "--reply-spin-us", "5000"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("reply-spin-us"), "{stderr}");
+}
+
 /// `bench produce --fsync-baseline DIR` against a SYNC_FLUSH broker: after the sends it times
 /// bare 4 KiB write + fdatasync cycles in DIR and reports the send p50 against their p50
 /// (the ratio is computed from the two figures it prints), leaving nothing in DIR; the other

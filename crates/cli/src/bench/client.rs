@@ -107,6 +107,16 @@ pub struct ClientBenchArgs {
     /// of a single synchronous send on this machine.
     #[arg(long)]
     pub(super) rtt_baseline: bool,
+    /// Microseconds each request of a producer spins for its reply before parking (the
+    /// client's `ProducerConfig::reply_spin`; 0, the default, parks at once; at most 1000).
+    /// Trades CPU for latency where waking a parked thread is slow; pair it with
+    /// --current-thread, where the spin also polls the socket.
+    #[arg(long, value_name = "US", default_value_t = 0, value_parser = value_parser!(u64).range(0..=1000))]
+    pub(super) reply_spin_us: u64,
+    /// Run the bench's clients on one thread (a current-thread tokio runtime) instead of one
+    /// worker per CPU: a single producer's whole exchange stays on one thread.
+    #[arg(long)]
+    pub(super) current_thread: bool,
     /// Phases per setting with --compare-transfer (the best of each is reported).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = value_parser!(u32).range(1..=20))]
     pub(super) compare_rounds: u32,
@@ -225,10 +235,16 @@ pub fn run(kind: Kind, args: &ClientBenchArgs) -> Result<()> {
     if args.rtt_baseline && kind != Kind::Produce {
         bail!("--rtt-baseline compares send latency with a loopback round trip: it applies to bench produce only");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    }
+    .context("starting the tokio runtime")?;
     runtime.block_on(async {
         if kind != Kind::Consume {
             ensure_topic(args).await?;
@@ -315,6 +331,7 @@ pub(super) fn producer(args: &ClientBenchArgs) -> Result<Producer> {
         default_topic_queue_nums: args.queues,
         credentials: args.security.credentials()?,
         tls: args.security.tls()?,
+        reply_spin: Duration::from_micros(args.reply_spin_us),
         ..ProducerConfig::default()
     })
     .context("starting a producer")
@@ -930,10 +947,16 @@ fn report(
             args.producers, args.consumers, args.pull_batch
         ),
     };
-    let offered = match args.rate {
+    let mut offered = match args.rate {
         Some(rate) if kind != Kind::Consume => format!(", offered {rate} msgs/s"),
         _ => String::new(),
     };
+    if args.reply_spin_us > 0 && kind != Kind::Consume {
+        offered.push_str(&format!(", reply spin {} us", args.reply_spin_us));
+    }
+    if args.current_thread {
+        offered.push_str(", one client thread");
+    }
     println!(
         "{:<8} : {} msgs in {:.2} s = {msgs_per_sec:.0} msgs/s, {mb_per_sec:.1} MB/s ({} B bodies, {clients}, batch {}, in-flight {}{offered}), {errors} errors",
         kind.name(),
@@ -1007,6 +1030,8 @@ fn report(
             "in_flight": args.in_flight,
             "pull_batch": args.pull_batch,
             "offered_rate": args.rate,
+            "reply_spin_us": args.reply_spin_us,
+            "current_thread": args.current_thread,
             "seconds": round(outcome.elapsed.as_secs_f64(), 3),
             "measured": outcome.measured,
             "messages": outcome.messages,

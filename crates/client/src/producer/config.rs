@@ -62,6 +62,13 @@ pub struct ProducerConfig {
     /// TLS (`None`: plain TCP) of every connection, name servers and brokers: trusts the CA
     /// file it was built from.
     pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
+    /// How long a send (and every other request of the producer) spins for its reply before
+    /// its task parks: `Duration::ZERO` (the default) parks at once. Trades CPU for latency
+    /// where waking a parked thread is slow (a VM whose idle CPUs halt); pays most on a
+    /// current-thread runtime. Capped at
+    /// [`REPLY_SPIN_MAX`](ferromq_protocol::remoting::REPLY_SPIN_MAX); see
+    /// `ferromq_protocol::remoting::client`.
+    pub reply_spin: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -85,6 +92,7 @@ impl Default for ProducerConfig {
             binary_header: true,
             credentials: None,
             tls: None,
+            reply_spin: Duration::ZERO,
         }
     }
 }

@@ -48,6 +48,7 @@ use tokio::task::JoinHandle;
 use crate::connections::{self, ConnectionPool};
 use crate::error::ClientError;
 use crate::route::RouteCache;
+use ferromq_protocol::remoting::ClientOptions;
 use registration::Registration;
 
 pub use config::{ProducerConfig, QueueSelection, QueueSelector, AUTO_CREATE_TOPIC_KEY};
@@ -121,11 +122,14 @@ impl Producer {
                 "Producer::start must be called within a tokio runtime".into(),
             ));
         }
-        let pool = Arc::new(ConnectionPool::new(connections::options(
-            config.connect_timeout,
-            config.credentials.as_ref(),
-            config.tls.as_ref(),
-        )));
+        let pool = Arc::new(ConnectionPool::new(ClientOptions {
+            reply_spin: config.reply_spin,
+            ..connections::options(
+                config.connect_timeout,
+                config.credentials.as_ref(),
+                config.tls.as_ref(),
+            )
+        }));
         let routes = Arc::new(RouteCache::new(
             config.namesrv_addrs.clone(),
             pool.clone(),

@@ -39,7 +39,7 @@ pub mod tls_server;
 #[cfg(test)]
 mod tests;
 
-pub use client::{ClientError, ClientOptions, RemotingClient};
+pub use client::{ClientError, ClientOptions, RemotingClient, REPLY_SPIN_MAX};
 pub use codec::{CodecError, RemotingCodec};
 pub use codes::{request, request_code_name, response, response_code_name};
 pub use command::{CommandError, RemotingCommand, FLAG_ONEWAY, FLAG_RESPONSE};
