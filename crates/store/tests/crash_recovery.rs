@@ -238,6 +238,12 @@ fn crash_child_process() {
             emit(&out, "ERR a child thread panicked");
         }
     }
+    // Every thread ended (all sent, or a timeout, rejection or error, each printed): wait for
+    // the kill, which then lands after the last write. Only a crash of the child (a panic, an
+    // abort) ends it before the parent kills it.
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Whether a put or commit failed only because its flush outlived the sync timeout.
@@ -623,15 +629,15 @@ fn run_crash_rounds(flush: FlushDiskType, default_rounds: u64) {
             stdout.join().expect("stdout reader"),
             stderr.join().expect("stderr reader"),
         );
-        assert!(
-            early_exit.is_none(),
-            "{ctx}: child exited by itself ({status:?})\nstdout:\n{stdout}\nstderr:\n{stderr}"
-        );
         let output = parse_child_output(&stdout);
         assert!(
             output.failures.is_empty(),
             "{ctx}: child reported {:?}\nstderr:\n{stderr}",
             output.failures
+        );
+        assert!(
+            early_exit.is_none(),
+            "{ctx}: child exited by itself ({status:?})\nstdout:\n{stdout}\nstderr:\n{stderr}"
         );
         assert!(
             !stderr.contains("panicked"),
