@@ -253,8 +253,10 @@ impl MessageStore {
 
     /// Reads the range's entries, `fetch`ing each one the tag code lets through (a message
     /// and whether its tags match; it also gets the entries after it, to read ahead), into a
-    /// result; shared by both kinds of read. `new_fetch` makes the fetch for each try (see
-    /// [`Self::read_entries`]).
+    /// result; shared by both kinds of read. While a truncation keeps cutting the log under
+    /// the read it starts again (at most [`CUT_UNDER_READ_RETRIES_MAX`] more times), with the
+    /// queue's entries taken afresh and a fetch `new_fetch` makes afresh, so after a cut it
+    /// reads the log the cut left.
     pub(super) fn read_messages<M: Stored, F>(
         &self,
         range: &QueueRange<'_>,
@@ -263,7 +265,15 @@ impl MessageStore {
     where
         F: Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
     {
-        let result = self.read_entries(range, new_fetch)?;
+        let mut retries = 0;
+        let result = loop {
+            match self.read_entries(range, &new_fetch()) {
+                Err(ReadError::CutUnderRead { .. }) if retries < CUT_UNDER_READ_RETRIES_MAX => {
+                    retries += 1;
+                }
+                outcome => break outcome?,
+            }
+        };
         // While dispatch is failing, "nothing (new) here" may be false: say why instead.
         if result.messages.is_empty() {
             if let Some(failure) = self.inner.dispatch_stall() {
@@ -273,29 +283,7 @@ impl MessageStore {
         Ok(result)
     }
 
-    /// [`Self::read_entries_once`], again while a truncation keeps cutting the log under it
-    /// (at most [`CUT_UNDER_READ_RETRIES_MAX`] more times): each try takes the queue's entries
-    /// afresh, so after a cut it reads the log the cut left.
-    fn read_entries<M: Stored, F>(
-        &self,
-        range: &QueueRange<'_>,
-        new_fetch: impl Fn() -> F,
-    ) -> Result<GetResult<M>, ReadError>
-    where
-        F: Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
-    {
-        let mut retries = 0;
-        loop {
-            match self.read_entries_once(range, &new_fetch()) {
-                Err(ReadError::CutUnderRead { .. }) if retries < CUT_UNDER_READ_RETRIES_MAX => {
-                    retries += 1;
-                }
-                outcome => return outcome,
-            }
-        }
-    }
-
-    fn read_entries_once<M: Stored>(
+    fn read_entries<M: Stored>(
         &self,
         range: &QueueRange<'_>,
         fetch: &impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(M, bool), ReadError>,
