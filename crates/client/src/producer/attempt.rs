@@ -12,9 +12,8 @@ use bytes::Bytes;
 use ferromq_protocol::java_string_hash;
 use ferromq_protocol::remoting::body::misc::MessageQueue;
 use ferromq_protocol::remoting::codes::{request, response};
-use ferromq_protocol::remoting::ext::ToCompactString;
 use ferromq_protocol::remoting::headers::send::SendMessageResponseHeader;
-use ferromq_protocol::remoting::{ExtFields, ExtText, RemotingCommand, SerializeType};
+use ferromq_protocol::remoting::{ExtFields, RemotingCommand, SerializeType};
 
 use super::config::QueueSelection;
 use super::Producer;
@@ -344,28 +343,26 @@ fn send_fields(
     queue: &MessageQueue,
     born: i64,
 ) -> ExtFields {
+    // Written in key order from borrowed text and integers: each field is appended with its
+    // texts written in place (`ExtFields::insert_str`).
     let mut ext = ExtFields::with_capacity(14);
-    let text = ExtText::const_new;
-    ext.insert(text("a"), config.group.as_str());
-    ext.insert(text("b"), queue.topic.as_str());
-    ext.insert(text("c"), config.create_topic_key.as_str());
-    ext.insert(
-        text("d"),
-        config.default_topic_queue_nums.to_compact_string(),
-    );
-    ext.insert(text("e"), queue.queue_id.to_compact_string());
-    ext.insert(text("f"), prepared.sys_flag.to_compact_string());
-    ext.insert(text("g"), born.to_compact_string());
-    ext.insert(text("h"), prepared.flag.to_compact_string());
+    ext.insert_str("a", &config.group);
+    ext.insert_str("b", &queue.topic);
+    ext.insert_str("c", &config.create_topic_key);
+    ext.insert_int("d", config.default_topic_queue_nums);
+    ext.insert_int("e", queue.queue_id);
+    ext.insert_int("f", prepared.sys_flag);
+    ext.insert_int("g", born);
+    ext.insert_int("h", prepared.flag);
     if let Some(properties) = &prepared.properties {
-        ext.insert(text("i"), properties.as_str());
+        ext.insert_str("i", properties);
     }
-    ext.insert(text("j"), text("0"));
-    ext.insert(text("k"), text("false"));
+    ext.insert_str("j", "0");
+    ext.insert_str("k", "false");
     if prepared.batch {
-        ext.insert(text("m"), text("true"));
+        ext.insert_str("m", "true");
     }
-    ext.insert(text("n"), queue.broker_name.as_str());
+    ext.insert_str("n", &queue.broker_name);
     ext
 }
 

@@ -102,11 +102,11 @@ fn decode_ext(bytes: &[u8]) -> Result<ExtFields, BinaryHeaderError> {
                 length: key_len as i32,
             });
         }
-        let key = r.text("ext key", key_len as usize)?;
+        let key = r.str("ext key", key_len as usize)?;
         let val_len = r.len_i32("ext value length")?;
-        let value = r.text("ext value", val_len)?;
-        if let (Some(k), Some(v)) = (key, value) {
-            fields.push(k, v);
+        let value = r.str("ext value", val_len)?;
+        if !key.is_empty() && !value.is_empty() {
+            fields.push_str(key, value);
         }
     }
     Ok(fields.build())
@@ -226,6 +226,12 @@ impl<'a> Reader<'a> {
         n: usize,
     ) -> Result<Option<String>, BinaryHeaderError> {
         Ok(self.text(field, n)?.map(String::from))
+    }
+
+    /// Reads `n` bytes of UTF-8, borrowed; zero bytes is the empty text.
+    fn str(&mut self, field: &'static str, n: usize) -> Result<&'a str, BinaryHeaderError> {
+        let bytes = self.take(field, n)?;
+        std::str::from_utf8(bytes).map_err(|_| BinaryHeaderError::NotUtf8 { field })
     }
 
     /// Reads `n` bytes of UTF-8 as an [`ExtText`] (inline when short: no allocation); zero

@@ -51,6 +51,11 @@ pub trait ExtValue: Sized {
     const EXPECTED: &'static str;
     /// Parses the text form; `None` when it is not a valid value.
     fn parse_ext(text: &str) -> Option<Self>;
+    /// [`parse_ext`](Self::parse_ext) of a map's own text: a text value is cloned, which
+    /// for a short one is a copy of whole words rather than a rebuild byte by byte.
+    fn parse_found(text: &ExtText) -> Option<Self> {
+        Self::parse_ext(text)
+    }
     /// The text form written on the wire.
     fn to_ext_text(&self) -> ExtText;
     /// [`to_ext_text`](Self::to_ext_text) of a value no longer needed: a long string moves
@@ -60,6 +65,15 @@ pub trait ExtValue: Sized {
     }
     /// Whether an empty text means "absent" for an optional field (true except for strings).
     const EMPTY_IS_ABSENT: bool = true;
+    /// Writes the value as the field `key` of `ext`.
+    fn write_ext(&self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert(ExtText::const_new(key), self.to_ext_text());
+    }
+    /// [`write_ext`](Self::write_ext) of a value no longer needed (see
+    /// [`into_ext_text`](Self::into_ext_text)).
+    fn write_ext_owned(self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert(ExtText::const_new(key), self.into_ext_text());
+    }
 }
 
 impl ExtValue for String {
@@ -82,6 +96,9 @@ impl ExtValue for ExtText {
     fn parse_ext(text: &str) -> Option<Self> {
         Some(ExtText::from(text))
     }
+    fn parse_found(text: &ExtText) -> Option<Self> {
+        Some(text.clone())
+    }
     fn to_ext_text(&self) -> ExtText {
         self.clone()
     }
@@ -99,6 +116,14 @@ macro_rules! int_ext_value {
             }
             fn to_ext_text(&self) -> ExtText {
                 self.to_compact_string()
+            }
+            // Formatted straight into the map's entry (`ExtFields::insert_int`): an integer
+            // built as a text and then moved in costs a store-forwarding stall per field.
+            fn write_ext(&self, ext: &mut ExtFields, key: &'static str) {
+                ext.insert_int(key, *self);
+            }
+            fn write_ext_owned(self, ext: &mut ExtFields, key: &'static str) {
+                ext.insert_int(key, self);
             }
         }
     )*};
@@ -163,10 +188,10 @@ impl<T: ExtValue> ExtField for T {
         parse_value(key, text)
     }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
-        ext.insert(ExtText::const_new(key), self.to_ext_text());
+        self.write_ext(ext, key);
     }
     fn write_owned(self, ext: &mut ExtFields, key: &'static str) {
-        ext.insert(ExtText::const_new(key), self.into_ext_text());
+        self.write_ext_owned(ext, key);
     }
 }
 
@@ -193,10 +218,10 @@ impl<T: ExtValue> ExtField for Option<T> {
     }
 }
 
-fn parse_value<T: ExtValue>(field: &'static str, text: &str) -> Result<T, HeaderError> {
-    T::parse_ext(text).ok_or_else(|| HeaderError::Invalid {
+fn parse_value<T: ExtValue>(field: &'static str, text: &ExtText) -> Result<T, HeaderError> {
+    T::parse_found(text).ok_or_else(|| HeaderError::Invalid {
         field,
-        value: text.to_owned(),
+        value: text.to_string(),
         expected: T::EXPECTED,
     })
 }
