@@ -177,3 +177,52 @@ fn unusable_data_dir_fails_with_one_line_and_status_1() {
     assert_eq!(errors.len(), 1, "stderr: {stderr}");
     assert!(errors[0].contains("not-a-dir"), "stderr: {stderr}");
 }
+
+/// `bench codec` times every phase of a send's frames against the copy baseline of the same
+/// round, after checking that both frames decode back to the headers they were encoded from.
+#[test]
+fn bench_codec_reports_each_phase_against_the_copy() {
+    let output = ferromq(&[
+        "bench",
+        "codec",
+        "--iterations",
+        "2000",
+        "--rounds",
+        "3",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let result = last_json_line(&output);
+    assert_eq!(result["bench"], "codec");
+    assert_eq!(result["rounds"], 3);
+    assert!(
+        result["request_frame_bytes"].as_u64().unwrap() > 128,
+        "{result}"
+    );
+    assert!(result["copy_ns"].as_f64().unwrap() > 0.0, "{result}");
+    assert_eq!(result["copy_to_copy"].as_f64().unwrap(), 1.0, "{result}");
+    for phase in [
+        "request_encode",
+        "request_decode",
+        "reply_encode",
+        "reply_decode",
+    ] {
+        let ns = result[format!("{phase}_ns")].as_f64().unwrap();
+        let ratio = result[format!("{phase}_to_copy")].as_f64().unwrap();
+        assert!(ns > 0.0 && ratio > 0.0, "{phase}: {result}");
+        let expected = ns / result["copy_ns"].as_f64().unwrap();
+        assert!((ratio - expected).abs() < 1e-6, "{phase}: {result}");
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("request_decode"), "{stdout}");
+}
+
+/// A bench codec with no frames to time is refused by its arguments.
+#[test]
+fn bench_codec_refuses_zero_iterations() {
+    let output = ferromq(&["bench", "codec", "--iterations", "0"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--iterations"), "{stderr}");
+}

@@ -15,6 +15,7 @@
 
 mod alloc;
 mod client;
+mod codec;
 mod e2e_stamp;
 mod failover;
 mod fsync_probe;
@@ -122,6 +123,13 @@ pub enum BenchCommand {
     /// more than 24 KiB of RSS or the idle broker more than 5% of a core. Raises this process's open-file limit to the
     /// hard limit first and refuses when that cannot hold the connections.
     Rss(rss::RssArgs),
+    /// The CPU cost of a send's remoting frames, without network or store.
+    ///
+    /// Per frame (a SEND_MESSAGE_V2 request with a 128-byte body, and its reply): encoding
+    /// and decoding each with its typed header, against a copy of the request frame into a
+    /// new buffer timed in the same round. --rounds rounds of --iterations frames per phase;
+    /// each figure is the median of the rounds, in ns per frame and as a ratio to the copy.
+    Codec(codec::CodecArgs),
     /// Internal: the child process of `bench recovery` that fills a store and exits without
     /// closing it.
     #[command(hide = true)]
@@ -134,6 +142,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Store(args) => store::run(&args),
         BenchCommand::Alloc(args) => alloc::run(&args),
         BenchCommand::Rss(args) => rss::run(&args),
+        BenchCommand::Codec(args) => codec::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::RecoveryFill(args) => recovery::fill(&args),
         BenchCommand::Produce(args) => client::run(client::Kind::Produce, &args),

@@ -88,6 +88,9 @@ impl ExtValue for String {
     fn into_ext_text(self) -> ExtText {
         ExtText::from(self)
     }
+    fn write_ext(&self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert_str(key, self);
+    }
 }
 
 impl ExtValue for ExtText {
@@ -104,6 +107,18 @@ impl ExtValue for ExtText {
     }
     fn into_ext_text(self) -> ExtText {
         self
+    }
+    // Short text is copied into the map's entry in place (`ExtFields::insert_str`); long text
+    // moves its heap buffer in.
+    fn write_ext(&self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert_str(key, self);
+    }
+    fn write_ext_owned(self, ext: &mut ExtFields, key: &'static str) {
+        if self.is_heap_allocated() {
+            ext.insert(ExtText::const_new(key), self);
+        } else {
+            ext.insert_str(key, &self);
+        }
     }
 }
 
@@ -152,6 +167,9 @@ impl ExtValue for bool {
     }
     fn to_ext_text(&self) -> ExtText {
         ExtText::const_new(if *self { "true" } else { "false" })
+    }
+    fn write_ext(&self, ext: &mut ExtFields, key: &'static str) {
+        ext.insert_str(key, if *self { "true" } else { "false" });
     }
 }
 

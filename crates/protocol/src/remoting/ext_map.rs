@@ -312,19 +312,33 @@ impl ExtFieldsBuilder {
 fn push_in_place(entries: &mut Vec<Entry>, prefix: u64, key: &str, value: &str) {
     let letter = one_letter_key(key);
     // The entry starts from clones of statics (copies of whole words), never from texts
-    // built on the stack.
+    // built on the stack. A text too long to be inline is built whole: it is a heap
+    // pointer, length and capacity, written and moved as words.
     entries.push(Entry {
         prefix,
-        key: letter.map_or(&EMPTY_TEXT, |at| &LETTER_KEYS[at]).clone(),
-        value: EMPTY_TEXT.clone(),
+        key: match letter {
+            Some(at) => LETTER_KEYS[at].clone(),
+            None if key.len() > INLINE_MAX => ExtText::from(key),
+            None => EMPTY_TEXT.clone(),
+        },
+        value: if value.len() > INLINE_MAX {
+            ExtText::from(value)
+        } else {
+            EMPTY_TEXT.clone()
+        },
     });
     if let Some(entry) = entries.last_mut() {
-        if letter.is_none() {
+        if letter.is_none() && key.len() <= INLINE_MAX {
             entry.key.push_str(key);
         }
-        entry.value.push_str(value);
+        if value.len() <= INLINE_MAX {
+            entry.value.push_str(value);
+        }
     }
 }
+
+/// The longest text an [`ExtText`] holds inline.
+const INLINE_MAX: usize = std::mem::size_of::<ExtText>();
 
 /// The empty text, cloned to start a text that is then written in place.
 static EMPTY_TEXT: ExtText = ExtText::const_new("");
