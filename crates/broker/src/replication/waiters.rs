@@ -15,6 +15,10 @@ use tokio::sync::oneshot;
 /// Most SYNC_MASTER writes waiting at once.
 pub const SYNC_WAITERS_MAX: usize = 1 << 20;
 
+/// Fewest waiters at which `add` looks for abandoned ones (writes whose sender stopped
+/// waiting, after its timeout); see `SyncWaiters::prune_at`.
+const PRUNE_FLOOR: usize = 1024;
+
 /// Why a waiter was released without success: (members, needed).
 pub type Shortage = (usize, usize);
 
@@ -23,12 +27,19 @@ pub type Shortage = (usize, usize);
 pub struct SyncWaiters {
     next_id: u64,
     queue: BTreeMap<(u64, u64), oneshot::Sender<Result<(), Shortage>>>,
+    /// The queue length at which `add` next drops abandoned waiters: twice the length left by
+    /// the last pass (at least [`PRUNE_FLOOR`]), so the passes cost O(1) per `add` amortised
+    /// instead of a scan of every waiter per write.
+    prune_at: usize,
 }
 
 impl SyncWaiters {
     /// Registers a write ending at `end`; `None` when [`SYNC_WAITERS_MAX`] wait already.
     pub fn add(&mut self, end: u64) -> Option<oneshot::Receiver<Result<(), Shortage>>> {
-        self.queue.retain(|_, sender| !sender.is_closed());
+        if self.queue.len() >= self.prune_at.clamp(PRUNE_FLOOR, SYNC_WAITERS_MAX) {
+            self.queue.retain(|_, sender| !sender.is_closed());
+            self.prune_at = self.queue.len().saturating_mul(2);
+        }
         if self.queue.len() >= SYNC_WAITERS_MAX {
             return None;
         }
@@ -97,5 +108,30 @@ mod tests {
             Ok(()),
             "no replica in the set holds back nothing"
         );
+    }
+
+    /// Abandoned waiters (their write timed out) are dropped once the queue doubles, not on
+    /// every write, and never hold a place the bound needs.
+    #[test]
+    fn abandoned_waiters_are_dropped_when_the_queue_doubles() {
+        let mut waiters = SyncWaiters::default();
+        let abandoned: Vec<_> = (0..PRUNE_FLOOR as u64)
+            .map(|end| waiters.add(end))
+            .collect();
+        drop(abandoned);
+        assert_eq!(waiters.len(), PRUNE_FLOOR, "no pass below the floor");
+        let mut kept = waiters.add(5_000).unwrap();
+        assert_eq!(
+            waiters.len(),
+            1,
+            "the pass at the floor dropped the abandoned"
+        );
+        let live: Vec<_> = (0..PRUNE_FLOOR as u64)
+            .map(|end| waiters.add(end))
+            .collect();
+        assert_eq!(waiters.len(), PRUNE_FLOOR + 1, "live waiters are kept");
+        waiters.release(Ok(Some(u64::MAX - 1)));
+        assert_eq!(kept.try_recv().unwrap(), Ok(()));
+        assert!(live.into_iter().all(|w| w.is_some()));
     }
 }

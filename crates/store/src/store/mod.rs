@@ -421,8 +421,8 @@ impl MessageStore {
     /// worker; it needs a runtime with the time driver enabled (for its bound).
     ///
     /// # Durability
-    /// `SyncFlush`: once fsynced, waiting on the flusher's progress watch (group commit with
-    /// concurrent waiters). `AsyncFlush`: once written to the segment files, i.e. in the page
+    /// `SyncFlush`: once fsynced, waiting among the flusher's waiters ordered by end (group
+    /// commit with concurrent waiters; an fsync wakes only the waiters it covers). `AsyncFlush`: once written to the segment files, i.e. in the page
     /// cache: a process crash loses nothing acknowledged, an OS crash may lose the suffix not
     /// yet fsynced. When nobody is committing, the waiter writes the pending tail itself (one
     /// `pwrite` shared by every appender pending: bounded work, not waiting); when a commit
