@@ -141,6 +141,9 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
     // writes need the space; plain writes into reserved blocks only cost (windowed sends
     // 3-5% slower; docs/performance.md).
     match config.flush_disk_type {
+        crate::config::FlushDiskType::SyncFlush if config.zeroed_space => {
+            log.enable_preallocation(preallocation::Preallocator::zeroing(root));
+        }
         crate::config::FlushDiskType::SyncFlush => log.enable_preallocation(preallocator),
         crate::config::FlushDiskType::AsyncFlush if config.mapped_writes => {
             log.enable_preallocation(preallocation::Preallocator::for_mapped_writes(root));

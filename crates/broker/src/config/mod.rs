@@ -136,6 +136,10 @@ pub struct BrokerConfig {
     /// ASYNC_FLUSH commits copy into a map of the active CommitLog segment (`true`) or use
     /// one `pwrite` each (`false`); a ferromq key (RocketMQ always maps).
     pub commit_log_mapped_writes: bool,
+    /// SYNC_FLUSH: a thread keeps the active CommitLog segment written with zeros ahead of
+    /// the commits, so their fsyncs write no block allocation (`true`), or small commits
+    /// write into `fallocate`d space (`false`, the default); a ferromq key.
+    pub commit_log_zeroed_space: bool,
     /// Pull reads copy records out of a read-only map of each CommitLog segment (`true`) or
     /// read spans with `pread` (`false`); a ferromq key.
     pub commit_log_mapped_reads: bool,
@@ -327,6 +331,7 @@ impl Default for BrokerConfig {
             max_message_size: 4 * 1024 * 1024,
             flush_interval_commit_log: 500,
             commit_log_mapped_writes: true,
+            commit_log_zeroed_space: false,
             commit_log_mapped_reads: true,
             sync_flush_timeout: 5_000,
             file_reserved_time: 72,
@@ -759,6 +764,7 @@ impl BrokerConfig {
         store.max_message_size_bytes = self.max_message_size;
         store.flush_interval_ms = self.flush_interval_commit_log.max(1);
         store.mapped_writes = self.commit_log_mapped_writes;
+        store.zeroed_space = self.commit_log_zeroed_space;
         store.mapped_reads = self.commit_log_mapped_reads;
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));

@@ -121,6 +121,7 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ("maxMessageSize", "the store reads it when it opens"),
     ("flushIntervalCommitLog", "the store reads it when it opens"),
     ("commitLogMappedWrites", "the store reads it when it opens"),
+    ("commitLogZeroedSpace", "the store reads it when it opens"),
     ("commitLogMappedReads", "the store reads it when it opens"),
     ("syncFlushTimeout", "the store reads it when it opens"),
     ("fileReservedTime", "the store reads it when it opens"),

@@ -83,6 +83,10 @@ pub struct StoreArgs {
     /// segment (the store's default) or written with `pwrite` (`commitLogMappedWrites`).
     #[arg(long, value_enum, default_value_t = CommitWrites::Mapped)]
     writes: CommitWrites,
+    /// SYNC_FLUSH: a thread writes zeros ahead of the commits, which then overwrite written
+    /// blocks (`commitLogZeroedSpace`; `true` or `false`, the store's default `false`).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    zeroed_space: bool,
 }
 
 /// How the bench store's ASYNC_FLUSH commits are written.
@@ -149,6 +153,7 @@ pub fn run(args: &StoreArgs) -> Result<()> {
         config.segment_size_bytes = size;
     }
     config.mapped_writes = args.writes == CommitWrites::Mapped;
+    config.zeroed_space = args.zeroed_space;
     let body_size = body_size_for(args.record_size, config.max_message_size_bytes)?;
     eprintln!(
         "bench store: flush {} ({} writes), {} writers, {} B records, {} s, in {}",
@@ -581,6 +586,7 @@ fn print_result(
             "writers": args.writers,
             "mode": format!("{:?}", args.mode).to_lowercase(),
             "writes": format!("{:?}", args.writes).to_lowercase(),
+            "zeroed_space": args.zeroed_space,
             "record_size": args.record_size,
             "body_size": body_size,
             "seconds": round(phase.elapsed.as_secs_f64(), 3),

@@ -129,6 +129,9 @@ pub struct Preallocator {
     /// Extending for mapped writes (every commit past the file) rather than for small
     /// SYNC_FLUSH commits.
     mapped: bool,
+    /// Zeroed space (SYNC_FLUSH, `zeroed_space`): a background thread writes zeros ahead of
+    /// the commits (`store::zero_ahead`); commits never extend the file themselves.
+    zeroing: bool,
     /// Mapped writes: the segment whose whole span the durable record covers
     /// ([`NO_SEGMENT`] when none does), so its further extensions need no record.
     covered_segment: AtomicU64,
@@ -148,6 +151,7 @@ impl Preallocator {
             average_commit: AtomicU64::new(0),
             retry_from: AtomicU64::new(0),
             mapped: false,
+            zeroing: false,
             covered_segment: AtomicU64::new(NO_SEGMENT),
         }
     }
@@ -161,6 +165,40 @@ impl Preallocator {
         }
     }
 
+    /// A preallocator for zeroed space (SYNC_FLUSH): the space ahead of the commits is
+    /// written with zeros by the store's zeroing thread, never by a commit.
+    pub fn zeroing(root: &Path) -> Preallocator {
+        Preallocator {
+            zeroing: true,
+            ..Preallocator::new(root)
+        }
+    }
+
+    /// Whether the space is zeroed ahead by a background thread.
+    pub fn zeroes(&self) -> bool {
+        self.zeroing
+    }
+
+    /// Zeroed space: records, durably, that `segment`'s file may be extended with zeros to
+    /// `len` (invariant 1), before the zeros are written.
+    pub fn record_space(&self, segment: &Segment, len: u64) -> Result<(), FileError> {
+        self.write_record(Allocation {
+            segment_start: segment.start,
+            len,
+        })
+    }
+
+    /// Zeroed space: whether an extension of the log to `end` (physical) may be tried; after
+    /// a failure not before the log passed the failed extension.
+    pub fn may_extend_to(&self, end: u64) -> bool {
+        end >= self.retry_from.load(Ordering::Relaxed)
+    }
+
+    /// Zeroed space: counts a failed extension of `segment` to `target` (see `make_room`).
+    pub fn note_zeroing_failure(&self, segment: &Segment, target: u64, error: &FileError) {
+        self.note_failure(segment, target, error);
+    }
+
     /// Preallocations that failed (the writes went on as plain appends).
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
@@ -172,6 +210,10 @@ impl Preallocator {
     pub fn make_room(&self, log: &CommitLog, segment: &Segment, at: u64, end: u64) {
         if self.mapped {
             return self.make_mapped_room(log, segment, end);
+        }
+        if self.zeroing {
+            // The zeroing thread extends the file; a commit that outran it appends.
+            return;
         }
         let average = self.observe_commit(end - at);
         if !self.supported.load(Ordering::Relaxed)

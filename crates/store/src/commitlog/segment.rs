@@ -228,6 +228,49 @@ impl Segment {
         allocate_file(&self.file, len).map_err(|e| FileError::new("fallocate", &self.path, e))
     }
 
+    /// Writes `len` zero bytes at `pos` (relative), extending the file when they pass its
+    /// end. The caller makes sure no record lies there (`store::zero_ahead`).
+    pub fn write_zeros(&self, pos: u64, len: u64) -> Result<(), FileError> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let mut at = pos;
+        let end = pos.saturating_add(len);
+        while at < end {
+            let n = (end - at).min(ZEROS.len() as u64);
+            self.file
+                .write_all_at(&ZEROS[..n as usize], at)
+                .map_err(|e| FileError::new("write zeros", &self.path, e))?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Starts writing back `[from, to)` (relative) and waits for it, without a device cache
+    /// flush or the file's metadata: the blocks behind freshly written zeros are allocated
+    /// and written, so the next `fdatasync` of records over them writes no allocation of its
+    /// own (`sync_file_range`).
+    pub fn write_back(&self, from: u64, to: u64) -> Result<(), FileError> {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to.saturating_sub(from)))
+        else {
+            return Ok(());
+        };
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: the descriptor belongs to `self.file`, open for the whole call; no memory
+        // is passed to the kernel.
+        let result = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
+        if result == 0 {
+            Ok(())
+        } else {
+            Err(FileError::new(
+                "sync_file_range",
+                &self.path,
+                std::io::Error::last_os_error(),
+            ))
+        }
+    }
+
     /// Cuts preallocated space past `len` off the file. Unlike [`Segment::truncate`] no byte
     /// a reader may hold is cut (everything from `len` on is unused space), so the truncation
     /// epoch stays, and nothing is synced: space left after a crash reads as zeros past the

@@ -34,6 +34,7 @@ mod read;
 mod read_regions;
 mod replica;
 mod threads;
+mod zero_ahead;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

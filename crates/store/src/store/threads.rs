@@ -6,6 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::checkpoint_health::RetryPace;
+use super::zero_ahead::{ZERO_TICK_BUSY, ZERO_TICK_IDLE};
 use super::Inner;
 use crate::config::FlushDiskType;
 
@@ -61,7 +62,30 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
         let inner = inner.clone();
         spawn("ferromq-checkpoint", move || checkpoint_loop(&inner))
     };
-    vec![flusher, dispatcher, checkpointer]
+    let mut threads = vec![flusher, dispatcher, checkpointer];
+    if inner.log.preallocator().is_some_and(|p| p.zeroes()) {
+        let inner = inner.clone();
+        threads.push(spawn("ferromq-zeroes", move || zero_loop(&inner)));
+    }
+    threads
+}
+
+/// Keeps zeroed space ahead of the commits (`zero_ahead`) until the store closes: a round
+/// every [`ZERO_TICK_BUSY`] while the log grows, every [`ZERO_TICK_IDLE`] while it stands
+/// still (the close is seen within one tick).
+fn zero_loop(inner: &Inner) {
+    let mut last_end = inner.log.committed_end();
+    while !inner.closed.load(Ordering::Acquire) {
+        let written = inner.zero_ahead();
+        let end = inner.log.committed_end();
+        let tick = if written > 0 || end != last_end {
+            ZERO_TICK_BUSY
+        } else {
+            ZERO_TICK_IDLE
+        };
+        last_end = end;
+        std::thread::sleep(tick);
+    }
 }
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
