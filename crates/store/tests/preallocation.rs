@@ -2,6 +2,9 @@
 //! active segment file already has, a crash leaves zeros after the log that recovery and
 //! `--check` know to be space (no cut reported), and zeros or bytes outside the recorded space
 //! are still reported as before.
+//!
+//! These are the `fallocate` path's tests, so they run with zeroed space off
+//! (`StoreConfig::zeroed_space`, the SYNC_FLUSH default; its tests are `tests/zeroed_space.rs`).
 
 mod common;
 
@@ -23,6 +26,7 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 fn config(root: &Path) -> StoreConfig {
     let mut config = test_config(root);
     config.segment_size_bytes = SEGMENT_BYTES;
+    config.zeroed_space = false;
     config
 }
 

@@ -6,9 +6,11 @@
 //! after a kill -9 recovery read it in 4 MiB chunks, called it torn ("needs 4194469 bytes,
 //! 4194304 available") and cut the log there, losing it and every acknowledged message after.
 //!
-//! A crash is imaged by copying the store's files while it is open (after `SyncFlush` puts,
-//! everything acknowledged is in them): the copy has the abort marker and no checkpoint past
-//! the records, exactly what a kill -9 leaves.
+//! A crash is imaged by abandoning the store (its threads stop, nothing more is written: the
+//! abort marker stays and no checkpoint is taken past the records) and copying its files;
+//! after `SyncFlush` puts everything acknowledged is in them, exactly what a kill -9 leaves.
+//! Copying while the store runs would not be a crash: its threads (the zeroing one under
+//! `SyncFlush`) go on writing between the copies of two files.
 
 mod common;
 
@@ -73,8 +75,8 @@ fn assert_recovers(config: &StoreConfig, image: &Path, records: &[(usize, usize)
     for (i, (body_len, properties_len)) in records.iter().enumerate() {
         put(&store, i, *body_len, *properties_len);
     }
+    store.abandon();
     crash_image(&config.root_dir, image);
-    drop(store);
     let mut reopened = config.clone();
     reopened.root_dir = image.to_path_buf();
     let store = MessageStore::open(reopened).expect("recovery opens the crash image");

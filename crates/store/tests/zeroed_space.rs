@@ -8,9 +8,10 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ferromq_store::commitlog::preallocation::ZEROING_COMMIT_MAX_BYTES;
 use ferromq_store::{check_store, CheckScope, MessageStore, StoreConfig};
 
-use common::{bodies_in_t0, numbered, put_numbered, segment_files, test_config};
+use common::{bodies_in_t0, draft, numbered, put_numbered, segment_files, test_config};
 
 fn config(root: &Path, segment_bytes: u64) -> StoreConfig {
     let mut config = test_config(root);
@@ -19,6 +20,10 @@ fn config(root: &Path, segment_bytes: u64) -> StoreConfig {
     config.zeroed_space = true;
     config
 }
+
+/// Zeros past the log once the thread has looked (`store::zero_ahead`): rounds start when
+/// less than 7.5 MiB is left and reach 8 MiB past the committed end.
+const ZEROS_AT_LEAST: u64 = (8 << 20) - (512 << 10);
 
 fn open(config: &StoreConfig) -> MessageStore {
     MessageStore::open(config.clone()).expect("open")
@@ -51,18 +56,13 @@ fn commits_overwrite_zeroed_space_and_a_crash_reports_no_cut() {
     let config = config(dir.path(), 64 << 20);
     let store = open(&config);
     let first = put_numbered(&store, 0..50);
-    // The zeros reach 8 MiB past the log (`store::zero_ahead::ZERO_AHEAD_BYTES`); the thread
-    // refills only when less than 4 MiB is left, so 50 more small records leave them be.
-    let zeroed = wait_for_zeros_past(dir.path(), first + (8 << 20) - 1);
-    assert_eq!(zeroed, first + (8 << 20));
+    let zeroed = wait_for_zeros_past(dir.path(), first + ZEROS_AT_LEAST - 1);
+    assert!(zeroed <= first + (8 << 20), "at most 8 MiB ahead: {zeroed}");
     let end = put_numbered(&store, 50..100);
     assert!(end < zeroed, "the second puts land inside the zeros");
-    assert_eq!(
-        last_file_len(dir.path()),
-        zeroed,
-        "commits did not grow the file"
-    );
     store.abandon();
+    let zeroed = last_file_len(dir.path());
+    assert!(zeroed >= end + ZEROS_AT_LEAST, "{zeroed}");
 
     let check = check_store(&config, CheckScope::Full).expect("check");
     assert_eq!(check.would_cut, None, "{check:?}");
@@ -82,6 +82,50 @@ fn commits_overwrite_zeroed_space_and_a_crash_reports_no_cut() {
         end,
         "a clean close trims the zeros"
     );
+}
+
+/// Puts `count` commits of eight 14 KiB records each (one commit per put under SYNC_FLUSH).
+fn put_large_commits(store: &MessageStore, count: usize) -> u64 {
+    let body = vec![b'b'; 14 << 10];
+    let drafts: Vec<_> = (0..8).map(|_| draft("Large", 0, &body, b"")).collect();
+    for _ in 0..count {
+        store.put(&drafts).expect("put a large commit");
+    }
+    store.stats().written_end
+}
+
+/// Commits averaging more than `ZEROING_COMMIT_MAX_BYTES` (batches) stop the zeros: once the
+/// zeroed space is used up they append, and the file ends at the log. Small commits start
+/// the zeros again.
+#[test]
+fn large_commits_stop_the_zeros_and_small_ones_resume_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path(), 64 << 20);
+    let store = open(&config);
+    let start = put_numbered(&store, 0..10);
+    wait_for_zeros_past(dir.path(), start);
+    // 12 MiB of ~112 KiB commits: past the 8 MiB the thread zeroed while commits were small.
+    let large = 112 << 10;
+    assert!(large > ZEROING_COMMIT_MAX_BYTES);
+    let end = put_large_commits(&store, (12 << 20) / large as usize);
+    assert!(end > start + (8 << 20), "past the zeros: {end}");
+    std::thread::sleep(Duration::from_millis(300)); // several rounds of the zeroing thread
+    assert_eq!(
+        last_file_len(dir.path()),
+        end,
+        "large commits append; no zeros ahead of them"
+    );
+    let small_end = put_numbered(&store, 10..60);
+    let zeroed = wait_for_zeros_past(dir.path(), small_end + ZEROS_AT_LEAST - 1);
+    assert!(
+        zeroed <= small_end + (8 << 20),
+        "at most 8 MiB ahead: {zeroed}"
+    );
+    store.abandon();
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(store.recovery_report().log_end, small_end);
+    assert_eq!(bodies_in_t0(&store), numbered(0..60));
 }
 
 /// Four writers put concurrently into small segments (the zeros reach each segment's end,

@@ -137,8 +137,8 @@ pub struct BrokerConfig {
     /// one `pwrite` each (`false`); a ferromq key (RocketMQ always maps).
     pub commit_log_mapped_writes: bool,
     /// SYNC_FLUSH: a thread keeps the active CommitLog segment written with zeros ahead of
-    /// the commits, so their fsyncs write no block allocation (`true`), or small commits
-    /// write into `fallocate`d space (`false`, the default); a ferromq key.
+    /// the commits while they are small, so their fsyncs write no block allocation (`true`,
+    /// the default), or small commits write into `fallocate`d space (`false`); a ferromq key.
     pub commit_log_zeroed_space: bool,
     /// Pull reads copy records out of a read-only map of each CommitLog segment (`true`) or
     /// read spans with `pread` (`false`); a ferromq key.
@@ -331,7 +331,7 @@ impl Default for BrokerConfig {
             max_message_size: 4 * 1024 * 1024,
             flush_interval_commit_log: 500,
             commit_log_mapped_writes: true,
-            commit_log_zeroed_space: false,
+            commit_log_zeroed_space: true,
             commit_log_mapped_reads: true,
             sync_flush_timeout: 5_000,
             file_reserved_time: 72,

@@ -84,8 +84,8 @@ pub struct StoreArgs {
     #[arg(long, value_enum, default_value_t = CommitWrites::Mapped)]
     writes: CommitWrites,
     /// SYNC_FLUSH: a thread writes zeros ahead of the commits, which then overwrite written
-    /// blocks (`commitLogZeroedSpace`; `true` or `false`, the store's default `false`).
-    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    /// blocks (`commitLogZeroedSpace`; `true`, the store's default, or `false`).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     zeroed_space: bool,
 }
 

@@ -8,6 +8,9 @@
 //! segment's file written with zeros [`ZERO_AHEAD_BYTES`] past the committed end, and commits
 //! overwrite them.
 //!
+//! Only while commits are small (`Preallocator::zeroing_pays`): the gain is per fsync, the
+//! cost per byte, and large commits (batches) are bound by the CPU the zeros take.
+//!
 //! Invariants:
 //! 1. The zeros are covered by the durable preallocation record before the file grows
 //!    (`commitlog::preallocation` invariant 1), so recovery and `--check` take zeros at the
@@ -29,10 +32,14 @@ use crate::error::FileError;
 
 /// How far past the committed end the zeros reach after a round.
 pub(crate) const ZERO_AHEAD_BYTES: u64 = 8 << 20;
-/// A round starts when less than this is zeroed past the committed end.
-const ZERO_REFILL_BELOW_BYTES: u64 = 4 << 20;
-/// Zeros written per hold of the commit lock (a commit waits for at most this much).
-const ZERO_CHUNK_BYTES: u64 = 256 << 10;
+/// A round starts when less than this is zeroed past the committed end: the zeros follow
+/// the commits in small rounds rather than 4 MiB bursts, whose writeback the flusher's
+/// fsyncs queued behind (64 store writers: p99 1.2-1.6 ms with 4 MiB rounds of 256 KiB
+/// chunks, 1.0 ms with these; docs/performance.md).
+const ZERO_REFILL_BELOW_BYTES: u64 = ZERO_AHEAD_BYTES - (512 << 10);
+/// Zeros written per hold of the commit lock (a commit waits for at most this much), and
+/// written back at once (an fsync waits for at most this much of their writeback).
+const ZERO_CHUNK_BYTES: u64 = 128 << 10;
 /// The zeroing thread's pause while commits advance.
 pub(crate) const ZERO_TICK_BUSY: Duration = Duration::from_millis(2);
 /// Its pause while the log stands still.
@@ -43,7 +50,11 @@ impl Inner {
     /// [`ZERO_AHEAD_BYTES`] past the committed end when less than
     /// [`ZERO_REFILL_BELOW_BYTES`] is left. Returns the bytes of zeros written.
     pub(super) fn zero_ahead(&self) -> u64 {
-        let Some(space) = self.log.preallocator().filter(|p| p.zeroes()) else {
+        let Some(space) = self
+            .log
+            .preallocator()
+            .filter(|p| p.zeroes() && p.zeroing_pays())
+        else {
             return 0;
         };
         if self.flush.is_poisoned() || self.closed.load(Ordering::Acquire) {
@@ -91,7 +102,8 @@ impl Inner {
             .log
             .preallocator()
             .expect("zeroing needs a preallocator");
-        space.record_space(segment, target)?;
+        let reach = (target + ZERO_AHEAD_BYTES).min(self.log.segment_size());
+        space.record_space(segment, target, reach)?;
         let mut at = len;
         while at < target {
             let chunk = (target - at).min(ZERO_CHUNK_BYTES);
