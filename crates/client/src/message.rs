@@ -134,42 +134,87 @@ impl Message {
     /// Encodes the properties string sent in the header, with `uniq_key` as `UNIQ_KEY`.
     pub(crate) fn encode_properties(&self, uniq_key: &str) -> String {
         // Written straight into the text (a list of pairs, then the encoder's buffer, was two
-        // allocations per send); the pairs and their order are Java's.
-        let keys_len =
-            self.keys.iter().map(String::len).sum::<usize>() + self.keys.len().saturating_sub(1);
+        // allocations per send).
+        let mut out = String::with_capacity(self.properties_room());
+        self.write_properties(uniq_key, &mut out);
+        out
+    }
+
+    /// Room enough for the properties text in most cases (a hint for a buffer's capacity).
+    fn properties_room(&self) -> usize {
         let user_len: usize = self
             .properties
             .iter()
             .map(|(n, v)| n.len() + v.len() + 2)
             .sum();
-        let mut out = String::with_capacity(PROPERTIES_FIXED_ROOM + keys_len + user_len);
-        let mut put = |name: &str, value: &[&str], separator: char| {
-            out.push_str(name);
-            out.push(char::from(NAME_VALUE_SEPARATOR));
-            for (i, part) in value.iter().enumerate() {
-                if i > 0 {
-                    out.push(separator);
-                }
-                out.push_str(part);
-            }
-            out.push(char::from(PROPERTY_SEPARATOR));
-        };
+        PROPERTIES_FIXED_ROOM + self.keys_text_len() + user_len
+    }
+
+    /// Length of the `KEYS` value (the keys joined by spaces); no `KEYS` pair when zero.
+    fn keys_text_len(&self) -> usize {
+        self.keys.iter().map(String::len).sum::<usize>() + self.keys.len().saturating_sub(1)
+    }
+
+    /// Appends the properties text to `out`; the pairs and their order are Java's.
+    fn write_properties(&self, uniq_key: &str, out: &mut impl TextSink) {
         if let Some(tags) = &self.tags {
-            put(property_names::TAGS, &[tags.as_str()], ' ');
+            put_property(out, property_names::TAGS, tags);
         }
-        if keys_len > 0 {
-            let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
-            put(property_names::KEYS, &keys, ' ');
+        if self.keys_text_len() > 0 {
+            out.push_text(property_names::KEYS);
+            out.push_byte(NAME_VALUE_SEPARATOR);
+            for (i, key) in self.keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_byte(b' ');
+                }
+                out.push_text(key);
+            }
+            out.push_byte(PROPERTY_SEPARATOR);
         }
         if let Some(level) = self.delay_level {
-            put(property_names::DELAY, &[&level.to_string()], ' ');
+            put_property(out, property_names::DELAY, &level.to_string());
         }
-        put("WAIT", &["true"], ' ');
-        put(property_names::UNIQ_KEY, &[uniq_key], ' ');
+        put_property(out, "WAIT", "true");
+        put_property(out, property_names::UNIQ_KEY, uniq_key);
         for (name, value) in &self.properties {
-            put(name, &[value.as_str()], ' ');
+            put_property(out, name, value);
         }
-        out
+    }
+}
+
+/// Appends one `name`, value pair of the properties text.
+fn put_property(out: &mut impl TextSink, name: &str, value: &str) {
+    out.push_text(name);
+    out.push_byte(NAME_VALUE_SEPARATOR);
+    out.push_text(value);
+    out.push_byte(PROPERTY_SEPARATOR);
+}
+
+/// Where property text is written: the header's `String` or a batch body's bytes.
+trait TextSink {
+    fn push_text(&mut self, text: &str);
+    /// An ASCII byte (a separator).
+    fn push_byte(&mut self, byte: u8);
+}
+
+impl TextSink for String {
+    fn push_text(&mut self, text: &str) {
+        self.push_str(text);
+    }
+
+    fn push_byte(&mut self, byte: u8) {
+        debug_assert!(byte.is_ascii());
+        self.push(char::from(byte));
+    }
+}
+
+impl TextSink for Vec<u8> {
+    fn push_text(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+
+    fn push_byte(&mut self, byte: u8) {
+        self.push(byte);
     }
 }
 
@@ -463,33 +508,45 @@ impl<'a> ReadProperties<'a> {
 }
 
 /// Encodes a SEND_BATCH_MESSAGE body (reference §8.6): per message `total i32 | magic 0 |
-/// bodyCRC 0 | flag i32 | bodyLen i32 | body | propLen i16 | props`.
+/// bodyCRC 0 | flag i32 | bodyLen i32 | body | propLen i16 | props`, with `ids[i]` as the
+/// `UNIQ_KEY` of `messages[i]`. Written in place into one buffer sized up front (a properties
+/// text per message, then a copy, was an allocation and a copy per message).
 ///
 /// # Errors
 /// A text when a message's properties exceed 32767 bytes.
-pub(crate) fn encode_batch(entries: &[(&Message, String)]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    for (index, (msg, props)) in entries.iter().enumerate() {
-        let props = props.as_bytes();
-        if props.len() > i16::MAX as usize {
-            return Err(format!(
-                "batch message {index}: properties are {} bytes, more than {}",
-                props.len(),
-                i16::MAX
-            ));
-        }
-        let total = 20 + msg.body.len() + 2 + props.len();
-        out.extend_from_slice(&(total as i32).to_be_bytes());
+pub(crate) fn encode_batch(messages: &[Message], ids: &[String]) -> Result<Vec<u8>, String> {
+    let room: usize = messages
+        .iter()
+        .map(|m| BATCH_ENTRY_FIXED + m.body.len() + m.properties_room())
+        .sum();
+    let mut out = Vec::with_capacity(room);
+    for (index, (msg, id)) in messages.iter().zip(ids).enumerate() {
+        let start = out.len();
+        out.extend_from_slice(&0i32.to_be_bytes()); // total, set below
         out.extend_from_slice(&0i32.to_be_bytes());
         out.extend_from_slice(&0i32.to_be_bytes());
         out.extend_from_slice(&msg.flag.to_be_bytes());
         out.extend_from_slice(&(msg.body.len() as i32).to_be_bytes());
         out.extend_from_slice(&msg.body);
-        out.extend_from_slice(&(props.len() as i16).to_be_bytes());
-        out.extend_from_slice(props);
+        let props_at = out.len();
+        out.extend_from_slice(&0i16.to_be_bytes()); // propLen, set below
+        msg.write_properties(id, &mut out);
+        let props_len = out.len() - props_at - 2;
+        let props_len = i16::try_from(props_len).map_err(|_| {
+            format!(
+                "batch message {index}: properties are {props_len} bytes, more than {}",
+                i16::MAX
+            )
+        })?;
+        out[props_at..props_at + 2].copy_from_slice(&props_len.to_be_bytes());
+        let total = (out.len() - start) as i32;
+        out[start..start + 4].copy_from_slice(&total.to_be_bytes());
     }
     Ok(out)
 }
+
+/// Bytes of a batch entry besides its body and properties: five i32 fields and propLen.
+const BATCH_ENTRY_FIXED: usize = 22;
 
 #[cfg(test)]
 mod tests {
@@ -525,6 +582,69 @@ mod tests {
             .with_property("p", "v")
             .validate()
             .is_ok());
+    }
+
+    /// Splits a SEND_BATCH_MESSAGE body into (flag, body, properties) per entry, checking
+    /// each entry's total, magic and CRC fields.
+    fn split_batch(mut bytes: &[u8]) -> Vec<(i32, Vec<u8>, Vec<u8>)> {
+        let i32_at = |b: &[u8], at: usize| i32::from_be_bytes(b[at..at + 4].try_into().unwrap());
+        let mut entries = Vec::new();
+        while !bytes.is_empty() {
+            let total = i32_at(bytes, 0) as usize;
+            assert_eq!(
+                (i32_at(bytes, 4), i32_at(bytes, 8)),
+                (0, 0),
+                "magic, bodyCRC"
+            );
+            let body_len = i32_at(bytes, 16) as usize;
+            let body = bytes[20..20 + body_len].to_vec();
+            let at = 20 + body_len;
+            let props_len = i16::from_be_bytes([bytes[at], bytes[at + 1]]) as usize;
+            assert_eq!(
+                total,
+                at + 2 + props_len,
+                "total of entry {}",
+                entries.len()
+            );
+            let props = bytes[at + 2..at + 2 + props_len].to_vec();
+            entries.push((i32_at(bytes, 12), body, props));
+            bytes = &bytes[total..];
+        }
+        entries
+    }
+
+    #[test]
+    fn a_batch_body_holds_each_message_with_the_header_properties_text() {
+        let messages = vec![
+            Message::new("T", "first")
+                .with_tags("t")
+                .with_key("k1")
+                .with_key("k2"),
+            Message::new("T", "").with_property("p", "v"),
+            Message::new("T", vec![7u8; 300]).with_flag(5),
+        ];
+        let ids: Vec<String> = ["A1", "B2", "C3"].map(String::from).to_vec();
+        let entries = split_batch(&encode_batch(&messages, &ids).expect("encode"));
+        assert_eq!(entries.len(), 3);
+        for ((flag, body, props), (m, id)) in entries.iter().zip(messages.iter().zip(&ids)) {
+            assert_eq!(*flag, m.flag);
+            assert_eq!(body[..], m.body[..]);
+            assert_eq!(props[..], *m.encode_properties(id).as_bytes());
+        }
+        assert_eq!(Properties(&entries[0].2).get_str("KEYS"), Some("k1 k2"));
+        assert_eq!(Properties(&entries[2].2).get_str("UNIQ_KEY"), Some("C3"));
+    }
+
+    #[test]
+    fn a_batch_message_with_properties_past_i16_is_refused() {
+        let long = Message::new("T", "x").with_property("p", "v".repeat(i16::MAX as usize));
+        let messages = vec![Message::new("T", "ok"), long];
+        let ids = vec!["A".to_string(), "B".to_string()];
+        let error = encode_batch(&messages, &ids).expect_err("too long");
+        assert!(
+            error.starts_with("batch message 1: properties are "),
+            "{error}"
+        );
     }
 
     #[test]

@@ -232,12 +232,7 @@ impl Producer {
             }
         }
         let ids: Vec<String> = messages.iter().map(|_| new_uniq_key()).collect();
-        let entries: Vec<(&Message, String)> = messages
-            .iter()
-            .zip(&ids)
-            .map(|(m, id)| (m, m.encode_properties(id)))
-            .collect();
-        let body = encode_batch(&entries).map_err(ClientError::InvalidMessage)?;
+        let body = encode_batch(&messages, &ids).map_err(ClientError::InvalidMessage)?;
         // Size check before any traffic.
         if body.len() > self.inner.config.max_body_bytes {
             return Err(ClientError::BodyTooLarge {
