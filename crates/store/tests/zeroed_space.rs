@@ -128,6 +128,36 @@ fn large_commits_stop_the_zeros_and_small_ones_resume_them() {
     assert_eq!(bodies_in_t0(&store), numbered(0..60));
 }
 
+/// A round that fails (a full disk, injected) never fails a commit: it is counted once, no
+/// round is tried again before the log passes it, and the commits append.
+#[test]
+fn a_failed_zeroing_round_is_counted_once_and_the_commits_append() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path(), 64 << 20);
+    let store = open(&config);
+    store.faults().fail_preallocations(1_000);
+    let end = put_numbered(&store, 0..100);
+    std::thread::sleep(Duration::from_millis(300)); // several rounds of the zeroing thread
+    let end = put_numbered(&store, 100..200).max(end);
+    assert_eq!(store.stats().preallocation_failures, 1);
+    assert!(store.stats().poisoned.is_none());
+    store.abandon();
+    assert_eq!(
+        last_file_len(dir.path()),
+        end,
+        "no zeros: the commits appended"
+    );
+
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies_in_t0(&store), numbered(0..200));
+    assert_eq!(
+        store.stats().preallocation_failures,
+        0,
+        "counted since open"
+    );
+}
+
 /// Four writers put concurrently into small segments (the zeros reach each segment's end,
 /// and the log rolls often) while the thread zeroes ahead; after a crash every record is
 /// there, intact, and nothing is reported damaged or cut.

@@ -106,6 +106,10 @@ impl Inner {
         space.record_space(segment, target, reach)?;
         let mut at = len;
         while at < target {
+            if self.log.faults.take_preallocation() {
+                let error = crate::faults::disk_full();
+                return Err(FileError::new("write", segment.path(), error));
+            }
             let chunk = (target - at).min(ZERO_CHUNK_BYTES);
             if !self.zero_chunk(segment, at, chunk)? {
                 break;
