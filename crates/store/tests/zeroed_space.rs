@@ -136,9 +136,17 @@ fn a_failed_zeroing_round_is_counted_once_and_the_commits_append() {
     let config = config(dir.path(), 64 << 20);
     let store = open(&config);
     store.faults().fail_preallocations(1_000);
-    let end = put_numbered(&store, 0..100);
+    put_numbered(&store, 0..100);
+    let started = Instant::now();
+    while store.stats().preallocation_failures == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no zeroing round"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     std::thread::sleep(Duration::from_millis(300)); // several rounds of the zeroing thread
-    let end = put_numbered(&store, 100..200).max(end);
+    let end = put_numbered(&store, 100..200);
     assert_eq!(store.stats().preallocation_failures, 1);
     assert!(store.stats().poisoned.is_none());
     store.abandon();

@@ -125,7 +125,9 @@ impl Inner {
 
     /// Writes `chunk` zero bytes at `at`, the file's end, under the commit lock, unless the
     /// segment is no longer the last, the file's end moved (a commit appended, a truncation
-    /// cut), or the store is closing or poisoned (invariant 2). Returns whether it wrote.
+    /// cut), or the store is closing or poisoned (invariant 2), or commits grew large since
+    /// the round began (the committer updates their average under the same lock). Returns
+    /// whether it wrote.
     fn zero_chunk(
         &self,
         segment: &Arc<crate::commitlog::Segment>,
@@ -138,7 +140,12 @@ impl Inner {
             .segments()
             .last()
             .is_some_and(|last| Arc::ptr_eq(last, segment));
+        let pays = self
+            .log
+            .preallocator()
+            .is_some_and(|space| space.zeroing_pays());
         if !still_last
+            || !pays
             || self.flush.is_poisoned()
             || self.closed.load(Ordering::Acquire)
             || segment.len()? != at
