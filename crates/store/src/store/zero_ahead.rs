@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Inner;
+use crate::commitlog::preallocation::Preallocator;
 use crate::error::FileError;
 
 /// How far past the committed end the zeros reach after a round.
@@ -81,7 +82,7 @@ impl Inner {
             return 0;
         }
         let target = (data_end + ZERO_AHEAD_BYTES).min(segment_size);
-        match self.zero_segment(&segment, len, target) {
+        match self.zero_segment(space, &segment, len, target) {
             Ok(written) => written,
             Err(error) => {
                 space.note_zeroing_failure(&segment, target, &error);
@@ -94,14 +95,11 @@ impl Inner {
     /// by chunk (invariant 2), each written back before the next. Returns the bytes of zeros written.
     fn zero_segment(
         &self,
+        space: &Preallocator,
         segment: &Arc<crate::commitlog::Segment>,
         len: u64,
         target: u64,
     ) -> Result<u64, FileError> {
-        let space = self
-            .log
-            .preallocator()
-            .expect("zeroing needs a preallocator");
         let reach = (target + ZERO_AHEAD_BYTES).min(self.log.segment_size());
         space.record_space(segment, target, reach)?;
         let mut at = len;
@@ -111,7 +109,7 @@ impl Inner {
                 return Err(FileError::new("write", segment.path(), error));
             }
             let chunk = (target - at).min(ZERO_CHUNK_BYTES);
-            if !self.zero_chunk(segment, at, chunk)? {
+            if !self.zero_chunk(space, segment, at, chunk)? {
                 break;
             }
             // Written back chunk by chunk, outside the lock: an fsync of the flusher waits for
@@ -130,6 +128,7 @@ impl Inner {
     /// whether it wrote.
     fn zero_chunk(
         &self,
+        space: &Preallocator,
         segment: &Arc<crate::commitlog::Segment>,
         at: u64,
         chunk: u64,
@@ -140,12 +139,8 @@ impl Inner {
             .segments()
             .last()
             .is_some_and(|last| Arc::ptr_eq(last, segment));
-        let pays = self
-            .log
-            .preallocator()
-            .is_some_and(|space| space.zeroing_pays());
         if !still_last
-            || !pays
+            || !space.zeroing_pays()
             || self.flush.is_poisoned()
             || self.closed.load(Ordering::Acquire)
             || segment.len()? != at
