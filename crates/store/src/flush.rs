@@ -632,6 +632,44 @@ mod tests {
         assert_eq!(control.poll_for_work(), Some(true), "the close is seen too");
     }
 
+    /// A flush across a roll syncs the new segment, which makes its directory entry durable
+    /// before its bytes count as flushed (`Segment::create` leaves that to the first sync);
+    /// a segment with no bytes below the target is left for a later flush.
+    #[test]
+    fn a_flush_across_a_roll_makes_each_new_segments_entry_durable() {
+        use crate::commitlog::writer::{commit_chunks, TailChunk};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let segment_size = 1 << 16;
+        let log = CommitLog::open(dir.path(), segment_size, 4096).expect("log");
+        // The first two chunks end their segments (as a roll's BLANK marker does).
+        let chunk = |start: u64, ends_segment: bool| TailChunk {
+            start,
+            bytes: vec![7; 100],
+            ends_segment,
+        };
+        let chunks = [
+            chunk(0, true),
+            chunk(segment_size, true),
+            chunk(2 * segment_size, false),
+        ];
+        commit_chunks(&log, &chunks).expect("commit");
+        let durable = || {
+            log.segments()
+                .iter()
+                .map(|segment| segment.entry_durable())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(durable(), [false, false, false], "created, not yet synced");
+        let control = FlushControl::new(0, Duration::from_millis(500));
+        control.flush_once(&log, segment_size + 100).expect("flush");
+        assert_eq!(control.flushed_end(), segment_size + 100);
+        assert_eq!(durable(), [true, true, false]);
+        control
+            .flush_once(&log, 2 * segment_size + 100)
+            .expect("flush");
+        assert_eq!(durable(), [true, true, true]);
+    }
+
     #[test]
     fn waiter_of_a_cut_record_gets_truncated_not_durable() {
         let (control, epoch) = cut_control();
