@@ -200,3 +200,63 @@ fn a_failed_extension_falls_back_to_plain_writes() {
     assert_eq!(store.recovery_report().cut, None);
     assert_eq!(bodies(&store), expected(0..100));
 }
+
+/// The record covers the active segment and the next ones, and the flusher moves it to each new
+/// last segment: the commit that rolls the log writes no record (its fsync waited behind
+/// the flusher's writeback), and a crash after rolls reports the new segment's zeros as
+/// space.
+#[test]
+fn a_roll_finds_its_segment_recorded_ahead_and_a_crash_after_it_reports_space() {
+    use ferromq_store::commitlog::preallocation::{read_record, Allocation, MAPPED_COVER_SEGMENTS};
+    const SEGMENT: u64 = 256 * 1024;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.segment_size_bytes = SEGMENT;
+    let store = open(&config);
+    let record = || read_record(dir.path()).expect("read the record");
+    let covering = |segment: u64| Allocation {
+        segment_start: segment * SEGMENT,
+        len: MAPPED_COVER_SEGMENTS * SEGMENT,
+    };
+    let text = |i: usize| format!("{}{}", body(i), "y".repeat(2048));
+    let mut sent = Vec::new();
+    let put_until_segment = |segment: u64, sent: &mut Vec<String>| {
+        while store.stats().written_end < segment * SEGMENT + 4096 {
+            let next = text(sent.len());
+            store
+                .put(&[draft("T", 0, next.as_bytes(), b"")])
+                .expect("put");
+            sent.push(next);
+        }
+    };
+    put_until_segment(0, &mut sent);
+    assert_eq!(record(), Some(covering(0)), "the first extension's record");
+    put_until_segment(1, &mut sent);
+    assert_eq!(record(), Some(covering(0)), "the roll wrote no record");
+    assert_eq!(file_lens(dir.path()).len(), 2);
+
+    // A flush pass moves the record to the new last segment.
+    store
+        .wait_durable(store.stats().written_end)
+        .expect("flushed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while record() != Some(covering(1)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(record(), Some(covering(1)), "the flusher moved the record");
+    put_until_segment(2, &mut sent);
+    assert_eq!(
+        record(),
+        Some(covering(1)),
+        "the second roll wrote none either"
+    );
+    let lens = file_lens(dir.path());
+    assert!(lens[2] > 4096, "the new segment has space: {lens:?}");
+    store.abandon();
+
+    let store = open(&config);
+    let report = store.recovery_report().clone();
+    assert_eq!(report.cut, None, "space is not a cut: {report:?}");
+    assert!(report.preallocated_trimmed > 0, "{report:?}");
+    assert_eq!(bodies(&store), sent);
+}

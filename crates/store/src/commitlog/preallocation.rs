@@ -11,12 +11,15 @@
 //! writes there is nothing to gain (windowed sends were 3–5% slower with it); with mapped
 //! writes (`super::mapping`, the ASYNC_FLUSH default) the extension is what makes the map
 //! safe to copy into, so every commit past the file's length extends it, by
-//! [`MAPPED_STEP_BYTES`], whatever the commit sizes. There the record covers the whole
-//! segment, written once when the segment is first extended: a record fsync per step
-//! queued behind the flusher's writeback of the same disk and stalled the committer for up
-//! to 45 ms. It tells recovery no less than per-step records would: under mapped writes data
-//! never grows the file, so zeros after the data are space or an unflushed suffix, which
-//! ASYNC_FLUSH may lose in an OS crash either way.
+//! [`MAPPED_STEP_BYTES`], whatever the commit sizes. There a record covers the active
+//! segment and the next ones ([`MAPPED_COVER_SEGMENTS`]): a record fsync per step queued
+//! behind the flusher's writeback of the same disk and stalled the committer for up to
+//! 45 ms, and one per segment, written at its first extension, up to 140 ms; so the flusher
+//! moves the record to the new last segment after its passes
+//! ([`Preallocator::advance_cover`]) and a roll finds its segment covered. It tells
+//! recovery no less than per-step records would:
+//! under mapped writes data never grows the file, so zeros after the data are space or an
+//! unflushed suffix, which ASYNC_FLUSH may lose in an OS crash either way.
 //!
 //! Only while commits are small: the first write into a reserved block converts it, and a
 //! commit of many blocks costs as much as an append or more (4 KiB: 196–200 µs either way;
@@ -69,6 +72,11 @@ pub const ZEROING_COMMIT_MAX_BYTES: u64 = 64 << 10;
 /// How far past the bytes about to be written an extension for mapped writes reaches: one
 /// extension (a record fsync and an `fallocate`) per this many bytes of log.
 pub const MAPPED_STEP_BYTES: u64 = 32 << 20;
+/// Mapped writes: segments a record covers, from the active one on, so the next segments
+/// are covered before the log rolls into them. More than two: the flusher moves the record
+/// after its passes (every 500 ms by default), and at full speed the log filled 128 MiB
+/// segments faster than that (docs/performance.md).
+pub const MAPPED_COVER_SEGMENTS: u64 = 4;
 /// Weight of the newest commit in the moving average of commit sizes: 1 / this.
 const COMMIT_AVERAGE_WINDOW: u64 = 8;
 /// The record file, in the store's root directory.
@@ -78,16 +86,37 @@ const ZERO_SCAN_WINDOW_BYTES: u64 = 1 << 20;
 /// Encoded size of an [`Allocation`]: start, length, CRC-32 of both.
 const RECORD_LEN: usize = 20;
 
-/// The space the last extension gave a segment file.
+/// The space the last extension gave a segment file: the physical span
+/// `[segment_start, segment_start + len)` may hold space (zeros that are not data). Under
+/// mapped writes `len` passes the segment's end, and the span covers the next segment too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
     /// The segment's start offset.
     pub segment_start: u64,
-    /// The file's length after the extension.
+    /// The file's length after the extension (the span's length).
     pub len: u64,
 }
 
 impl Allocation {
+    /// The end of the covered span (physical).
+    fn span_end(&self) -> u64 {
+        self.segment_start.saturating_add(self.len)
+    }
+
+    /// Whether the span covers the physical range `[from, to)`.
+    fn covers(&self, from: u64, to: u64) -> bool {
+        self.segment_start <= from && to <= self.span_end()
+    }
+
+    /// How many bytes from the start of the segment at `segment_start` the span covers
+    /// (zero when it does not reach it).
+    fn covered_in(&self, segment_start: u64) -> u64 {
+        if segment_start < self.segment_start {
+            return 0;
+        }
+        self.span_end().saturating_sub(segment_start)
+    }
+
     fn encode(&self) -> [u8; RECORD_LEN] {
         let mut bytes = [0u8; RECORD_LEN];
         bytes[..8].copy_from_slice(&self.segment_start.to_be_bytes());
@@ -140,9 +169,14 @@ pub struct Preallocator {
     /// Zeroed space (SYNC_FLUSH, `zeroed_space`): a background thread writes zeros ahead of
     /// the commits (`store::zero_ahead`); commits never extend the file themselves.
     zeroing: bool,
-    /// Mapped writes: the segment whose whole span the durable record covers
-    /// ([`NO_SEGMENT`] when none does), so its further extensions need no record.
-    covered_segment: AtomicU64,
+    /// Mapped writes: the physical span the durable record covers, `[covered_from,
+    /// covered_to)` (empty when none is known durable), read by the committer without the
+    /// record's lock, so a commit never waits for a record fsync of the flusher's
+    /// (`advance_cover`). Written under the lock after the record is durable; while a new
+    /// record is written the old span stays, which is sound because every record written
+    /// covers the segment the committer writes (see `advance_cover`).
+    covered_from: AtomicU64,
+    covered_to: AtomicU64,
 }
 
 /// The `preallocation` file and what it says.
@@ -152,9 +186,6 @@ struct RecordFile {
     /// The allocation last written and synced (`None` before the first, or after a failure).
     durable: Option<Allocation>,
 }
-
-/// No segment is covered by the record.
-const NO_SEGMENT: u64 = u64::MAX;
 
 impl Preallocator {
     /// A preallocator keeping its record under the store's `root`.
@@ -168,7 +199,8 @@ impl Preallocator {
             retry_from: AtomicU64::new(0),
             mapped: false,
             zeroing: false,
-            covered_segment: AtomicU64::new(NO_SEGMENT),
+            covered_from: AtomicU64::new(0),
+            covered_to: AtomicU64::new(0),
         }
     }
 
@@ -302,18 +334,65 @@ impl Preallocator {
         self.allocate(log, segment, target)
     }
 
-    /// Mapped writes: records that `segment`'s whole span may be space, unless the record
-    /// already says so (invariant 1 for every extension of it).
+    /// Mapped writes: records that `segment`'s whole span, and the next segments', may be
+    /// space, unless the durable record covers `segment` already (invariant 1 for every
+    /// extension of it). After the first segment the record is usually written ahead by
+    /// [`Preallocator::advance_cover`], off the committer's path.
     fn cover_segment(&self, log: &CommitLog, segment: &Segment) -> Result<(), FileError> {
-        if self.covered_segment.load(Ordering::Relaxed) == segment.start {
+        let end = segment.start + log.segment_size();
+        if self.known_to_cover(segment.start, end) {
             return Ok(());
         }
-        self.write_record(Allocation {
+        let mut record = self.record.lock().expect("preallocation record lock");
+        if record.durable.is_some_and(|a| a.covers(segment.start, end)) {
+            return Ok(());
+        }
+        let allocation = Allocation {
             segment_start: segment.start,
-            len: log.segment_size(),
-        })?;
-        self.covered_segment.store(segment.start, Ordering::Relaxed);
-        Ok(())
+            len: MAPPED_COVER_SEGMENTS * log.segment_size(),
+        };
+        self.write_record_locked(&mut record, allocation)
+    }
+
+    /// Mapped writes, off the committer's path (the flusher, after each pass): unless the
+    /// durable record starts at the last segment, records the last segment and the next ones
+    /// as space, so the commit that rolls the log into the next finds it covered and writes no
+    /// record (that record's fsync waited behind the flusher's writeback: up to 140 ms
+    /// at full speed, docs/performance.md). A failure is counted; the committer then
+    /// records the segment itself.
+    ///
+    /// Why a commit may trust the old span while this writes a new one: the last segment,
+    /// read under the record's lock, is the committer's segment or one before it, no further
+    /// back than the old span's start (the committer cannot pass the old span's end without
+    /// that lock), so the new span, as long as the old one from a later start, covers it.
+    pub fn advance_cover(&self, log: &CommitLog) {
+        if !self.mapped || !self.supported.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut record = self.record.lock().expect("preallocation record lock");
+        let Some(last) = log.segments().last().cloned() else {
+            return;
+        };
+        let allocation = Allocation {
+            segment_start: last.start,
+            len: MAPPED_COVER_SEGMENTS * log.segment_size(),
+        };
+        if record
+            .durable
+            .is_some_and(|a| a.covers(last.start, allocation.span_end()))
+        {
+            return;
+        }
+        if let Err(error) = self.write_record_locked(&mut record, allocation) {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%error, "recording the next CommitLog segment's space failed");
+        }
+    }
+
+    /// Mapped writes: whether the record is known durable and covering `[from, to)`.
+    fn known_to_cover(&self, from: u64, to: u64) -> bool {
+        self.covered_from.load(Ordering::Acquire) <= from
+            && to <= self.covered_to.load(Ordering::Acquire)
     }
 
     /// Extends `segment`'s file to `target` bytes (the record already covers them).
@@ -370,7 +449,6 @@ impl Preallocator {
         if last.len()? > keep {
             last.truncate(keep)?;
         }
-        self.covered_segment.store(NO_SEGMENT, Ordering::Relaxed);
         self.write_record(Allocation {
             segment_start: last.start,
             len: keep,
@@ -385,6 +463,26 @@ impl Preallocator {
 
     /// [`Preallocator::write_record`] with the record's lock held; remembers what is durable.
     fn write_record_locked(
+        &self,
+        record: &mut RecordFile,
+        allocation: Allocation,
+    ) -> Result<(), FileError> {
+        let written = self.write_record_file(record, allocation);
+        match written {
+            Ok(()) => {
+                self.covered_from
+                    .store(allocation.segment_start, Ordering::Release);
+                self.covered_to
+                    .store(allocation.span_end(), Ordering::Release);
+            }
+            Err(_) => self.covered_to.store(0, Ordering::Release),
+        }
+        written
+    }
+
+    /// Writes and syncs the record file; `record.durable` is the allocation after success,
+    /// `None` after a failure.
+    fn write_record_file(
         &self,
         record: &mut RecordFile,
         allocation: Allocation,
@@ -431,11 +529,12 @@ pub fn preallocated_zeros(
     let (Some(record), Some(last)) = (record, log.segments().last().cloned()) else {
         return Ok(0);
     };
-    if record.segment_start != last.start {
+    let covered = record.covered_in(last.start);
+    if covered == 0 {
         return Ok(0);
     }
     let floor = pos.max(last.start) - last.start;
-    let mut end = record.len.min(last.len()?);
+    let mut end = covered.min(last.len()?);
     let top = end;
     let mut window = Vec::new();
     while end > floor {

@@ -46,9 +46,16 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 &|| inner.commit_tail_in_background(),
                 // Under SyncFlush readers see what is flushed: a waiting reader wakes the
                 // dispatcher per fsync (one wake-up per group commit), not at its tick.
+                // Under mapped writes (AsyncFlush) the pass also records the next segment's
+                // space ahead of the roll, off the committer's path (not once the store is
+                // poisoned: it writes nothing more).
                 &|| {
                     if sync {
                         inner.wake_dispatcher_for_readers();
+                    } else if let Some(space) = inner.log.preallocator() {
+                        if !inner.flush.is_poisoned() {
+                            space.advance_cover(&inner.log);
+                        }
                     }
                 },
             )
