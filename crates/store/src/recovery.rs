@@ -137,6 +137,9 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
         // The space is cut; the record must not go on covering zeros a later run leaves.
         preallocator.trim(&log, end)?;
     }
+    // A next segment's file prepared by an earlier run is not a segment (it was never
+    // renamed to one): its reserved space goes.
+    crate::commitlog::next_segment::NextSegment::discard_leftover(root)?;
     // SyncFlush: small commits gain an fsync that writes no file size. AsyncFlush: mapped
     // writes need the space; plain writes into reserved blocks only cost (windowed sends
     // 3-5% slower; docs/performance.md).

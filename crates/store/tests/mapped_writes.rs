@@ -201,10 +201,10 @@ fn a_failed_extension_falls_back_to_plain_writes() {
     assert_eq!(bodies(&store), expected(0..100));
 }
 
-/// The record covers the active segment and the next ones, and the flusher moves it to each new
-/// last segment: the commit that rolls the log writes no record (its fsync waited behind
-/// the flusher's writeback), and a crash after rolls reports the new segment's zeros as
-/// space.
+/// The record covers the active segment and the next ones, and half way through each
+/// segment it moves to it: the commit that rolls the log writes no record (its fsync waited
+/// behind the flusher's writeback), and a crash after rolls reports the new segment's zeros
+/// as space.
 #[test]
 fn a_roll_finds_its_segment_recorded_ahead_and_a_crash_after_it_reports_space() {
     use ferromq_store::commitlog::preallocation::{read_record, Allocation, MAPPED_COVER_SEGMENTS};
@@ -235,15 +235,23 @@ fn a_roll_finds_its_segment_recorded_ahead_and_a_crash_after_it_reports_space() 
     assert_eq!(record(), Some(covering(0)), "the roll wrote no record");
     assert_eq!(file_lens(dir.path()).len(), 2);
 
-    // A flush pass moves the record to the new last segment.
-    store
-        .wait_durable(store.stats().written_end)
-        .expect("flushed");
+    // Half way through the new segment the record moves to it, off the committer's path.
+    while store.stats().written_end < SEGMENT + SEGMENT / 2 + 4096 {
+        let next = text(sent.len());
+        store
+            .put(&[draft("T", 0, next.as_bytes(), b"")])
+            .expect("put");
+        sent.push(next);
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while record() != Some(covering(1)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(record(), Some(covering(1)), "the flusher moved the record");
+    assert_eq!(
+        record(),
+        Some(covering(1)),
+        "the record moved ahead of the roll"
+    );
     put_until_segment(2, &mut sent);
     assert_eq!(
         record(),
@@ -258,5 +266,69 @@ fn a_roll_finds_its_segment_recorded_ahead_and_a_crash_after_it_reports_space() 
     let report = store.recovery_report().clone();
     assert_eq!(report.cut, None, "space is not a cut: {report:?}");
     assert!(report.preallocated_trimmed > 0, "{report:?}");
+    assert_eq!(bodies(&store), sent);
+}
+
+/// Half way through a segment the next segment's file is prepared, its blocks reserved, and
+/// the roll takes it, so the committer's extensions of it allocate nothing; the prepared
+/// file never counts as a segment, and a crash's leftover one and a clean close's are
+/// deleted.
+#[test]
+fn a_roll_takes_a_segment_file_prepared_ahead_with_its_blocks_reserved() {
+    use ferromq_store::commitlog::next_segment::NEXT_FILE;
+    use std::os::unix::fs::MetadataExt;
+    const SEGMENT: u64 = 256 * 1024;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.segment_size_bytes = SEGMENT;
+    let prepared = dir.path().join(NEXT_FILE);
+    let blocks_of = |path: &Path| std::fs::metadata(path).expect("metadata").blocks() * 512;
+    let wait_prepared = || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !(prepared.exists() && blocks_of(&prepared) >= SEGMENT) {
+            assert!(std::time::Instant::now() < deadline, "nothing prepared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    let store = open(&config);
+    let text = |i: usize| format!("{}{}", body(i), "z".repeat(2048));
+    let mut sent = Vec::new();
+    let put_until = |store: &MessageStore, end: u64, sent: &mut Vec<String>| {
+        while store.stats().written_end < end {
+            let next = text(sent.len());
+            store
+                .put(&[draft("T", 0, next.as_bytes(), b"")])
+                .expect("put");
+            sent.push(next);
+        }
+    };
+    // Half way through segment 0 the file of segment 1 is prepared.
+    put_until(&store, SEGMENT / 2 + 4096, &mut sent);
+    wait_prepared();
+    let prepared_meta = std::fs::metadata(&prepared).expect("meta");
+    assert_eq!(prepared_meta.len(), 0, "reads as empty");
+    put_until(&store, SEGMENT + 4096, &mut sent);
+    let (start, path) = segment_files(dir.path()).pop().expect("segment");
+    assert_eq!(start, SEGMENT);
+    assert_eq!(
+        std::fs::metadata(&path).expect("meta").ino(),
+        prepared_meta.ino(),
+        "the new segment is the prepared file"
+    );
+    assert!(blocks_of(&path) >= SEGMENT, "{} bytes", blocks_of(&path));
+    put_until(&store, SEGMENT + SEGMENT / 2 + 4096, &mut sent);
+    wait_prepared();
+    store.abandon();
+
+    assert!(prepared.exists(), "a crash leaves the prepared file");
+    let store = open(&config);
+    assert!(!prepared.exists(), "deleted at open");
+    assert_eq!(store.recovery_report().cut, None);
+    assert_eq!(bodies(&store), sent);
+    put_until(&store, 2 * SEGMENT + SEGMENT / 2 + 4096, &mut sent);
+    wait_prepared();
+    store.close().expect("close");
+    assert!(!prepared.exists(), "deleted at a clean close");
+    let store = open(&config);
     assert_eq!(bodies(&store), sent);
 }

@@ -11,6 +11,7 @@
 
 mod file_map;
 mod mapping;
+pub mod next_segment;
 pub mod preallocation;
 mod read_map;
 pub mod region;

@@ -14,12 +14,13 @@
 //! [`MAPPED_STEP_BYTES`], whatever the commit sizes. There a record covers the active
 //! segment and the next ones ([`MAPPED_COVER_SEGMENTS`]): a record fsync per step queued
 //! behind the flusher's writeback of the same disk and stalled the committer for up to
-//! 45 ms, and one per segment, written at its first extension, up to 140 ms; so the flusher
-//! moves the record to the new last segment after its passes
-//! ([`Preallocator::advance_cover`]) and a roll finds its segment covered. It tells
-//! recovery no less than per-step records would:
-//! under mapped writes data never grows the file, so zeros after the data are space or an
-//! unflushed suffix, which ASYNC_FLUSH may lose in an OS crash either way.
+//! 45 ms, and one per segment, written at its first extension, up to 140 ms; so half way
+//! through each segment the thread that prepares the next segment's file
+//! (`super::next_segment`) first moves the record to the active segment
+//! ([`Preallocator::advance_cover`]), and a roll finds its segment covered. It tells
+//! recovery no less than per-step records would: under mapped writes data never grows the
+//! file, so zeros after the data are space or an unflushed suffix, which ASYNC_FLUSH may
+//! lose in an OS crash either way.
 //!
 //! Only while commits are small: the first write into a reserved block converts it, and a
 //! commit of many blocks costs as much as an append or more (4 KiB: 196–200 µs either way;
@@ -53,6 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::next_segment::NextSegment;
 use super::{CommitLog, Segment};
 use crate::error::FileError;
 
@@ -73,9 +75,9 @@ pub const ZEROING_COMMIT_MAX_BYTES: u64 = 64 << 10;
 /// extension (a record fsync and an `fallocate`) per this many bytes of log.
 pub const MAPPED_STEP_BYTES: u64 = 32 << 20;
 /// Mapped writes: segments a record covers, from the active one on, so the next segments
-/// are covered before the log rolls into them. More than two: the flusher moves the record
-/// after its passes (every 500 ms by default), and at full speed the log filled 128 MiB
-/// segments faster than that (docs/performance.md).
+/// are covered before the log rolls into them. Two would do when the record moves half way
+/// through every segment; the margin covers a record write that waited long behind the
+/// disk's queue while the log rolled on.
 pub const MAPPED_COVER_SEGMENTS: u64 = 4;
 /// Weight of the newest commit in the moving average of commit sizes: 1 / this.
 const COMMIT_AVERAGE_WINDOW: u64 = 8;
@@ -171,12 +173,16 @@ pub struct Preallocator {
     zeroing: bool,
     /// Mapped writes: the physical span the durable record covers, `[covered_from,
     /// covered_to)` (empty when none is known durable), read by the committer without the
-    /// record's lock, so a commit never waits for a record fsync of the flusher's
+    /// record's lock, so a commit never waits for a record fsync made ahead of the roll
     /// (`advance_cover`). Written under the lock after the record is durable; while a new
     /// record is written the old span stays, which is sound because every record written
     /// covers the segment the committer writes (see `advance_cover`).
     covered_from: AtomicU64,
     covered_to: AtomicU64,
+    /// Mapped writes: the next segment's file, prepared ahead of the roll.
+    next: Option<NextSegment>,
+    /// The segment start whose preparation the committer last asked for.
+    next_requested: AtomicU64,
 }
 
 /// The `preallocation` file and what it says.
@@ -201,6 +207,8 @@ impl Preallocator {
             zeroing: false,
             covered_from: AtomicU64::new(0),
             covered_to: AtomicU64::new(0),
+            next: None,
+            next_requested: AtomicU64::new(0),
         }
     }
 
@@ -209,6 +217,7 @@ impl Preallocator {
     pub fn for_mapped_writes(root: &Path) -> Preallocator {
         Preallocator {
             mapped: true,
+            next: Some(NextSegment::new(root)),
             ..Preallocator::new(root)
         }
     }
@@ -220,6 +229,17 @@ impl Preallocator {
             zeroing: true,
             ..Preallocator::new(root)
         }
+    }
+
+    /// Mapped writes: the next segment's file, prepared ahead of the roll.
+    pub fn next_segment(&self) -> Option<&NextSegment> {
+        self.next.as_ref()
+    }
+
+    /// Counts a failure to prepare the next segment (`next_segment` invariant 3).
+    pub fn note_next_segment_failure(&self, error: &FileError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "preparing the next CommitLog segment failed");
     }
 
     /// Whether the space is zeroed ahead by a background thread.
@@ -303,6 +323,7 @@ impl Preallocator {
     /// file's new length (invariant 4). On failure the map keeps its room and the commit
     /// writes with `pwrite` (invariant 3).
     fn make_mapped_room(&self, log: &CommitLog, segment: &Segment, end: u64) {
+        self.prepare_next_from_half_way(log, segment, end);
         if segment.mapped_room() >= end
             || !self.supported.load(Ordering::Relaxed)
             || segment.start + end < self.retry_from.load(Ordering::Relaxed)
@@ -323,6 +344,21 @@ impl Preallocator {
         if let Err(error) = result {
             self.note_failure(segment, target, &error);
         }
+    }
+
+    /// Mapped writes: once a commit reaches half way through `segment`, asks for the next
+    /// segment's file to be prepared (`super::next_segment`), once per segment.
+    fn prepare_next_from_half_way(&self, log: &CommitLog, segment: &Segment, end: u64) {
+        let Some(next) = &self.next else {
+            return;
+        };
+        let next_start = segment.start + log.segment_size();
+        if end < log.segment_size() / 2 || self.next_requested.load(Ordering::Relaxed) == next_start
+        {
+            return;
+        }
+        self.next_requested.store(next_start, Ordering::Relaxed);
+        next.request(next_start);
     }
 
     /// Records the extension of `segment` to `target`, then makes it (invariant 1).
@@ -354,12 +390,12 @@ impl Preallocator {
         self.write_record_locked(&mut record, allocation)
     }
 
-    /// Mapped writes, off the committer's path (the flusher, after each pass): unless the
-    /// durable record starts at the last segment, records the last segment and the next ones
+    /// Mapped writes, off the committer's path (the thread preparing the next segment, half
+    /// way through each segment): unless the durable record starts at the last segment, records the last segment and the next ones
     /// as space, so the commit that rolls the log into the next finds it covered and writes no
     /// record (that record's fsync waited behind the flusher's writeback: up to 140 ms
     /// at full speed, docs/performance.md). A failure is counted; the committer then
-    /// records the segment itself.
+    /// records a segment the record does not cover itself.
     ///
     /// Why a commit may trust the old span while this writes a new one: the last segment,
     /// read under the record's lock, is the committer's segment or one before it, no further

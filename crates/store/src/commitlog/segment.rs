@@ -90,6 +90,21 @@ impl Segment {
         })
     }
 
+    /// The segment at `start` in `file`, just renamed to `path` (a file prepared ahead of
+    /// the roll, `super::next_segment`): as [`Segment::create`], its directory entry is made
+    /// durable by its first sync.
+    pub fn adopt(path: PathBuf, start: u64, file: File) -> Segment {
+        Segment {
+            start,
+            file,
+            path,
+            truncations: AtomicU64::new(0),
+            entry_durable: AtomicBool::new(false),
+            mapped: Mutex::new(None),
+            read_map: RwLock::new(ReadMapSlot::Untried),
+        }
+    }
+
     /// Opens an existing segment file (`ReadOnly`: a check that must change nothing).
     pub fn open(path: PathBuf, start: u64, access: Access) -> Result<Segment, FileError> {
         let file = OpenOptions::new()

@@ -322,7 +322,7 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
             Some(segment) => segment,
             None => {
                 let start = log.segment_start_of(chunk.start);
-                let segment = Arc::new(Segment::create(log.dir(), start)?);
+                let segment = Arc::new(new_segment(log, start)?);
                 log.insert_segment(segment.clone());
                 segment
             }
@@ -354,6 +354,24 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
         log.publish_committed_end(chunk.end(log.segment_size()));
     }
     Ok(())
+}
+
+/// The file for the segment at `start`: the one prepared for it when ready (mapped writes,
+/// `super::next_segment`), else a new one.
+fn new_segment(log: &CommitLog, start: u64) -> Result<Segment, FileError> {
+    let Some(space) = log.preallocator() else {
+        return Segment::create(log.dir(), start);
+    };
+    let Some(next) = space.next_segment() else {
+        return Segment::create(log.dir(), start);
+    };
+    let path = log.dir().join(crate::fsutil::offset_file_name(start));
+    match next.take(start, &path) {
+        Ok(Some(file)) => return Ok(Segment::adopt(path, start, file)),
+        Ok(None) => {}
+        Err(error) => space.note_next_segment_failure(&error),
+    }
+    Segment::create(log.dir(), start)
 }
 
 /// Largest capacity a fresh tail buffer starts with. Committed buffers wait for the

@@ -37,6 +37,14 @@ pub struct RetentionReport {
 }
 
 impl Inner {
+    /// Stops the thread preparing the next segment's file (`commitlog::next_segment`), so
+    /// a close or an abandon can join it.
+    pub(crate) fn stop_preparing_segments(&self) {
+        if let Some(next) = self.log.preallocator().and_then(|p| p.next_segment()) {
+            next.close();
+        }
+    }
+
     /// Dispatches up to the dispatch limit and publishes the new dispatched end.
     pub(crate) fn dispatch_once(&self) -> Result<(), DispatchError> {
         if self.log.faults.take_dispatch() {

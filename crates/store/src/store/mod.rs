@@ -573,6 +573,7 @@ impl MessageStore {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.log.faults.release_stalls();
         self.inner.flush.close();
+        self.inner.stop_preparing_segments();
         self.inner.dispatch_signal.notify();
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
@@ -593,6 +594,7 @@ impl MessageStore {
         self.inner.log.faults.release_stalls();
         let result = self.inner.final_checkpoint();
         self.inner.flush.close();
+        self.inner.stop_preparing_segments();
         self.inner.dispatch_signal.notify();
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
@@ -604,6 +606,7 @@ impl MessageStore {
         if let Some(preallocator) = self.inner.log.preallocator() {
             preallocator.trim(&self.inner.log, self.inner.log.committed_end())?;
         }
+        crate::commitlog::next_segment::NextSegment::discard_leftover(&self.inner.config.root_dir)?;
         crate::fsutil::remove_file(&recovery::abort_marker(&self.inner.config.root_dir))?;
         Ok(())
     }

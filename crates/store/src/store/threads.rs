@@ -46,16 +46,9 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 &|| inner.commit_tail_in_background(),
                 // Under SyncFlush readers see what is flushed: a waiting reader wakes the
                 // dispatcher per fsync (one wake-up per group commit), not at its tick.
-                // Under mapped writes (AsyncFlush) the pass also records the next segment's
-                // space ahead of the roll, off the committer's path (not once the store is
-                // poisoned: it writes nothing more).
                 &|| {
                     if sync {
                         inner.wake_dispatcher_for_readers();
-                    } else if let Some(space) = inner.log.preallocator() {
-                        if !inner.flush.is_poisoned() {
-                            space.advance_cover(&inner.log);
-                        }
                     }
                 },
             )
@@ -70,6 +63,14 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
         spawn("ferromq-checkpoint", move || checkpoint_loop(&inner))
     };
     let mut threads = vec![flusher, dispatcher, checkpointer];
+    if inner
+        .log
+        .preallocator()
+        .is_some_and(|p| p.next_segment().is_some())
+    {
+        let inner = inner.clone();
+        threads.push(spawn("ferromq-next-seg", move || prepare_loop(&inner)));
+    }
     if inner.log.preallocator().is_some_and(|p| p.zeroes()) {
         let inner = inner.clone();
         threads.push(spawn("ferromq-zeroes", move || zero_loop(&inner)));
@@ -92,6 +93,28 @@ fn zero_loop(inner: &Inner) {
         };
         last_end = end;
         std::thread::sleep(tick);
+    }
+}
+
+/// Mapped writes, half way through each segment until the store closes: moves the
+/// preallocation record to the active segment (`Preallocator::advance_cover`), then
+/// prepares the next segment's file (`commitlog::next_segment`), both ahead of the roll.
+/// Not once the store is poisoned: it writes nothing more.
+fn prepare_loop(inner: &Inner) {
+    let Some(space) = inner.log.preallocator() else {
+        return;
+    };
+    if let Some(next) = space.next_segment() {
+        next.run(
+            inner.log.segment_size(),
+            &|| {
+                if !inner.flush.is_poisoned() {
+                    space.advance_cover(&inner.log);
+                }
+                !inner.flush.is_poisoned()
+            },
+            &|error| space.note_next_segment_failure(error),
+        );
     }
 }
 
