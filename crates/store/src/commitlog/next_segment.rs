@@ -161,28 +161,15 @@ impl NextSegment {
 }
 
 /// Allocates `len` bytes of blocks for `file` without changing its length.
-#[cfg(target_os = "linux")]
 fn reserve(file: &File, len: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    loop {
-        // SAFETY: `fallocate` takes a file descriptor and integers only, no memory; the
-        // descriptor is `file`'s, open for writing and alive for the whole call.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
-        if error.kind() != std::io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
+    super::segment::allocate_file(file, KEEP_SIZE, len)
 }
 
+#[cfg(target_os = "linux")]
+const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+/// Unused: `allocate_file` is unsupported off Linux.
 #[cfg(not(target_os = "linux"))]
-fn reserve(_file: &File, _len: u64) -> std::io::Result<()> {
-    Err(std::io::ErrorKind::Unsupported.into())
-}
+const KEEP_SIZE: i32 = 0;
 
 #[cfg(test)]
 mod tests {

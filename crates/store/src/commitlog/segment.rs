@@ -79,15 +79,7 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .map_err(|e| FileError::new("create segment", &path, e))?;
-        Ok(Segment {
-            start,
-            file,
-            path,
-            truncations: AtomicU64::new(0),
-            entry_durable: AtomicBool::new(false),
-            mapped: Mutex::new(None),
-            read_map: RwLock::new(ReadMapSlot::Untried),
-        })
+        Ok(Segment::adopt(path, start, file))
     }
 
     /// The segment at `start` in `file`, just renamed to `path` (a file prepared ahead of
@@ -248,7 +240,7 @@ impl Segment {
     /// flags: the size changes and the blocks are reserved, so later writes below `len` do
     /// not change the file's size). Never shrinks the file.
     pub fn allocate(&self, len: u64) -> Result<(), FileError> {
-        allocate_file(&self.file, len).map_err(|e| FileError::new("fallocate", &self.path, e))
+        allocate_file(&self.file, 0, len).map_err(|e| FileError::new("fallocate", &self.path, e))
     }
 
     /// Writes `len` zero bytes at `pos` (relative), extending the file when they pass its
@@ -401,14 +393,16 @@ impl AsFd for Segment {
     }
 }
 
+/// `fallocate(file, mode, 0, len)`, retried when interrupted: mode 0 extends the file to
+/// `len` with allocated, zero-reading blocks; `FALLOC_FL_KEEP_SIZE` only reserves them.
 #[cfg(target_os = "linux")]
-fn allocate_file(file: &File, len: u64) -> std::io::Result<()> {
+pub(crate) fn allocate_file(file: &File, mode: i32, len: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let len = libc::off_t::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
     loop {
         // SAFETY: `fallocate` takes a file descriptor and integers only, no memory; the
         // descriptor is `file`'s, open for writing and alive for the whole call.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, 0, len) };
         if rc == 0 {
             return Ok(());
         }
@@ -420,7 +414,7 @@ fn allocate_file(file: &File, len: u64) -> std::io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn allocate_file(_file: &File, _len: u64) -> std::io::Result<()> {
+pub(crate) fn allocate_file(_file: &File, _mode: i32, _len: u64) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
