@@ -90,7 +90,8 @@ const RECORD_LEN: usize = 20;
 
 /// The space the last extension gave a segment file: the physical span
 /// `[segment_start, segment_start + len)` may hold space (zeros that are not data). Under
-/// mapped writes `len` passes the segment's end, and the span covers the next segment too.
+/// mapped writes `len` passes the segment's end, and the span covers the next segments too
+/// ([`MAPPED_COVER_SEGMENTS`] in all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
     /// The segment's start offset.
