@@ -580,3 +580,37 @@ async fn a_second_master_of_a_broker_name_does_not_start() {
     let _ = stop.send(());
     serving.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_publishes_of_one_catalog_change_append_one_record() {
+    use ferromq_broker::replication::catalog_log::CATALOG_TOPIC;
+    let dir = tempfile::tempdir().unwrap();
+    let master = Broker::start(master_config(dir.path(), "ASYNC_MASTER"))
+        .await
+        .unwrap();
+    let ctx = master.context();
+    ferromq_broker::core::catalog::published(ctx)
+        .await
+        .expect("the start catalog acknowledged");
+    let store = ctx.store.clone();
+    let records = || {
+        store
+            .queue_bounds(CATALOG_TOPIC, 0)
+            .map_or(0, |(_, max)| max)
+    };
+    eventually("the start catalog dispatched", || records() >= 1).await;
+    let before = records();
+    // One change; the publisher loop wakes on it while an admin reply and two more callers
+    // publish at the same time, as an admin change racing the loop does.
+    let fresh = ferromq_protocol::remoting::body::topic::TopicConfig::new("Fresh");
+    assert!(ctx.topics.upsert(fresh).unwrap());
+    let published = ferromq_broker::core::catalog::published;
+    let (a, b, c) = tokio::join!(published(ctx), published(ctx), published(ctx));
+    for result in [a, b, c] {
+        result.expect("the change acknowledged");
+    }
+    eventually("the change's record dispatched", || records() > before).await;
+    // Give the publisher loop several polls to append a duplicate, if it were to.
+    tokio::time::sleep(ferromq_broker::replication::catalog_log::CATALOG_POLL * 4).await;
+    assert_eq!(records(), before + 1, "one record for one catalog change");
+}

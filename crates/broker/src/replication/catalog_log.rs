@@ -72,6 +72,9 @@ pub enum CatalogError {
 pub struct CatalogLog {
     /// (topic version, group version) of the last catalog published (master).
     published: Mutex<Option<(i64, u64)>>,
+    /// Held by [`publish`] from its check to its record's acknowledgement, so an admin
+    /// change and the publisher loop racing on the same change append one record, not two.
+    publishing: tokio::sync::Mutex<()>,
     /// Queue offset after the newest catalog record applied (slave).
     applied: AtomicU64,
     /// Catalog records that could not be published or applied.
@@ -148,9 +151,14 @@ pub fn is_published(ctx: &BrokerContext) -> bool {
 /// Appends the catalog as a record (master) through the one acknowledgement path, unless
 /// the catalog has not changed since the last one.
 ///
+/// Invariant: one record per catalog version. Publishes are serialized (`publishing`), so a
+/// caller that finds the catalog unpublished is the only one appending it; a caller that
+/// waited finds it published and returns once that record is acknowledged.
+///
 /// # Errors
 /// The record was not acknowledged (not master, not durable, too large, ...).
 pub async fn publish(ctx: &BrokerContext) -> Result<(), WriteError> {
+    let _one_at_a_time = ctx.catalog_log.publishing.lock().await;
     let versions = (ctx.topics.version(), ctx.groups.version());
     if is_published(ctx) {
         return Ok(());

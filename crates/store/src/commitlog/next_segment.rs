@@ -128,7 +128,7 @@ impl NextSegment {
                 Err(error) => {
                     drop(state);
                     failed(&error);
-                    let _ = std::fs::remove_file(&self.path);
+                    self.remove_half_made(failed);
                 }
             }
         }
@@ -153,6 +153,22 @@ impl NextSegment {
         reserve(&file, segment_size)
             .map_err(|e| FileError::new("reserve the next segment", &self.path, e))?;
         Ok(file)
+    }
+
+    /// Deletes the file a failed preparation left, returning its reserved blocks now rather
+    /// than at the next preparation or open; a failure to delete is counted as well. Only
+    /// this thread writes the path while nothing is ready, so no roll can be renaming it.
+    fn remove_half_made(&self, failed: &dyn Fn(&FileError)) {
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                failed(&FileError::new(
+                    "remove the unprepared next segment",
+                    &self.path,
+                    e,
+                ));
+            }
+            _ => {}
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -229,5 +245,44 @@ mod tests {
         runner.join().expect("runner");
         NextSegment::discard_leftover(dir.path()).expect("discard");
         assert!(!prepared.exists());
+    }
+
+    #[test]
+    fn a_failed_preparation_is_counted_and_leaves_no_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // No file system reserves this many bytes: `reserve` fails after the file exists.
+        let size = 1 << 62;
+        let next = Arc::new(NextSegment::new(dir.path()));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let runner = {
+            let (next, failures) = (next.clone(), failures.clone());
+            std::thread::spawn(move || {
+                let count = |e: &FileError| failures.lock().expect("lock").push(e.to_string());
+                next.run(size, &|| true, &count)
+            })
+        };
+        next.request(size);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while failures.lock().expect("lock").is_empty() || next.lock().preparing.is_some() {
+            assert!(Instant::now() < deadline, "the preparation never failed");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        next.close();
+        runner.join().expect("runner");
+        let failures = failures.lock().expect("lock").clone();
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(
+            failures[0].contains("reserve the next segment"),
+            "{failures:?}"
+        );
+        assert!(
+            !dir.path().join(NEXT_FILE).exists(),
+            "the half-made file deleted"
+        );
+        assert!(next.lock().ready.is_none());
+        assert!(next
+            .take(size, &dir.path().join("x"))
+            .expect("take")
+            .is_none());
     }
 }
