@@ -154,6 +154,9 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
         crate::config::FlushDiskType::AsyncFlush => {}
     }
     log.reset_ends(end);
+    if let Some(space) = log.preallocator() {
+        space.prepare_active(&log, end);
+    }
     report.log_end = end;
 
     let derived = rebuild_derived(config, &log, checkpoint, &damaged, &mut report)?;

@@ -332,3 +332,59 @@ fn a_roll_takes_a_segment_file_prepared_ahead_with_its_blocks_reserved() {
     let store = open(&config);
     assert_eq!(bodies(&store), sent);
 }
+
+/// The active segment is readied at open as the next one is before a roll: a fresh store's
+/// first segment is a prepared file with its blocks reserved, a reopened store's active
+/// segment gets its blocks reserved past its length (which a crash never sees), and a clean
+/// close frees what stayed unused.
+#[test]
+fn the_active_segments_blocks_are_reserved_at_open_and_freed_at_a_clean_close() {
+    use ferromq_store::commitlog::next_segment::NEXT_FILE;
+    use std::os::unix::fs::MetadataExt;
+    const SEGMENT: u64 = 1 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.segment_size_bytes = SEGMENT;
+    let prepared = dir.path().join(NEXT_FILE);
+    let blocks_of = |path: &Path| std::fs::metadata(path).expect("metadata").blocks() * 512;
+
+    let store = open(&config);
+    assert!(
+        segment_files(dir.path()).is_empty(),
+        "no segment before a write"
+    );
+    assert!(
+        blocks_of(&prepared) >= SEGMENT,
+        "the first segment prepared"
+    );
+    let inode = std::fs::metadata(&prepared).expect("meta").ino();
+    let end = put_messages(&store, 0, 100);
+    let (start, path) = segment_files(dir.path()).pop().expect("segment");
+    assert_eq!(start, 0);
+    assert_eq!(std::fs::metadata(&path).expect("meta").ino(), inode);
+    store.abandon();
+
+    let store = open(&config);
+    assert_eq!(store.recovery_report().cut, None);
+    assert!(!prepared.exists(), "the active segment has a file");
+    let len = std::fs::metadata(&path).expect("meta").len();
+    assert!(len < SEGMENT, "{len}");
+    assert!(blocks_of(&path) >= SEGMENT, "{} bytes", blocks_of(&path));
+    let end = end.max(put_messages(&store, 100, 150));
+    store.abandon();
+
+    let store = open(&config);
+    assert_eq!(
+        store.recovery_report().cut,
+        None,
+        "a reservation is no data"
+    );
+    assert_eq!(bodies(&store), expected(0..150));
+    store.close().expect("close");
+    assert_eq!(std::fs::metadata(&path).expect("meta").len(), end);
+    assert!(
+        blocks_of(&path) < end + 64 * 1024,
+        "the unused blocks freed: {} bytes for {end}",
+        blocks_of(&path)
+    );
+}

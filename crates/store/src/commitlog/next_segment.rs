@@ -134,6 +134,24 @@ impl NextSegment {
         }
     }
 
+    /// Prepares the file for the segment at `start` on the caller's thread, before
+    /// [`NextSegment::run`] starts: at open, for a log whose active segment has no file yet
+    /// (nothing prepared it ahead). A failure leaves no file and is returned.
+    pub fn prepare_now(&self, start: u64, segment_size: u64) -> Result<(), FileError> {
+        let mut state = self.lock();
+        match self.prepare(segment_size) {
+            Ok(file) => {
+                state.ready = Some((start, file));
+                Ok(())
+            }
+            Err(error) => {
+                drop(state);
+                let _ = std::fs::remove_file(&self.path);
+                Err(error)
+            }
+        }
+    }
+
     /// Stops [`NextSegment::run`] (the file stays until [`NextSegment::discard_leftover`]).
     pub fn close(&self) {
         self.lock().closed = true;
@@ -150,7 +168,7 @@ impl NextSegment {
             .truncate(true)
             .open(&self.path)
             .map_err(|e| FileError::new("create the next segment", &self.path, e))?;
-        reserve(&file, segment_size)
+        super::segment::reserve_file(&file, segment_size)
             .map_err(|e| FileError::new("reserve the next segment", &self.path, e))?;
         Ok(file)
     }
@@ -175,17 +193,6 @@ impl NextSegment {
         self.state.lock().expect("next segment lock")
     }
 }
-
-/// Allocates `len` bytes of blocks for `file` without changing its length.
-fn reserve(file: &File, len: u64) -> std::io::Result<()> {
-    super::segment::allocate_file(file, KEEP_SIZE, len)
-}
-
-#[cfg(target_os = "linux")]
-const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
-/// Unused: `allocate_file` is unsupported off Linux.
-#[cfg(not(target_os = "linux"))]
-const KEEP_SIZE: i32 = 0;
 
 #[cfg(test)]
 mod tests {

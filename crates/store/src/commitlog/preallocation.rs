@@ -336,7 +336,7 @@ impl Preallocator {
             let len = if end <= len {
                 len
             } else {
-                self.cover_segment(log, segment)?;
+                self.cover_segment(log, segment.start)?;
                 self.allocate(log, segment, target)?;
                 target
             };
@@ -371,24 +371,48 @@ impl Preallocator {
         self.allocate(log, segment, target)
     }
 
-    /// Mapped writes: records that `segment`'s whole span, and the next segments', may be
-    /// space, unless the durable record covers `segment` already (invariant 1 for every
+    /// Mapped writes: records that the whole span of the segment at `start`, and the next
+    /// segments', may be space, unless the durable record covers that segment already (invariant 1 for every
     /// extension of it). After the first segment the record is usually written ahead by
     /// [`Preallocator::advance_cover`], off the committer's path.
-    fn cover_segment(&self, log: &CommitLog, segment: &Segment) -> Result<(), FileError> {
-        let end = segment.start + log.segment_size();
-        if self.known_to_cover(segment.start, end) {
+    fn cover_segment(&self, log: &CommitLog, start: u64) -> Result<(), FileError> {
+        let end = start + log.segment_size();
+        if self.known_to_cover(start, end) {
             return Ok(());
         }
         let mut record = self.record.lock().expect("preallocation record lock");
-        if record.durable.is_some_and(|a| a.covers(segment.start, end)) {
+        if record.durable.is_some_and(|a| a.covers(start, end)) {
             return Ok(());
         }
         let allocation = Allocation {
-            segment_start: segment.start,
+            segment_start: start,
             len: MAPPED_COVER_SEGMENTS * log.segment_size(),
         };
         self.write_record_locked(&mut record, allocation)
+    }
+
+    /// Mapped writes, at open before any commit (`end` is the log's end): readies the active
+    /// segment the way the next one is readied before a roll, so the first segment a store
+    /// writes after opening does not stall either (its extensions read block bitmaps behind
+    /// the flusher's writeback: up to 33 ms, docs/performance.md): reserves its blocks,
+    /// its file's, or a prepared file's (`NextSegment::prepare_now`) when it has none yet.
+    /// Nothing writes yet, so no commit waits on the file's lock as it would behind a
+    /// reservation made while commits run. The record is left to the first extension (whose
+    /// fsync finds little writeback ahead of it): a run that writes nothing leaves no
+    /// record, so zeros found after its data are still reported as a cut. A failure is
+    /// counted; commits then extend as before (invariant 3).
+    pub fn prepare_active(&self, log: &CommitLog, end: u64) {
+        let Some(next) = self.next.as_ref().filter(|_| self.mapped) else {
+            return;
+        };
+        let readied = match log.segment_for(end) {
+            Some(segment) => segment.reserve(log.segment_size()),
+            None => next.prepare_now(log.segment_start_of(end), log.segment_size()),
+        };
+        if let Err(error) = readied {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%error, "readying the active CommitLog segment failed");
+        }
     }
 
     /// Mapped writes, off the committer's path (the thread preparing the next segment, half
@@ -456,8 +480,9 @@ impl Preallocator {
     /// space after it, so a full segment's file ends at its data (invariant 2 for every
     /// segment but the last). A failure is counted and changes nothing else.
     pub fn trim_rolled(&self, segment: &Segment, data_end: u64) {
+        // At the data's end too: blocks reserved past the file's length go as well.
         let result = segment.len().and_then(|len| {
-            if len > data_end {
+            if len >= data_end {
                 segment.trim_space(data_end)?;
             }
             Ok(())
@@ -483,7 +508,8 @@ impl Preallocator {
             return Ok(());
         };
         let keep = end.saturating_sub(last.start);
-        if last.len()? > keep {
+        // At the data's end too: blocks reserved past the file's length go as well.
+        if last.len()? >= keep {
             last.truncate(keep)?;
         }
         self.write_record(Allocation {

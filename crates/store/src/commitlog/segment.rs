@@ -243,6 +243,13 @@ impl Segment {
         allocate_file(&self.file, 0, len).map_err(|e| FileError::new("fallocate", &self.path, e))
     }
 
+    /// Reserves blocks for the first `len` bytes without changing the file's length, so
+    /// later extensions ([`Segment::allocate`]) allocate nothing. A truncation to the
+    /// file's length frees what stays unused (a clean close, a roll's trim).
+    pub fn reserve(&self, len: u64) -> Result<(), FileError> {
+        reserve_file(&self.file, len).map_err(|e| FileError::new("reserve", &self.path, e))
+    }
+
     /// Writes `len` zero bytes at `pos` (relative), extending the file when they pass its
     /// end. The caller makes sure no record lies there (`store::zero_ahead`).
     pub fn write_zeros(&self, pos: u64, len: u64) -> Result<(), FileError> {
@@ -417,6 +424,17 @@ pub(crate) fn allocate_file(file: &File, mode: i32, len: u64) -> std::io::Result
 pub(crate) fn allocate_file(_file: &File, _mode: i32, _len: u64) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
+
+/// Allocates `len` bytes of blocks for `file` without changing its length.
+pub(crate) fn reserve_file(file: &File, len: u64) -> std::io::Result<()> {
+    allocate_file(file, KEEP_SIZE, len)
+}
+
+#[cfg(target_os = "linux")]
+const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+/// Unused: `allocate_file` is unsupported off Linux.
+#[cfg(not(target_os = "linux"))]
+const KEEP_SIZE: i32 = 0;
 
 #[cfg(test)]
 mod tests {
