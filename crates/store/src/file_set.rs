@@ -1,11 +1,15 @@
 //! A directory of files keyed by the offset each one starts at, with the bookkeeping the
-//! ConsumeQueue and the key index share: create a file on its first write (and fsync the
-//! directory so it survives a crash), remember which files were written since the last sync
-//! and fsync exactly those, cut and remove files durably.
+//! ConsumeQueue and the key index share: create a file on its first write, remember which
+//! files were written since the last sync and fsync exactly those (with the directories that
+//! gained an entry, so a new file survives a crash), cut and remove files durably.
 //!
 //! Files are shared handles so a checkpoint can take the set of written files under the
 //! store's `derived` lock and fsync them after releasing it ([`DirtyFile`]): the dispatcher
-//! (and so every consumer) does not wait for ConsumeQueue fsyncs.
+//! (and so every consumer) does not wait for ConsumeQueue fsyncs. That includes the
+//! directory fsync a new file needs: made under the lock at each file's creation, it waited
+//! behind the CommitLog's writeback for up to 105 ms, and every send waited with it
+//! (docs/performance.md, session 20). Nothing depends on a derived file surviving a crash
+//! before the checkpoint that covers it, and that checkpoint is written after these fsyncs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -26,22 +30,32 @@ pub(crate) struct FileSet {
     name_scale: u64,
     files: BTreeMap<u64, Arc<File>>,
     dirty: BTreeSet<u64>,
+    /// Directories that gained an entry (a file created, a directory made) since the last
+    /// sync: fsynced with the dirty files, never on the writer's path.
+    dirty_dirs: BTreeSet<PathBuf>,
 }
 
-/// A file written since the last sync, taken out of its set to be fsynced without the set's
-/// lock. Syncing a file removed meanwhile (retention) is harmless.
+/// A file written, or a directory that gained an entry, since the last sync, taken out of
+/// its set to be fsynced without the set's lock. Syncing a file removed meanwhile
+/// (retention) is harmless.
 #[derive(Debug)]
 pub(crate) struct DirtyFile {
     path: PathBuf,
-    file: Arc<File>,
+    /// The open file; `None` for a directory (opened when synced).
+    file: Option<Arc<File>>,
 }
 
 impl DirtyFile {
-    /// fsyncs the file's data.
+    /// fsyncs the file's data, or the directory.
     pub(crate) fn sync(&self) -> Result<(), FileError> {
-        self.file
-            .sync_data()
-            .map_err(|e| FileError::new("fsync", &self.path, e))
+        match &self.file {
+            Some(file) => file
+                .sync_data()
+                .map_err(|e| FileError::new("fsync", &self.path, e)),
+            // A directory removed meanwhile (its queue deleted) has no entries to keep.
+            None if !self.path.exists() => Ok(()),
+            None => fsutil::sync_dir(&self.path),
+        }
     }
 }
 
@@ -52,7 +66,14 @@ impl FileSet {
             name_scale,
             files: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            dirty_dirs: BTreeSet::new(),
         }
+    }
+
+    /// Adds directories that gained an entry (from `fsutil::create_dir_all_deferred`) to
+    /// those the next sync fsyncs.
+    pub(crate) fn note_new_entries(&mut self, dirs: impl IntoIterator<Item = PathBuf>) {
+        self.dirty_dirs.extend(dirs);
     }
 
     /// Opens an existing file for `key` (at start-up).
@@ -106,7 +127,8 @@ impl FileSet {
         }
     }
 
-    /// Writes `bytes` at `pos` of the file for `key`, creating it (durably) if needed.
+    /// Writes `bytes` at `pos` of the file for `key`, creating it if needed (its directory
+    /// entry is made durable by the next sync).
     pub(crate) fn write_at(&mut self, key: u64, pos: u64, bytes: &[u8]) -> Result<(), FileError> {
         if !self.files.contains_key(&key) {
             let path = self.path(key);
@@ -117,7 +139,7 @@ impl FileSet {
                 .truncate(false)
                 .open(&path)
                 .map_err(|e| FileError::new("create", &path, e))?;
-            fsutil::sync_dir(&self.dir)?;
+            self.dirty_dirs.insert(self.dir.clone());
             self.files.insert(key, Arc::new(file));
         }
         self.files[&key]
@@ -135,16 +157,19 @@ impl FileSet {
     /// The files written since the last sync, for the caller to fsync (they count as synced
     /// from now on: a failed fsync stops checkpoints, see `store::checkpoint_health`).
     pub(crate) fn take_dirty(&mut self) -> Vec<DirtyFile> {
-        std::mem::take(&mut self.dirty)
+        let dirs = std::mem::take(&mut self.dirty_dirs)
+            .into_iter()
+            .map(|path| DirtyFile { path, file: None });
+        let files = std::mem::take(&mut self.dirty)
             .into_iter()
             .filter_map(|key| {
                 let file = self.files.get(&key)?.clone();
                 Some(DirtyFile {
                     path: self.path(key),
-                    file,
+                    file: Some(file),
                 })
-            })
-            .collect()
+            });
+        dirs.chain(files).collect()
     }
 
     /// Cuts the file for `key` to `len` bytes, durably.
@@ -166,5 +191,52 @@ impl FileSet {
             fsutil::remove_file(&self.path(key))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirty_paths(set: &mut FileSet) -> Vec<(PathBuf, bool)> {
+        set.take_dirty()
+            .into_iter()
+            .map(|d| (d.path, d.file.is_none()))
+            .collect()
+    }
+
+    /// A file's creation leaves its directory's fsync to the next sync (off the writer's
+    /// path), ahead of the file's own; a write to an existing file syncs only the file.
+    #[test]
+    fn a_new_files_directory_entry_is_synced_with_the_dirty_files_not_at_creation() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = root.path().join("T").join("0");
+        let made = fsutil::create_dir_all_deferred(&dir).expect("create");
+        assert_eq!(made, vec![root.path().join("T"), root.path().to_path_buf()]);
+        assert!(fsutil::create_dir_all_deferred(&dir)
+            .expect("again")
+            .is_empty());
+        let mut set = FileSet::new(&dir, 1);
+        set.note_new_entries(made);
+        set.write_at(7, 0, b"entry").expect("write");
+        let file = set.path(7);
+        assert_eq!(
+            dirty_paths(&mut set),
+            vec![
+                (root.path().to_path_buf(), true),
+                (root.path().join("T"), true),
+                (dir.clone(), true),
+                (file.clone(), false),
+            ]
+        );
+        set.write_at(7, 5, b"more").expect("write");
+        assert_eq!(dirty_paths(&mut set), vec![(file, false)]);
+        assert!(dirty_paths(&mut set).is_empty());
+        // Every one of them syncs; a directory removed before the sync is no error.
+        set.write_at(8, 0, b"x").expect("write");
+        set.note_new_entries([root.path().join("gone")]);
+        for dirty in set.take_dirty() {
+            dirty.sync().expect("sync");
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::FileError;
 
@@ -44,13 +44,38 @@ pub fn sync_dir(dir: &Path) -> Result<(), FileError> {
         .map_err(|e| FileError::new("fsync dir", dir, e))
 }
 
-/// Creates a directory and its parents, durably.
-pub fn create_dir_all(dir: &Path) -> Result<(), FileError> {
-    if dir.is_dir() {
-        return Ok(());
+/// Creates a directory and its parents, not yet durably: returns the directories that
+/// gained an entry (the parent of each directory created), which the caller fsyncs before
+/// anything depends on the new directories surviving a crash.
+pub fn create_dir_all_deferred(dir: &Path) -> Result<Vec<PathBuf>, FileError> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.is_dir() {
+        missing.push(at.to_path_buf());
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(Vec::new());
     }
     fs::create_dir_all(dir).map_err(|e| FileError::new("create dir", dir, e))?;
-    sync_parent(dir)
+    Ok(missing
+        .iter()
+        .map(|created| match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        })
+        .collect())
+}
+
+/// Creates a directory and its parents, durably: every directory that gained an entry
+/// (the parent of each one created) is fsynced.
+pub fn create_dir_all(dir: &Path) -> Result<(), FileError> {
+    create_dir_all_deferred(dir)?
+        .iter()
+        .try_for_each(|parent| sync_dir(parent))
 }
 
 /// Removes a file durably; a missing file is not an error.

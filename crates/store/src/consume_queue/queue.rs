@@ -110,10 +110,13 @@ impl ConsumeQueue {
         dir: &Path,
         entries_per_file: u64,
     ) -> Result<(ConsumeQueue, CqOpenReport), CqError> {
-        fsutil::create_dir_all(dir)?;
+        // The dispatcher opens a new queue under the store's `derived` lock: the new
+        // directories are made durable by the next sync, as the queue's files are.
+        let new_entries = fsutil::create_dir_all_deferred(dir)?;
         let file_bytes = entries_per_file * CQ_ENTRY_SIZE;
         let mut report = CqOpenReport::default();
         let mut files = FileSet::new(dir, CQ_ENTRY_SIZE);
+        files.note_new_entries(new_entries);
         let listing = std::fs::read_dir(dir).map_err(|e| FileError::new("list", dir, e))?;
         for item in listing {
             let item = item.map_err(|e| FileError::new("list", dir, e))?;
