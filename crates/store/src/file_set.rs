@@ -192,6 +192,27 @@ impl FileSet {
         }
         Ok(())
     }
+
+    /// Removes the files below `end` (retention: they index only deleted segments); the
+    /// directory's fsync is left to the next sync, off the `derived` lock (one per file under
+    /// it would stall dispatch, and every send blocked on the lock, behind the CommitLog's
+    /// writeback). A crash that brings a file back before then is harmless: recovery deletes
+    /// below the log's start again.
+    pub(crate) fn remove_below(&mut self, end: u64) -> Result<(), FileError> {
+        let doomed: Vec<u64> = self.files.range(..end).map(|(key, _)| *key).collect();
+        for key in doomed {
+            self.files.remove(&key);
+            self.dirty.remove(&key);
+            let path = self.path(key);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(FileError::new("remove", &path, e)),
+            }
+            self.dirty_dirs.insert(self.dir.clone());
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -238,5 +259,28 @@ mod tests {
         for dirty in set.take_dirty() {
             dirty.sync().expect("sync");
         }
+    }
+
+    /// Retention's removal unlinks at once and leaves the directory's fsync to the next
+    /// sync; the files above the bound stay.
+    #[test]
+    fn files_removed_below_a_bound_leave_their_directory_to_the_next_sync() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut set = FileSet::new(root.path(), 1);
+        for key in [0, 10, 20] {
+            set.write_at(key, 0, b"entry").expect("write");
+        }
+        let _ = set.take_dirty();
+        std::fs::remove_file(set.path(0)).expect("gone behind the set's back");
+        set.remove_below(20).expect("remove");
+        assert!(!set.path(10).exists());
+        assert!(set.path(20).exists());
+        assert_eq!(set.keys().collect::<Vec<_>>(), vec![20]);
+        assert_eq!(
+            dirty_paths(&mut set),
+            vec![(root.path().to_path_buf(), true)]
+        );
+        set.remove_below(20).expect("nothing more");
+        assert!(dirty_paths(&mut set).is_empty());
     }
 }

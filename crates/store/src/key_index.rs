@@ -209,7 +209,7 @@ impl KeyIndex {
     pub fn delete_below(&mut self, log_min: u64) -> Result<(), FileError> {
         // Segment `start` ends at `start + segment_size`; it goes when that is ≤ log_min.
         match log_min.checked_sub(self.segment_size) {
-            Some(last_doomed) => self.files.remove_range(..=last_doomed),
+            Some(last_doomed) => self.files.remove_below(last_doomed + 1),
             None => Ok(()),
         }
     }

@@ -399,7 +399,7 @@ impl ConsumeQueue {
         let new_min = self.first_at_or_after_phys(log_min)?;
         self.min_offset = new_min;
         let keep_start = self.file_start_of(new_min);
-        self.files.remove_range(..keep_start)?;
+        self.files.remove_below(keep_start)?;
         Ok(())
     }
 
