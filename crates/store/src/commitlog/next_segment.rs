@@ -136,18 +136,16 @@ impl NextSegment {
 
     /// Prepares the file for the segment at `start` on the caller's thread, before
     /// [`NextSegment::run`] starts: at open, for a log whose active segment has no file yet
-    /// (nothing prepared it ahead). A failure leaves no file and is returned.
-    pub fn prepare_now(&self, start: u64, segment_size: u64) -> Result<(), FileError> {
+    /// (nothing prepared it ahead). A failure, and a failure to delete the half-made file
+    /// after it, is counted by `failed` (invariant 3); the roll then creates the segment.
+    pub fn prepare_now(&self, start: u64, segment_size: u64, failed: &dyn Fn(&FileError)) {
         let mut state = self.lock();
         match self.prepare(segment_size) {
-            Ok(file) => {
-                state.ready = Some((start, file));
-                Ok(())
-            }
+            Ok(file) => state.ready = Some((start, file)),
             Err(error) => {
                 drop(state);
-                let _ = std::fs::remove_file(&self.path);
-                Err(error)
+                failed(&error);
+                self.remove_half_made(failed);
             }
         }
     }
@@ -252,6 +250,26 @@ mod tests {
         runner.join().expect("runner");
         NextSegment::discard_leftover(dir.path()).expect("discard");
         assert!(!prepared.exists());
+    }
+
+    /// At open: a file prepared on the caller's thread is taken by the roll into its start;
+    /// one that cannot be prepared is counted and leaves nothing.
+    #[test]
+    fn a_file_prepared_at_open_is_taken_and_a_failed_one_counted() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let next = NextSegment::new(dir.path());
+        let failures = std::cell::Cell::new(0);
+        let count = |_: &FileError| failures.set(failures.get() + 1);
+        next.prepare_now(0, 1 << 62, &count);
+        assert_eq!(failures.get(), 1);
+        assert!(!dir.path().join(NEXT_FILE).exists());
+        let segment = dir.path().join(format!("{:020}", 0));
+        assert!(next.take(0, &segment).expect("take").is_none());
+        next.prepare_now(0, 1 << 20, &count);
+        assert_eq!(failures.get(), 1);
+        let file = next.take(0, &segment).expect("take").expect("prepared");
+        assert!(file.metadata().expect("meta").blocks() * 512 >= 1 << 20);
+        assert!(segment.exists() && !dir.path().join(NEXT_FILE).exists());
     }
 
     #[test]

@@ -405,13 +405,16 @@ impl Preallocator {
         let Some(next) = self.next.as_ref().filter(|_| self.mapped) else {
             return;
         };
-        let readied = match log.segment_for(end) {
-            Some(segment) => segment.reserve(log.segment_size()),
-            None => next.prepare_now(log.segment_start_of(end), log.segment_size()),
-        };
-        if let Err(error) = readied {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%error, "readying the active CommitLog segment failed");
+        match log.segment_for(end) {
+            Some(segment) => {
+                if let Err(error) = segment.reserve(log.segment_size()) {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, "reserving the active CommitLog segment failed");
+                }
+            }
+            None => next.prepare_now(log.segment_start_of(end), log.segment_size(), &|error| {
+                self.note_next_segment_failure(error)
+            }),
         }
     }
 
