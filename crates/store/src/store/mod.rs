@@ -226,6 +226,13 @@ pub(crate) struct Inner {
     pub log: CommitLog,
     pub writer: Mutex<WriterState>,
     pub flush: FlushControl,
+    /// ConsumeQueues, the key index, the offset view and the dispatch position.
+    ///
+    /// Invariant: no fsync while it is held, outside open and truncation (which hold every
+    /// lock anyway). Reads take it on the broker's runtime workers (pulls, queue bounds), so
+    /// an fsync under it, waiting behind the CommitLog's writeback, stalled every connection
+    /// on those workers: checkpoints fsync what they wrote after releasing it, and directory
+    /// fsyncs of new or removed derived files go with them (`file_set`).
     pub derived: Mutex<Derived>,
     pub dispatch_signal: Signal,
     /// The dispatcher found nothing to do for a while and sleeps its long tick: whoever makes
