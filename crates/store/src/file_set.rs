@@ -203,12 +203,7 @@ impl FileSet {
         for key in doomed {
             self.files.remove(&key);
             self.dirty.remove(&key);
-            let path = self.path(key);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(FileError::new("remove", &path, e)),
-            }
+            fsutil::unlink(&self.path(key))?;
             self.dirty_dirs.insert(self.dir.clone());
         }
         Ok(())

@@ -80,8 +80,15 @@ pub fn create_dir_all(dir: &Path) -> Result<(), FileError> {
 
 /// Removes a file durably; a missing file is not an error.
 pub fn remove_file(path: &Path) -> Result<(), FileError> {
+    unlink(path)?;
+    sync_parent(path)
+}
+
+/// Removes a file, not yet durably (the caller fsyncs its directory when that matters); a
+/// missing file is not an error.
+pub fn unlink(path: &Path) -> Result<(), FileError> {
     match fs::remove_file(path) {
-        Ok(()) => sync_parent(path),
+        Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(FileError::new("remove", path, e)),
     }

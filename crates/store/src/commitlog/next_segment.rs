@@ -175,15 +175,8 @@ impl NextSegment {
     /// than at the next preparation or open; a failure to delete is counted as well. Only
     /// this thread writes the path while nothing is ready, so no roll can be renaming it.
     fn remove_half_made(&self, failed: &dyn Fn(&FileError)) {
-        match std::fs::remove_file(&self.path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                failed(&FileError::new(
-                    "remove the unprepared next segment",
-                    &self.path,
-                    e,
-                ));
-            }
-            _ => {}
+        if let Err(error) = crate::fsutil::unlink(&self.path) {
+            failed(&error);
         }
     }
 
