@@ -83,14 +83,17 @@ pub struct DispatchStats {
 
 impl Derived {
     /// Dispatches every whole record in `[dispatched, limit)`: a record that ends past the
-    /// limit waits (the limit may be a replication bound anywhere in the log).
+    /// limit waits (the limit may be a replication bound anywhere in the log). No record
+    /// starts once `budget` bytes are dispatched (at least one is, so a pass always moves).
     pub fn dispatch_until(
         &mut self,
         log: &CommitLog,
         limit: u64,
+        budget: u64,
     ) -> Result<DispatchStats, DispatchError> {
         let mut stats = DispatchStats::default();
-        while self.dispatched < limit {
+        let budget_end = self.dispatched.saturating_add(budget);
+        while self.dispatched < limit && self.dispatched < budget_end {
             let damage = self
                 .quarantine
                 .damaged_at_or_after(self.dispatched)
@@ -102,10 +105,10 @@ impl Derived {
             }
             let segment_end = log.segment_start_of(self.dispatched) + log.segment_size();
             let stop = damage.map_or(limit, |range| range.phys_offset.min(limit));
-            let want =
-                (stop.min(segment_end) - self.dispatched).min(READ_CHUNK_BYTES as u64) as usize;
+            let want = (stop.min(segment_end).min(budget_end) - self.dispatched)
+                .min(READ_CHUNK_BYTES as u64) as usize;
             let chunk = log.read_unchecked(self.dispatched, want.max(8))?;
-            let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats, true)?;
+            let consumed = self.dispatch_chunk(log, &chunk, limit, &mut stats, true, usize::MAX)?;
             if consumed == 0 {
                 // A record larger than the chunk: read exactly that record.
                 let total = peek_total_size(&chunk).map_err(|source| ReadError::Corrupt {
@@ -118,7 +121,7 @@ impl Derived {
                     break;
                 }
                 let record = log.read_unchecked(self.dispatched, total)?;
-                if self.dispatch_chunk(log, &record, limit, &mut stats, true)? == 0 {
+                if self.dispatch_chunk(log, &record, limit, &mut stats, true, usize::MAX)? == 0 {
                     return Err(ReadError::Corrupt {
                         phys_offset: self.dispatched,
                         source: RecordError::Torn {
@@ -133,34 +136,44 @@ impl Derived {
         Ok(stats)
     }
 
-    /// Dispatches a committed tail chunk from memory, saving the read back from the files.
-    /// The chunk must start at the dispatched position and end within the limit.
+    /// Dispatches a committed tail chunk from memory, saving the read back from the files,
+    /// from the dispatched position (which must lie in it) on; returns whether the chunk is
+    /// done. No record starts once `budget` bytes are dispatched (at least one is). The
+    /// chunk must end within the limit.
     pub fn dispatch_committed_chunk(
         &mut self,
         log: &CommitLog,
         chunk: &TailChunk,
         limit: u64,
-    ) -> Result<(), DispatchError> {
+        budget: u64,
+    ) -> Result<bool, DispatchError> {
         let end = chunk.end(log.segment_size());
-        debug_assert!(chunk.start == self.dispatched && end <= limit);
+        debug_assert!(chunk.start <= self.dispatched && self.dispatched < end && end <= limit);
+        let at = (self.dispatched - chunk.start) as usize;
+        let rest = chunk.bytes.get(at..).unwrap_or_default();
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let mut stats = DispatchStats::default();
         // The appender sealed these bytes with their CRC in this process; reads from the files
         // (recovery, catch-up) verify it.
-        let consumed = self.dispatch_chunk(log, &chunk.bytes, limit, &mut stats, false)?;
-        if consumed != chunk.bytes.len() || self.dispatched != end {
-            return Err(ReadError::Corrupt {
-                phys_offset: self.dispatched,
-                source: RecordError::Torn {
-                    needed: chunk.bytes.len(),
-                    available: consumed,
-                },
-            }
-            .into());
+        let consumed = self.dispatch_chunk(log, rest, limit, &mut stats, false, budget)?;
+        if self.dispatched == end {
+            return Ok(true);
         }
-        Ok(())
+        if consumed >= budget {
+            return Ok(false);
+        }
+        Err(ReadError::Corrupt {
+            phys_offset: self.dispatched,
+            source: RecordError::Torn {
+                needed: rest.len(),
+                available: consumed,
+            },
+        }
+        .into())
     }
 
-    /// Dispatches whole records at the start of `chunk`; returns bytes consumed.
+    /// Dispatches whole records at the start of `chunk`, starting none once `budget` bytes
+    /// are consumed; returns bytes consumed.
     fn dispatch_chunk(
         &mut self,
         log: &CommitLog,
@@ -168,9 +181,10 @@ impl Derived {
         limit: u64,
         stats: &mut DispatchStats,
         verify: bool,
+        budget: usize,
     ) -> Result<usize, DispatchError> {
         let mut at = 0;
-        while at + 8 <= chunk.len() && self.dispatched < limit {
+        while at + 8 <= chunk.len() && self.dispatched < limit && at < budget {
             let phys_offset = self.dispatched;
             let corrupt = |source| ReadError::Corrupt {
                 phys_offset,

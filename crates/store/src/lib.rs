@@ -57,5 +57,5 @@ pub use store::{
     judge_prefix, AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore,
     OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError,
     ReplicationChunk, RetentionReport, StoreError, StoreStats, Stored, StoredMessage, StoredRegion,
-    TagFilter, TimeBoundary, TruncateReport, LOG_SAMPLES_MAX,
+    TagFilter, TimeBoundary, TruncateReport, DISPATCH_HOLD_BYTES_MAX, LOG_SAMPLES_MAX,
 };

@@ -471,7 +471,7 @@ pub(crate) fn rebuild_derived(
     for range in damaged {
         derived.quarantine.add(range.clone());
     }
-    match derived.dispatch_until(log, end) {
+    match derived.dispatch_until(log, end, u64::MAX) {
         Ok(stats) => report.records_dispatched += stats.records,
         Err(DispatchError::ConsumeQueue(error)) if rebuild_reason.is_none() => {
             // A queue disagrees with the log in a way the checks above could not see: start over

@@ -16,12 +16,6 @@ impl MessageStore {
     /// the fences it holds might be stale.
     pub fn offset_fences(&self) -> Result<Vec<OffsetFence>, ReadError> {
         self.catch_up_dispatch()?;
-        Ok(self
-            .inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .view
-            .fences())
+        Ok(self.inner.derived.lock().view.fences())
     }
 }

@@ -45,7 +45,7 @@ use std::time::Duration;
 use ferromq_protocol::DraftRecord;
 use tokio::sync::watch;
 
-pub use maintenance::{RetentionReport, TruncateReport};
+pub use maintenance::{RetentionReport, TruncateReport, DISPATCH_HOLD_BYTES_MAX};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, Stored, StoredMessage, TagFilter, TimeBoundary};
 pub use read_regions::StoredRegion;
@@ -143,6 +143,9 @@ pub struct StoreStats {
     pub fsync_count: u64,
     /// Records appended since open.
     pub records_appended: u64,
+    /// Holds of the derived-state lock by the dispatcher since open (each covers at most
+    /// `DISPATCH_HOLD_BYTES_MAX` bytes of log, so a long pass shows as several).
+    pub dispatch_holds: u64,
     /// Bytes cut from the log by recoveries and truncations since open.
     pub bytes_cut: u64,
     /// Why the dispatcher cannot index new records, while it cannot (`None` when it can).
@@ -233,7 +236,12 @@ pub(crate) struct Inner {
     /// an fsync under it, waiting behind the CommitLog's writeback, stalled every connection
     /// on those workers: checkpoints fsync what they wrote after releasing it, and directory
     /// fsyncs of new or removed derived files go with them (`file_set`).
-    pub derived: Mutex<Derived>,
+    ///
+    /// Held at most one dispatch hold at a time (`DISPATCH_HOLD_BYTES_MAX` of log): the
+    /// dispatcher hands it to a waiting reader between holds (a fair unlock, which is why this
+    /// one is a `parking_lot` mutex: a std mutex lets the releasing thread take it straight
+    /// back while the woken reader is still being scheduled).
+    pub derived: parking_lot::Mutex<Derived>,
     pub dispatch_signal: Signal,
     /// The dispatcher found nothing to do for a while and sleeps its long tick: whoever makes
     /// records dispatchable (an append, a commit, a flush) wakes it (see `threads`).
@@ -252,6 +260,7 @@ pub(crate) struct Inner {
     pub committed: committed::CommittedChunks,
     pub closed: AtomicBool,
     pub records_appended: AtomicU64,
+    pub dispatch_holds: AtomicU64,
     pub bytes_cut: AtomicU64,
     pub commits_rejected: AtomicU64,
     /// Why the dispatcher's last pass failed, while it keeps failing (cleared by the next
@@ -314,7 +323,7 @@ impl MessageStore {
             clock,
             log: recovered.log,
             writer: Mutex::new(recovered.writer),
-            derived: Mutex::new(recovered.derived),
+            derived: parking_lot::Mutex::new(recovered.derived),
             dispatch_signal: Signal::default(),
             dispatcher_napping: AtomicBool::new(false),
             dispatched: watch::Sender::new(end),
@@ -326,6 +335,7 @@ impl MessageStore {
             committed: Default::default(),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),
+            dispatch_holds: AtomicU64::new(0),
             bytes_cut: AtomicU64::new(bytes_cut),
             commits_rejected: AtomicU64::new(0),
             dispatch_failure: Mutex::new(None),
@@ -483,7 +493,7 @@ impl MessageStore {
     pub fn stats(&self) -> StoreStats {
         let inner = &self.inner;
         let (offset_rejections_at_dispatch, undispatchable_records) = {
-            let derived = inner.derived.lock().expect("derived lock");
+            let derived = inner.derived.lock();
             (
                 derived.offset_rejections_at_dispatch,
                 derived.quarantine.undispatchable_found(),
@@ -498,6 +508,7 @@ impl MessageStore {
             checkpoint_position: inner.checkpoint_position.load(Ordering::Acquire),
             fsync_count: inner.flush.fsync_count.load(Ordering::Relaxed),
             records_appended: inner.records_appended.load(Ordering::Relaxed),
+            dispatch_holds: inner.dispatch_holds.load(Ordering::Relaxed),
             bytes_cut: inner.bytes_cut.load(Ordering::Relaxed),
             offset_rejections_at_dispatch,
             commits_rejected: inner.commits_rejected.load(Ordering::Relaxed),

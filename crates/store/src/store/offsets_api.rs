@@ -472,7 +472,7 @@ impl<'a> OffsetView<'a> {
     }
 
     fn read<R>(&self, answer: impl FnOnce(&crate::offsets::OffsetView) -> R) -> R {
-        answer(&self.store.inner.derived.lock().expect("derived lock").view)
+        answer(&self.store.inner.derived.lock().view)
     }
 
     /// The stored offset of (group, topic, queue); `None` when the group never committed one.

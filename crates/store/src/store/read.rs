@@ -165,7 +165,7 @@ pub enum TimeBoundary {
 impl MessageStore {
     /// Min and max offset of a queue as consumers see them; `None` if it does not exist.
     pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> Option<(u64, u64)> {
-        let derived = self.inner.derived.lock().expect("derived lock");
+        let derived = self.inner.derived.lock();
         derived
             .queues
             .get(topic, queue_id)
@@ -175,28 +175,18 @@ impl MessageStore {
     /// CommitLog ranges kept but not served: damaged ranges with valid records after them,
     /// and records the dispatcher could not index (see [`crate::quarantine`]).
     pub fn quarantined(&self) -> crate::quarantine::QuarantineSnapshot {
-        let derived = self.inner.derived.lock().expect("derived lock");
+        let derived = self.inner.derived.lock();
         derived.quarantine.snapshot()
     }
 
     /// Topics with stored messages.
     pub fn topics(&self) -> Vec<String> {
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .queues
-            .topics()
+        self.inner.derived.lock().queues.topics()
     }
 
     /// Queue ids of a topic that hold or held messages.
     pub fn queue_ids(&self, topic: &str) -> Vec<u32> {
-        self.inner
-            .derived
-            .lock()
-            .expect("derived lock")
-            .queues
-            .queue_ids(topic)
+        self.inner.derived.lock().queues.queue_ids(topic)
     }
 
     /// Reads up to `max_count` messages (and at most about `max_bytes`) from `queue_offset`.
@@ -297,7 +287,7 @@ impl MessageStore {
             filter,
         } = *range;
         let (min, max, entries) = {
-            let derived = self.inner.derived.lock().expect("derived lock");
+            let derived = self.inner.derived.lock();
             let Some(queue) = derived.queues.get(topic, queue_id) else {
                 return Ok(empty(GetStatus::NoMatchedLogicQueue, 0, 0, 0));
             };
@@ -396,7 +386,7 @@ impl MessageStore {
             queue_offset,
             entry,
         } = *indexed;
-        let mut derived = self.inner.derived.lock().expect("derived lock");
+        let mut derived = self.inner.derived.lock();
         if !self.damage_stands(&derived, indexed) {
             drop(derived);
             tracing::debug!(
@@ -518,7 +508,7 @@ impl MessageStore {
         timestamp_ms: i64,
         boundary: TimeBoundary,
     ) -> Result<u64, ReadError> {
-        let derived = self.inner.derived.lock().expect("derived lock");
+        let derived = self.inner.derived.lock();
         let Some(queue) = derived.queues.get(topic, queue_id) else {
             return Ok(0);
         };
@@ -613,7 +603,7 @@ impl MessageStore {
     ) -> Result<Vec<Bytes>, ReadError> {
         // Candidates may include hash collisions: over-fetch, then check each record.
         let candidates = {
-            let derived = self.inner.derived.lock().expect("derived lock");
+            let derived = self.inner.derived.lock();
             derived
                 .index
                 .lookup(topic, key, max_count.saturating_mul(4).max(64))?

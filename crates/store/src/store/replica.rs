@@ -402,7 +402,7 @@ impl MessageStore {
 
     /// The CommitLog offset of the newest record any ConsumeQueue points at.
     fn newest_dispatched_record(&self) -> Option<u64> {
-        let derived = self.inner.derived.lock().expect("derived lock");
+        let derived = self.inner.derived.lock();
         derived
             .queues
             .iter()
