@@ -40,6 +40,7 @@ pub mod fsutil;
 pub mod key_index;
 pub mod offsets;
 pub mod quarantine;
+pub mod queue_waiters;
 pub mod recovery;
 pub mod scan;
 mod store;

@@ -1,9 +1,11 @@
 //! Long polling: a pull that finds no new message waits for the dispatcher instead of
 //! returning at once, and is answered within milliseconds of a new message or at its timeout.
 //!
-//! The store publishes its dispatched end on a watch channel; a held pull re-checks its own
-//! queue each time that end moves. Every hold is bounded by the request's
-//! `suspendTimeoutMillis` and the broker's `brokerSuspendMaxTimeMillis`.
+//! A held pull registers for its own queue with the store (`MessageStore::wait_for_queue`),
+//! which wakes it only when the dispatcher appends to that queue (or the store closes): pulls
+//! held on quiet queues cost nothing while other topics are busy. Every hold is bounded by the
+//! request's `suspendTimeoutMillis` and the broker's `brokerSuspendMaxTimeMillis`, and the
+//! number of held pulls by `pullHoldMax`.
 
 use std::time::Duration;
 
@@ -18,23 +20,22 @@ pub async fn wait_for_messages(
     queue_offset: u64,
     timeout: Duration,
 ) -> bool {
-    let mut dispatched = store.subscribe_dispatched();
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if store
+    let arrived = || {
+        store
             .queue_bounds(topic, queue_id)
             .is_some_and(|(_, max)| max > queue_offset)
-        {
+    };
+    let wait = store.wait_for_queue(topic, queue_id);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // Enabled before the check: an entry dispatched after it wakes this wait.
+        let mut woken = std::pin::pin!(wait.notified());
+        woken.as_mut().enable();
+        if arrived() {
             return true;
         }
-        match tokio::time::timeout_at(deadline, dispatched.changed()).await {
-            Ok(Ok(())) => continue,
-            // The store closed or the time is up.
-            Ok(Err(_)) | Err(_) => {
-                return store
-                    .queue_bounds(topic, queue_id)
-                    .is_some_and(|(_, max)| max > queue_offset);
-            }
+        if store.is_closed() || tokio::time::timeout_at(deadline, woken).await.is_err() {
+            return arrived();
         }
     }
 }

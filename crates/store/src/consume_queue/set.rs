@@ -24,7 +24,18 @@ pub struct ConsumeQueueSet {
     /// next record of the run finds its topic by one comparison instead of hashing the name
     /// (SipHash, seeded: topic names are chosen by clients).
     last: Option<usize>,
+    /// Queues appended to while tracking is on (the dispatcher turns it on for a hold when
+    /// someone waits for a queue, `queue_waiters`), as (topic position, queue id), a run of
+    /// one queue's records noted once; at most `TOUCHED_MAX`, past which `touched_overflow`.
+    touched: Vec<(usize, u32)>,
+    tracking: bool,
+    touched_overflow: bool,
 }
+
+/// Most queues one hold of the dispatcher notes for wake-ups; past it every waiter is woken.
+/// A hold covers about 128 KiB of log, so this is reached only by runs of tiny records
+/// spread over thousands of queues.
+pub const TOUCHED_MAX: usize = 4_096;
 
 /// One topic's queues.
 #[derive(Debug)]
@@ -46,6 +57,9 @@ impl ConsumeQueueSet {
             index: HashMap::new(),
             topics: Vec::new(),
             last: None,
+            touched: Vec::new(),
+            tracking: false,
+            touched_overflow: false,
         };
         let mut reports = Vec::new();
         for topic_dir in list_dirs(dir)? {
@@ -105,6 +119,9 @@ impl ConsumeQueueSet {
             },
         };
         self.last = Some(position);
+        if self.tracking {
+            self.note_touched(position, queue_id);
+        }
         match self.topics[position].queues.entry(queue_id) {
             Entry::Occupied(existing) => Ok(existing.into_mut()),
             Entry::Vacant(vacant) => {
@@ -112,6 +129,41 @@ impl ConsumeQueueSet {
                 Ok(vacant.insert(queue))
             }
         }
+    }
+
+    /// Starts noting the queues appended to (`on`), or stops; either way forgets those noted.
+    pub fn track_touched(&mut self, on: bool) {
+        self.tracking = on;
+        self.touched.clear();
+        self.touched_overflow = false;
+    }
+
+    /// The queues appended to since tracking started, each once, or `None` when they were
+    /// more than `TOUCHED_MAX`.
+    pub fn touched(&mut self) -> Option<impl Iterator<Item = (&str, u32)>> {
+        if self.touched_overflow {
+            return None;
+        }
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        let topics = &self.topics;
+        Some(
+            self.touched
+                .iter()
+                .map(move |&(at, queue_id)| (topics[at].name.as_str(), queue_id)),
+        )
+    }
+
+    fn note_touched(&mut self, position: usize, queue_id: u32) {
+        if self.touched.last() == Some(&(position, queue_id)) || self.touched_overflow {
+            return;
+        }
+        if self.touched.len() >= TOUCHED_MAX {
+            self.touched_overflow = true;
+            self.touched.clear();
+            return;
+        }
+        self.touched.push((position, queue_id));
     }
 
     /// Adds an opened queue (its topic too, when new); returns the topic's position.
@@ -221,6 +273,38 @@ fn list_dirs(dir: &Path) -> Result<Vec<PathBuf>, CqError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Touched queues are noted once per run and each once when read; past `TOUCHED_MAX`
+    /// distinct runs the set says "too many" (every waiter is then woken).
+    #[test]
+    fn touched_queues_are_noted_once_and_overflow_to_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut set, _) = ConsumeQueueSet::open(dir.path(), 8).unwrap();
+        set.get_or_create("A", 0).unwrap();
+        assert!(set.touched().unwrap().next().is_none(), "not tracking");
+        set.track_touched(true);
+        for queue_id in [1, 1, 0, 1, 0] {
+            set.get_or_create("A", queue_id).unwrap();
+        }
+        set.get_or_create("B", 2).unwrap();
+        let touched: Vec<(String, u32)> = set
+            .touched()
+            .unwrap()
+            .map(|(t, q)| (t.to_string(), q))
+            .collect();
+        assert_eq!(touched, [("A".into(), 0), ("A".into(), 1), ("B".into(), 2)]);
+        set.track_touched(true);
+        assert!(
+            set.touched().unwrap().next().is_none(),
+            "forgotten at a new hold"
+        );
+        for run in 0..=TOUCHED_MAX {
+            set.note_touched(0, (run % 2) as u32);
+        }
+        assert!(set.touched().is_none(), "more runs than TOUCHED_MAX");
+        set.track_touched(false);
+        assert!(set.touched().unwrap().next().is_none());
+    }
 
     /// A queue that cannot be created leaves no trace: no topic without queues appears.
     #[test]

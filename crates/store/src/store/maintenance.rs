@@ -82,11 +82,21 @@ impl Inner {
         let mut derived = self.derived.lock();
         let mut partial = None;
         let result = loop {
+            // Read under the lock (`queue_waiters`, invariant 2).
+            let tracking = self.queue_waiters.any();
+            derived.queues.track_touched(tracking);
             let hold = self.dispatch_hold(&mut derived, &mut partial);
             self.dispatch_holds.fetch_add(1, Ordering::Relaxed);
             // Published under the lock: a truncation lowers the end and publishes it under
             // the lock too, so an end published after releasing it could replace the cut's.
             self.dispatched.send_replace(derived.dispatched);
+            if tracking {
+                match derived.queues.touched() {
+                    Some(touched) => self.queue_waiters.wake(touched),
+                    None => self.queue_waiters.wake_all(),
+                }
+                derived.queues.track_touched(false);
+            }
             match hold {
                 Ok(Hold::Spent) => parking_lot::MutexGuard::bump(&mut derived),
                 Ok(Hold::Done) => break Ok(()),

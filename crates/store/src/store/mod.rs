@@ -243,6 +243,8 @@ pub(crate) struct Inner {
     /// back while the woken reader is still being scheduled).
     pub derived: parking_lot::Mutex<Derived>,
     pub dispatch_signal: Signal,
+    /// Readers waiting for one queue; the dispatcher wakes the queues it appended to.
+    pub queue_waiters: crate::queue_waiters::QueueWaiters,
     /// The dispatcher found nothing to do for a while and sleeps its long tick: whoever makes
     /// records dispatchable (an append, a commit, a flush) wakes it (see `threads`).
     pub dispatcher_napping: AtomicBool,
@@ -323,6 +325,7 @@ impl MessageStore {
             clock,
             log: recovered.log,
             writer: Mutex::new(recovered.writer),
+            queue_waiters: Default::default(),
             derived: parking_lot::Mutex::new(recovered.derived),
             dispatch_signal: Signal::default(),
             dispatcher_napping: AtomicBool::new(false),
@@ -571,6 +574,17 @@ impl MessageStore {
         self.inner.dispatched.subscribe()
     }
 
+    /// Registers a reader waiting for new entries of one queue (a long-polled pull) until the
+    /// guard is dropped: the dispatcher wakes it when it appends to that queue (see
+    /// [`crate::queue_waiters`]), and [`MessageStore::close`] wakes it too.
+    pub fn wait_for_queue(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> crate::queue_waiters::QueueWait<'_> {
+        self.inner.queue_waiters.register(topic, queue_id)
+    }
+
     /// Flushes, checkpoints and stops the store; the next open is a clean start.
     ///
     /// # Errors
@@ -596,6 +610,7 @@ impl MessageStore {
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
         }
+        self.inner.queue_waiters.wake_all();
     }
 
     /// Like [`MessageStore::close`] for a store shared behind an `Arc`: flushes, checkpoints
@@ -617,6 +632,7 @@ impl MessageStore {
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
         }
+        self.inner.queue_waiters.wake_all();
         result?;
         if let Some(reason) = self.inner.poisoned() {
             return Err(StoreError::Poisoned(reason));
