@@ -7,9 +7,14 @@
 //! request's `suspendTimeoutMillis` and the broker's `brokerSuspendMaxTimeMillis`, and the
 //! number of held pulls by `pullHoldMax`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
+use ferromq_store::queue_waiters::QueueWait;
 use ferromq_store::MessageStore;
+use tokio::sync::futures::Notified;
 
 /// Waits until the queue's max offset passes `queue_offset` or `timeout` elapses; returns
 /// whether new messages arrived.
@@ -38,4 +43,30 @@ pub async fn wait_for_messages(
             return arrived();
         }
     }
+}
+
+/// The next wake-up of each of several queues, enabled now: a dispatch to any of them after
+/// this call (and before [`any`] resolves) is not lost.
+pub fn enabled<'a>(waits: &'a [QueueWait<'_>]) -> Vec<Pin<Box<Notified<'a>>>> {
+    waits
+        .iter()
+        .map(|wait| {
+            let mut woken = Box::pin(wait.notified());
+            woken.as_mut().enable();
+            woken
+        })
+        .collect()
+}
+
+/// Resolves when any of `woken` is woken (never, for none).
+pub async fn any(woken: &mut [Pin<Box<Notified<'_>>>]) {
+    std::future::poll_fn(|cx| {
+        for one in woken.iter_mut() {
+            if one.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }

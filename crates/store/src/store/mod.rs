@@ -569,11 +569,6 @@ impl MessageStore {
         let _ = tokio::time::timeout_at(deadline, dispatched.wait_for(|end| *end >= target)).await;
     }
 
-    /// A receiver of the dispatched end, for long polling.
-    pub fn subscribe_dispatched(&self) -> watch::Receiver<u64> {
-        self.inner.dispatched.subscribe()
-    }
-
     /// Registers a reader waiting for new entries of one queue (a long-polled pull) until the
     /// guard is dropped: the dispatcher wakes it when it appends to that queue (see
     /// [`crate::queue_waiters`]), and [`MessageStore::close`] wakes it too.

@@ -38,6 +38,7 @@ use crate::catalog::topics::PERM_READ;
 use crate::context::BrokerContext;
 use crate::core::access::{self, Request};
 use crate::core::error::{PullError, Refusal, RefusalKind};
+use crate::core::long_poll;
 use crate::core::pull::PULL_BYTES_MAX;
 
 /// How often a held receive looks again for deliveries past their deadline.
@@ -95,12 +96,17 @@ pub async fn receive(
     let wait = request.wait.min(RECEIVE_WAIT_MAX);
     let deadline = tokio::time::Instant::now() + wait;
     let batch = request.batch.clamp(1, RECEIVE_BATCH_MAX);
-    let mut dispatched = ctx.store.subscribe_dispatched();
+    // Woken only by dispatches to the topic's queues (not by other topics' traffic).
+    let waits: Vec<_> = queues
+        .iter()
+        .map(|queue_id| ctx.store.wait_for_queue(&request.topic, *queue_id))
+        .collect();
     let start = match request.queue_id {
         Some(named) => named as usize,
         None => ctx.pop.held(),
     } % queues.len().max(1);
     loop {
+        let mut woken = long_poll::enabled(&waits);
         let mut out = Vec::new();
         for queue_id in queues.iter().cycle().skip(start).take(queues.len()) {
             if out.len() >= batch {
@@ -128,7 +134,7 @@ pub async fn receive(
         }
         let tick = tokio::time::Instant::now() + EXPIRY_TICK;
         tokio::select! {
-            _ = dispatched.changed() => tokio::time::sleep(RESCAN_PAUSE).await,
+            () = long_poll::any(&mut woken) => tokio::time::sleep(RESCAN_PAUSE).await,
             _ = tokio::time::sleep_until(tick.min(deadline)) => {}
         }
     }
