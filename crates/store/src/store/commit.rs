@@ -235,15 +235,22 @@ impl Inner {
     }
 
     /// Wakes the dispatcher now, rather than at its next tick, when a reader waits for
-    /// dispatched records (a held pull or receive, a reader catching up): an acknowledged
-    /// record then reaches it within one dispatch pass instead of up to a tick later. Without
-    /// such a reader the tick suffices and writers pay no extra dispatch pass.
+    /// dispatched records (a held pull or receive, registered in `queue_waiters`; a reader
+    /// catching up, subscribed to the dispatched end): an acknowledged record then reaches it
+    /// within one dispatch pass instead of up to a tick later. Without such a reader the tick
+    /// suffices and writers pay no extra dispatch pass.
     pub(crate) fn wake_dispatcher_for_readers(&self) {
-        if self.dispatched.receiver_count() > 0 {
+        if self.readers_wait_for_dispatch() {
             self.dispatch_signal.notify();
         } else {
             self.wake_napping_dispatcher();
         }
+    }
+
+    /// Whether a reader waits for the dispatcher: a held pull or receive (a queue waiter) or a
+    /// reader subscribed to the dispatched end.
+    pub(crate) fn readers_wait_for_dispatch(&self) -> bool {
+        self.dispatched.receiver_count() > 0 || self.queue_waiters.any()
     }
 
     /// Wakes the dispatcher if it sleeps its long idle tick, after this thread made records

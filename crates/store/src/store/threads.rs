@@ -263,4 +263,29 @@ mod tests {
             store.close().unwrap();
         }
     }
+
+    /// A commit or fsync wakes the dispatcher (`wake_dispatcher_for_readers`) for a held pull
+    /// (a queue waiter) as for a reader subscribed to the dispatched end, and for nobody
+    /// otherwise (the tick serves).
+    #[test]
+    fn a_held_pull_counts_as_a_reader_waiting_for_dispatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = StoreConfig::new(dir.path());
+        config.segment_size_bytes = 64 * 1024;
+        config.max_message_size_bytes = 16 * 1024;
+        let store = MessageStore::open(config).unwrap();
+        let inner = &store.inner;
+        assert!(!inner.readers_wait_for_dispatch(), "nobody waits");
+        let held = store.wait_for_queue("T", 0);
+        assert!(inner.readers_wait_for_dispatch(), "a held pull waits");
+        drop(held);
+        assert!(!inner.readers_wait_for_dispatch());
+        let caught_up = inner.dispatched.subscribe();
+        assert!(
+            inner.readers_wait_for_dispatch(),
+            "a subscribed reader waits"
+        );
+        drop(caught_up);
+        store.close().unwrap();
+    }
 }
