@@ -30,7 +30,8 @@ use tokio::sync::Notify;
 pub struct QueueWaiters {
     /// Registered waiters in all, read without the lock on the dispatcher's path.
     registered: AtomicUsize,
-    queues: Mutex<HashMap<(String, u32), Waiting>>,
+    /// By topic, then queue id (looked up by `&str`: no allocation on the dispatcher's path).
+    queues: Mutex<HashMap<String, HashMap<u32, Waiting>>>,
 }
 
 #[derive(Debug)]
@@ -43,12 +44,14 @@ impl QueueWaiters {
     /// Registers a waiter for `topic`/`queue_id` until the returned guard is dropped.
     pub fn register(&self, topic: &str, queue_id: u32) -> QueueWait<'_> {
         let mut queues = self.queues.lock().expect("queue waiters lock");
-        let waiting = queues
-            .entry((topic.to_string(), queue_id))
-            .or_insert_with(|| Waiting {
-                notify: Arc::new(Notify::new()),
-                waiters: 0,
-            });
+        let topic_queues = match queues.get_mut(topic) {
+            Some(existing) => existing,
+            None => queues.entry(topic.to_string()).or_default(),
+        };
+        let waiting = topic_queues.entry(queue_id).or_insert_with(|| Waiting {
+            notify: Arc::new(Notify::new()),
+            waiters: 0,
+        });
         waiting.waiters += 1;
         let notify = Arc::clone(&waiting.notify);
         self.registered.fetch_add(1, Ordering::SeqCst);
@@ -69,9 +72,8 @@ impl QueueWaiters {
     pub fn wake<'a>(&self, touched: impl IntoIterator<Item = (&'a str, u32)>) {
         let queues = self.queues.lock().expect("queue waiters lock");
         for (topic, queue_id) in touched {
-            // The map's key is owned; a lookup by borrowed parts needs no allocation when
-            // the topic matches, and queues without waiters are simply absent.
-            if let Some(waiting) = queues.get(&(topic.to_string(), queue_id)) {
+            // Queues without waiters are simply absent.
+            if let Some(waiting) = queues.get(topic).and_then(|q| q.get(&queue_id)) {
                 waiting.notify.notify_waiters();
             }
         }
@@ -80,23 +82,28 @@ impl QueueWaiters {
     /// Wakes every waiter (the touched queues were too many to track, or the store closes).
     pub fn wake_all(&self) {
         let queues = self.queues.lock().expect("queue waiters lock");
-        for waiting in queues.values() {
+        for waiting in queues.values().flat_map(HashMap::values) {
             waiting.notify.notify_waiters();
         }
     }
 
     /// Queues with at least one waiter.
     pub fn queues_waited_on(&self) -> usize {
-        self.queues.lock().expect("queue waiters lock").len()
+        let queues = self.queues.lock().expect("queue waiters lock");
+        queues.values().map(HashMap::len).sum()
     }
 
     fn unregister(&self, topic: &str, queue_id: u32) {
         let mut queues = self.queues.lock().expect("queue waiters lock");
-        let key = (topic.to_string(), queue_id);
-        if let Some(waiting) = queues.get_mut(&key) {
-            waiting.waiters -= 1;
-            if waiting.waiters == 0 {
-                queues.remove(&key);
+        if let Some(topic_queues) = queues.get_mut(topic) {
+            if let Some(waiting) = topic_queues.get_mut(&queue_id) {
+                waiting.waiters -= 1;
+                if waiting.waiters == 0 {
+                    topic_queues.remove(&queue_id);
+                }
+            }
+            if topic_queues.is_empty() {
+                queues.remove(topic);
             }
         }
         self.registered.fetch_sub(1, Ordering::SeqCst);
@@ -161,6 +168,10 @@ mod tests {
         assert_eq!(waiters.queues_waited_on(), 1);
         drop(other);
         assert_eq!(waiters.queues_waited_on(), 0);
+        assert!(
+            waiters.queues.lock().unwrap().is_empty(),
+            "no topic left behind"
+        );
         assert!(!waiters.any());
     }
 
