@@ -243,6 +243,10 @@ pub(crate) struct Inner {
     /// back while the woken reader is still being scheduled).
     pub derived: parking_lot::Mutex<Derived>,
     pub dispatch_signal: Signal,
+    /// Wakes the checkpointer's sleep at a close. Not `dispatch_signal`: that one is notified
+    /// by every commit while a reader waits, and a checkpointer asleep on it was woken by each
+    /// (with 4,000 pulls held, a fifth of a core; session 21).
+    pub close_signal: Signal,
     /// Readers waiting for one queue; the dispatcher wakes the queues it appended to.
     pub queue_waiters: crate::queue_waiters::QueueWaiters,
     /// The dispatcher found nothing to do for a while and sleeps its long tick: whoever makes
@@ -328,6 +332,7 @@ impl MessageStore {
             queue_waiters: Default::default(),
             derived: parking_lot::Mutex::new(recovered.derived),
             dispatch_signal: Signal::default(),
+            close_signal: Signal::default(),
             dispatcher_napping: AtomicBool::new(false),
             dispatched: watch::Sender::new(end),
             checkpoints: recovered.checkpoints,
@@ -602,6 +607,7 @@ impl MessageStore {
         self.inner.flush.close();
         self.inner.stop_preparing_segments();
         self.inner.dispatch_signal.notify();
+        self.inner.close_signal.notify();
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
         }
@@ -624,6 +630,7 @@ impl MessageStore {
         self.inner.flush.close();
         self.inner.stop_preparing_segments();
         self.inner.dispatch_signal.notify();
+        self.inner.close_signal.notify();
         for handle in self.threads.lock().expect("threads lock").drain(..) {
             let _ = handle.join();
         }

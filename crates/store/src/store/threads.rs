@@ -185,7 +185,7 @@ fn checkpoint_loop(inner: &Inner) {
         let wait = pace.wait();
         while started.elapsed() < wait && !inner.closed.load(Ordering::Acquire) {
             seen = inner
-                .dispatch_signal
+                .close_signal
                 .wait(seen, wait.min(Duration::from_millis(100)));
         }
         if inner.closed.load(Ordering::Acquire) {
@@ -287,5 +287,32 @@ mod tests {
         );
         drop(caught_up);
         store.close().unwrap();
+    }
+
+    /// The checkpointer sleeps on its own signal, not on the dispatcher's (which every commit
+    /// notifies while a reader waits): only the dispatcher ever sleeps on `dispatch_signal`.
+    #[test]
+    fn the_checkpointer_sleeps_apart_from_the_dispatch_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = StoreConfig::new(dir.path());
+        config.segment_size_bytes = 64 * 1024;
+        config.max_message_size_bytes = 16 * 1024;
+        let store = MessageStore::open(config).unwrap();
+        let inner = &store.inner;
+        wait_until("the checkpointer asleep on the close signal", || {
+            inner.close_signal.sleepers.load(Ordering::SeqCst) == 1
+        });
+        let held = store.wait_for_queue("T", 0);
+        for _ in 0..1_000 {
+            inner.wake_dispatcher_for_readers();
+            assert!(inner.dispatch_signal.sleepers.load(Ordering::SeqCst) <= 1);
+        }
+        drop(held);
+        let started = Instant::now();
+        store.close().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a close wakes the checkpointer"
+        );
     }
 }
