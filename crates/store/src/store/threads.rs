@@ -264,16 +264,23 @@ mod tests {
         }
     }
 
-    /// A commit or fsync wakes the dispatcher (`wake_dispatcher_for_readers`) for a held pull
-    /// (a queue waiter) as for a reader subscribed to the dispatched end, and for nobody
-    /// otherwise (the tick serves).
-    #[test]
-    fn a_held_pull_counts_as_a_reader_waiting_for_dispatch() {
+    /// An ASYNC_FLUSH store with 64 KiB segments in a fresh directory (kept alive by the
+    /// returned guard).
+    fn small_store() -> (tempfile::TempDir, MessageStore) {
         let dir = tempfile::tempdir().unwrap();
         let mut config = StoreConfig::new(dir.path());
         config.segment_size_bytes = 64 * 1024;
         config.max_message_size_bytes = 16 * 1024;
         let store = MessageStore::open(config).unwrap();
+        (dir, store)
+    }
+
+    /// A commit or fsync wakes the dispatcher (`wake_dispatcher_for_readers`) for a held pull
+    /// (a queue waiter) as for a reader subscribed to the dispatched end, and for nobody
+    /// otherwise (the tick serves).
+    #[test]
+    fn a_held_pull_counts_as_a_reader_waiting_for_dispatch() {
+        let (_dir, store) = small_store();
         let inner = &store.inner;
         assert!(!inner.readers_wait_for_dispatch(), "nobody waits");
         let held = store.wait_for_queue("T", 0);
@@ -293,11 +300,7 @@ mod tests {
     /// notifies while a reader waits): only the dispatcher ever sleeps on `dispatch_signal`.
     #[test]
     fn the_checkpointer_sleeps_apart_from_the_dispatch_signal() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = StoreConfig::new(dir.path());
-        config.segment_size_bytes = 64 * 1024;
-        config.max_message_size_bytes = 16 * 1024;
-        let store = MessageStore::open(config).unwrap();
+        let (_dir, store) = small_store();
         let inner = &store.inner;
         wait_until("the checkpointer asleep on the close signal", || {
             inner.close_signal.sleepers.load(Ordering::SeqCst) == 1
