@@ -231,6 +231,27 @@ fn a_roll_finds_its_segment_recorded_ahead_and_a_crash_after_it_reports_space() 
     };
     put_until_segment(0, &mut sent);
     assert_eq!(record(), Some(covering(0)), "the first extension's record");
+    // Half way through segment 0 the preparing thread runs (`advance_cover`, then the next
+    // file): let it finish before the roll. A thread late past the roll would find segment 1
+    // the last and record it, which is right, but not what this step checks.
+    while store.stats().written_end < SEGMENT / 2 + 4096 {
+        let next = text(sent.len());
+        store
+            .put(&[draft("T", 0, next.as_bytes(), b"")])
+            .expect("put");
+        sent.push(next);
+    }
+    let prepared = dir
+        .path()
+        .join(ferromq_store::commitlog::next_segment::NEXT_FILE);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !prepared.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "segment 1's file prepared half way through segment 0"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     put_until_segment(1, &mut sent);
     assert_eq!(record(), Some(covering(0)), "the roll wrote no record");
     assert_eq!(file_lens(dir.path()).len(), 2);
