@@ -57,7 +57,7 @@ use ferromq_protocol::remoting::headers::offset::{
 use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
-use ferromq_protocol::remoting::RemotingCommand;
+use ferromq_protocol::remoting::{RemotingCommand, SerializeType};
 use ferromq_protocol::tags::{TagExpression, ALL_TAGS};
 
 use crate::connections::ConnectionPool;
@@ -100,6 +100,12 @@ pub struct PullConsumerConfig {
     /// TLS (`None`: plain TCP) of every connection, name servers and brokers: trusts the CA
     /// file it was built from.
     pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
+    /// Pull requests carry RocketMQ's compact binary header (serialize type `ROCKETMQ`, what
+    /// Java clients send with `rocketmq.serialize.type=ROCKETMQ`) instead of JSON. Every
+    /// RocketMQ broker reads both and answers in the request's type, so the pull's reply
+    /// header is binary too: this saves the JSON encode and parse of both headers of every
+    /// pull on both sides (the producer's `binary_header` does the same for sends).
+    pub binary_header: bool,
 }
 
 impl Default for PullConsumerConfig {
@@ -113,6 +119,7 @@ impl Default for PullConsumerConfig {
             heartbeat_interval: Duration::from_secs(30),
             credentials: None,
             tls: None,
+            binary_header: true,
         }
     }
 }
@@ -666,7 +673,10 @@ impl PullConsumer {
             expression_type: Some("TAG".into()),
             ..PullMessageRequestHeader::default()
         };
-        let cmd = RemotingCommand::request_with_owned_header(request::PULL_MESSAGE, header);
+        let mut cmd = RemotingCommand::request_with_owned_header(request::PULL_MESSAGE, header);
+        if self.inner.config.binary_header {
+            cmd.serialize_type = SerializeType::RocketMq;
+        }
         let reply = self.inner.pool.invoke(addr, cmd, timeout).await?;
         let code = reply.code;
         if target == Target::Slave && code == response::PULL_OFFSET_MOVED {

@@ -89,6 +89,11 @@ pub struct ClientBenchArgs {
     /// Print the result as one JSON object on the last stdout line.
     #[arg(long)]
     pub(super) json: bool,
+    /// Send and pull requests (and so their replies) in JSON headers instead of the clients'
+    /// default compact binary headers (serialize type ROCKETMQ), to compare the two in one
+    /// sitting with the same build.
+    #[arg(long)]
+    pub(super) json_headers: bool,
     /// consume only: measure both pull transfers of the brokers in one run — RocketMQ's
     /// transferMsgByHeap=true (records copied and verified) and false (zero copy with
     /// sendfile) — switching every master of the topic with UPDATE_BROKER_CONFIG between
@@ -332,6 +337,7 @@ pub(super) fn producer(args: &ClientBenchArgs) -> Result<Producer> {
         credentials: args.security.credentials()?,
         tls: args.security.tls()?,
         reply_spin: Duration::from_micros(args.reply_spin_us),
+        binary_header: !args.json_headers,
         ..ProducerConfig::default()
     })
     .context("starting a producer")
@@ -566,6 +572,7 @@ fn lite_config(
         pull_batch: args.pull_batch,
         credentials: args.security.credentials()?,
         tls: args.security.tls()?,
+        binary_header: !args.json_headers,
         ..LitePullConsumerConfig::default()
     })
 }
@@ -936,7 +943,7 @@ fn report(
     let max = ns_to_us(h.max());
     let errors = progress.errors.load(Ordering::Relaxed);
     let first_error = progress.first_error();
-    let clients = match kind {
+    let mut clients = match kind {
         Kind::Produce => format!("{} producers", args.producers),
         Kind::Consume => format!(
             "{} consumers, pull batch {}",
@@ -947,6 +954,9 @@ fn report(
             args.producers, args.consumers, args.pull_batch
         ),
     };
+    if args.json_headers {
+        clients.push_str(", JSON headers");
+    }
     let mut offered = match args.rate {
         Some(rate) if kind != Kind::Consume => format!(", offered {rate} msgs/s"),
         _ => String::new(),
@@ -1029,6 +1039,7 @@ fn report(
             "batch": args.batch,
             "in_flight": args.in_flight,
             "pull_batch": args.pull_batch,
+            "headers": if args.json_headers { "json" } else { "binary" },
             "offered_rate": args.rate,
             "reply_spin_us": args.reply_spin_us,
             "current_thread": args.current_thread,

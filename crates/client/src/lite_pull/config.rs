@@ -57,6 +57,12 @@ pub struct LitePullConsumerConfig {
     /// TLS (`None`: plain TCP) of every connection, name servers and brokers: trusts the CA
     /// file it was built from.
     pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
+    /// Pull requests carry RocketMQ's compact binary header (serialize type `ROCKETMQ`, what
+    /// Java clients send with `rocketmq.serialize.type=ROCKETMQ`) instead of JSON. Every
+    /// RocketMQ broker reads both and answers in the request's type, so the pull's reply
+    /// header is binary too: this saves the JSON encode and parse of both headers of every
+    /// pull on both sides (`PullConsumerConfig::binary_header`).
+    pub binary_header: bool,
 }
 
 impl Default for LitePullConsumerConfig {
@@ -79,6 +85,7 @@ impl Default for LitePullConsumerConfig {
             assign_expression: "*".into(),
             credentials: None,
             tls: None,
+            binary_header: true,
         }
     }
 }

@@ -135,6 +135,7 @@ impl LitePullConsumer {
                 heartbeat_interval: config.heartbeat_interval,
                 credentials: config.credentials.clone(),
                 tls: config.tls.clone(),
+                binary_header: config.binary_header,
             },
             make,
         )?;

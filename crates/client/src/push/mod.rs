@@ -239,6 +239,9 @@ pub struct PushConsumerConfig {
     /// TLS (`None`: plain TCP) of every connection, name servers and brokers: trusts the CA
     /// file it was built from.
     pub tls: Option<ferromq_protocol::remoting::tls::ClientTls>,
+    /// Pull requests carry RocketMQ's compact binary header instead of JSON
+    /// (`PullConsumerConfig::binary_header`).
+    pub binary_header: bool,
 }
 
 impl Default for PushConsumerConfig {
@@ -270,6 +273,7 @@ impl Default for PushConsumerConfig {
             local_offset_dir: None,
             credentials: None,
             tls: None,
+            binary_header: true,
         }
     }
 }
@@ -506,6 +510,7 @@ impl PushConsumer {
                 heartbeat_interval: Duration::from_secs(365 * 24 * 3600),
                 credentials: config.credentials.clone(),
                 tls: config.tls.clone(),
+                binary_header: config.binary_header,
                 ..PullConsumerConfig::default()
             },
             |group, routes, pool, timeout| {
