@@ -8,6 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use ferromq_broker::observability::transfer::Fallback;
 use ferromq_broker::{Broker, BrokerConfig};
 use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::{request, response};
@@ -123,7 +124,11 @@ async fn zero_copy_pulls_equal_copied_pulls_byte_for_byte() {
     }
     let replies = transfer.replies(true);
     assert!(replies > 20, "replies went out with zero copy: {replies}");
-    assert_eq!(transfer.replies(false), 0, "nothing was copied");
+    // A filtered pull of small records skips the records between its own: such a reply,
+    // a `sendfile` call per record, is copied instead, and counted.
+    let small = transfer.fallbacks(Fallback::SmallRecords);
+    assert!(small > 0, "filtered pulls of small records were copied");
+    assert_eq!(transfer.replies(false), small, "nothing else was copied");
     assert!(transfer.zero_copy_bytes() > 3 * LARGE_BODY as u64);
 
     set_transfer(&client, true).await;
@@ -132,6 +137,7 @@ async fn zero_copy_pulls_equal_copied_pulls_byte_for_byte() {
         assert_eq!(&copied, zero_copied, "{expression}: replies differ");
     }
     assert_eq!(transfer.replies(true), replies, "copied this time");
+    assert_eq!(transfer.fallbacks(Fallback::SmallRecords), small);
     assert_eq!(messages(&zero_copy[0]), count);
     assert_eq!(messages(&zero_copy[1]) + messages(&zero_copy[2]), count);
     // A batch crossed a segment end: some reply holds records of two segments.
@@ -141,6 +147,71 @@ async fn zero_copy_pulls_equal_copied_pulls_byte_for_byte() {
         records.len() > 1 && phys(&records[0]) / segment != phys(records.last().unwrap()) / segment
     });
     assert!(crossed, "no reply crossed a segment end");
+    broker.shutdown().await.unwrap();
+}
+
+/// Small records of two queues sent in turn lie apart in the log: a zero-copy pull of one
+/// queue would take a `sendfile` call per record, so its replies are copied and verified
+/// instead (counted as `small_records`), byte for byte what the copying path sends; one
+/// queue's adjacent records of at least `ZERO_COPY_SEND_BYTES_MIN` still go with zero copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_scattered_records_are_copied_and_adjacent_ones_sent_with_zero_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(config(dir.path(), false)).await.unwrap();
+    let client = common::client(broker.local_addr()).await;
+    let count = 96;
+    for i in 0..count {
+        let body = vec![i as u8; 128 + i];
+        for queue in [0, 1] {
+            let reply = common::send(&client, TOPIC, queue, &body, "a").await;
+            assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+        }
+    }
+    settle(&broker, count).await;
+    let transfer = &broker.context().metrics.transfer;
+    let zero_copy = pull_all(&client, "*").await;
+    assert_eq!(messages(&zero_copy), count);
+    let with_messages = zero_copy.iter().filter(|(_, _, r)| !r.is_empty()).count() as u64;
+    assert_eq!(
+        transfer.replies(true),
+        0,
+        "no scattered small reply used sendfile"
+    );
+    assert_eq!(transfer.replies(false), with_messages);
+    assert_eq!(transfer.fallbacks(Fallback::SmallRecords), with_messages);
+    assert_eq!(transfer.zero_copy_bytes(), 0);
+    set_transfer(&client, true).await;
+    assert_eq!(pull_all(&client, "*").await, zero_copy, "replies differ");
+
+    // One queue alone: its records are adjacent, one run per reply, sent with zero copy.
+    set_transfer(&client, false).await;
+    let alone = "zc-alone";
+    for i in 0..40 {
+        let reply = common::send(&client, alone, 0, &vec![i as u8; 2048], "a").await;
+        assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    }
+    let store = broker.context().store.clone();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while store.queue_bounds(alone, 0) != Some((0, 40)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{alone} never showed 40"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let command = common::pull_command(alone, 0, 0, 0, "*");
+    let reply = client.invoke(command, TIMEOUT).await.expect("pull reply");
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(common::records(&reply).len(), 32);
+    assert_eq!(
+        transfer.replies(true),
+        1,
+        "adjacent records went with zero copy"
+    );
+    assert_eq!(
+        transfer.zero_copy_bytes(),
+        reply.body.as_ref().unwrap().len() as u64
+    );
     broker.shutdown().await.unwrap();
 }
 
@@ -247,10 +318,7 @@ async fn a_tls_connection_falls_back_to_copying() {
         0,
         "nothing sent with zero copy over TLS"
     );
-    assert_eq!(
-        transfer.fallbacks(ferromq_broker::observability::transfer::Fallback::Tls),
-        copied
-    );
+    assert_eq!(transfer.fallbacks(Fallback::Tls), copied);
     let over_tcp = pull_all(&plain, "*").await;
     assert_eq!(over_tcp, over_tls);
     assert!(

@@ -28,6 +28,9 @@ pub enum Fallback {
     Tls,
     /// `sendfile` is not usable here.
     SendfileUnsupported,
+    /// The reply's records are small and apart: one `sendfile` call each would cost more
+    /// than copying them (`outbound::ZERO_COPY_SEND_BYTES_MIN`).
+    SmallRecords,
 }
 
 impl Fallback {
@@ -35,6 +38,7 @@ impl Fallback {
         match self {
             Fallback::Tls => "tls",
             Fallback::SendfileUnsupported => "sendfile_unsupported",
+            Fallback::SmallRecords => "small_records",
         }
     }
 }
@@ -70,6 +74,7 @@ pub struct TransferMetrics {
     /// Set once `sendfile` was refused: every later pull reply copies.
     sendfile_unusable: AtomicBool,
     tls_logged: AtomicBool,
+    small_logged: AtomicBool,
 }
 
 impl TransferMetrics {
@@ -130,6 +135,7 @@ impl TransferMetrics {
         let first = match reason {
             Fallback::Tls => !self.tls_logged.swap(true, Ordering::Relaxed),
             Fallback::SendfileUnsupported => !self.sendfile_unusable.swap(true, Ordering::Relaxed),
+            Fallback::SmallRecords => !self.small_logged.swap(true, Ordering::Relaxed),
         };
         if first {
             match reason {
@@ -140,6 +146,10 @@ impl TransferMetrics {
                 Fallback::SendfileUnsupported => tracing::warn!(
                     %detail,
                     "sendfile is not usable: pull replies are copied from now on (logged once)"
+                ),
+                Fallback::SmallRecords => tracing::info!(
+                    %detail,
+                    "transferMsgByHeap=false: pull replies of small, scattered records are copied and verified, which costs less than a sendfile call per record (logged once)"
                 ),
             }
         }

@@ -12,16 +12,20 @@
 //! truncation started since the check, the bytes sent are the bytes checked (the log is
 //! append-only below its committed end; only a truncation changes them).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use ferromq_protocol::{RecordHead, RecordOutline, RECORD_HEAD_LEN_MAX};
 
 use super::{CommitLog, Segment};
 use crate::error::{FileError, ReadError};
 
-/// Records up to this size are checked from one `pread` of the whole record rather than two
-/// (head, then tail): for small records the syscall costs more than the bytes. The body is
-/// still not verified, and the bytes sent are still the file's, by `sendfile`.
+/// Records up to this size are checked from one read of the whole record rather than two
+/// (head, then tail): for small records the read costs more than the bytes. The read is a
+/// copy from the segment's read map when mapped reads are on (no syscall per record; see
+/// `read_map`), else a `pread`. The body is still not verified, and the bytes sent are still
+/// the file's, by `sendfile`.
 pub const WHOLE_READ_MAX: usize = 16 * 1024;
 
 /// Bytes of one segment file holding whole, checked records.
@@ -34,6 +38,9 @@ pub struct FileRegion {
     len: u64,
     /// The segment's truncation epoch before the check.
     epoch: u64,
+    /// The span of the segment's read map when mapped reads are on (copies then come from
+    /// the map, not from a `pread`).
+    map_span: Option<u64>,
 }
 
 /// Why a region may no longer be sent.
@@ -142,18 +149,51 @@ impl FileRegion {
     /// # Errors
     /// As [`FileRegion::check_intact`]; a short read is [`RegionError::Truncated`].
     pub fn read(&self) -> Result<Vec<u8>, RegionError> {
-        let mut buf = vec![0u8; self.len as usize];
-        let got = self.segment.read_at(self.pos, &mut buf)?;
-        if got < buf.len() {
-            return Err(RegionError::Truncated {
-                path: self.segment.path().to_path_buf(),
-                pos: self.pos,
-                len: self.len,
-            });
-        }
-        self.check_intact()?;
-        Ok(buf)
+        let mut buf = BytesMut::new();
+        Self::read_all_into(std::slice::from_ref(self), &mut buf)?;
+        Ok(buf.to_vec())
     }
+
+    /// [`FileRegion::read`] of every region, in order, appended to `out` (copied from the
+    /// segments' read maps when mapped reads are on), then one check that all are still
+    /// intact ([`FileRegion::check_all_intact`]: each segment measured once, not once per
+    /// region). On an error `out` may hold part of the bytes.
+    ///
+    /// # Errors
+    /// As [`FileRegion::read`], for the first region that fails.
+    pub fn read_all_into(regions: &[FileRegion], out: &mut BytesMut) -> Result<(), RegionError> {
+        for region in regions {
+            let before = out.len();
+            let len = region.len as usize;
+            read_into(&region.segment, region.map_span, region.pos, len, out)?;
+            if out.len() - before < len {
+                return Err(region.truncated());
+            }
+        }
+        Self::check_all_intact(regions)
+    }
+}
+
+/// Appends the `len` bytes at `pos` of `segment` to `out`: copied from its read map when
+/// `map_span` is given and the map can serve them, else read with `pread`. Fewer bytes are
+/// appended when the file ends first.
+fn read_into(
+    segment: &Segment,
+    map_span: Option<u64>,
+    pos: u64,
+    len: usize,
+    out: &mut BytesMut,
+) -> Result<(), FileError> {
+    if let Some(span) = map_span {
+        if segment.read_mapped(pos, len, span, out) {
+            return Ok(());
+        }
+    }
+    let start = out.len();
+    out.resize(start + len, 0);
+    let got = segment.read_at(pos, &mut out[start..])?;
+    out.truncate(start + got);
+    Ok(())
 }
 
 impl CommitLog {
@@ -188,12 +228,14 @@ impl CommitLog {
             phys_offset,
             source,
         };
-        let mut whole = Vec::new();
+        let map_span = self
+            .mapped_reads
+            .load(Ordering::Relaxed)
+            .then_some(self.segment_size);
+        let mut whole = BytesMut::new();
         let mut head = [0u8; RECORD_HEAD_LEN_MAX];
         let head_bytes: &[u8] = if size <= WHOLE_READ_MAX {
-            whole.resize(size, 0);
-            let got = segment.read_at(pos, &mut whole)?;
-            whole.truncate(got);
+            read_into(&segment, map_span, pos, size, &mut whole)?;
             &whole
         } else {
             let got = segment.read_at(pos, &mut head)?;
@@ -221,6 +263,7 @@ impl CommitLog {
             pos,
             len: size as u64,
             epoch,
+            map_span,
         })
     }
 }

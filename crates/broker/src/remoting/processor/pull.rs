@@ -54,10 +54,14 @@ pub(super) async fn handle(
             match pull_with::<StoredRegion>(ctx, channel, principal, command, &request).await {
                 Ok((head, messages)) => {
                     if messages.is_empty() {
-                        head.into()
+                        return head.into();
+                    }
+                    let reply = RegionReply::new(head, messages);
+                    if reply.sends_are_small() {
+                        copied(ctx, command, reply)
                     } else {
                         // Counted by the writer, which may still have to copy.
-                        Outbound::Regions(RegionReply::new(head, messages))
+                        Outbound::Regions(reply)
                     }
                 }
                 Err(reply) => reply.into(),
@@ -78,6 +82,26 @@ pub(super) async fn handle(
                 Err(reply) => reply.into(),
             }
         }
+    }
+}
+
+/// A zero-copy reply of small records apart from each other, copied and verified here
+/// instead (`RegionReply::sends_are_small`); a record that no longer reads or verifies makes
+/// the pull fail with SYSTEM_ERROR, as nothing of it was sent.
+fn copied(ctx: &BrokerContext, command: &RemotingCommand, reply: RegionReply) -> Outbound {
+    match reply.into_frame() {
+        Ok(frame) => {
+            let transfer = &ctx.metrics.transfer;
+            transfer.reply(false);
+            transfer.fallback(Fallback::SmallRecords, "a pull of small, scattered records");
+            frame.into()
+        }
+        Err(error) => command
+            .reply(
+                response::SYSTEM_ERROR,
+                Some(format!("reading the pulled records failed: {error}")),
+            )
+            .into(),
     }
 }
 
