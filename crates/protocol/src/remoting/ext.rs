@@ -191,6 +191,9 @@ pub trait ExtField: Sized {
     fn read(ext: &ExtFields, key: &'static str) -> Result<Self, HeaderError>;
     /// Reads the field named `key` from its text as already looked up (`None`: absent).
     fn read_found(found: Option<&ExtText>, key: &'static str) -> Result<Self, HeaderError>;
+    /// [`read_found`](Self::read_found) of the field's text in a binary header's ext bytes
+    /// ([`ExtFields::binary`]), read without building the map.
+    fn read_text(found: Option<&str>, key: &'static str) -> Result<Self, HeaderError>;
     /// Writes the field named `key` unless it is absent.
     fn write(&self, ext: &mut ExtFields, key: &'static str);
     /// [`write`](Self::write), moving the value (see [`ExtValue::into_ext_text`]).
@@ -204,6 +207,10 @@ impl<T: ExtValue> ExtField for T {
     fn read_found(found: Option<&ExtText>, key: &'static str) -> Result<Self, HeaderError> {
         let text = found.ok_or(HeaderError::Missing(key))?;
         parse_value(key, text)
+    }
+    fn read_text(found: Option<&str>, key: &'static str) -> Result<Self, HeaderError> {
+        let text = found.ok_or(HeaderError::Missing(key))?;
+        parse_text(key, text)
     }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
         self.write_ext(ext, key);
@@ -224,6 +231,13 @@ impl<T: ExtValue> ExtField for Option<T> {
             Some(text) => parse_value(key, text).map(Some),
         }
     }
+    fn read_text(found: Option<&str>, key: &'static str) -> Result<Self, HeaderError> {
+        match found {
+            None => Ok(None),
+            Some(text) if T::EMPTY_IS_ABSENT && text.trim().is_empty() => Ok(None),
+            Some(text) => parse_text(key, text).map(Some),
+        }
+    }
     fn write(&self, ext: &mut ExtFields, key: &'static str) {
         if let Some(v) = self {
             v.write(ext, key);
@@ -234,6 +248,14 @@ impl<T: ExtValue> ExtField for Option<T> {
             v.write_owned(ext, key);
         }
     }
+}
+
+fn parse_text<T: ExtValue>(field: &'static str, text: &str) -> Result<T, HeaderError> {
+    T::parse_ext(text).ok_or_else(|| HeaderError::Invalid {
+        field,
+        value: text.to_string(),
+        expected: T::EXPECTED,
+    })
 }
 
 fn parse_value<T: ExtValue>(field: &'static str, text: &ExtText) -> Result<T, HeaderError> {

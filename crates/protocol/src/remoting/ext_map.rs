@@ -19,25 +19,47 @@
 //! 3. Bulk construction (`FromIterator`, `Extend`, [`ExtFields::from_pairs`]) sorts once and
 //!    keeps the last value of a repeated key, as repeated inserts would; it never inserts one
 //!    by one, so a hostile frame with millions of fields costs `n log n`, not `n²`.
+//! 4. A map decoded from a binary header keeps the header's ext bytes (`raw`, checked when the
+//!    frame was decoded) and builds `entries` from them only when first read as a map; while
+//!    `raw` is kept it describes exactly the fields `entries` holds or will hold, and any
+//!    change drops it. So a request whose handler reads only its typed header (a send, a
+//!    pull) never builds the map: the header reads its fields from `raw` in one pass
+//!    ([`ExtFields::binary`]), which is what `header!` does.
 //!
-//! Typed headers read their fields with [`ExtFields::ordered_lookup`] (declared in key order,
-//! each field is found next to the previous one) and are written by inserts that append
-//! when keys come in order.
+//! Typed headers otherwise read their fields with [`ExtFields::ordered_lookup`] (declared in
+//! key order, each field is found next to the previous one) and are written by inserts that
+//! append when keys come in order.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use compact_str::CompactString;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::binary_header::{binary_fields, CheckedExt};
+
 /// An ext key or value: text stored inline up to 24 bytes, on the heap beyond.
 pub type ExtText = CompactString;
 
 /// A command's ext fields: key to text value, sorted by key (see the module doc).
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default)]
 pub struct ExtFields {
+    /// The fields (invariant 1) when `raw` is `None`; empty while it is not.
     entries: Vec<Entry>,
+    /// A binary header's fields not yet decoded (invariant 4). Boxed: a map built by hand (a
+    /// reply's, a request's being written) pays one word for it, not a whole lazy map.
+    raw: Option<Box<RawFields>>,
+}
+
+/// The ext bytes of a binary header, checked when the frame was decoded, and the map decoded
+/// from them on first use as a map; a typed header reads its fields straight from the bytes
+/// ([`ExtFields::binary`]).
+#[derive(Debug, Clone)]
+struct RawFields {
+    bytes: CheckedExt,
+    decoded: OnceLock<Vec<Entry>>,
 }
 
 /// One field, with its key's ordering prefix (invariant 2).
@@ -95,21 +117,64 @@ impl ExtFields {
     pub const fn new() -> ExtFields {
         ExtFields {
             entries: Vec::new(),
+            raw: None,
         }
+    }
+
+    /// The map of a binary header's ext bytes, `raw`, which the caller checked
+    /// (`binary_header::check_ext`): decoded only when first read as a map.
+    pub(crate) fn from_binary(raw: CheckedExt) -> ExtFields {
+        ExtFields {
+            entries: Vec::new(),
+            raw: Some(Box::new(RawFields {
+                bytes: raw,
+                decoded: OnceLock::new(),
+            })),
+        }
+    }
+
+    fn from_entries(entries: Vec<Entry>) -> ExtFields {
+        ExtFields { entries, raw: None }
+    }
+
+    /// The binary ext bytes these fields were decoded from, while no change was made to them:
+    /// a typed header reads its fields from these in one pass (`header!`), without building
+    /// the map. Every key and value in them is UTF-8 (checked when the frame was decoded); a
+    /// pair with an empty key or value is not a field.
+    pub fn binary(&self) -> Option<&CheckedExt> {
+        self.raw.as_deref().map(|raw| &raw.bytes)
+    }
+
+    /// The entries, decoding the binary ext bytes on first use.
+    fn entries(&self) -> &Vec<Entry> {
+        match &self.raw {
+            None => &self.entries,
+            Some(raw) => raw.decoded.get_or_init(|| entries_of_binary(&raw.bytes)),
+        }
+    }
+
+    /// The entries for a change: decoded first if need be; the binary bytes no longer
+    /// describe the map after it, so they are dropped.
+    fn entries_mut(&mut self) -> &mut Vec<Entry> {
+        if let Some(raw) = self.raw.take() {
+            let RawFields { bytes, decoded } = *raw;
+            self.entries = decoded
+                .into_inner()
+                .unwrap_or_else(|| entries_of_binary(&bytes));
+        }
+        &mut self.entries
     }
 
     /// An empty map with room for `capacity` fields.
     pub fn with_capacity(capacity: usize) -> ExtFields {
-        ExtFields {
-            entries: Vec::with_capacity(capacity),
-        }
+        ExtFields::from_entries(Vec::with_capacity(capacity))
     }
 
     /// A map of `pairs` in any order; the last value of a repeated key wins.
     pub fn from_pairs(pairs: Vec<(ExtText, ExtText)>) -> ExtFields {
         let mut entries: Vec<Entry> = pairs.into_iter().map(|(k, v)| Entry::new(k, v)).collect();
         sort_keeping_last(&mut entries);
-        ExtFields { entries }
+        ExtFields::from_entries(entries)
     }
 
     /// A map built from fields pushed in any order (a decoder's): one allocation of
@@ -122,28 +187,29 @@ impl ExtFields {
 
     /// Number of fields.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries().len()
     }
 
     /// Whether there is no field.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries().is_empty()
     }
 
     fn position(&self, key: &str) -> Result<usize, usize> {
         let prefix = prefix_of(key);
-        self.entries
+        self.entries()
             .binary_search_by(|entry| compare(entry, prefix, key))
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&ExtText> {
-        self.position(key).ok().map(|i| &self.entries[i].value)
+        self.position(key).ok().map(|i| &self.entries()[i].value)
     }
 
     /// The value of `key`, mutably.
     pub fn get_mut(&mut self, key: &str) -> Option<&mut ExtText> {
-        self.position(key).ok().map(|i| &mut self.entries[i].value)
+        let found = self.position(key).ok()?;
+        Some(&mut self.entries_mut()[found].value)
     }
 
     /// Whether `key` is present.
@@ -161,18 +227,18 @@ impl ExtFields {
         let value = value.into();
         // Headers are mostly written in key order: a key past the last one is pushed.
         let prefix = prefix_of(&key);
-        if self
-            .entries
+        let entries = self.entries_mut();
+        if entries
             .last()
             .is_none_or(|last| compare(last, prefix, &key).is_lt())
         {
-            self.entries.push(Entry { prefix, key, value });
+            entries.push(Entry { prefix, key, value });
             return None;
         }
         match self.position(&key) {
-            Ok(i) => Some(std::mem::replace(&mut self.entries[i].value, value)),
+            Ok(i) => Some(std::mem::replace(&mut self.entries_mut()[i].value, value)),
             Err(i) => {
-                self.entries.insert(i, Entry::new(key, value));
+                self.entries_mut().insert(i, Entry::new(key, value));
                 None
             }
         }
@@ -183,12 +249,12 @@ impl ExtFields {
     /// [`ExtFieldsBuilder::push_str`]); any other goes through [`insert`](Self::insert).
     pub fn insert_str(&mut self, key: &str, value: &str) {
         let prefix = prefix_of(key);
-        if self
-            .entries
+        let entries = self.entries_mut();
+        if entries
             .last()
             .is_none_or(|last| compare(last, prefix, key).is_lt())
         {
-            push_in_place(&mut self.entries, prefix, key, value);
+            push_in_place(entries, prefix, key, value);
         } else {
             self.insert(key, value);
         }
@@ -201,21 +267,21 @@ impl ExtFields {
 
     /// Removes `key`; returns its value.
     pub fn remove(&mut self, key: &str) -> Option<ExtText> {
-        self.position(key)
-            .ok()
-            .map(|i| self.entries.remove(i).value)
+        let found = self.position(key).ok()?;
+        Some(self.entries_mut().remove(found).value)
     }
 
     /// Keeps the fields `keep` returns true for.
     pub fn retain(&mut self, mut keep: impl FnMut(&ExtText, &mut ExtText) -> bool) {
-        self.entries.retain_mut(|e| keep(&e.key, &mut e.value));
+        self.entries_mut()
+            .retain_mut(|e| keep(&e.key, &mut e.value));
     }
 
     /// Lookups in ascending key order, each continuing where the last one ended (a typed
     /// header reads its fields that way): see [`OrderedLookup`].
     pub fn ordered_lookup(&self) -> OrderedLookup<'_> {
         OrderedLookup {
-            entries: &self.entries,
+            entries: self.entries(),
             next: 0,
         }
     }
@@ -223,18 +289,18 @@ impl ExtFields {
     /// The fields in key order.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
-            inner: self.entries.iter(),
+            inner: self.entries().iter(),
         }
     }
 
     /// The keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &ExtText> {
-        self.entries.iter().map(|e| &e.key)
+        self.entries().iter().map(|e| &e.key)
     }
 
     /// The values in key order.
     pub fn values(&self) -> impl Iterator<Item = &ExtText> {
-        self.entries.iter().map(|e| &e.value)
+        self.entries().iter().map(|e| &e.value)
     }
 }
 
@@ -301,9 +367,7 @@ impl ExtFieldsBuilder {
     /// The map.
     pub fn build(mut self) -> ExtFields {
         sort_keeping_last(&mut self.entries);
-        ExtFields {
-            entries: self.entries,
-        }
+        ExtFields::from_entries(self.entries)
     }
 }
 
@@ -414,9 +478,9 @@ impl<'a> IntoIterator for &'a ExtFields {
 impl IntoIterator for ExtFields {
     type Item = (ExtText, ExtText);
     type IntoIter = IntoIter;
-    fn into_iter(self) -> IntoIter {
+    fn into_iter(mut self) -> IntoIter {
         IntoIter {
-            inner: self.entries.into_iter(),
+            inner: std::mem::take(self.entries_mut()).into_iter(),
         }
     }
 }
@@ -448,11 +512,12 @@ impl<K: Into<ExtText>, V: Into<ExtText>> FromIterator<(K, V)> for ExtFields {
 
 impl<K: Into<ExtText>, V: Into<ExtText>> Extend<(K, V)> for ExtFields {
     fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
-        self.entries.extend(
+        let entries = self.entries_mut();
+        entries.extend(
             iter.into_iter()
                 .map(|(k, v)| Entry::new(k.into(), v.into())),
         );
-        sort_keeping_last(&mut self.entries);
+        sort_keeping_last(entries);
     }
 }
 
@@ -473,6 +538,35 @@ impl std::ops::Index<&str> for ExtFields {
         }
     }
 }
+
+/// Maps are equal when their fields are, however each was built (decoded or not).
+impl PartialEq for ExtFields {
+    fn eq(&self, other: &ExtFields) -> bool {
+        self.entries() == other.entries()
+    }
+}
+
+impl Eq for ExtFields {}
+
+impl std::hash::Hash for ExtFields {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.entries().hash(state);
+    }
+}
+
+/// The entries of checked binary ext bytes (see [`ExtFields::binary`]), sorted.
+fn entries_of_binary(raw: &CheckedExt) -> Vec<Entry> {
+    let mut entries = Vec::with_capacity(EXT_FIELDS_TYPICAL);
+    for (key, value) in binary_fields(raw) {
+        push_in_place(&mut entries, prefix_of(key), key, value);
+    }
+    sort_keeping_last(&mut entries);
+    entries
+}
+
+/// Ext fields a decoded header has room for before its vector grows (a send carries about
+/// 14: one allocation for them in the common case).
+const EXT_FIELDS_TYPICAL: usize = 16;
 
 impl fmt::Debug for ExtFields {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

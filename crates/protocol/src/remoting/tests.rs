@@ -386,6 +386,111 @@ fn bad_binary_headers_rejected_with_reason() {
     ));
 }
 
+/// A binary header's ext fields are kept undecoded until read as a map; a typed header reads
+/// them from the bytes. Both ways give the map's answers: the last of a repeated key, empty
+/// values and keys dropped, unknown keys ignored, the same errors.
+#[test]
+fn binary_ext_fields_read_lazily_give_the_maps_answers() {
+    use super::ext::{CommandHeader, HeaderError};
+    use super::headers::send::SendMessageRequestHeaderV2;
+
+    let fields = [
+        ("a", "PG"),
+        ("b", "first"),
+        ("zz-unknown", "x"),
+        ("b", "Topic"),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", "3"),
+        ("f", "0"),
+        ("g", "1700000000000"),
+        ("h", "0"),
+        (
+            "i",
+            "KEYS\u{1}k\u{2}WAIT\u{1}true\u{2}UNIQ_KEY\u{1}0A0B0C0D0E0F\u{2}",
+        ),
+        ("j", ""),
+        ("", "no key"),
+        ("l", "16"),
+    ];
+    let h = binary_header(310, 0, 1, 9, 0, "", &fields);
+    let lazy = RemotingCommand::decode(frame_bytes(1, &h, b"")).unwrap();
+    assert!(lazy.ext_fields.binary().is_some(), "kept undecoded");
+    let eager: super::ext::ExtFields = fields
+        .iter()
+        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    let typed = SendMessageRequestHeaderV2::from_ext(&lazy.ext_fields).unwrap();
+    assert_eq!(typed, SendMessageRequestHeaderV2::from_ext(&eager).unwrap());
+    assert_eq!(typed.b, "Topic", "the last of a repeated key");
+    assert_eq!(typed.j, None, "an empty value is no field");
+    assert_eq!(typed.l, Some(16));
+    // Read as a map: the same fields in key order, equal to the eagerly built map.
+    assert_eq!(lazy.ext_fields, eager);
+    assert_eq!(
+        lazy.ext_fields
+            .keys()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "a",
+            "b",
+            "c",
+            "d",
+            "e",
+            "f",
+            "g",
+            "h",
+            "i",
+            "l",
+            "zz-unknown"
+        ]
+    );
+    assert_eq!(lazy.ext_fields.get("e").map(|v| v.as_str()), Some("3"));
+
+    // A change drops the bytes: the typed header then reads the changed map.
+    let mut changed = lazy.clone();
+    changed.ext_fields.insert("e", "5");
+    assert!(changed.ext_fields.binary().is_none());
+    let header = SendMessageRequestHeaderV2::from_ext(&changed.ext_fields).unwrap();
+    assert_eq!(header.e, 5);
+    assert!(
+        lazy.ext_fields.binary().is_some(),
+        "a clone's change is its own"
+    );
+
+    // The same errors either way.
+    for (bad, expected) in [
+        (
+            vec![("a", "PG"), ("b", "T"), ("c", "TBW102"), ("d", "4")],
+            HeaderError::Missing("e"),
+        ),
+        (
+            vec![
+                ("a", "PG"),
+                ("b", "T"),
+                ("c", "TBW102"),
+                ("d", "4"),
+                ("e", "three"),
+            ],
+            HeaderError::Invalid {
+                field: "e",
+                value: "three".into(),
+                expected: "a 32-bit integer",
+            },
+        ),
+    ] {
+        let h = binary_header(310, 0, 1, 9, 0, "", &bad);
+        let lazy = RemotingCommand::decode(frame_bytes(1, &h, b"")).unwrap();
+        let eager: super::ext::ExtFields = bad.iter().map(|(k, v)| (*k, *v)).collect();
+        let from_bytes = SendMessageRequestHeaderV2::from_ext(&lazy.ext_fields).unwrap_err();
+        let from_map = SendMessageRequestHeaderV2::from_ext(&eager).unwrap_err();
+        assert_eq!(from_bytes, from_map);
+        assert_eq!(from_bytes, expected);
+    }
+}
+
 // ---- command ----
 
 fn sample(serialize_type: SerializeType) -> RemotingCommand {

@@ -29,6 +29,23 @@ macro_rules! header {
             fn from_ext(
                 ext: &$crate::remoting::ext::ExtFields,
             ) -> Result<Self, $crate::remoting::ext::HeaderError> {
+                if let Some(raw) = ext.binary() {
+                    // Undecoded binary ext bytes: one pass over them, no map built (the last
+                    // of a repeated key wins, as in the map).
+                    $( let mut $field: Option<&str> = None; )*
+                    for (key, value) in $crate::remoting::binary_header::binary_fields(raw) {
+                        match key {
+                            $( $key => $field = Some(value), )*
+                            _ => {}
+                        }
+                    }
+                    return Ok($name {
+                        $( $field: <$ty as $crate::remoting::ext::ExtField>::read_text(
+                            $field,
+                            $key,
+                        )?, )*
+                    });
+                }
                 // Fields are mostly declared in key order: one pass over the map.
                 let mut lookup = ext.ordered_lookup();
                 Ok($name {
