@@ -193,7 +193,7 @@ impl RemotingCommand {
     pub fn from_frame(frame: RawFrame) -> Result<Self, CommandError> {
         let mut cmd = match frame.serialize_type {
             SerializeType::Json => json_header::decode(&frame.header)?,
-            SerializeType::RocketMq => binary_header::decode_shared(&frame.header)?,
+            SerializeType::RocketMq => binary_header::decode(&frame.header)?,
         };
         if !frame.body.is_empty() {
             cmd.body = Some(frame.body);

@@ -62,6 +62,14 @@ struct RawFields {
     decoded: OnceLock<Vec<Entry>>,
 }
 
+impl RawFields {
+    /// The map, decoded on first use (out of line: the hot paths read typed headers).
+    #[inline(never)]
+    fn entries(&self) -> &Vec<Entry> {
+        self.decoded.get_or_init(|| entries_of_binary(&self.bytes))
+    }
+}
+
 /// One field, with its key's ordering prefix (invariant 2).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Entry {
@@ -146,23 +154,35 @@ impl ExtFields {
     }
 
     /// The entries, decoding the binary ext bytes on first use.
+    #[inline]
     fn entries(&self) -> &Vec<Entry> {
         match &self.raw {
             None => &self.entries,
-            Some(raw) => raw.decoded.get_or_init(|| entries_of_binary(&raw.bytes)),
+            Some(raw) => raw.entries(),
         }
     }
 
     /// The entries for a change: decoded first if need be; the binary bytes no longer
     /// describe the map after it, so they are dropped.
+    #[inline]
     fn entries_mut(&mut self) -> &mut Vec<Entry> {
+        if self.raw.is_some() {
+            self.decode_for_change();
+        }
+        &mut self.entries
+    }
+
+    /// Moves the decoded binary fields into `entries` and drops the bytes (out of line: the
+    /// maps that change are built by hand, not decoded).
+    #[cold]
+    #[inline(never)]
+    fn decode_for_change(&mut self) {
         if let Some(raw) = self.raw.take() {
             let RawFields { bytes, decoded } = *raw;
             self.entries = decoded
                 .into_inner()
                 .unwrap_or_else(|| entries_of_binary(&bytes));
         }
-        &mut self.entries
     }
 
     /// An empty map with room for `capacity` fields.
