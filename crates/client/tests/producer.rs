@@ -38,25 +38,6 @@ fn consumer(namesrv: std::net::SocketAddr) -> PullConsumer {
     .unwrap()
 }
 
-async fn pull_all(c: &PullConsumer, q: &MessageQueue, expression: &str) -> Vec<MessageExt> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        match c.pull(q, expression, offset, 32).await.unwrap() {
-            PullResult::Found {
-                messages,
-                next_offset,
-            } => {
-                out.extend(messages);
-                offset = next_offset;
-            }
-            PullResult::NoMatchedMessage { next_offset } => offset = next_offset,
-            PullResult::NoNewMessage { .. } => return out,
-            other => panic!("{other:?}"),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_100_with_keys_tags_properties_and_pull_them_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,7 +65,7 @@ async fn send_100_with_keys_tags_properties_and_pull_them_back() {
     assert_eq!(queues.len(), 4);
     let (mut got, mut evens) = (0, 0);
     for q in &queues {
-        let messages = pull_all(&c, q, "*").await;
+        let messages = common::pull_all(&c, q, "*").await;
         assert_eq!(messages.len(), 25, "round robin spreads evenly");
         for m in messages {
             let (i, r) = &sent[&m.msg_id];
@@ -105,7 +86,7 @@ async fn send_100_with_keys_tags_properties_and_pull_them_back() {
             assert_eq!(m.offset_msg_id(), r.offset_msg_id);
             got += 1;
         }
-        let even = pull_all(&c, q, "even").await;
+        let even = common::pull_all(&c, q, "even").await;
         assert!(even.iter().all(|m| m.tags.as_deref() == Some("even")));
         evens += even.len();
     }
@@ -140,10 +121,10 @@ async fn a_tag_sharing_a_hash_code_with_another_is_told_apart() {
             .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
             .collect()
     };
-    let aa = pull_all(&c, queue, "Aa").await;
+    let aa = common::pull_all(&c, queue, "Aa").await;
     let expected: Vec<String> = (0..40).step_by(4).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies(&aa), expected);
-    let all = pull_all(&c, queue, "*").await;
+    let all = common::pull_all(&c, queue, "*").await;
     let expected: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies(&all), expected);
     b.shutdown().await.unwrap();
@@ -333,7 +314,7 @@ async fn batch_oneway_and_delayed_sends_arrive() {
 
     let c = consumer(ns.addr);
     let q = c.fetch_queues("BATCH").await.unwrap()[0].clone();
-    let messages = pull_all(&c, &q, "batch").await;
+    let messages = common::pull_all(&c, &q, "batch").await;
     assert_eq!(messages.len(), 10);
     for (i, m) in messages.iter().enumerate() {
         assert_eq!(m.queue_offset, 1 + i as u64);
@@ -361,7 +342,7 @@ async fn batch_oneway_and_delayed_sends_arrive() {
             Instant::now() < deadline,
             "oneway {oneway}, delayed {delayed}"
         );
-        for m in pull_all(&c, &q, "ow || late").await {
+        for m in common::pull_all(&c, &q, "ow || late").await {
             match m.tags.as_deref() {
                 Some("ow") => oneway = m.body == "oneway".as_bytes(),
                 Some("late") => {
@@ -513,7 +494,12 @@ async fn unknown_topic_is_created_through_the_tbw102_route_with_default_queue_nu
     let c = consumer(ns.addr);
     let mut bodies = Vec::new();
     for q in c.fetch_queues("AUTO_NEW").await.unwrap() {
-        bodies.extend(pull_all(&c, &q, "*").await.into_iter().map(|m| m.body));
+        bodies.extend(
+            common::pull_all(&c, &q, "*")
+                .await
+                .into_iter()
+                .map(|m| m.body),
+        );
     }
     assert_eq!(bodies.len(), 6);
     p.shutdown();
@@ -545,51 +531,26 @@ type Received = Arc<std::sync::Mutex<Vec<ferromq_protocol::remoting::RemotingCom
 /// A fake broker that records every request and answers SUCCESS (sends get a send response
 /// header with a growing queue offset).
 async fn recording_broker() -> (std::net::SocketAddr, Received) {
-    use bytes::BytesMut;
     use ferromq_protocol::remoting::codes::{request, response};
     use ferromq_protocol::remoting::headers::send::SendMessageResponseHeader;
-    use ferromq_protocol::remoting::{RawFrame, RemotingCommand, DEFAULT_MAX_FRAME_LENGTH};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let received: Received = Arc::default();
     let log = received.clone();
-    tokio::spawn(async move {
-        let offsets = Arc::new(std::sync::atomic::AtomicI64::new(0));
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let (log, offsets) = (log.clone(), offsets.clone());
-            tokio::spawn(async move {
-                let mut buf = BytesMut::new();
-                loop {
-                    while let Ok(Some(frame)) = RawFrame::decode(&mut buf, DEFAULT_MAX_FRAME_LENGTH)
-                    {
-                        let cmd = RemotingCommand::from_frame(frame).unwrap();
-                        log.lock().unwrap().push(cmd.clone());
-                        if cmd.is_oneway() {
-                            continue;
-                        }
-                        let mut reply = cmd.reply(response::SUCCESS, None);
-                        if cmd.code == request::SEND_MESSAGE_V2 {
-                            reply = reply.with_header(&SendMessageResponseHeader {
-                                msg_id: "7F00000100002A9F0000000000000000".into(),
-                                queue_id: cmd.ext_fields["e"].parse().unwrap(),
-                                queue_offset: offsets.fetch_add(1, Ordering::SeqCst),
-                                ..Default::default()
-                            });
-                        }
-                        if stream.write_all(&reply.to_bytes().unwrap()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read_buf(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                }
-            });
+    let offsets = std::sync::atomic::AtomicI64::new(0);
+    let addr = common::answering_broker(move |cmd| {
+        log.lock().unwrap().push(cmd.clone());
+        let reply = cmd.reply(response::SUCCESS, None);
+        if cmd.code != request::SEND_MESSAGE_V2 {
+            return reply;
         }
-    });
+        reply.with_header(&SendMessageResponseHeader {
+            msg_id: "7F00000100002A9F0000000000000000".into(),
+            queue_id: cmd.ext_fields["e"].parse().unwrap(),
+            queue_offset: offsets.fetch_add(1, Ordering::SeqCst),
+            ..Default::default()
+        })
+    })
+    .await;
     (addr, received)
 }
 
@@ -786,7 +747,7 @@ async fn a_64_kib_body_round_trips_compressed_and_a_corrupt_one_is_a_clear_error
     assert!(stored[0].1 < big.len() / 2, "stored {} bytes", stored[0].1);
     // A pull consumer gets the original body.
     let c = consumer(ns.addr);
-    let got = pull_all(&c, &sent.queue, "*").await;
+    let got = common::pull_all(&c, &sent.queue, "*").await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body.len(), big.len());
     assert!(got[0].body == big, "decompressed body equals the sent one");

@@ -7,18 +7,13 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use bytes::BytesMut;
 use common::{broker_config, broker_with, create_topic, namesrv, register_fake_broker, wait_route};
 use ferromq_client::{
-    Message, MessageExt, MessageQueue, Producer, ProducerConfig, PullConsumer, PullConsumerConfig,
-    PullResult,
+    Message, MessageExt, MessageQueue, PullConsumer, PullConsumerConfig, PullResult,
 };
 use ferromq_protocol::remoting::codes::{request, response};
 use ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader;
-use ferromq_protocol::remoting::{
-    RawFrame, RemotingCommand, SerializeType, DEFAULT_MAX_FRAME_LENGTH,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ferromq_protocol::remoting::{RemotingCommand, SerializeType};
 
 /// The serialize type of every PULL_MESSAGE a fake broker received.
 type PullForms = Arc<Mutex<Vec<SerializeType>>>;
@@ -26,45 +21,21 @@ type PullForms = Arc<Mutex<Vec<SerializeType>>>;
 /// A fake broker that answers every pull "no new message" (at offset 7) in the request's
 /// form and every other request SUCCESS, recording the form of each pull.
 async fn fake_broker() -> (SocketAddr, PullForms) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let forms = PullForms::default();
     let log = forms.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let mut buf = BytesMut::new();
-                loop {
-                    while let Ok(Some(frame)) = RawFrame::decode(&mut buf, DEFAULT_MAX_FRAME_LENGTH)
-                    {
-                        let cmd = RemotingCommand::from_frame(frame).unwrap();
-                        if cmd.is_oneway() {
-                            continue;
-                        }
-                        let mut reply = cmd.reply(response::SUCCESS, None);
-                        if cmd.code == request::PULL_MESSAGE {
-                            log.lock().unwrap().push(cmd.serialize_type);
-                            reply = cmd.reply(response::PULL_NOT_FOUND, None).with_header(
-                                &PullMessageResponseHeader {
-                                    next_begin_offset: 7,
-                                    max_offset: 7,
-                                    ..Default::default()
-                                },
-                            );
-                        }
-                        if stream.write_all(&reply.to_bytes().unwrap()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read_buf(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                }
-            });
+    let addr = common::answering_broker(move |cmd: &RemotingCommand| {
+        if cmd.code != request::PULL_MESSAGE {
+            return cmd.reply(response::SUCCESS, None);
         }
-    });
+        log.lock().unwrap().push(cmd.serialize_type);
+        cmd.reply(response::PULL_NOT_FOUND, None)
+            .with_header(&PullMessageResponseHeader {
+                next_begin_offset: 7,
+                max_offset: 7,
+                ..Default::default()
+            })
+    })
+    .await;
     (addr, forms)
 }
 
@@ -120,33 +91,11 @@ fn essence(m: &MessageExt) -> (u64, u64, Vec<u8>, Vec<String>, String) {
     )
 }
 
-/// Pulls queue 0 of `topic` from offset 0 until `n` messages are read.
-async fn read_all(c: &PullConsumer, n: usize) -> Vec<MessageExt> {
-    let queue = c
-        .fetch_queues("PB")
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|q| q.queue_id == 0);
-    let queue = queue.expect("queue 0");
-    let mut out = Vec::new();
-    let mut offset = 0;
-    for _ in 0..n {
-        match c.pull(&queue, "*", offset, 7).await.unwrap() {
-            PullResult::Found {
-                messages,
-                next_offset,
-            } => {
-                out.extend(messages);
-                offset = next_offset;
-            }
-            other => panic!("pull at {offset} of a stored backlog: {other:?}"),
-        }
-        if out.len() >= n {
-            break;
-        }
-    }
-    out
+/// Pulls queue 0 of topic PB from offset 0 to its end.
+async fn read_all(c: &PullConsumer) -> Vec<MessageExt> {
+    let queues = c.fetch_queues("PB").await.unwrap();
+    let queue = queues.iter().find(|q| q.queue_id == 0).expect("queue 0");
+    common::pull_all(c, queue, "*").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,12 +108,7 @@ async fn a_broker_serves_binary_and_json_pulls_the_same_messages_copied_or_zero_
         let broker = broker_with(config).await;
         create_topic(broker.local_addr(), "PB", 1).await;
         wait_route(ns.addr, "PB", 1).await;
-        let p = Producer::start(ProducerConfig {
-            namesrv_addrs: vec![ns.addr],
-            group: "PG".into(),
-            ..ProducerConfig::default()
-        })
-        .unwrap();
+        let p = common::producer(ns.addr, "PG");
         let n = 40;
         for i in 0..n {
             let body = format!("pull-header-{i}-{}", "x".repeat(i * 7));
@@ -174,8 +118,8 @@ async fn a_broker_serves_binary_and_json_pulls_the_same_messages_copied_or_zero_
         }
         let binary = consumer(ns.addr, "G-BIN", true);
         let json = consumer(ns.addr, "G-JSON", false);
-        let from_binary = read_all(&binary, n).await;
-        let from_json = read_all(&json, n).await;
+        let from_binary = read_all(&binary).await;
+        let from_json = read_all(&json).await;
         assert_eq!(from_binary.len(), n, "transferMsgByHeap={by_heap}");
         let bodies: Vec<String> = from_binary
             .iter()

@@ -149,6 +149,71 @@ pub fn register_fake_broker(ns: &Namesrv, name: &str, addr: SocketAddr, topic: &
     let _ = ns.registry.register_broker(&header, &body, None);
 }
 
+/// Pulls `q` with `expression` from offset 0 until the broker has nothing new (32 a pull).
+pub async fn pull_all(
+    c: &ferromq_client::PullConsumer,
+    q: &ferromq_client::MessageQueue,
+    expression: &str,
+) -> Vec<ferromq_client::MessageExt> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        match c.pull(q, expression, offset, 32).await.unwrap() {
+            ferromq_client::PullResult::Found {
+                messages,
+                next_offset,
+            } => {
+                out.extend(messages);
+                offset = next_offset;
+            }
+            ferromq_client::PullResult::NoMatchedMessage { next_offset } => offset = next_offset,
+            ferromq_client::PullResult::NoNewMessage { .. } => return out,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// A fake broker on 127.0.0.1: decodes every request frame and writes the reply `answer`
+/// gives (none for a one-way request); returns its address. For tests of what a client sends.
+pub async fn answering_broker<F>(answer: F) -> SocketAddr
+where
+    F: Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
+{
+    use bytes::BytesMut;
+    use ferromq_protocol::remoting::{RawFrame, DEFAULT_MAX_FRAME_LENGTH};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buf = BytesMut::new();
+                loop {
+                    while let Ok(Some(frame)) = RawFrame::decode(&mut buf, DEFAULT_MAX_FRAME_LENGTH)
+                    {
+                        let cmd = RemotingCommand::from_frame(frame).unwrap();
+                        let reply = answer(&cmd);
+                        if cmd.is_oneway() {
+                            continue;
+                        }
+                        if stream.write_all(&reply.to_bytes().unwrap()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read_buf(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// A TCP server that accepts connections and never answers; returns its address and a
 /// counter of accepted connections.
 pub async fn silent_server() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
