@@ -15,11 +15,14 @@
 //! 1. The zeros are covered by the durable preallocation record before the file grows
 //!    (`commitlog::preallocation` invariant 1), so recovery and `--check` take zeros at the
 //!    end of the last segment for space, not for a cut.
-//! 2. Zeros never land on a record: each chunk is written under the commit lock (every write
-//!    of records and every truncation holds it), only at the file's current end, and only
-//!    while the segment is still the last one. Records are written below the file's end
-//!    (over zeros) or at it (a commit that outran the zeros appends); either way they lie
-//!    below the end the next chunk starts from.
+//! 2. Zeros never land on a record, nor after a segment's end marker: each chunk is written
+//!    under the commit lock (every write of records and every truncation holds it), only at
+//!    the file's current end, only while the segment is still the last one and not yet ended.
+//!    Records are written below the file's end (over zeros) or at it (a commit that outran
+//!    the zeros appends); either way they lie below the end the next chunk starts from. A
+//!    replicated chunk can end exactly at a segment's end marker: its commit trims the file
+//!    to the marker and the segment stays the last until the next record arrives, so the
+//!    committed end, not only the segment list, tells that it is closed.
 //! 3. A failure never fails a commit: it is counted, and no extension is tried again until
 //!    the log passes the one that failed; commits append meanwhile.
 
@@ -122,7 +125,7 @@ impl Inner {
     }
 
     /// Writes `chunk` zero bytes at `at`, the file's end, under the commit lock, unless the
-    /// segment is no longer the last, the file's end moved (a commit appended, a truncation
+    /// segment is no longer the last or was ended by its marker, the file's end moved (a commit appended, a truncation
     /// cut), or the store is closing or poisoned (invariant 2), or commits grew large since
     /// the round began (the committer updates their average under the same lock). Returns
     /// whether it wrote.
@@ -139,7 +142,9 @@ impl Inner {
             .segments()
             .last()
             .is_some_and(|last| Arc::ptr_eq(last, segment));
+        let ended = self.log.committed_end() >= segment.start + self.log.segment_size();
         if !still_last
+            || ended
             || !space.zeroing_pays()
             || self.flush.is_poisoned()
             || self.closed.load(Ordering::Acquire)
@@ -149,5 +154,75 @@ impl Inner {
         }
         segment.write_zeros(at, chunk)?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MessageStore;
+    use crate::{FlushDiskType, StoreConfig};
+    use ferromq_protocol::DraftRecord;
+
+    const SEGMENT: u64 = 64 * 1024;
+
+    fn open(root: &std::path::Path) -> MessageStore {
+        let mut config = StoreConfig::new(root);
+        config.segment_size_bytes = SEGMENT;
+        config.max_message_size_bytes = 16 * 1024;
+        config.flush_disk_type = FlushDiskType::SyncFlush;
+        config.zeroed_space = true;
+        MessageStore::open(config).expect("open")
+    }
+
+    /// Copies the master's log to the replica chunk by chunk until a chunk ends the first
+    /// segment at its end marker.
+    fn replicate_to_first_marker(master: &MessageStore, replica: &MessageStore) {
+        loop {
+            let from = replica.appended_end();
+            let chunk = master
+                .replication_chunk(from, 4096)
+                .expect("chunk")
+                .expect("the master's log reaches past the first segment");
+            let ticket = replica
+                .append_replicated(from, &chunk.bytes, 0)
+                .expect("append");
+            replica
+                .wait_acknowledgeable(ticket.end, ticket.epoch)
+                .expect("durable");
+            if chunk.next == SEGMENT {
+                return;
+            }
+        }
+    }
+
+    /// The race a replica test once lost: a zeroing round decided on the file's length just
+    /// before a replicated chunk ended the segment (its commit trims the file to the marker,
+    /// and the segment stays the last one until the next record arrives). The round's write,
+    /// under the commit lock, must see the segment ended and write nothing, so the file still
+    /// ends at its marker, as the master's does.
+    #[test]
+    fn a_segment_ended_by_a_replicated_marker_gets_no_zeros() {
+        let (m_dir, r_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (master, replica) = (open(m_dir.path()), open(r_dir.path()));
+        let host = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let body = [b'z'; 1000];
+        for _ in 0..80 {
+            let draft = DraftRecord::plain("T", 0, &body, &[], host, 1_700_000_000_000);
+            master.put(&[draft]).expect("put");
+        }
+        replicate_to_first_marker(&master, &replica);
+
+        let inner = &replica.inner;
+        let segment = inner.log.segments().last().cloned().expect("a segment");
+        assert_eq!(segment.start, 0, "the ended segment is still the last one");
+        let trimmed = segment.len().expect("len");
+        assert!(trimmed < SEGMENT, "trimmed to its marker: {trimmed}");
+        let space = inner.log.preallocator().expect("zeroed space");
+        let written = inner
+            .zero_segment(space, &segment, trimmed, SEGMENT)
+            .expect("round");
+        assert_eq!(written, 0, "zeros after the end marker");
+        assert_eq!(segment.len().expect("len"), trimmed);
     }
 }
