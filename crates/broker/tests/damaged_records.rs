@@ -2,7 +2,8 @@
 //! returns the good records before it, then MESSAGE_DAMAGED naming its offsets (never
 //! SYSTEM_ERROR for the whole batch, never a silent skip); QUARANTINE_LIST lists it; and
 //! SKIP_DAMAGED_MESSAGE moves a group past it as a recorded reset, refused for a record that
-//! is not damaged.
+//! is not damaged. The same holds for zero-copy pulls (`transferMsgByHeap=false`) whose
+//! small, scattered records are read and verified instead of sent with `sendfile`.
 
 mod common;
 
@@ -13,6 +14,9 @@ use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::offset::QueryConsumerOffsetResponseHeader;
 use ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader;
 use ferromq_protocol::remoting::{ExtFields, RemotingCommand};
+
+use ferromq_broker::observability::transfer::Fallback;
+use ferromq_broker::{Broker, BrokerConfig};
 
 use common::{bodies, broker, client, pull_command, query, send, TIMEOUT};
 
@@ -179,6 +183,76 @@ async fn a_pull_stops_at_a_damaged_record_until_an_admin_skips_it() {
     );
     assert!(
         metrics.contains("ferromq_quarantined_ranges 1"),
+        "{metrics}"
+    );
+    broker.shutdown().await.expect("clean stop");
+}
+
+/// Message `i` of queue 1, told apart from queue 0's.
+fn other_body(i: usize) -> Vec<u8> {
+    format!("other queue message {i:03} {}", "y".repeat(180)).into_bytes()
+}
+
+/// A zero-copy pull of small records of a queue whose records lie between another queue's is
+/// read and verified instead of sent with `sendfile` (one call per record would cost more):
+/// a damaged record there is met as on the copying path — the good records before it, then
+/// MESSAGE_DAMAGED, quarantined and counted — never SYSTEM_ERROR for the whole batch, nor a
+/// record with a bad CRC sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_copy_pull_of_scattered_small_records_stops_at_a_damaged_one_too() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = broker(dir.path(), true).await;
+        let producer = client(broker.local_addr()).await;
+        for i in 0..10 {
+            for (queue, body) in [(0, body(i)), (1, other_body(i))] {
+                let reply = send(&producer, "T", queue, &body, "a").await;
+                assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+            }
+        }
+        broker.shutdown().await.expect("clean stop");
+    }
+    damage_message(dir.path(), 4);
+
+    let config = BrokerConfig {
+        transfer_msg_by_heap: false,
+        ..common::broker_config(dir.path(), true)
+    };
+    let broker = Broker::start(config).await.expect("broker starts");
+    let consumer = client(broker.local_addr()).await;
+    let reply = consumer
+        .invoke(pull_command("T", 0, 0, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(bodies(&reply), (0..4).map(body).collect::<Vec<_>>());
+    let header: PullMessageResponseHeader = reply.decode_header().unwrap();
+    assert_eq!(header.next_begin_offset, 4);
+    for _ in 0..2 {
+        let reply = consumer
+            .invoke(pull_command("T", 0, 4, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(reply.code, codes::MESSAGE_DAMAGED, "{:?}", reply.remark);
+        let remark = reply.remark.clone().unwrap_or_default();
+        assert!(remark.contains("queue offset 4 of T/0"), "{remark}");
+    }
+    // The other queue's records are whole and still served.
+    let reply = consumer
+        .invoke(pull_command("T", 1, 0, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(bodies(&reply), (0..10).map(other_body).collect::<Vec<_>>());
+
+    let transfer = &broker.context().metrics.transfer;
+    assert_eq!(transfer.replies(true), 0, "nothing went with sendfile");
+    assert_eq!(transfer.fallbacks(Fallback::SmallRecords), 2);
+    let quarantined = broker.context().store.quarantined();
+    assert_eq!(quarantined.ranges.len(), 1, "{quarantined:?}");
+    let metrics = broker.context().metrics.render(broker.context());
+    assert!(
+        metrics.contains("ferromq_damaged_reads_total 2"),
         "{metrics}"
     );
     broker.shutdown().await.expect("clean stop");

@@ -57,6 +57,7 @@ pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
     judge_prefix, AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore,
     OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError,
-    ReplicationChunk, RetentionReport, StoreError, StoreStats, Stored, StoredMessage, StoredRegion,
-    TagFilter, TimeBoundary, TruncateReport, DISPATCH_HOLD_BYTES_MAX, LOG_SAMPLES_MAX,
+    ReplicationChunk, RetentionReport, Sendable, StoreError, StoreStats, Stored, StoredMessage,
+    StoredRegion, TagFilter, TimeBoundary, TruncateReport, DISPATCH_HOLD_BYTES_MAX,
+    LOG_SAMPLES_MAX, ZERO_COPY_SEND_BYTES_MIN,
 };

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferromq_store::{
-    GetResult, GetStatus, MessageStore, ReadError, Stored, StoredMessage, StoredRegion, TagFilter,
+    GetResult, GetStatus, MessageStore, ReadError, Sendable, Stored, StoredMessage, TagFilter,
 };
 
 use super::access::{self, Request};
@@ -110,7 +110,7 @@ impl PullRead for StoredMessage {
     }
 }
 
-impl PullRead for StoredRegion {
+impl PullRead for Sendable {
     fn get(
         store: &MessageStore,
         topic: &str,
@@ -120,7 +120,7 @@ impl PullRead for StoredRegion {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult<Self>, ReadError> {
-        store.get_message_regions(topic, queue_id, offset, max_count, max_bytes, filter)
+        store.get_messages_to_send(topic, queue_id, offset, max_count, max_bytes, filter)
     }
 }
 

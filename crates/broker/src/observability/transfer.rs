@@ -29,7 +29,7 @@ pub enum Fallback {
     /// `sendfile` is not usable here.
     SendfileUnsupported,
     /// The reply's records are small and apart: one `sendfile` call each would cost more
-    /// than copying them (`outbound::ZERO_COPY_SEND_BYTES_MIN`).
+    /// than copying them (`ferromq_store::ZERO_COPY_SEND_BYTES_MIN`).
     SmallRecords,
 }
 

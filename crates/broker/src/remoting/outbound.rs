@@ -75,20 +75,7 @@ pub enum CopyError {
     Record(#[from] ferromq_protocol::RecordError),
 }
 
-/// A zero-copy reply whose `sendfile` calls (one per run of adjacent records) would carry
-/// fewer bytes than this on average is copied instead: below it a call costs more than
-/// copying its bytes. Small records of queues that share the log interleave, so a pull of 32
-/// records of 128 B took 32 calls and drained a backlog at 0.16x the copying path's rate.
-pub const ZERO_COPY_SEND_BYTES_MIN: u64 = 16 * 1024;
-
 impl RegionReply {
-    /// Whether copying the records costs less than sending them with zero copy: more than
-    /// one `sendfile` call, carrying under [`ZERO_COPY_SEND_BYTES_MIN`] each on average.
-    pub fn sends_are_small(&self) -> bool {
-        let sends = self.regions.len() as u64;
-        sends > 1 && self.body_len / sends < ZERO_COPY_SEND_BYTES_MIN
-    }
-
     /// The reply `head` carrying `messages`, adjacent records merged.
     pub fn new(head: RemotingCommand, messages: Vec<StoredRegion>) -> RegionReply {
         let mut regions: Vec<FileRegion> = Vec::with_capacity(messages.len());

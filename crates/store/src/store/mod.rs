@@ -48,7 +48,7 @@ use tokio::sync::watch;
 pub use maintenance::{RetentionReport, TruncateReport, DISPATCH_HOLD_BYTES_MAX};
 pub use offsets_api::{CommitOutcome, OffsetEvent, OffsetView};
 pub use read::{GetResult, GetStatus, Stored, StoredMessage, TagFilter, TimeBoundary};
-pub use read_regions::StoredRegion;
+pub use read_regions::{Sendable, StoredRegion, ZERO_COPY_SEND_BYTES_MIN};
 pub use replica::{
     judge_prefix, LogSample, PrefixCheck, ReplicaAppendError, ReplicaReadError, ReplicationChunk,
     LOG_SAMPLES_MAX,

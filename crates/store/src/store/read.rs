@@ -210,35 +210,48 @@ impl MessageStore {
             max_bytes,
             filter,
         };
+        self.read_messages(&range, || self.copying_fetch(&range))
+    }
+
+    /// The fetch of a copying read: each record read and verified into memory (from the last
+    /// span read when it holds it, see [`MessageStore::read_indexed_in_span`]). New for every
+    /// try of a read: a try after a cut under the read must not find the bytes read before it.
+    pub(super) fn copying_fetch<'a>(
+        &'a self,
+        range: &QueueRange<'a>,
+    ) -> impl Fn(u64, &CqEntry, &[CqEntry]) -> Result<(StoredMessage, bool), ReadError> + 'a {
+        let QueueRange {
+            topic,
+            queue_id,
+            max_count,
+            max_bytes,
+            filter,
+            ..
+        } = *range;
         let span_max = max_bytes.min(READ_SPAN_BYTES_MAX);
-        self.read_messages(&range, || {
-            // The span of back-to-back records read last; later entries inside it are sliced
-            // from it instead of read again. New for every try: a try after a cut under the
-            // read must not find the bytes read before it.
-            let span = RefCell::new(PullSpans::default());
-            move |this_offset, entry: &CqEntry, ahead: &[CqEntry]| {
-                let indexed = Indexed {
-                    topic,
-                    queue_id,
-                    queue_offset: this_offset,
-                    entry,
-                };
-                let bytes =
-                    self.read_indexed_in_span(&indexed, (ahead, max_count), &span, span_max)?;
-                // Finding the tags scans the properties: only a tag filter needs them.
-                let matches = *filter == TagFilter::All || {
-                    let view =
-                        RecordView::parse_structure(&bytes).expect("verified by read_indexed");
-                    filter.matches_tag(view.tags())
-                };
-                let message = StoredMessage {
-                    queue_offset: this_offset,
-                    phys_offset: entry.phys_offset,
-                    bytes,
-                };
-                Ok((message, matches))
-            }
-        })
+        // The span of back-to-back records read last; later entries inside it are sliced
+        // from it instead of read again.
+        let span = RefCell::new(PullSpans::default());
+        move |this_offset, entry: &CqEntry, ahead: &[CqEntry]| {
+            let indexed = Indexed {
+                topic,
+                queue_id,
+                queue_offset: this_offset,
+                entry,
+            };
+            let bytes = self.read_indexed_in_span(&indexed, (ahead, max_count), &span, span_max)?;
+            // Finding the tags scans the properties: only a tag filter needs them.
+            let matches = *filter == TagFilter::All || {
+                let view = RecordView::parse_structure(&bytes).expect("verified by read_indexed");
+                filter.matches_tag(view.tags())
+            };
+            let message = StoredMessage {
+                queue_offset: this_offset,
+                phys_offset: entry.phys_offset,
+                bytes,
+            };
+            Ok((message, matches))
+        }
     }
 
     /// Reads the range's entries, `fetch`ing each one the tag code lets through (a message

@@ -159,7 +159,6 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::store::MessageStore;
     use crate::{FlushDiskType, StoreConfig};
     use ferromq_protocol::DraftRecord;

@@ -8,8 +8,10 @@
 //! "none" values end here.
 //!
 //! With `transferMsgByHeap=false` on a plain TCP connection the messages are read as file
-//! regions and the reply's records go out with zero copy (`remoting::zero_copy`); otherwise
-//! (the default, TLS, or `sendfile` found unusable) they are read and verified into the body.
+//! regions and the reply's records go out with zero copy (`remoting::zero_copy`), unless the
+//! store finds them small and apart (one `sendfile` call each would cost more than a copy):
+//! then, as otherwise (the default, TLS, or `sendfile` found unusable), they are read and
+//! verified into the body, a damaged record quarantined and reported as MESSAGE_DAMAGED.
 
 use std::time::Duration;
 
@@ -18,7 +20,7 @@ use ferromq_protocol::remoting::headers::pull::{
     PullMessageRequestHeader, PullMessageResponseHeader,
 };
 use ferromq_protocol::remoting::RemotingCommand;
-use ferromq_store::{GetResult, GetStatus, StoredMessage, StoredRegion};
+use ferromq_store::{GetResult, GetStatus, Sendable, StoredMessage};
 
 use super::bad_header;
 use super::code_map::error_reply;
@@ -51,19 +53,9 @@ pub(super) async fn handle(
     let request = request_of(ctx, header);
     match transfer_of(ctx, channel) {
         Transfer::ZeroCopy => {
-            match pull_with::<StoredRegion>(ctx, channel, principal, command, &request).await {
-                Ok((head, messages)) => {
-                    if messages.is_empty() {
-                        return head.into();
-                    }
-                    let reply = RegionReply::new(head, messages);
-                    if reply.sends_are_small() {
-                        copied(ctx, command, reply)
-                    } else {
-                        // Counted by the writer, which may still have to copy.
-                        Outbound::Regions(reply)
-                    }
-                }
+            match pull_with::<Sendable>(ctx, channel, principal, command, &request).await {
+                Ok((head, messages)) if messages.is_empty() => head.into(),
+                Ok((head, messages)) => sendable_reply(ctx, command, head, messages),
                 Err(reply) => reply.into(),
             }
         }
@@ -85,24 +77,50 @@ pub(super) async fn handle(
     }
 }
 
-/// A zero-copy reply of small records apart from each other, copied and verified here
-/// instead (`RegionReply::sends_are_small`); a record that no longer reads or verifies makes
-/// the pull fail with SYSTEM_ERROR, as nothing of it was sent.
-fn copied(ctx: &BrokerContext, command: &RemotingCommand, reply: RegionReply) -> Outbound {
-    match reply.into_frame() {
-        Ok(frame) => {
+/// The reply to a zero-copy pull: its regions for the writer to send (counted there, as it
+/// may still have to copy), or, when the store found the records small and apart
+/// (`ferromq_store::ZERO_COPY_SEND_BYTES_MIN`), the records it read and verified instead,
+/// counted as copied. The store decides once per read, so the messages are all of one kind;
+/// anything else would be a store defect, refused as SYSTEM_ERROR rather than half sent.
+fn sendable_reply(
+    ctx: &BrokerContext,
+    command: &RemotingCommand,
+    head: RemotingCommand,
+    messages: Vec<Sendable>,
+) -> Outbound {
+    let count = messages.len();
+    if matches!(messages.first(), Some(Sendable::Copied(_))) {
+        let records: Vec<_> = messages
+            .into_iter()
+            .filter_map(|m| match m {
+                Sendable::Copied(m) => Some(m.bytes),
+                Sendable::Region(_) => None,
+            })
+            .collect();
+        if records.len() == count {
             let transfer = &ctx.metrics.transfer;
             transfer.reply(false);
             transfer.fallback(Fallback::SmallRecords, "a pull of small, scattered records");
-            frame.into()
+            return Outbound::Records(RecordsReply::new(head, records));
         }
-        Err(error) => command
-            .reply(
-                response::SYSTEM_ERROR,
-                Some(format!("reading the pulled records failed: {error}")),
-            )
-            .into(),
+    } else {
+        let regions: Vec<_> = messages
+            .into_iter()
+            .filter_map(|m| match m {
+                Sendable::Region(m) => Some(m),
+                Sendable::Copied(_) => None,
+            })
+            .collect();
+        if regions.len() == count {
+            return Outbound::Regions(RegionReply::new(head, regions));
+        }
     }
+    command
+        .reply(
+            response::SYSTEM_ERROR,
+            Some("a zero-copy read mixed copied records and file regions".into()),
+        )
+        .into()
 }
 
 /// How a pull reply carries its messages.
