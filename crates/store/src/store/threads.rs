@@ -22,6 +22,13 @@ const RETENTION_EVERY: Duration = Duration::from_secs(10);
 /// throughput fell by a fifth with 200 µs). Spacing the passes batches them (at most one per
 /// spacing) while a lone record still goes at once.
 const DISPATCH_SPACING_MIN: Duration = Duration::from_micros(500);
+/// The same under `SyncFlush`, where the wake-ups are already batched: readers see what is
+/// flushed, and the flusher wakes the dispatcher once per fsync, which covers every record
+/// that arrived while the previous one ran; 500 µs there delayed each group by up to that
+/// (delivery p50 380-480 µs at 10k msgs/s). Without any spacing the passes took CPU the
+/// sends on a 2-core machine then lacked (send p50 +15%); 200 µs kept the sends and halved
+/// the delivery (docs/performance.md, "Dispatch spacing under SYNC_FLUSH").
+const DISPATCH_SPACING_MIN_SYNC: Duration = Duration::from_micros(200);
 /// Passes in a row that found no new record before the dispatcher naps.
 const EMPTY_PASSES_BEFORE_NAP: u32 = 200;
 /// The dispatcher's tick while it naps: an idle store wakes 10 times a second instead of a
@@ -126,6 +133,10 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 }
 
 fn dispatch_loop(inner: &Inner) {
+    let spacing = match inner.config.flush_disk_type {
+        FlushDiskType::AsyncFlush => DISPATCH_SPACING_MIN,
+        FlushDiskType::SyncFlush => DISPATCH_SPACING_MIN_SYNC,
+    };
     let mut seen = 0;
     let mut empty_passes = 0u32;
     loop {
@@ -154,7 +165,7 @@ fn dispatch_loop(inner: &Inner) {
         };
         seen = inner.dispatch_signal.wait(seen, tick);
         inner.dispatcher_napping.store(false, Ordering::Relaxed);
-        if let Some(rest) = DISPATCH_SPACING_MIN.checked_sub(pass_started.elapsed()) {
+        if let Some(rest) = spacing.checked_sub(pass_started.elapsed()) {
             std::thread::sleep(rest);
         }
     }
