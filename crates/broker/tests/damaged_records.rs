@@ -10,6 +10,7 @@ mod common;
 use std::path::Path;
 
 use ferromq_broker::codes;
+use ferromq_protocol::remoting::client::RemotingClient;
 use ferromq_protocol::remoting::codes::response;
 use ferromq_protocol::remoting::headers::offset::QueryConsumerOffsetResponseHeader;
 use ferromq_protocol::remoting::headers::pull::PullMessageResponseHeader;
@@ -43,6 +44,49 @@ fn damage_message(root: &Path, i: usize) {
     panic!("message {i} not found in {}", dir.display());
 }
 
+/// A queue id and the body of its `i`th message.
+type QueueBodies = (i32, fn(usize) -> Vec<u8>);
+
+/// Sends `queues`' bodies for i in 0..10 (queue by queue for each i, so several queues'
+/// records interleave in the log), stops the broker cleanly, and damages message 4 of queue 0.
+async fn fill_and_damage(dir: &Path, queues: &[QueueBodies]) {
+    {
+        let broker = broker(dir, true).await;
+        let producer = client(broker.local_addr()).await;
+        for i in 0..10 {
+            for (queue, body_of) in queues {
+                let reply = send(&producer, "T", *queue, &body_of(i), "a").await;
+                assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+            }
+        }
+        broker.shutdown().await.expect("clean stop");
+    }
+    damage_message(dir, 4);
+}
+
+/// The batch covering the damage returns the four good records before it; the next pulls
+/// name the damage, and keep naming it: nothing is skipped silently.
+async fn pulls_stop_at_the_damage(consumer: &RemotingClient) {
+    let reply = consumer
+        .invoke(pull_command("T", 0, 0, 0, "*"), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(bodies(&reply), (0..4).map(body).collect::<Vec<_>>());
+    let header: PullMessageResponseHeader = reply.decode_header().unwrap();
+    assert_eq!(header.next_begin_offset, 4);
+    for _ in 0..2 {
+        let reply = consumer
+            .invoke(pull_command("T", 0, 4, 0, "*"), TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(reply.code, codes::MESSAGE_DAMAGED, "{:?}", reply.remark);
+        let remark = reply.remark.clone().unwrap_or_default();
+        assert!(remark.contains("queue offset 4 of T/0"), "{remark}");
+        assert!(remark.contains("CommitLog offset"), "{remark}");
+    }
+}
+
 fn skip_request(queue_offset: u64) -> RemotingCommand {
     let mut ext = ExtFields::new();
     ext.insert("group", "G");
@@ -55,39 +99,11 @@ fn skip_request(queue_offset: u64) -> RemotingCommand {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_stops_at_a_damaged_record_until_an_admin_skips_it() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let broker = broker(dir.path(), true).await;
-        let producer = client(broker.local_addr()).await;
-        for i in 0..10 {
-            let reply = send(&producer, "T", 0, &body(i), "a").await;
-            assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-        }
-        broker.shutdown().await.expect("clean stop");
-    }
-    damage_message(dir.path(), 4);
+    fill_and_damage(dir.path(), &[(0, body)]).await;
 
     let broker = broker(dir.path(), true).await;
     let consumer = client(broker.local_addr()).await;
-    // The batch covering the damage returns the four good records before it.
-    let reply = consumer
-        .invoke(pull_command("T", 0, 0, 0, "*"), TIMEOUT)
-        .await
-        .unwrap();
-    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-    assert_eq!(bodies(&reply), (0..4).map(body).collect::<Vec<_>>());
-    let header: PullMessageResponseHeader = reply.decode_header().unwrap();
-    assert_eq!(header.next_begin_offset, 4);
-    // The next pull names the damage, and keeps naming it: nothing is skipped silently.
-    for _ in 0..2 {
-        let reply = consumer
-            .invoke(pull_command("T", 0, 4, 0, "*"), TIMEOUT)
-            .await
-            .unwrap();
-        assert_eq!(reply.code, codes::MESSAGE_DAMAGED, "{:?}", reply.remark);
-        let remark = reply.remark.clone().unwrap_or_default();
-        assert!(remark.contains("queue offset 4 of T/0"), "{remark}");
-        assert!(remark.contains("CommitLog offset"), "{remark}");
-    }
+    pulls_stop_at_the_damage(&consumer).await;
     // A consumer whose filter matches the record's indexed tag meets it too; one whose
     // filter never matched it is not stopped by it.
     let reply = consumer
@@ -201,18 +217,7 @@ fn other_body(i: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_copy_pull_of_scattered_small_records_stops_at_a_damaged_one_too() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let broker = broker(dir.path(), true).await;
-        let producer = client(broker.local_addr()).await;
-        for i in 0..10 {
-            for (queue, body) in [(0, body(i)), (1, other_body(i))] {
-                let reply = send(&producer, "T", queue, &body, "a").await;
-                assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-            }
-        }
-        broker.shutdown().await.expect("clean stop");
-    }
-    damage_message(dir.path(), 4);
+    fill_and_damage(dir.path(), &[(0, body), (1, other_body)]).await;
 
     let config = BrokerConfig {
         transfer_msg_by_heap: false,
@@ -220,23 +225,7 @@ async fn a_zero_copy_pull_of_scattered_small_records_stops_at_a_damaged_one_too(
     };
     let broker = Broker::start(config).await.expect("broker starts");
     let consumer = client(broker.local_addr()).await;
-    let reply = consumer
-        .invoke(pull_command("T", 0, 0, 0, "*"), TIMEOUT)
-        .await
-        .unwrap();
-    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
-    assert_eq!(bodies(&reply), (0..4).map(body).collect::<Vec<_>>());
-    let header: PullMessageResponseHeader = reply.decode_header().unwrap();
-    assert_eq!(header.next_begin_offset, 4);
-    for _ in 0..2 {
-        let reply = consumer
-            .invoke(pull_command("T", 0, 4, 0, "*"), TIMEOUT)
-            .await
-            .unwrap();
-        assert_eq!(reply.code, codes::MESSAGE_DAMAGED, "{:?}", reply.remark);
-        let remark = reply.remark.clone().unwrap_or_default();
-        assert!(remark.contains("queue offset 4 of T/0"), "{remark}");
-    }
+    pulls_stop_at_the_damage(&consumer).await;
     // The other queue's records are whole and still served.
     let reply = consumer
         .invoke(pull_command("T", 1, 0, 0, "*"), TIMEOUT)

@@ -202,14 +202,7 @@ impl MessageStore {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult, ReadError> {
-        let range = QueueRange {
-            topic,
-            queue_id,
-            queue_offset,
-            max_count,
-            max_bytes,
-            filter,
-        };
+        let range = QueueRange::new(topic, queue_id, queue_offset, max_count, max_bytes, filter);
         self.read_messages(&range, || self.copying_fetch(&range))
     }
 
@@ -739,6 +732,26 @@ pub(super) struct QueueRange<'a> {
     pub(super) max_count: usize,
     pub(super) max_bytes: usize,
     pub(super) filter: &'a TagFilter,
+}
+
+impl<'a> QueueRange<'a> {
+    pub(super) fn new(
+        topic: &'a str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        filter: &'a TagFilter,
+    ) -> QueueRange<'a> {
+        QueueRange {
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            filter,
+        }
+    }
 }
 
 fn empty<M>(status: GetStatus, next: u64, min: u64, max: u64) -> GetResult<M> {

@@ -55,14 +55,7 @@ impl MessageStore {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult<StoredRegion>, ReadError> {
-        let range = QueueRange {
-            topic,
-            queue_id,
-            queue_offset,
-            max_count,
-            max_bytes,
-            filter,
-        };
+        let range = QueueRange::new(topic, queue_id, queue_offset, max_count, max_bytes, filter);
         self.read_messages(&range, || self.region_fetch(&range))
     }
 
@@ -83,14 +76,7 @@ impl MessageStore {
         max_bytes: usize,
         filter: &TagFilter,
     ) -> Result<GetResult<Sendable>, ReadError> {
-        let range = QueueRange {
-            topic,
-            queue_id,
-            queue_offset,
-            max_count,
-            max_bytes,
-            filter,
-        };
+        let range = QueueRange::new(topic, queue_id, queue_offset, max_count, max_bytes, filter);
         self.read_messages(&range, || {
             let (copy, send) = (self.copying_fetch(&range), self.region_fetch(&range));
             let copying = OnceCell::new();
