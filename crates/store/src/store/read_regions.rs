@@ -7,11 +7,11 @@
 //! body is not read, so the body CRC is **not** verified here — the copying read verifies it,
 //! which is why the broker's `transferMsgByHeap` defaults to the copying path.
 
+use std::cell::OnceCell;
+
 use ferromq_protocol::RecordOutline;
 
 use super::read::{QueueRange, Stored};
-use std::cell::OnceCell;
-
 use super::{GetResult, MessageStore, StoredMessage, TagFilter};
 use crate::commitlog::FileRegion;
 use crate::consume_queue::CqEntry;

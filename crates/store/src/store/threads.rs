@@ -27,7 +27,7 @@ const DISPATCH_SPACING_MIN: Duration = Duration::from_micros(500);
 /// that arrived while the previous one ran; 500 µs there delayed each group by up to that
 /// (delivery p50 380-480 µs at 10k msgs/s). Without any spacing the passes took CPU the
 /// sends on a 2-core machine then lacked (send p50 +15%); 200 µs kept the sends and halved
-/// the delivery (docs/performance.md, "Dispatch spacing under SYNC_FLUSH").
+/// the delivery (docs/performance.md, session 23: "Dispatch passes 200 µs apart under SYNC_FLUSH").
 const DISPATCH_SPACING_MIN_SYNC: Duration = Duration::from_micros(200);
 /// Passes in a row that found no new record before the dispatcher naps.
 const EMPTY_PASSES_BEFORE_NAP: u32 = 200;

@@ -125,9 +125,9 @@ impl Inner {
     }
 
     /// Writes `chunk` zero bytes at `at`, the file's end, under the commit lock, unless the
-    /// segment is no longer the last or was ended by its marker, the file's end moved (a commit appended, a truncation
-    /// cut), or the store is closing or poisoned (invariant 2), or commits grew large since
-    /// the round began (the committer updates their average under the same lock). Returns
+    /// segment is no longer the last or was ended by its marker, the file's end moved (a
+    /// commit appended, a truncation cut), or the store is closing or poisoned (invariant 2),
+    /// or commits grew large since the round began (the committer updates their average under the same lock). Returns
     /// whether it wrote.
     fn zero_chunk(
         &self,
