@@ -331,7 +331,10 @@ async fn wait_master(
     }
 }
 
-/// Whether the broker the controller names master already acts as master of that epoch.
+/// Whether the broker the controller names master already serves as master of that epoch:
+/// it has taken the role and holds a controller lease, so it accepts writes (a master promoted
+/// by a registration's or renewal's reply holds no lease until its next heartbeat is
+/// confirmed).
 async fn acts_as_master(info: &ReplicaInfo) -> bool {
     let Some(addr) = info
         .master_address
@@ -340,25 +343,85 @@ async fn acts_as_master(info: &ReplicaInfo) -> bool {
     else {
         return false;
     };
-    let Ok(client) = RemotingClient::connect(addr, Duration::from_secs(1)).await else {
-        return false;
+    master_of_epoch(addr, info.master_epoch).await && lease_held(addr).await
+}
+
+/// Waits for a master of epoch `min_epoch` or later to take its role, then for its lease;
+/// the group state and how long after the role (first seen) the lease was.
+async fn wait_role_then_lease(
+    controller: &ControllerClient,
+    min_epoch: u64,
+    secs: u64,
+) -> (ReplicaInfo, Duration) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut last = None;
+    let (info, addr, role_at) = loop {
+        if let Some(info) = replica_info(controller).await {
+            let addr = info.master_address.as_deref().and_then(|a| a.parse().ok());
+            if let Some(addr) = addr.filter(|_| info.master_epoch >= min_epoch) {
+                if master_of_epoch(addr, info.master_epoch).await {
+                    break (info, addr, Instant::now());
+                }
+            }
+            last = Some(info);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no master of epoch >= {min_epoch} took its role within {secs} s; last: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let Ok(reply) = client
-        .invoke(
-            ferromq_protocol::remoting::RemotingCommand::new_request(
-                request::GET_BROKER_HA_STATUS,
-                Default::default(),
-            ),
-            Duration::from_secs(2),
-        )
-        .await
-    else {
+    while !lease_held(addr).await {
+        assert!(
+            Instant::now() < deadline,
+            "the master of epoch {} at {addr} got no lease within {secs} s",
+            info.master_epoch
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (info, role_at.elapsed())
+}
+
+/// Whether the broker at `addr` has taken the master role of `epoch` (its HA status).
+async fn master_of_epoch(addr: SocketAddr, epoch: u64) -> bool {
+    let Some(reply) = admin_request(addr, request::GET_BROKER_HA_STATUS).await else {
         return false;
     };
     let status: Option<ferromq_protocol::remoting::body::ha_runtime::HaRuntimeInfo> =
         ferromq_protocol::remoting::body::decode_json(reply.body.as_deref().unwrap_or_default())
             .ok();
-    status.is_some_and(|s| s.master && s.master_epoch == Some(info.master_epoch as i64))
+    status.is_some_and(|s| s.master && s.master_epoch == Some(epoch as i64))
+}
+
+/// Whether the broker at `addr` holds a controller lease now (`leaseRemainingMs` of its
+/// runtime table).
+async fn lease_held(addr: SocketAddr) -> bool {
+    let Some(reply) = admin_request(addr, request::GET_BROKER_RUNTIME_INFO).await else {
+        return false;
+    };
+    let table: Option<ferromq_protocol::remoting::body::misc::KvTable> =
+        ferromq_protocol::remoting::body::decode_json(reply.body.as_deref().unwrap_or_default())
+            .ok();
+    table
+        .and_then(|t| t.table.get("leaseRemainingMs")?.parse::<u64>().ok())
+        .is_some_and(|ms| ms > 0)
+}
+
+/// A request without header or body to `addr`; `None` when it cannot be connected or answered.
+async fn admin_request(
+    addr: SocketAddr,
+    code: i32,
+) -> Option<ferromq_protocol::remoting::RemotingCommand> {
+    let client = RemotingClient::connect(addr, Duration::from_secs(1))
+        .await
+        .ok()?;
+    client
+        .invoke(
+            ferromq_protocol::remoting::RemotingCommand::new_request(code, Default::default()),
+            Duration::from_secs(2),
+        )
+        .await
+        .ok()
 }
 
 /// The broker serving `info`'s master address.
@@ -885,14 +948,23 @@ async fn r1_every_commit_the_old_master_acknowledged_is_on_the_new_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_master_restarted_before_the_controller_noticed_begins_a_new_term() {
     // A long heartbeat timeout: the restart surely completes before the controller could
-    // notice the death, so only the renewal can begin epoch 2.
+    // notice the death, so only the renewal can begin epoch 2. Brokers heartbeat every
+    // `HEARTBEAT` (leases last three of them), so a new master that waited for its next
+    // heartbeat to get a lease would show it.
+    const HEARTBEAT: Duration = Duration::from_secs(2);
     let mut cluster = Cluster::start_full(
         1,
         3,
         "SYNC_MASTER",
         false,
-        Vec::new(),
-        "controllerHeartBeatTimeoutMills = 20000\n",
+        vec![format!(
+            "brokerHeartbeatInterval = {}",
+            HEARTBEAT.as_millis()
+        )],
+        &format!(
+            "controllerHeartBeatTimeoutMills = 20000\nbrokerLeaseMillis = {}\n",
+            3 * HEARTBEAT.as_millis()
+        ),
     )
     .await;
     let controller = cluster.controllers.client();
@@ -909,21 +981,34 @@ async fn a_master_restarted_before_the_controller_noticed_begins_a_new_term() {
     let old = master_of(&mut cluster.brokers, &info);
     old.kill();
     old.restart();
-    let new = wait_master(&controller, 2, 1, 30).await;
+    let (new, role_to_lease) = wait_role_then_lease(&controller, 2, 30).await;
     println!(
-        "renewal: epoch {} master {:?} set {:?}, {:?} after the kill",
+        "renewal: epoch {} master {:?} set {:?}, {:?} after the kill, lease {role_to_lease:?} \
+         after the role",
         new.master_epoch,
         new.master_broker_id,
         new.sync_state_set,
         restarted_at.elapsed()
     );
     assert_eq!(new.master_epoch, 2, "a new term, not the resumed epoch 1");
+    // A master promoted by the renewal's reply holds no lease and refuses every write until a
+    // heartbeat is confirmed: it heartbeats at once, not a `HEARTBEAT` later.
+    assert!(
+        role_to_lease < HEARTBEAT / 3,
+        "the new master got its lease {role_to_lease:?} after taking the role"
+    );
     let old = master_of(&mut cluster.brokers, &info);
     let log = old.log_text();
     assert!(
         log.contains("asking the controller for a new term"),
         "the restarted master asked for a new term:\n{log}"
     );
+    if new.master_broker_id == info.master_broker_id {
+        assert!(
+            log.contains("promoted without a controller lease"),
+            "the restarted master, elected again, heartbeat at once:\n{log}"
+        );
+    }
     let controller_log = std::fs::read_to_string(&cluster.controllers.logs[0]).unwrap();
     assert!(
         controller_log.contains("Renewal"),
@@ -1349,7 +1434,12 @@ async fn r6_a_master_cut_off_from_the_controllers_stops_within_its_lease() {
         }
         if reply.code == NOT_MASTER {
             refused_after = Some(cut.elapsed());
-            assert!(remark(&reply).contains("lease"), "{}", remark(&reply));
+            // It held a lease before the cut: the remark says how long ago one was confirmed.
+            assert!(
+                remark(&reply).contains("lease") && remark(&reply).contains(" ms)"),
+                "{}",
+                remark(&reply)
+            );
         }
         reply.code == NOT_MASTER
     });

@@ -67,7 +67,7 @@ pub enum WriteError {
     /// Controller mode: this master's lease from the controller ran out (it cannot reach a
     /// controller quorum), so it accepts no write: a new master may be elected once the
     /// lease is over, and it would not have this write.
-    #[error("not master: broker {broker} (brokerId {broker_id}) holds no controller lease now (no controller quorum confirmed it for {silent_ms} ms) and accepts no {what}; a new master may be elected")]
+    #[error("not master: broker {broker} (brokerId {broker_id}) holds no controller lease now ({silence}) and accepts no {what}; a new master may be elected")]
     LeaseExpired {
         /// What was written.
         what: &'static str,
@@ -75,8 +75,8 @@ pub enum WriteError {
         broker: String,
         /// The broker's id.
         broker_id: u64,
-        /// How long since the last confirmed heartbeat was sent.
-        silent_ms: u64,
+        /// How long since the last heartbeat a controller quorum confirmed was sent.
+        silence: ControllerSilence,
     },
     /// SYNC_MASTER: the in-sync set has fewer members than `minInSyncReplicas`, so nothing
     /// can be acknowledged (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH).
@@ -109,6 +109,33 @@ pub enum WriteError {
         #[source]
         cause: StoreError,
     },
+}
+
+/// How long a master has gone without a heartbeat a controller quorum confirmed, as the
+/// lease refusal's remark says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllerSilence {
+    /// No heartbeat of this broker as master has been confirmed since it started (a fresh
+    /// promotion waits for its first confirmation).
+    NeverConfirmed,
+    /// The last confirmed heartbeat was sent this many milliseconds ago.
+    For {
+        /// Milliseconds since the confirmed heartbeat was sent.
+        millis: u64,
+    },
+}
+
+impl std::fmt::Display for ControllerSilence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NeverConfirmed => f.write_str(
+                "no controller quorum has confirmed a heartbeat of it as master since it started",
+            ),
+            Self::For { millis } => {
+                write!(f, "no controller quorum confirmed it for {millis} ms")
+            }
+        }
+    }
 }
 
 impl WriteError {
@@ -407,5 +434,34 @@ impl PullError {
                 cause,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_refusal_says_whether_a_heartbeat_was_ever_confirmed() {
+        let refusal = |silence| {
+            WriteError::LeaseExpired {
+                what: "message",
+                broker: "b".into(),
+                broker_id: 1,
+                silence,
+            }
+            .to_string()
+        };
+        let never = refusal(ControllerSilence::NeverConfirmed);
+        assert!(
+            never.contains("has confirmed a heartbeat of it as master since it started"),
+            "{never}"
+        );
+        assert!(!never.contains(&u64::MAX.to_string()), "{never}");
+        let silent = refusal(ControllerSilence::For { millis: 812 });
+        assert!(
+            silent.contains("no controller quorum confirmed it for 812 ms"),
+            "{silent}"
+        );
     }
 }

@@ -823,6 +823,11 @@ fn replication_counters(ctx: &BrokerContext) -> Vec<(&'static str, &'static str,
                 k.promotions.load(Relaxed),
             ),
             (
+                "ferromq_controller_promotions_without_lease",
+                "Promotions that found no lease (made by a registration's or renewal's reply), each followed by a heartbeat at once to get one",
+                k.promotions_without_lease.load(Relaxed),
+            ),
+            (
                 "ferromq_controller_term_renewals",
                 "Times this broker, restarted while still named master, asked the controller for a new term instead of resuming",
                 k.renewals.load(Relaxed),

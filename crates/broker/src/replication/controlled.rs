@@ -271,6 +271,9 @@ pub struct ControlledCounters {
     pub heartbeats_failed: AtomicU64,
     /// Times this broker became master.
     pub promotions: AtomicU64,
+    /// Promotions that found no lease (a registration's or renewal's reply, not a confirmed
+    /// heartbeat, made this broker master), each followed by a heartbeat at once.
+    pub promotions_without_lease: AtomicU64,
     /// Times it started following another master (or stepped down).
     pub demotions: AtomicU64,
     /// In-sync set changes asked of the controller.
@@ -357,6 +360,19 @@ impl ControllerLink {
     pub fn notice(&self) {
         self.counters.notices.fetch_add(1, Ordering::Relaxed);
         self.wake.notify_one();
+    }
+
+    /// A master without a lease (promoted by a registration's or a term renewal's reply, not
+    /// by a confirmed heartbeat) refuses every write until a heartbeat is confirmed: heartbeat
+    /// at once rather than after `brokerHeartbeatInterval`. Counted.
+    fn heartbeat_soon_without_lease(&self) {
+        if self.replication.lease_remaining() == Some(Duration::ZERO) {
+            self.counters
+                .promotions_without_lease
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!("promoted without a controller lease: heartbeating at once to get one");
+            self.wake.notify_one();
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, LinkState> {
@@ -573,6 +589,7 @@ impl ControllerLink {
                             "master by the controller's election"
                         );
                         self.state().following = None;
+                        self.heartbeat_soon_without_lease();
                     }
                     Err(error) => {
                         // `known` is not updated, so the next heartbeat tries again.

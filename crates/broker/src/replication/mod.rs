@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use ferromq_store::MessageStore;
 use tokio::sync::watch;
 
-use crate::core::error::WriteError;
+use crate::core::error::{ControllerSilence, WriteError};
 use handshake::GroupIdentity;
 use in_sync::{InSyncSet, InSyncSettings, Replicated};
 pub use settings::{BrokerRole, ReplicationSettings};
@@ -391,12 +391,15 @@ impl Replication {
             what,
             broker: self.identity.broker_name.clone(),
             broker_id: self.broker_id(),
-            silent_ms: self
+            silence: self
                 .last_heartbeat_ok
                 .lock()
                 .expect("heartbeat lock")
-                .map(|t| now.saturating_duration_since(t).as_millis() as u64)
-                .unwrap_or(u64::MAX),
+                .map_or(ControllerSilence::NeverConfirmed, |t| {
+                    ControllerSilence::For {
+                        millis: now.saturating_duration_since(t).as_millis() as u64,
+                    }
+                }),
         })
     }
 

@@ -348,6 +348,11 @@ impl Broker {
                 if !self.promote(now_ms, epoch, out) {
                     return;
                 }
+                // Production `heartbeat_soon_without_lease`: a master promoted by a renewal's
+                // reply holds no lease yet, so it heartbeats at once.
+                if !self.lease.valid(instant(now_ms)) {
+                    self.heartbeat(now_ms, out);
+                }
             }
             RoleAction::Follow {
                 master_id, epoch, ..
