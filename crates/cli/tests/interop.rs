@@ -926,6 +926,7 @@ async fn query_progress(
 /// `expected_total` is the number of messages the topic holds.
 fn assert_offsets_at_end(
     test: &str,
+    ctx: &Ctx,
     server: &Standalone,
     topic: &str,
     group: &str,
@@ -972,11 +973,39 @@ fn assert_offsets_at_end(
     assert!(
         done,
         "{test}: committed offsets of {group} did not reach the end of every queue of {topic} \
-         within {} s:\n{table}\n{}",
+         within {} s:\n{table}\n{}\n{}",
         OFFSETS_SETTLE.as_secs(),
+        client_offset_lines(&ctx.dir),
         server.stderr_tail()
     );
 }
+
+/// The C++ client's log lines about offsets (the commits it says it sent, one-way, at
+/// shutdown among them), the last [`CLIENT_LOG_LINES`] of every log under the run's
+/// `$HOME/logs/rocketmq-cpp/`: what a failed offset check needs to tell a commit the client
+/// never sent from one the broker did not apply. Empty for other clients.
+fn client_offset_lines(dir: &Path) -> String {
+    let logs = dir.join("home").join("logs").join("rocketmq-cpp");
+    let Ok(entries) = fs::read_dir(&logs) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for entry in entries.flatten() {
+        let text = fs::read_to_string(entry.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("ffset")).collect();
+        let tail = &lines[lines.len().saturating_sub(CLIENT_LOG_LINES)..];
+        out.push_str(&format!(
+            "client log {} (last {} offset lines):\n{}\n",
+            entry.path().display(),
+            tail.len(),
+            tail.join("\n")
+        ));
+    }
+    out
+}
+
+/// Most offset lines shown per client log.
+const CLIENT_LOG_LINES: usize = 40;
 
 // ---------------------------------------------------------------------------------------------
 // Scenarios
@@ -1043,7 +1072,7 @@ fn produce_and_consume(client: Client, test: &str) {
         summary["elapsed_s"], summary["first_msg_s"], summary["duplicates"]
     );
     // 1,100 messages in the topic: the TagB ones are filtered out but committed past.
-    assert_offsets_at_end(test, &broker, &topic, &group, 1100);
+    assert_offsets_at_end(test, &ctx, &broker, &topic, &group, 1100);
     broker.stop_clean();
 }
 
@@ -1083,7 +1112,7 @@ fn restart_redelivery(client: Client, test: &str) {
     assert_clean(&consumer.name, &summary);
     drop(consumer);
     // The consumer stopped cleanly: its commits are on the broker before the crash.
-    assert_offsets_at_end(test, &first, &topic, &group, 1000);
+    assert_offsets_at_end(test, &ctx, &first, &topic, &group, 1000);
 
     first.kill9();
     let second = Standalone::start(data.path(), ports, &ctx.dir, 2);
@@ -1136,7 +1165,7 @@ fn restart_redelivery(client: Client, test: &str) {
          {MAX_REDELIVERED_AFTER_CRASH}): consumer offsets were lost\n{}",
         second.stderr_tail()
     );
-    assert_offsets_at_end(test, &second, &topic, &group, 1010);
+    assert_offsets_at_end(test, &ctx, &second, &topic, &group, 1010);
 }
 
 /// Two consumers in one group share the queues: 1,000 messages, each consumed by one of them
@@ -1242,7 +1271,7 @@ fn two_consumers(client: Client, test: &str) {
     let summary_b = b.stop();
     assert_clean(&b.name, &summary_b);
     // 16 warm-up + 1,000 + 200, all consumed by A or B, committed on their clean shutdowns.
-    assert_offsets_at_end(test, &broker, &topic, &group, 1216);
+    assert_offsets_at_end(test, &ctx, &broker, &topic, &group, 1216);
 }
 
 /// Messages cross client implementations both ways: 200 produced by the real client are
