@@ -199,6 +199,22 @@ async fn requests_past_the_in_flight_limit_are_answered_busy_and_other_connectio
     // The full connection refuses even a send; another connection is served.
     let refused = common::send(&a, TOPIC, 1, b"x", "t").await;
     assert_eq!(refused.code, response::SYSTEM_BUSY, "{:?}", refused.remark);
+    // A one-way commit refused there gets no reply, so it is counted as a failed one-way.
+    let mut commit = hostile_commit(0, 1);
+    commit.set_oneway(true);
+    a.invoke_oneway(commit).await.unwrap();
+    let failed = || {
+        broker
+            .context()
+            .metrics
+            .oneway_failed_count("UPDATE_CONSUMER_OFFSET")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while failed() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(failed(), 1);
+    assert_eq!(busy_metric(&broker, "in_flight_per_connection").await, 8.0);
     let b = common::client(broker.local_addr()).await;
     let reply = common::send(&b, TOPIC, 1, b"other", "t").await;
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);

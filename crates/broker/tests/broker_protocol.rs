@@ -931,6 +931,124 @@ async fn one_way_commit_under_async_flush_goes_through_the_log() {
     broker.shutdown().await.unwrap();
 }
 
+/// A one-way UPDATE_CONSUMER_OFFSET frame for group "G".
+fn one_way_commit(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
+    let header = UpdateConsumerOffsetRequestHeader {
+        consumer_group: "G".into(),
+        topic: topic.into(),
+        queue_id,
+        commit_offset: offset,
+    };
+    let mut command =
+        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    command.set_oneway(true);
+    command
+}
+
+/// The stored offset of G on `topic`/`queue_id`, polled until it is `expected` (bounded).
+async fn wait_offset(client: &RemotingClient, topic: &str, queue_id: i32, expected: i64) {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut last = None;
+    while Instant::now() < deadline {
+        let reply = query(client, topic, queue_id).await;
+        if reply.code == response::SUCCESS {
+            let offset = reply
+                .decode_header::<QueryConsumerOffsetResponseHeader>()
+                .unwrap()
+                .offset;
+            if offset == expected {
+                return;
+            }
+            last = Some(offset);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{topic}/{queue_id}: stored offset {last:?}, expected {expected}");
+}
+
+/// C++ and Java consumers commit one-way at shutdown and close the connection right after:
+/// commits read before the connection ends are applied even though it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_commits_sent_right_before_the_connection_closes_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let reader = client(broker.local_addr()).await;
+    for queue_id in 0..2 {
+        for i in 0..3 {
+            send(&reader, "C", queue_id, format!("m{i}").as_bytes(), "a").await;
+        }
+    }
+    let mut frames = bytes::BytesMut::new();
+    for queue_id in 0..2 {
+        one_way_commit("C", queue_id, 3)
+            .encode(&mut frames, 1 << 20)
+            .unwrap();
+    }
+    let mut raw = tokio::net::TcpStream::connect(broker.local_addr())
+        .await
+        .unwrap();
+    raw.write_all(&frames).await.unwrap();
+    drop(raw);
+    for queue_id in 0..2 {
+        wait_offset(&reader, "C", queue_id, 3).await;
+    }
+    assert_eq!(
+        broker
+            .context()
+            .metrics
+            .oneway_failed_count("UPDATE_CONSUMER_OFFSET"),
+        0
+    );
+    broker.shutdown().await.unwrap();
+}
+
+/// A one-way request's reply is never sent: when it fails, a counter says so (a commit
+/// refused as a regression, one naming a missing topic, a send to an invalid topic), and the
+/// successful ones are not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_one_way_requests_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path(), true).await;
+    let client = client(broker.local_addr()).await;
+    for i in 0..3 {
+        send(&client, "O", 0, format!("m{i}").as_bytes(), "a").await;
+    }
+    let failed = |name| broker.context().metrics.oneway_failed_count(name);
+    client
+        .invoke_oneway(one_way_commit("O", 0, 3))
+        .await
+        .unwrap();
+    wait_offset(&client, "O", 0, 3).await;
+    assert_eq!(failed("UPDATE_CONSUMER_OFFSET"), 0, "a stored commit");
+    // A regression and a missing topic: refused, so counted; the stored offset stays.
+    client
+        .invoke_oneway(one_way_commit("O", 0, 1))
+        .await
+        .unwrap();
+    client
+        .invoke_oneway(one_way_commit("Missing", 0, 1))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while failed("UPDATE_CONSUMER_OFFSET") < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(failed("UPDATE_CONSUMER_OFFSET"), 2);
+    wait_offset(&client, "O", 0, 3).await;
+    // A one-way send (sendOneway) to a topic whose name is invalid.
+    let header = common::header_v2("bad topic!");
+    let mut send = RemotingCommand::request_with_header(request::SEND_MESSAGE_V2, &header)
+        .with_body(b"x".to_vec());
+    send.set_oneway(true);
+    client.invoke_oneway(send).await.unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while failed("SEND_MESSAGE_V2") + failed("SEND_MESSAGE") == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(failed("SEND_MESSAGE_V2") + failed("SEND_MESSAGE"), 1);
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_consumer_cannot_undo_a_reset() {
     let dir = tempfile::tempdir().unwrap();

@@ -215,6 +215,7 @@ pub struct BrokerMetrics {
     connections: Gauge,
     refusals: Family<RefusalLabel, Counter>,
     unsupported: Family<StaticLabel, Counter>,
+    oneway_failures: Family<StaticLabel, Counter>,
     scheduler_dead_letters: Counter,
     damaged_reads: Counter,
     held_pulls: Gauge,
@@ -252,6 +253,7 @@ impl BrokerMetrics {
             connections: Gauge::default(),
             refusals: Family::default(),
             unsupported: Family::default(),
+            oneway_failures: Family::default(),
             scheduler_dead_letters: Counter::default(),
             damaged_reads: Counter::default(),
             held_pulls: Gauge::default(),
@@ -322,6 +324,12 @@ impl BrokerMetrics {
             "ferromq_requests_unsupported",
             "Requests answered REQUEST_CODE_NOT_SUPPORTED, by the request code's RocketMQ name",
             metrics.unsupported.clone(),
+        );
+        registry.register(
+            "ferromq_oneway_requests_failed",
+            "One-way requests that failed (their error reply has nowhere to go), by the request \
+             code's RocketMQ name",
+            metrics.oneway_failures.clone(),
         );
         registry.register(
             "ferromq_scheduler_dead_letters",
@@ -575,6 +583,23 @@ impl BrokerMetrics {
     /// code name, or `unknown`).
     pub fn unsupported_count(&self, name: &'static str) -> u64 {
         self.unsupported
+            .get(&[("request", name)])
+            .map_or(0, |c| c.get())
+    }
+
+    /// A one-way request that failed: the client asked for no reply, so this counter (and a
+    /// rate-limited log line) is all that says so. Labelled like [`Self::unsupported`].
+    pub fn oneway_failed(&self, code: i32) {
+        let name = ferromq_protocol::remoting::request_code_name(code).unwrap_or("unknown");
+        self.oneway_failures
+            .get_or_create(&[("request", name)])
+            .inc();
+    }
+
+    /// One-way requests that failed so far under `name` (a RocketMQ request code name, or
+    /// `unknown`).
+    pub fn oneway_failed_count(&self, name: &'static str) -> u64 {
+        self.oneway_failures
             .get(&[("request", name)])
             .map_or(0, |c| c.get())
     }

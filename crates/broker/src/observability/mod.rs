@@ -2,6 +2,7 @@
 //! runtime table of `brokerStatus`.
 
 pub mod broker_stats;
+pub mod log_limit;
 pub mod metrics;
 pub mod metrics_http;
 pub mod open_files;

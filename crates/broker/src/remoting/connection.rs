@@ -47,6 +47,7 @@ use tokio_util::codec::FramedWrite;
 use crate::context::BrokerContext;
 use crate::core::access::Request;
 use crate::core::work_limits::InFlight;
+use crate::observability::log_limit::LogEvery;
 use crate::observability::transfer::{Abort, Fallback};
 use crate::remoting::outbound::{Outbound, RegionReply, WireCodec, WriteError};
 use crate::remoting::processor;
@@ -188,7 +189,7 @@ async fn serve_io<R, W>(
         let permit = match in_flight.try_begin(&ctx.metrics) {
             Ok(permit) => permit,
             Err(remark) => {
-                refuse_busy(&channel, command, remark).await;
+                refuse_busy(&ctx, &channel, command, remark).await;
                 continue;
             }
         };
@@ -204,12 +205,14 @@ async fn serve_io<R, W>(
         let in_flight_activity = reader.activity().begin();
         let mut request = Box::pin(async move {
             let _in_flight = (in_flight_activity, permit);
-            let oneway = command.is_oneway();
+            let (oneway, code) = (command.is_oneway(), command.code);
             let reply = processor::handle(&ctx, &channel, command).await;
             if inline {
                 busy.fetch_sub(1, Ordering::Relaxed);
             }
-            if !oneway && channel.tx.send(reply).await.is_err() {
+            if oneway {
+                note_oneway_failure(&ctx, channel.peer, code, &reply);
+            } else if channel.tx.send(reply).await.is_err() {
                 tracing::debug!(peer = %channel.peer, "connection closed before its reply was sent");
             }
         });
@@ -238,11 +241,39 @@ async fn serve_io<R, W>(
     tracing::debug!(%peer, "connection closed");
 }
 
+/// Log lines about failed one-way requests: at most one a second over all connections.
+static ONEWAY_FAILURE_LOG: LogEvery = LogEvery::new(Duration::from_secs(1));
+
+/// A one-way request's reply is never sent, so a failure would leave no trace: it is counted
+/// (`ferromq_oneway_requests_failed`) and logged, rate-limited. A one-way commit refused (a
+/// C++ or Java consumer's commits at shutdown are one-way) is exactly what an operator must
+/// be able to see.
+fn note_oneway_failure(ctx: &BrokerContext, peer: SocketAddr, code: i32, reply: &Outbound) {
+    let Outbound::Frame(reply) = reply else {
+        return;
+    };
+    if reply.code == response::SUCCESS {
+        return;
+    }
+    ctx.metrics.oneway_failed(code);
+    if let Some(left_out) = ONEWAY_FAILURE_LOG.allow() {
+        tracing::warn!(%peer, request = code, reply = reply.code, remark = ?reply.remark,
+            similar_lines_left_out = left_out, "one-way request failed; its reply is not sent");
+    }
+}
+
 /// Answers a request past `maxInFlightRequestsPerConnection` with SYSTEM_BUSY at once (a
-/// one-way request is dropped), through the connection's bounded writer queue.
-async fn refuse_busy(channel: &ClientChannel, command: RemotingCommand, remark: String) {
+/// one-way request is dropped, counted), through the connection's bounded writer queue.
+async fn refuse_busy(
+    ctx: &BrokerContext,
+    channel: &ClientChannel,
+    command: RemotingCommand,
+    remark: String,
+) {
     tracing::debug!(peer = %channel.peer, code = command.code, %remark, "request refused");
     if command.is_oneway() {
+        let reply = command.reply(response::SYSTEM_BUSY, Some(remark));
+        note_oneway_failure(ctx, channel.peer, command.code, &reply.into());
         return;
     }
     let reply = command.reply(response::SYSTEM_BUSY, Some(remark));
