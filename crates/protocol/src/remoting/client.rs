@@ -13,9 +13,9 @@
 //! - once the connection is closed (peer EOF, read or write error, bad frame, write timeout,
 //!   [`RemotingClient::close`] or drop), it stays closed: every pending and later invoke fails
 //!   with [`ClientError::Closed`] and both tasks end;
-//! - every wait is bounded: connecting by the connect timeout, invokes by their timeout,
-//!   queueing one-way sends and replies by [`ClientOptions::send_timeout`], socket writes by
-//!   [`ClientOptions::write_timeout`];
+//! - every wait is bounded: connecting by the connect timeout, invokes by their timeout (give
+//!   or take [`SWEEP_TICK`], below), queueing one-way sends and replies by
+//!   [`ClientOptions::send_timeout`], socket writes by [`ClientOptions::write_timeout`];
 //! - network input never panics: a malformed frame closes the connection with a log line.
 //!
 //! Waiting for a reply, an invoke may first spin ([`ClientOptions::reply_spin`], off by
@@ -26,6 +26,13 @@
 //! runtime each yield also polls the socket, so the whole exchange stays on one running
 //! thread (a single send's p50 went from 72 to 38 µs on this project's VM); a multi-thread
 //! runtime gains less, since another, parked worker may hold the socket poller.
+//!
+//! Invokes time out by a sweep, as Java's client scans its response table: each pending
+//! request records its deadline, and a third task per connection, while requests are pending,
+//! wakes every [`SWEEP_TICK`] and fails those past it. A tokio timer per invoke cost about 4%
+//! of a windowed producer's CPU (inserting into and clearing the timer wheel for every
+//! message). The sweeper parks when nothing is pending and is woken by the next request, so
+//! an idle connection costs no wake-ups and a lone request at most one per tick.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -33,13 +40,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::codec::Decoder;
 
 use super::acl::{sign_command, Credentials};
@@ -51,6 +58,10 @@ use super::frame::{FrameError, DEFAULT_MAX_FRAME_LENGTH};
 /// Longest [`ClientOptions::reply_spin`] honoured: the spin burns a CPU, so it only covers
 /// the latency of a reply that is nearly there.
 pub const REPLY_SPIN_MAX: Duration = Duration::from_millis(1);
+
+/// How often the sweeper looks for invokes past their deadline while any is pending: an
+/// invoke fails at most this long after its timeout.
+pub const SWEEP_TICK: Duration = Duration::from_millis(10);
 
 /// Errors of [`RemotingClient`]. Variants about a command name its code.
 #[derive(Debug, Error)]
@@ -152,6 +163,8 @@ pub struct RemotingClient {
 #[derive(Debug)]
 struct Shared {
     pending: Mutex<Pending>,
+    /// Wakes the parked sweeper when a request becomes pending.
+    sweep_wake: Notify,
     closed: AtomicBool,
     closed_tx: watch::Sender<bool>,
     peer: SocketAddr,
@@ -162,7 +175,17 @@ struct Pending {
     /// Set once, under this lock, when the connection closes; no entry is added afterwards.
     closed: bool,
     next_opaque: i32,
-    waiters: HashMap<i32, oneshot::Sender<RemotingCommand>>,
+    waiters: HashMap<i32, Waiter>,
+    /// Whether the sweeper is ticking (it parks, clearing this, when it finds no waiter).
+    sweeping: bool,
+}
+
+/// An invoke waiting for its reply.
+#[derive(Debug)]
+struct Waiter {
+    reply: oneshot::Sender<RemotingCommand>,
+    /// When the sweeper drops `reply`, failing the invoke with a timeout; `None` never.
+    deadline: Option<Instant>,
 }
 
 impl Shared {
@@ -173,19 +196,49 @@ impl Shared {
     }
 
     /// Reserves a fresh opaque for a reply waiter; `None` when the connection is closed.
-    fn register(&self, waiter: oneshot::Sender<RemotingCommand>) -> Option<i32> {
-        let mut p = self.lock();
-        if p.closed {
-            return None;
-        }
-        loop {
-            p.next_opaque = p.next_opaque.wrapping_add(1);
-            let opaque = p.next_opaque;
-            if let Entry::Vacant(slot) = p.waiters.entry(opaque) {
-                slot.insert(waiter);
-                return Some(opaque);
+    /// Wakes the sweeper if it is parked.
+    fn register(&self, waiter: Waiter) -> Option<i32> {
+        let (opaque, wake) = {
+            let mut p = self.lock();
+            if p.closed {
+                return None;
             }
+            let opaque = loop {
+                p.next_opaque = p.next_opaque.wrapping_add(1);
+                let opaque = p.next_opaque;
+                if let Entry::Vacant(slot) = p.waiters.entry(opaque) {
+                    slot.insert(waiter);
+                    break opaque;
+                }
+            };
+            (opaque, !std::mem::replace(&mut p.sweeping, true))
+        };
+        if wake {
+            // Stores a permit if the sweeper is not waiting yet: no wake-up is lost.
+            self.sweep_wake.notify_one();
         }
+        Some(opaque)
+    }
+
+    /// Drops the waiters past their deadline (their invokes fail with a timeout). Returns
+    /// whether any waiter is left; when none is, the sweeper is marked parked, under the same
+    /// lock `register` marks it ticking under.
+    fn expire(&self, now: Instant) -> bool {
+        let (expired, ticking): (Vec<Waiter>, bool) = {
+            let mut p = self.lock();
+            let late: Vec<i32> = p
+                .waiters
+                .iter()
+                .filter(|(_, w)| w.deadline.is_some_and(|d| d <= now))
+                .map(|(opaque, _)| *opaque)
+                .collect();
+            let expired = late.iter().filter_map(|o| p.waiters.remove(o)).collect();
+            p.sweeping = !p.waiters.is_empty();
+            (expired, p.sweeping)
+        };
+        // Dropped outside the lock: each drop wakes its invoke.
+        drop(expired);
+        ticking
     }
 
     fn unregister(&self, opaque: i32) {
@@ -193,7 +246,7 @@ impl Shared {
     }
 
     fn take_waiter(&self, opaque: i32) -> Option<oneshot::Sender<RemotingCommand>> {
-        self.lock().waiters.remove(&opaque)
+        self.lock().waiters.remove(&opaque).map(|w| w.reply)
     }
 
     /// Marks the connection closed and fails every pending invoke (their senders drop).
@@ -299,6 +352,7 @@ impl RemotingClient {
         let (closed_tx, closed_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
+            sweep_wake: Notify::new(),
             closed: AtomicBool::new(false),
             closed_tx,
             peer: addr,
@@ -313,6 +367,7 @@ impl RemotingClient {
             closed_rx.clone(),
             options.write_timeout,
         ));
+        tokio::spawn(sweep_loop(shared.clone(), closed_rx.clone()));
         tokio::spawn(read_loop(
             read_half,
             shared.clone(),
@@ -345,9 +400,13 @@ impl RemotingClient {
     ) -> Result<RemotingCommand, ClientError> {
         let code = cmd.code;
         let (tx, rx) = oneshot::channel();
+        let deadline = Instant::now().checked_add(timeout);
         let opaque = self
             .shared
-            .register(tx)
+            .register(Waiter {
+                reply: tx,
+                deadline,
+            })
             .ok_or(ClientError::Closed { code })?;
         let _guard = PendingGuard {
             shared: &self.shared,
@@ -357,24 +416,48 @@ impl RemotingClient {
         cmd.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);
         self.sign(&mut cmd);
         let frame = self.encode(&cmd)?;
-        let exchange = async {
-            self.writer
-                .send(frame)
-                .await
-                .map_err(|_| ClientError::Closed { code })?;
-            let rx = match spin_for_reply(rx, self.options.reply_spin).await {
-                Ok(reply) => return Ok(reply),
-                Err(Some(rx)) => rx,
-                Err(None) => return Err(ClientError::Closed { code }),
-            };
-            rx.await.map_err(|_| ClientError::Closed { code })
+        let timed_out = || ClientError::Timeout {
+            code,
+            after: timeout,
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::Timeout {
-                code,
-                after: timeout,
-            }),
+        // A request that ends without a reply ended by the sweeper (past its deadline) or by
+        // the connection closing.
+        let no_reply = || match deadline {
+            Some(deadline) if Instant::now() >= deadline => timed_out(),
+            _ => ClientError::Closed { code },
+        };
+        self.queue_request(frame, deadline).await.map_err(|full| {
+            if full {
+                timed_out()
+            } else {
+                no_reply()
+            }
+        })?;
+        let rx = match spin_for_reply(rx, self.options.reply_spin).await {
+            Ok(reply) => return Ok(reply),
+            Err(Some(rx)) => rx,
+            Err(None) => return Err(no_reply()),
+        };
+        rx.await.map_err(|_| no_reply())
+    }
+
+    /// Queues a request's frame for the writer. Waits for space only until `deadline` (a timer
+    /// only when the queue is full); `Err(true)` when the deadline passed, `Err(false)` when
+    /// the connection closed.
+    async fn queue_request(&self, frame: Bytes, deadline: Option<Instant>) -> Result<(), bool> {
+        let frame = match self.writer.try_send(frame) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(false),
+            Err(mpsc::error::TrySendError::Full(frame)) => frame,
+        };
+        let Some(deadline) = deadline else {
+            return self.writer.send(frame).await.map_err(|_| false);
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self.writer.send_timeout(frame, wait).await {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => Err(true),
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(false),
         }
     }
 
@@ -564,6 +647,27 @@ async fn write_loop(
     }
     // Best effort: tell the peer we are done writing. Bounded, since the peer may not read.
     let _ = tokio::time::timeout(Duration::from_millis(100), socket.shutdown()).await;
+}
+
+/// Fails invokes past their deadline: while any request is pending, every [`SWEEP_TICK`];
+/// otherwise parked until `register` wakes it. Ends when the connection closes (which fails
+/// every pending invoke itself).
+async fn sweep_loop(shared: Arc<Shared>, mut closed: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = shared.sweep_wake.notified() => {}
+            _ = closed.wait_for(|c| *c) => return,
+        }
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(SWEEP_TICK) => {}
+                _ = closed.wait_for(|c| *c) => return,
+            }
+            if !shared.expire(Instant::now()) {
+                break;
+            }
+        }
+    }
 }
 
 /// Appends the frames already queued to `batch`, up to [`WRITE_BATCH_BYTES_MAX`].
@@ -765,6 +869,105 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         RemotingCommand::new_request(code, ext)
+    }
+
+    /// Timeouts come from the sweep: concurrent invokes with different timeouts each fail
+    /// after their own (and within a few ticks of it), a quick request on the same connection
+    /// is answered meanwhile, and once nothing is pending the sweeper parks; the next request
+    /// wakes it, so a timeout after a quiet spell still fires.
+    #[tokio::test]
+    async fn the_sweep_fails_each_invoke_after_its_own_timeout_and_parks_when_idle() {
+        let addr = echo_server().await;
+        let client = Arc::new(RemotingClient::connect(addr, T).await.unwrap());
+        let slack = SWEEP_TICK * 10;
+        let timed = |ms: u64| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let timeout = Duration::from_millis(ms);
+                let result = client
+                    .invoke(req(105, &[("delayMs", "2000")]), timeout)
+                    .await;
+                (started.elapsed(), result)
+            })
+        };
+        let (short, long) = (timed(60), timed(250));
+        let reply = client.invoke(req(106, &[]), T).await.unwrap();
+        assert_eq!(reply.code, response::SUCCESS);
+        for (task, ms) in [(short, 60), (long, 250)] {
+            let (took, result) = task.await.unwrap();
+            let timeout = Duration::from_millis(ms);
+            assert!(
+                matches!(result, Err(ClientError::Timeout { after, .. }) if after == timeout),
+                "{ms} ms: {result:?}"
+            );
+            assert!(
+                took >= timeout && took < timeout + slack,
+                "{ms} ms timeout failed after {took:?}"
+            );
+        }
+        let parked = Instant::now() + T;
+        while client.shared.lock().sweeping {
+            assert!(Instant::now() < parked, "the sweeper never parked");
+            tokio::time::sleep(SWEEP_TICK).await;
+        }
+        tokio::time::sleep(SWEEP_TICK * 5).await;
+        let started = Instant::now();
+        let result = client
+            .invoke(req(105, &[("delayMs", "2000")]), Duration::from_millis(50))
+            .await;
+        assert!(
+            matches!(result, Err(ClientError::Timeout { .. })),
+            "{result:?}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(50) + slack);
+        assert!(client.shared.lock().waiters.is_empty());
+    }
+
+    /// A request that cannot even be queued (the server reads nothing, the socket and the
+    /// write queue are full) still fails at its timeout.
+    #[tokio::test]
+    async fn an_invoke_stuck_behind_a_full_write_queue_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(T * 2).await;
+            drop(stream);
+        });
+        let options = ClientOptions {
+            write_queue_capacity: 1,
+            send_timeout: Duration::from_millis(50),
+            write_timeout: T * 4,
+            ..ClientOptions::default()
+        };
+        let client = RemotingClient::connect_with(addr, options).await.unwrap();
+        let big = vec![0u8; 1 << 20];
+        let mut full = false;
+        for _ in 0..256 {
+            let one_way =
+                RemotingCommand::new_request(106, ExtFields::new()).with_body(big.clone());
+            if let Err(ClientError::Timeout { .. }) = client.invoke_oneway(one_way).await {
+                full = true;
+                break;
+            }
+        }
+        assert!(full, "the write queue never filled");
+        let started = Instant::now();
+        let result = client
+            .invoke(req(106, &[]), Duration::from_millis(100))
+            .await;
+        assert!(
+            matches!(result, Err(ClientError::Timeout { .. })),
+            "{result:?}"
+        );
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(100)
+                && took < Duration::from_millis(100) + SWEEP_TICK * 10,
+            "{took:?}"
+        );
+        server.abort();
     }
 
     /// With a reply spin, on a current-thread runtime (where the spin's yields poll the
