@@ -923,10 +923,11 @@ async fn query_progress(
 
 /// Polls the broker until the group's committed offset equals the maximum offset on every
 /// queue of the topic (bounded by `OFFSETS_SETTLE`), prints the per-queue table and asserts it.
-/// `expected_total` is the number of messages the topic holds.
+/// `expected_total` is the number of messages the topic holds; `run_dir` is the test run's
+/// directory (the C++ client's logs are under it).
 fn assert_offsets_at_end(
     test: &str,
-    ctx: &Ctx,
+    run_dir: &Path,
     server: &Standalone,
     topic: &str,
     group: &str,
@@ -975,7 +976,7 @@ fn assert_offsets_at_end(
         "{test}: committed offsets of {group} did not reach the end of every queue of {topic} \
          within {} s:\n{table}\n{}\n{}",
         OFFSETS_SETTLE.as_secs(),
-        client_offset_lines(&ctx.dir),
+        client_offset_lines(run_dir),
         server.stderr_tail()
     );
 }
@@ -1072,7 +1073,7 @@ fn produce_and_consume(client: Client, test: &str) {
         summary["elapsed_s"], summary["first_msg_s"], summary["duplicates"]
     );
     // 1,100 messages in the topic: the TagB ones are filtered out but committed past.
-    assert_offsets_at_end(test, &ctx, &broker, &topic, &group, 1100);
+    assert_offsets_at_end(test, &ctx.dir, &broker, &topic, &group, 1100);
     broker.stop_clean();
 }
 
@@ -1112,7 +1113,7 @@ fn restart_redelivery(client: Client, test: &str) {
     assert_clean(&consumer.name, &summary);
     drop(consumer);
     // The consumer stopped cleanly: its commits are on the broker before the crash.
-    assert_offsets_at_end(test, &ctx, &first, &topic, &group, 1000);
+    assert_offsets_at_end(test, &ctx.dir, &first, &topic, &group, 1000);
 
     first.kill9();
     let second = Standalone::start(data.path(), ports, &ctx.dir, 2);
@@ -1165,7 +1166,7 @@ fn restart_redelivery(client: Client, test: &str) {
          {MAX_REDELIVERED_AFTER_CRASH}): consumer offsets were lost\n{}",
         second.stderr_tail()
     );
-    assert_offsets_at_end(test, &ctx, &second, &topic, &group, 1010);
+    assert_offsets_at_end(test, &ctx.dir, &second, &topic, &group, 1010);
 }
 
 /// Two consumers in one group share the queues: 1,000 messages, each consumed by one of them
@@ -1271,7 +1272,7 @@ fn two_consumers(client: Client, test: &str) {
     let summary_b = b.stop();
     assert_clean(&b.name, &summary_b);
     // 16 warm-up + 1,000 + 200, all consumed by A or B, committed on their clean shutdowns.
-    assert_offsets_at_end(test, &ctx, &broker, &topic, &group, 1216);
+    assert_offsets_at_end(test, &ctx.dir, &broker, &topic, &group, 1216);
 }
 
 /// Messages cross client implementations both ways: 200 produced by the real client are
