@@ -933,14 +933,7 @@ async fn one_way_commit_under_async_flush_goes_through_the_log() {
 
 /// A one-way UPDATE_CONSUMER_OFFSET frame for group "G".
 fn one_way_commit(topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
-    let header = UpdateConsumerOffsetRequestHeader {
-        consumer_group: "G".into(),
-        topic: topic.into(),
-        queue_id,
-        commit_offset: offset,
-    };
-    let mut command =
-        RemotingCommand::request_with_header(request::UPDATE_CONSUMER_OFFSET, &header);
+    let mut command = common::commit_request(topic, queue_id, offset, false);
     command.set_oneway(true);
     command
 }
