@@ -40,6 +40,10 @@ pub struct StoreConfig {
     /// with one `pwrite` per commit (`false`). Same acknowledgement either way: the bytes
     /// are in the page cache. `SyncFlush` always writes (see `commitlog::mapping`).
     pub mapped_writes: bool,
+    /// Under mapped writes, a thread populates the map's next window ahead of the copies
+    /// (`true`; `commitlog::populate_ahead`), or the committer populates each window when
+    /// its copies reach it (`false`).
+    pub populate_ahead: bool,
     /// Pull reads copy records out of a read-only map of each segment (`true`: a queue whose
     /// records lie between other queues' copies only its own) or read spans with `pread`
     /// (`false`). See `commitlog::read_map`.
@@ -77,6 +81,7 @@ impl StoreConfig {
             flush_disk_type: FlushDiskType::AsyncFlush,
             flush_interval_ms: 500,
             mapped_writes: true,
+            populate_ahead: true,
             mapped_reads: true,
             zeroed_space: true,
             sync_flush_timeout_ms: 5_000,

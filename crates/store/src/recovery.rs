@@ -149,7 +149,10 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, OpenError> {
         }
         crate::config::FlushDiskType::SyncFlush => log.enable_preallocation(preallocator),
         crate::config::FlushDiskType::AsyncFlush if config.mapped_writes => {
-            log.enable_preallocation(preallocation::Preallocator::for_mapped_writes(root));
+            log.enable_preallocation(preallocation::Preallocator::for_mapped_writes(
+                root,
+                config.populate_ahead,
+            ));
         }
         crate::config::FlushDiskType::AsyncFlush => {}
     }

@@ -409,3 +409,57 @@ fn the_active_segments_blocks_are_reserved_at_open_and_freed_at_a_clean_close() 
         blocks_of(&path)
     );
 }
+
+/// Bodies of about 4 KiB, so a few thousand records cross several 1 MiB map windows.
+fn large_body(i: usize) -> String {
+    format!("{} {}", numbered_body(i), "x".repeat(4_000))
+}
+
+fn put_large(store: &MessageStore, range: std::ops::Range<usize>) {
+    for i in range {
+        store
+            .put(&[draft("T", 0, large_body(i).as_bytes(), b"")])
+            .expect("put");
+    }
+}
+
+/// The populating thread (`commitlog::populate_ahead`) populates windows of the map ahead of
+/// the copies, the records are whole after a crash, and with the thread off the committer
+/// populates every window itself.
+#[test]
+fn the_map_is_populated_ahead_by_a_thread_and_by_the_committer_without_it() {
+    const RECORDS: usize = 1_600; // about 6.5 MiB: six windows and more
+    for populate_ahead in [true, false] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = config(dir.path());
+        config.populate_ahead = populate_ahead;
+        let store = open(&config);
+        put_large(&store, 0..RECORDS);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stats = loop {
+            let stats = store.stats();
+            if !populate_ahead || stats.map_windows_populated_ahead >= 1 {
+                break stats;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread populated no window"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let (ahead, inline) = (
+            stats.map_windows_populated_ahead,
+            stats.map_windows_populated_inline,
+        );
+        if populate_ahead {
+            assert!(ahead >= 1, "populated ahead: {ahead}, inline: {inline}");
+        } else {
+            assert_eq!((ahead, inline), (0, 0), "no thread, nothing counted");
+        }
+        store.abandon();
+        let store = open(&config);
+        let want: Vec<String> = (0..RECORDS).map(large_body).collect();
+        assert_eq!(bodies(&store), want, "populate_ahead = {populate_ahead}");
+        store.close().expect("close");
+    }
+}

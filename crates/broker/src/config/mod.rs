@@ -143,6 +143,10 @@ pub struct BrokerConfig {
     /// Pull reads copy records out of a read-only map of each CommitLog segment (`true`) or
     /// read spans with `pread` (`false`); a ferromq key.
     pub commit_log_mapped_reads: bool,
+    /// ASYNC_FLUSH mapped writes: a thread populates the map's next window ahead of the
+    /// commits (`true`, the default) or the committer populates each window itself
+    /// (`false`, the comparison); a ferromq key.
+    pub commit_log_populate_ahead: bool,
     /// How long a SYNC_FLUSH send waits for its fsync, ms.
     pub sync_flush_timeout: u64,
     /// CommitLog retention, hours.
@@ -333,6 +337,7 @@ impl Default for BrokerConfig {
             commit_log_mapped_writes: true,
             commit_log_zeroed_space: true,
             commit_log_mapped_reads: true,
+            commit_log_populate_ahead: true,
             sync_flush_timeout: 5_000,
             file_reserved_time: 72,
             register_name_server_period: 30_000,
@@ -766,6 +771,7 @@ impl BrokerConfig {
         store.mapped_writes = self.commit_log_mapped_writes;
         store.zeroed_space = self.commit_log_zeroed_space;
         store.mapped_reads = self.commit_log_mapped_reads;
+        store.populate_ahead = self.commit_log_populate_ahead;
         store.sync_flush_timeout_ms = self.sync_flush_timeout.max(1);
         store.retention_max_age_ms = Some(self.file_reserved_time.saturating_mul(3_600_000));
         store.store_host = self.advertised_addr(self.listen_port);

@@ -123,6 +123,7 @@ const FIXED_KEYS: &[(&str, &str)] = &[
     ("commitLogMappedWrites", "the store reads it when it opens"),
     ("commitLogZeroedSpace", "the store reads it when it opens"),
     ("commitLogMappedReads", "the store reads it when it opens"),
+    ("commitLogPopulateAhead", "the store reads it when it opens"),
     ("syncFlushTimeout", "the store reads it when it opens"),
     ("fileReservedTime", "the store reads it when it opens"),
     (

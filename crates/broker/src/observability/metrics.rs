@@ -44,6 +44,9 @@
 //!   ConsumeQueue can hold them (since the store opened).
 //! - `ferromq_store_preallocation_failures_total`: CommitLog space preallocations that
 //!   failed (the commits went on as plain appends, a little slower under SYNC_FLUSH).
+//! - `ferromq_store_map_windows_populated_ahead_total` /
+//!   `ferromq_store_map_windows_populated_inline_total`: windows of the committer's CommitLog
+//!   map populated by the populating thread ahead of the commits, and by the committer itself.
 //! - `ferromq_config_save_failures_total{file}`: failed saves of a config table (kept in
 //!   memory and retried; see `groups`).
 //! - `ferromq_quarantined_ranges`: CommitLog ranges quarantined (damaged, undispatchable).
@@ -783,11 +786,23 @@ impl ScrapeValues {
             plain_counters: replication_counters(ctx)
                 .into_iter()
                 .chain(pop_and_timer_counters(ctx))
-                .chain([(
-                    "ferromq_store_preallocation_failures",
-                    "CommitLog space preallocations that failed (the commits appended without them)",
-                    stats.preallocation_failures,
-                )])
+                .chain([
+                    (
+                        "ferromq_store_preallocation_failures",
+                        "CommitLog space preallocations that failed (the commits appended without them)",
+                        stats.preallocation_failures,
+                    ),
+                    (
+                        "ferromq_store_map_windows_populated_ahead",
+                        "Windows of the CommitLog map populated ahead of the commits by the populating thread",
+                        stats.map_windows_populated_ahead,
+                    ),
+                    (
+                        "ferromq_store_map_windows_populated_inline",
+                        "Windows of the CommitLog map the committer populated itself",
+                        stats.map_windows_populated_inline,
+                    ),
+                ])
                 .collect(),
             lease_remaining_ms: ctx
                 .replication

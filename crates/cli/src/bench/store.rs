@@ -87,6 +87,11 @@ pub struct StoreArgs {
     /// blocks (`commitLogZeroedSpace`; `true`, the store's default, or `false`).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     zeroed_space: bool,
+    /// ASYNC_FLUSH mapped writes: a thread populates the map's next window ahead of the
+    /// copies (`commitLogPopulateAhead`; `true`, the store's default), or the committer
+    /// populates each window itself (`false`).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    populate_ahead: bool,
 }
 
 /// How the bench store's ASYNC_FLUSH commits are written.
@@ -117,6 +122,8 @@ struct Phase {
     fsyncs: u64,
     /// Time the flusher spent in those fsyncs, µs.
     fsync_micros: u64,
+    /// Map windows populated by the populating thread and by the committer (mapped writes).
+    map_windows: (u64, u64),
 }
 
 /// What one writer thread measured.
@@ -154,6 +161,7 @@ pub fn run(args: &StoreArgs) -> Result<()> {
     }
     config.mapped_writes = args.writes == CommitWrites::Mapped;
     config.zeroed_space = args.zeroed_space;
+    config.populate_ahead = args.populate_ahead;
     let body_size = body_size_for(args.record_size, config.max_message_size_bytes)?;
     eprintln!(
         "bench store: flush {} ({} writes), {} writers, {} B records, {} s, in {}",
@@ -175,10 +183,15 @@ pub fn run(args: &StoreArgs) -> Result<()> {
     let store = MessageStore::open(config)
         .with_context(|| format!("opening the bench store at {}", store_dir.display()))?;
     let store = std::sync::Arc::new(store);
-    let phase = match args.mode {
+    let mut phase = match args.mode {
         WriterMode::Threads => run_ferromq(&store, args, body_size),
         WriterMode::Tasks => run_ferromq_tasks(&store, args, body_size)?,
     };
+    let stats = store.stats();
+    phase.map_windows = (
+        stats.map_windows_populated_ahead,
+        stats.map_windows_populated_inline,
+    );
     let store = std::sync::Arc::into_inner(store).context("bench writers still hold the store")?;
     store.close().context("closing the bench store")?;
     std::fs::remove_dir_all(&store_dir)
@@ -299,6 +312,7 @@ fn merge_results(results: Vec<WriterResult>, elapsed: Duration, flushes: (u64, u
         elapsed,
         fsyncs,
         fsync_micros,
+        map_windows: (0, 0),
     };
     for result in results {
         phase.records += result.records;
@@ -552,6 +566,12 @@ fn print_result(
         (Some(per), None) => println!("fsyncs   : {} ({per:.1} records per fsync)", phase.fsyncs),
         (None, _) => println!("fsyncs   : 0"),
     }
+    let (ahead, inline) = phase.map_windows;
+    if ahead + inline > 0 {
+        println!(
+            "map      : {ahead} windows populated ahead by the thread, {inline} by the committer"
+        );
+    }
     println!(
         "baseline : {} msgs in {:.2} s = {baseline_msgs_per_sec:.0} msgs/s ({})",
         baseline.records,
@@ -587,6 +607,9 @@ fn print_result(
             "mode": format!("{:?}", args.mode).to_lowercase(),
             "writes": format!("{:?}", args.writes).to_lowercase(),
             "zeroed_space": args.zeroed_space,
+            "populate_ahead": args.populate_ahead,
+            "map_windows_populated_ahead": phase.map_windows.0,
+            "map_windows_populated_inline": phase.map_windows.1,
             "record_size": args.record_size,
             "body_size": body_size,
             "seconds": round(phase.elapsed.as_secs_f64(), 3),

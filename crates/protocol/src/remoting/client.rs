@@ -1,9 +1,10 @@
 //! `RemotingClient`: one TCP connection to a remoting server (name server or broker), with
 //! multiplexed request/reply, one-way sends, and server-initiated requests.
 //!
-//! The connection is served by two tasks: a reader that decodes frames and routes them, and a
-//! writer that drains a bounded queue of encoded frames onto the socket. Callers encode their
-//! command before queueing it, so an encoding error reaches the caller that caused it.
+//! The connection is served by three tasks: a reader that decodes frames and routes them, a
+//! writer that drains a bounded queue of encoded frames onto the socket, and a sweeper that
+//! fails invokes past their deadline (below). Callers encode their command before queueing
+//! it, so an encoding error reaches the caller that caused it.
 //!
 //! Invariants:
 //! - every request sent by [`RemotingClient::invoke`] gets a fresh opaque that no other pending
@@ -12,7 +13,7 @@
 //!   caller gives up (timeout or cancellation), or when the connection closes;
 //! - once the connection is closed (peer EOF, read or write error, bad frame, write timeout,
 //!   [`RemotingClient::close`] or drop), it stays closed: every pending and later invoke fails
-//!   with [`ClientError::Closed`] and both tasks end;
+//!   with [`ClientError::Closed`] and all three tasks end;
 //! - every wait is bounded: connecting by the connect timeout, invokes by their timeout (give
 //!   or take [`SWEEP_TICK`], below), queueing one-way sends and replies by
 //!   [`ClientOptions::send_timeout`], socket writes by [`ClientOptions::write_timeout`];
@@ -164,7 +165,7 @@ pub struct RemotingClient {
     local: SocketAddr,
 }
 
-/// State shared by the client handle and its two tasks.
+/// State shared by the client handle and its three tasks.
 #[derive(Debug)]
 struct Shared {
     pending: Mutex<Pending>,
@@ -514,7 +515,7 @@ impl RemotingClient {
     }
 
     /// Closes the connection: pending invokes fail with [`ClientError::Closed`], frames still
-    /// queued for writing are discarded, and both tasks end. Idempotent.
+    /// queued for writing are discarded, and all three tasks end. Idempotent.
     pub fn close(&self) {
         self.shared.close("closed by caller");
     }

@@ -26,10 +26,14 @@
 //! unmapped from this process in whole windows (`MADV_DONTNEED`: for a shared file map the
 //! dirty pages stay in the page cache, to be written back; nothing is lost). Both are hints:
 //! a failure leaves the copies correct, only slower, and is not retried for that window.
+//! With a populating thread (`super::populate_ahead`) the committer asks it for the next
+//! window whenever it enters one, and populates a window itself only when the thread has not.
 
 use std::fs::File;
+use std::sync::Arc;
 
 use super::file_map::{FileMap, MapAccess};
+use super::populate_ahead::{page_floor, Job, PopulateAhead, PopulatedMark};
 
 /// Span populated ahead of the copies, and released behind them, at a time.
 pub(super) const WINDOW_BYTES: u64 = 1 << 20;
@@ -43,12 +47,14 @@ pub(super) const COPY_MAX_BYTES: usize = 16 << 10;
 /// touched only below [`MappedSpan::room`]).
 #[derive(Debug)]
 pub(super) struct MappedSpan {
-    /// The mapping, writable, of the whole segment span.
-    map: FileMap,
+    /// The mapping, writable, of the whole segment span (shared with populating jobs).
+    map: Arc<FileMap>,
     /// Bytes from the start of the file that exist (are allocated); copies stay below it.
     room: u64,
-    /// End of the span populated ahead of the copies.
-    populated: u64,
+    /// End of the span populated ahead of the copies (by the committer or the thread).
+    populated: Arc<PopulatedMark>,
+    /// End of the span last asked of the populating thread.
+    requested: u64,
     /// Start of the span still mapped: pages below it were released.
     released: u64,
 }
@@ -57,9 +63,10 @@ impl MappedSpan {
     /// Maps `len` bytes of `file` from its start, shared and writable. Nothing is touched.
     pub(super) fn map(file: &File, len: u64) -> std::io::Result<MappedSpan> {
         Ok(MappedSpan {
-            map: FileMap::map(file, len, MapAccess::ReadWrite)?,
+            map: Arc::new(FileMap::map(file, len, MapAccess::ReadWrite)?),
             room: 0,
-            populated: 0,
+            populated: Arc::default(),
+            requested: 0,
             released: 0,
         })
     }
@@ -78,13 +85,15 @@ impl MappedSpan {
     /// Lowers the room before the file is cut to `len` bytes.
     pub(super) fn lower_room(&mut self, len: u64) {
         self.room = self.room.min(len);
-        self.populated = self.populated.min(len);
+        self.populated.lower(len);
+        self.requested = self.requested.min(len);
         self.released = self.released.min(len);
     }
 
     /// Copies `bytes` to offset `at`; `false` (nothing copied) when they do not fit the room
-    /// or are more than [`COPY_MAX_BYTES`].
-    pub(super) fn copy(&mut self, at: u64, bytes: &[u8]) -> bool {
+    /// or are more than [`COPY_MAX_BYTES`]. With `ahead`, the window after the one the copy
+    /// enters is populated by that thread.
+    pub(super) fn copy(&mut self, at: u64, bytes: &[u8], ahead: Option<&PopulateAhead>) -> bool {
         if bytes.len() > COPY_MAX_BYTES {
             return false;
         }
@@ -94,8 +103,11 @@ impl MappedSpan {
         if end > self.room {
             return false;
         }
-        if end > self.populated {
-            self.populate_from(at);
+        if end > self.populated.get() {
+            self.populate_from(at, ahead);
+        }
+        if let Some(ahead) = ahead {
+            self.keep_a_window_ahead(end, ahead);
         }
         // SAFETY: `at + bytes.len() <= room <= len`, so the destination lies inside the
         // mapping, and below the file's length, which only shrinks after `lower_room` (same
@@ -112,13 +124,44 @@ impl MappedSpan {
         true
     }
 
-    /// Populates the window from the page holding `at` (within the room).
-    fn populate_from(&mut self, at: u64) {
-        let from = at - at % page_size();
+    /// Populates the window from the page holding `at` (within the room) on the committer's
+    /// thread, counted by `ahead` (when there is a populating thread) as one it did not reach.
+    fn populate_from(&mut self, at: u64, ahead: Option<&PopulateAhead>) {
+        let from = page_floor(at);
         let to = (from + WINDOW_BYTES).min(self.room);
         // Marked done whatever the outcome: a failed hint is not retried per copy.
-        self.populated = to;
-        self.advise(from, to, populate_advice());
+        self.populated.raise(to);
+        advise(&self.map, from, to, populate_advice());
+        if let Some(ahead) = ahead {
+            ahead.note_inline();
+        }
+    }
+
+    /// Asks the populating thread for the next window once the copies reach `end`, less
+    /// than a window before the end of what is populated or asked for already.
+    fn keep_a_window_ahead(&mut self, end: u64, ahead: &PopulateAhead) {
+        let from = page_floor(self.populated.get().max(self.requested));
+        if end.saturating_add(WINDOW_BYTES) <= from {
+            return;
+        }
+        let to = from.saturating_add(WINDOW_BYTES).min(self.room);
+        if to <= from {
+            return;
+        }
+        self.requested = to;
+        ahead.request(Job {
+            map: self.map.clone(),
+            from,
+            to,
+            mark: self.populated.clone(),
+        });
+    }
+
+    /// Turns off readahead on faults of the map (tests that watch which pages a populate
+    /// brought into the page cache).
+    #[cfg(test)]
+    pub(super) fn without_readahead(&self) {
+        advise(&self.map, 0, self.map.len() as u64, libc::MADV_RANDOM);
     }
 
     /// Releases the whole windows below the page holding `at` (no copy goes there again).
@@ -127,45 +170,48 @@ impl MappedSpan {
         if below > self.released {
             let from = self.released;
             self.released = below;
-            self.advise(from, below, libc::MADV_DONTNEED);
-        }
-    }
-
-    /// `madvise(advice)` over `[from, to)` of the map (page-aligned `from`); a failure is
-    /// logged at debug level and otherwise ignored (see the module docs).
-    fn advise(&self, from: u64, to: u64, advice: libc::c_int) {
-        if to <= from || advice < 0 {
-            return;
-        }
-        // SAFETY: `[from, to)` lies inside the mapping (`to <= room <= len`), `from` is
-        // page-aligned; populating pages below the file's length, or dropping this process's
-        // page-table entries of a shared file map, changes no byte any Rust value refers to.
-        let rc = unsafe {
-            libc::madvise(
-                self.map.base().as_ptr().add(from as usize).cast(),
-                (to - from) as usize,
-                advice,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!(
-                error = %std::io::Error::last_os_error(),
-                advice,
-                "madvise on the CommitLog map failed"
-            );
+            advise(&self.map, from, below, libc::MADV_DONTNEED);
         }
     }
 }
 
+/// `madvise(advice)` over `[from, to)` of `map` (page-aligned `from`); a failure is logged at
+/// debug level and otherwise ignored (see the module docs). A range not inside the mapping is
+/// skipped.
+pub(super) fn advise(map: &FileMap, from: u64, to: u64, advice: libc::c_int) {
+    if to <= from || advice < 0 || to > map.len() as u64 {
+        return;
+    }
+    // SAFETY: `[from, to)` lies inside the mapping (checked above), `from` is page-aligned.
+    // Populating pages, or dropping this process's page-table entries of a shared file map,
+    // changes no byte any Rust value refers to; a page past the file's end makes
+    // `MADV_POPULATE_WRITE` fail with EFAULT rather than raise SIGBUS (`super::populate_ahead`
+    // invariant 1), and `MADV_DONTNEED` there drops nothing.
+    let rc = unsafe {
+        libc::madvise(
+            map.base().as_ptr().add(from as usize).cast(),
+            (to - from) as usize,
+            advice,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            advice,
+            "madvise on the CommitLog map failed"
+        );
+    }
+}
+
 /// The system's page size.
-fn page_size() -> u64 {
+pub(super) fn page_size() -> u64 {
     // SAFETY: `sysconf` reads a constant of the system and touches no memory of ours.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
 }
 
 /// `MADV_POPULATE_WRITE` where the platform has it, else no advice (-1).
-fn populate_advice() -> libc::c_int {
+pub(super) fn populate_advice() -> libc::c_int {
     #[cfg(target_os = "linux")]
     {
         libc::MADV_POPULATE_WRITE
@@ -186,21 +232,30 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = super::super::file_map::scratch_file(dir.path());
         let mut span = MappedSpan::map(&file, 1 << 20).expect("map");
-        assert!(!span.copy(0, b"abc"), "no room before the file has space");
+        assert!(
+            !span.copy(0, b"abc", None),
+            "no room before the file has space"
+        );
         file.set_len(8192).expect("extend");
         span.set_room(8192);
-        assert!(span.copy(4090, b"across a page"));
-        assert!(!span.copy(8190, b"past"), "must not reach past the room");
+        assert!(span.copy(4090, b"across a page", None));
+        assert!(
+            !span.copy(8190, b"past", None),
+            "must not reach past the room"
+        );
         let mut read = [0u8; 13];
         file.read_exact_at(&mut read, 4090).expect("read back");
         assert_eq!(&read, b"across a page", "the file sees the copy");
         span.lower_room(4096);
-        assert!(!span.copy(4095, b"xy"));
+        assert!(!span.copy(4095, b"xy", None));
         span.set_room(u64::MAX);
         assert_eq!(span.room(), 1 << 20, "never past the mapping");
         file.set_len(1 << 20).expect("extend");
         let large = vec![7u8; COPY_MAX_BYTES + 1];
-        assert!(!span.copy(0, &large), "large commits are left to pwrite");
-        assert!(span.copy(0, &large[..COPY_MAX_BYTES]));
+        assert!(
+            !span.copy(0, &large, None),
+            "large commits are left to pwrite"
+        );
+        assert!(span.copy(0, &large[..COPY_MAX_BYTES], None));
     }
 }

@@ -12,6 +12,7 @@
 mod file_map;
 mod mapping;
 pub mod next_segment;
+pub mod populate_ahead;
 pub mod preallocation;
 mod read_map;
 pub mod region;

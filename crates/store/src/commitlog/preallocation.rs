@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::next_segment::NextSegment;
+use super::populate_ahead::PopulateAhead;
 use super::{CommitLog, Segment};
 use crate::error::FileError;
 
@@ -182,6 +183,8 @@ pub struct Preallocator {
     covered_to: AtomicU64,
     /// Mapped writes: the next segment's file, prepared ahead of the roll.
     next: Option<NextSegment>,
+    /// Mapped writes: the map's next window, populated ahead of the copies.
+    populate: Option<PopulateAhead>,
     /// The segment start whose preparation the committer last asked for.
     next_requested: AtomicU64,
 }
@@ -209,16 +212,20 @@ impl Preallocator {
             covered_from: AtomicU64::new(0),
             covered_to: AtomicU64::new(0),
             next: None,
+            populate: None,
             next_requested: AtomicU64::new(0),
         }
     }
 
     /// A preallocator for mapped writes (ASYNC_FLUSH): every commit past the file's length
-    /// extends it, and the segment's map is given the space (invariant 4).
-    pub fn for_mapped_writes(root: &Path) -> Preallocator {
+    /// extends it, and the segment's map is given the space (invariant 4). With
+    /// `populate_ahead` a thread populates the map ahead of the copies
+    /// (`super::populate_ahead`).
+    pub fn for_mapped_writes(root: &Path, populate_ahead: bool) -> Preallocator {
         Preallocator {
             mapped: true,
             next: Some(NextSegment::new(root)),
+            populate: populate_ahead.then(PopulateAhead::new),
             ..Preallocator::new(root)
         }
     }
@@ -235,6 +242,11 @@ impl Preallocator {
     /// Mapped writes: the next segment's file, prepared ahead of the roll.
     pub fn next_segment(&self) -> Option<&NextSegment> {
         self.next.as_ref()
+    }
+
+    /// Mapped writes with a populating thread: its queue.
+    pub fn populate_ahead(&self) -> Option<&PopulateAhead> {
+        self.populate.as_ref()
     }
 
     /// Counts a failure to prepare the next segment (`next_segment` invariant 3).

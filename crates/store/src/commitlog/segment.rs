@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 use super::mapping::MappedSpan;
+use super::populate_ahead::PopulateAhead;
 use super::read_map::ReadMap;
 use crate::error::FileError;
 use crate::fsutil;
@@ -353,9 +354,12 @@ impl Segment {
 
     /// Copies `bytes` to `pos` through the map; `false` (nothing done) when there is no map
     /// or they do not fit its room, and the caller writes them with [`Segment::write_all_at`].
-    pub fn copy_mapped(&self, pos: u64, bytes: &[u8]) -> bool {
+    /// `ahead`: the store's populating thread (`super::populate_ahead`), if it has one.
+    pub fn copy_mapped(&self, pos: u64, bytes: &[u8], ahead: Option<&PopulateAhead>) -> bool {
         let mut mapped = self.mapped.lock().expect("segment map lock");
-        mapped.as_mut().is_some_and(|span| span.copy(pos, bytes))
+        mapped
+            .as_mut()
+            .is_some_and(|span| span.copy(pos, bytes, ahead))
     }
 
     /// `fdatasync`: the written bytes (and the length they imply) are durable when it returns,

@@ -340,7 +340,8 @@ pub fn commit_chunks(log: &CommitLog, chunks: &[TailChunk]) -> Result<(), FileEr
                 crate::faults::disk_full(),
             ));
         }
-        if !segment.copy_mapped(at, &chunk.bytes) {
+        let ahead = log.preallocator().and_then(|p| p.populate_ahead());
+        if !segment.copy_mapped(at, &chunk.bytes, ahead) {
             segment.write_all_at(at, &chunk.bytes)?;
         }
         if let Some(preallocator) = log.preallocator().filter(|_| chunk.ends_segment) {

@@ -62,11 +62,18 @@ pub struct RetentionReport {
 }
 
 impl Inner {
-    /// Stops the thread preparing the next segment's file (`commitlog::next_segment`), so
-    /// a close or an abandon can join it.
+    /// Stops the threads working ahead of the commits, on the next segment's file
+    /// (`commitlog::next_segment`) and on the map's next window (`commitlog::populate_ahead`),
+    /// so a close or an abandon can join them.
     pub(crate) fn stop_preparing_segments(&self) {
-        if let Some(next) = self.log.preallocator().and_then(|p| p.next_segment()) {
+        let Some(space) = self.log.preallocator() else {
+            return;
+        };
+        if let Some(next) = space.next_segment() {
             next.close();
+        }
+        if let Some(populate) = space.populate_ahead() {
+            populate.close();
         }
     }
 

@@ -166,6 +166,12 @@ pub struct StoreStats {
     /// Preallocations of CommitLog space that failed since open; the commits went on as
     /// plain appends (see [`crate::commitlog::preallocation`]).
     pub preallocation_failures: u64,
+    /// Mapped writes: windows of the committer's map populated ahead of the copies by the
+    /// populating thread since open (`commitlog::populate_ahead`).
+    pub map_windows_populated_ahead: u64,
+    /// Mapped writes: windows the committer populated itself (with a populating thread: the
+    /// first of each segment's map, and any the thread had not reached).
+    pub map_windows_populated_inline: u64,
 }
 
 /// How long dispatch passes must keep failing before the store calls dispatch stalled and
@@ -507,6 +513,11 @@ impl MessageStore {
                 derived.quarantine.undispatchable_found(),
             )
         };
+        let populated = inner
+            .log
+            .preallocator()
+            .and_then(|p| p.populate_ahead())
+            .map_or((0, 0), |ahead| ahead.windows());
         StoreStats {
             log_min_offset: inner.log.min_offset(),
             written_end: inner.log.appended_end(),
@@ -526,6 +537,8 @@ impl MessageStore {
             last_checkpoint_failure: inner.checkpoint_health.last_failure(),
             undispatchable_records,
             preallocation_failures: inner.log.preallocator().map_or(0, |p| p.failures()),
+            map_windows_populated_ahead: populated.0,
+            map_windows_populated_inline: populated.1,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The store's background threads: flusher, dispatcher, checkpointer.
+//! The store's background threads: flusher, dispatcher, checkpointer, and those working
+//! ahead of the commits (next segment, map population, zeros).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -77,6 +78,18 @@ pub(super) fn start(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
     {
         let inner = inner.clone();
         threads.push(spawn("ferromq-next-seg", move || prepare_loop(&inner)));
+    }
+    if inner
+        .log
+        .preallocator()
+        .is_some_and(|p| p.populate_ahead().is_some())
+    {
+        let inner = inner.clone();
+        threads.push(spawn("ferromq-populate", move || {
+            if let Some(populate) = inner.log.preallocator().and_then(|p| p.populate_ahead()) {
+                populate.run();
+            }
+        }));
     }
     if inner.log.preallocator().is_some_and(|p| p.zeroes()) {
         let inner = inner.clone();
