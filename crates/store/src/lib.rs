@@ -55,9 +55,9 @@ pub use error::{AppendError, DurabilityError, OpenError, ReadError, TruncateErro
 pub use quarantine::{QuarantineKind, QuarantineSnapshot, QuarantinedRange};
 pub use recovery::{LogCut, RecoveryReport};
 pub use store::{
-    judge_prefix, AckTicket, CommitOutcome, GetResult, GetStatus, LogSample, MessageStore,
-    OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError, ReplicaReadError,
-    ReplicationChunk, RetentionReport, Sendable, StoreError, StoreStats, Stored, StoredMessage,
-    StoredRegion, TagFilter, TimeBoundary, TruncateReport, DISPATCH_HOLD_BYTES_MAX,
+    judge_prefix, AckTicket, CommitOutcome, CommitWatch, GetResult, GetStatus, LogSample,
+    MessageStore, OffsetEvent, OffsetView, PrefixCheck, PutReceipt, ReplicaAppendError,
+    ReplicaReadError, ReplicationChunk, RetentionReport, Sendable, StoreError, StoreStats, Stored,
+    StoredMessage, StoredRegion, TagFilter, TimeBoundary, TruncateReport, DISPATCH_HOLD_BYTES_MAX,
     LOG_SAMPLES_MAX, ZERO_COPY_SEND_BYTES_MIN,
 };

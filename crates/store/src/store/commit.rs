@@ -13,8 +13,8 @@
 //! waits for it on the commit lock and commits only if it did not cover its end.
 //!
 //! The async form ([`Inner::written`]) never blocks on the lock: it tries it, and when a
-//! commit (or truncation) holds it, it waits for that holder to release it on `commits_done`,
-//! a watch bumped after every release, then looks again. So a stalled `pwrite` held by another
+//! commit (or truncation) holds it, it waits for that holder to release it on
+//! `commit_releases`, signalled after every release while anyone watches, then looks again. So a stalled `pwrite` held by another
 //! thread leaves the waiting task parked, its worker free, and its wait bounded by the
 //! caller's timeout. The blocking form waits on the lock itself (blocking callers only).
 //!
@@ -29,16 +29,15 @@
 
 use std::sync::{MutexGuard, TryLockError};
 
-use tokio::sync::watch;
-
+use super::commit_releases::CommitReleases;
 use super::Inner;
 use crate::config::FlushDiskType;
 use crate::error::{AppendError, DurabilityError, FileError};
 
-/// The commit lock, held; releasing it bumps `commits_done` so async waiters look again.
+/// The commit lock, held; releasing it signals `commit_releases` so async waiters look again.
 pub(crate) struct CommitSerial<'a> {
     guard: Option<MutexGuard<'a, ()>>,
-    done: &'a watch::Sender<u64>,
+    releases: &'a CommitReleases,
 }
 
 /// How many times an AsyncFlush waiter gives way to the running commit before it parks.
@@ -46,10 +45,10 @@ const WRITTEN_YIELDS_MAX: usize = 4;
 
 impl Drop for CommitSerial<'_> {
     fn drop(&mut self) {
-        // Release first: a waiter woken by the bump must find the lock free.
+        // Release first: a waiter woken by the signal must find the lock free
+        // (`commit_releases` invariant).
         drop(self.guard.take());
-        self.done
-            .send_modify(|count| *count = count.wrapping_add(1));
+        self.releases.released();
     }
 }
 
@@ -73,7 +72,7 @@ impl Inner {
     fn serial<'a>(&'a self, guard: MutexGuard<'a, ()>) -> CommitSerial<'a> {
         CommitSerial {
             guard: Some(guard),
-            done: &self.commits_done,
+            releases: &self.commit_releases,
         }
     }
 
@@ -179,7 +178,7 @@ impl Inner {
     /// epoch `epoch`, is in the files, by the rules of [`Inner::wait_written`]. When the
     /// commit lock is free the waiter commits the pending tail itself (one bounded `pwrite`,
     /// shared with every appender pending); when a commit or truncation holds it, the task
-    /// waits on `commits_done` for its release instead of blocking its worker. Unbounded:
+    /// waits on `commit_releases` for its release instead of blocking its worker. Unbounded:
     /// the caller adds the timeout.
     ///
     /// # Cancel safety
@@ -207,13 +206,14 @@ impl Inner {
                 return self.written_outcome(end, epoch);
             }
         }
-        let mut released = self.commits_done.subscribe();
+        // Counted as a watcher before the looks below (`commit_releases` invariant).
+        let mut released = self.commit_releases.watch();
         loop {
             if self.written_at_once(end, epoch) {
                 return Ok(());
             }
             // Marked seen before the try: a release after it wakes the wait below.
-            released.borrow_and_update();
+            released.mark_seen();
             if let Some(serial) = self.try_lock_commits() {
                 self.commit_for(end, serial);
                 return self.written_outcome(end, epoch);

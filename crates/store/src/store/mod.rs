@@ -25,6 +25,8 @@
 
 mod checkpoint_health;
 mod commit;
+mod commit_releases;
+pub use commit_releases::CommitWatch;
 mod committed;
 mod epochs_api;
 mod fences_api;
@@ -265,9 +267,9 @@ pub(crate) struct Inner {
     pub checkpoint_lock: Mutex<()>,
     /// Serialises tail commits (taken through `lock_commits`, see `commit`).
     pub commit_lock: Mutex<()>,
-    /// Bumped after every release of `commit_lock`: async waiters wait on it instead of
-    /// blocking on the lock (see `commit`).
-    pub commits_done: watch::Sender<u64>,
+    /// Signalled after every release of `commit_lock` while anyone watches: async waiters
+    /// wait on it instead of blocking on the lock (see `commit`, `commit_releases`).
+    pub commit_releases: commit_releases::CommitReleases,
     /// Committed chunks for the dispatcher, and spare buffers for the appender.
     pub committed: committed::CommittedChunks,
     pub closed: AtomicBool,
@@ -345,7 +347,7 @@ impl MessageStore {
             checkpoint_position: AtomicU64::new(position),
             checkpoint_lock: Mutex::new(()),
             commit_lock: Mutex::new(()),
-            commits_done: watch::Sender::new(0),
+            commit_releases: Default::default(),
             committed: Default::default(),
             closed: AtomicBool::new(false),
             records_appended: AtomicU64::new(0),

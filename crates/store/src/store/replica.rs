@@ -27,8 +27,8 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use ferromq_protocol::message::record::sealed_crc;
 use ferromq_protocol::{peek_magic, peek_total_size, RecordView, BLANK_MAGIC};
-use tokio::sync::watch;
 
+use super::commit_releases::CommitWatch;
 use super::{AckTicket, MessageStore};
 use crate::commitlog::writer::VerbatimRecord;
 use crate::commitlog::BLANK_LEN;
@@ -219,10 +219,11 @@ impl MessageStore {
         }
     }
 
-    /// A watch bumped after every tail commit (and truncation): the committed end may have
-    /// moved. A master's streams wait on it.
-    pub fn subscribe_commits(&self) -> watch::Receiver<u64> {
-        self.inner.commits_done.subscribe()
+    /// A watcher woken after every tail commit (and truncation) from now on: the committed
+    /// end may have moved. A master's streams wait on it; while it lives, every release of
+    /// the commit lock signals it (`commit_releases`).
+    pub fn subscribe_commits(&self) -> CommitWatch {
+        self.inner.commit_releases.watch()
     }
 
     /// Caps dispatch at `bound` (`None`: no cap beyond the local flush policy). The
