@@ -501,6 +501,10 @@ fn retention_deletes_old_segments_raises_min_offsets_and_keeps_offsets() {
     }
     let report = store.delete_expired_segments().unwrap();
     assert!(!report.segments_deleted.is_empty());
+    // An fsynced put is indexed by the dispatcher a moment later (it failed once under a
+    // loaded machine with the last records not yet dispatched).
+    let end = store.stats().written_end;
+    assert_eq!(store.wait_dispatched(end, Duration::from_secs(10)), end);
     let (min, max) = store.queue_bounds("T", 0).unwrap();
     assert!(min > 0 && max == 160, "bounds ({min}, {max})");
     let old = store

@@ -187,40 +187,45 @@ impl Inner {
     pub(crate) async fn written(&self, end: u64, epoch: u64) -> Result<(), DurabilityError> {
         // The common cases first, without a subscription: already written, or the commit lock
         // is free and this waiter writes the tail itself.
-        if self.written_at_once(end, epoch) {
-            return Ok(());
-        }
-        if let Some(serial) = self.try_lock_commits() {
-            self.commit_for(end, serial);
-            return self.written_outcome(end, epoch);
+        if let Some(outcome) = self.written_without_waiting(end, epoch) {
+            return outcome;
         }
         // The running commit is one `pwrite` long: give way a few times before parking on the
         // release signal (parking and waking costs more than the write).
         for _ in 0..WRITTEN_YIELDS_MAX {
             tokio::task::yield_now().await;
-            if self.written_at_once(end, epoch) {
-                return Ok(());
-            }
-            if let Some(serial) = self.try_lock_commits() {
-                self.commit_for(end, serial);
-                return self.written_outcome(end, epoch);
+            if let Some(outcome) = self.written_without_waiting(end, epoch) {
+                return outcome;
             }
         }
         // Counted as a watcher before the looks below (`commit_releases` invariant).
         let mut released = self.commit_releases.watch();
         loop {
-            if self.written_at_once(end, epoch) {
-                return Ok(());
-            }
-            // Marked seen before the try: a release after it wakes the wait below.
+            // Marked seen before the looks: a release after them wakes the wait below.
             released.mark_seen();
-            if let Some(serial) = self.try_lock_commits() {
-                self.commit_for(end, serial);
-                return self.written_outcome(end, epoch);
+            if let Some(outcome) = self.written_without_waiting(end, epoch) {
+                return outcome;
             }
             // The sender lives in `self`, so `changed` cannot fail while we borrow it.
             let _ = released.changed().await;
         }
+    }
+
+    /// `AsyncFlush`: the outcome for the record ending at `end` (appended at truncation epoch
+    /// `epoch`) when it needs no wait: already written, or the commit lock free and this caller
+    /// commits the pending tail itself (bounded work). `None` while a commit or truncation
+    /// holds the lock.
+    pub(crate) fn written_without_waiting(
+        &self,
+        end: u64,
+        epoch: u64,
+    ) -> Option<Result<(), DurabilityError>> {
+        if self.written_at_once(end, epoch) {
+            return Some(Ok(()));
+        }
+        let serial = self.try_lock_commits()?;
+        self.commit_for(end, serial);
+        Some(self.written_outcome(end, epoch))
     }
 
     /// Commits the tail unless the commit that held the lock before `serial` already

@@ -474,12 +474,21 @@ impl MessageStore {
     /// has completed (no lock is held across an await).
     pub async fn acknowledged(&self, ticket: AckTicket) -> Result<(), DurabilityError> {
         let AckTicket { end, epoch } = ticket;
-        if self.inner.config.flush_disk_type == FlushDiskType::SyncFlush
-            && self.inner.flush.flushed_end() >= end
-            && self.inner.flush.epoch() == epoch
-        {
-            // Already durable (a group commit covered it): no wait to bound.
-            return Ok(());
+        // No wait to bound (and no clock read for a deadline): already durable under
+        // `SyncFlush` (a group commit covered it); under `AsyncFlush` already written, or
+        // written now by this caller (`Inner::written_without_waiting`).
+        match self.inner.config.flush_disk_type {
+            FlushDiskType::SyncFlush
+                if self.inner.flush.flushed_end() >= end && self.inner.flush.epoch() == epoch =>
+            {
+                return Ok(());
+            }
+            FlushDiskType::SyncFlush => {}
+            FlushDiskType::AsyncFlush => {
+                if let Some(outcome) = self.inner.written_without_waiting(end, epoch) {
+                    return outcome;
+                }
+            }
         }
         let timeout = Duration::from_millis(self.inner.config.sync_flush_timeout_ms);
         let waited = match self.inner.config.flush_disk_type {
