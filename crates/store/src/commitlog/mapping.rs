@@ -20,7 +20,8 @@
 //!
 //! Page-table upkeep, in windows of [`WINDOW_BYTES`]: a fault per fresh page (an exception,
 //! a readahead that zero-fills the unwritten block, a `page_mkwrite`) costs more than the
-//! copy, so the window ahead of the copies is populated by one `madvise(MADV_POPULATE_WRITE)`;
+//! copy, so the window ahead of the copies is populated by `madvise(MADV_POPULATE_WRITE)`, in
+//! steps of [`POPULATE_STEP_BYTES`] (one call per window held a CPU for milliseconds);
 //! and every page left mapped is one the flusher's `fdatasync` must write-protect again, with
 //! a TLB shootdown (an inter-processor interrupt) per page, so the pages behind the copies are
 //! unmapped from this process in whole windows (`MADV_DONTNEED`: for a shared file map the
@@ -37,6 +38,14 @@ use super::populate_ahead::{page_floor, Job, PopulateAhead, PopulatedMark};
 
 /// Span populated ahead of the copies, and released behind them, at a time.
 pub(super) const WINDOW_BYTES: u64 = 1 << 20;
+/// Most bytes one `madvise(MADV_POPULATE_WRITE)` covers: a window is populated in steps of
+/// this size ([`populate_in_steps`]). A populate runs in the kernel with no point where the
+/// scheduler takes the CPU back (a kernel built without preemption, as this project's VMs
+/// run), so one call for a whole window held its CPU for about 20 ms where fresh pages came
+/// slowly (after a few GB had gone through the page cache), and the dispatcher and the
+/// consumers runnable on that CPU waited for it: e2e delivery p999 of 10-20 ms. Between
+/// steps the populating thread yields its CPU to a waiting thread (session 27).
+pub(super) const POPULATE_STEP_BYTES: u64 = 64 << 10;
 /// Largest chunk copied through the map; larger ones are written with `pwrite`. The map
 /// saves a system call per commit, which matters for small commits; a large commit covers
 /// whole pages, which `pwrite` fills without zeroing them first, while a populated page of
@@ -62,8 +71,15 @@ pub(super) struct MappedSpan {
 impl MappedSpan {
     /// Maps `len` bytes of `file` from its start, shared and writable. Nothing is touched.
     pub(super) fn map(file: &File, len: u64) -> std::io::Result<MappedSpan> {
+        let map = FileMap::map(file, len, MapAccess::ReadWrite)?;
+        // No readahead on this map's faults: a populate then fills exactly the pages it is
+        // asked for, 4 KiB each. With readahead each fault zero-filled large folios past the
+        // window, and one 64 KiB step kept its CPU for about 18 ms after a few GB had gone
+        // through the page cache (scheduler traces, session 27); e2e delivery p999 went from
+        // 14-21 ms to 3-5 ms without it (docs/performance.md).
+        advise(&map, 0, len, libc::MADV_RANDOM);
         Ok(MappedSpan {
-            map: Arc::new(FileMap::map(file, len, MapAccess::ReadWrite)?),
+            map: Arc::new(map),
             room: 0,
             populated: Arc::default(),
             requested: 0,
@@ -131,7 +147,7 @@ impl MappedSpan {
         let to = (from + WINDOW_BYTES).min(self.room);
         // Marked done whatever the outcome: a failed hint is not retried per copy.
         self.populated.raise(to);
-        advise(&self.map, from, to, populate_advice());
+        populate_in_steps(&self.map, from, to, |_| {});
         if let Some(ahead) = ahead {
             ahead.note_inline();
         }
@@ -200,6 +216,19 @@ pub(super) fn advise(map: &FileMap, from: u64, to: u64, advice: libc::c_int) {
             advice,
             "madvise on the CommitLog map failed"
         );
+    }
+}
+
+/// Populates `[from, to)` of `map` (page-aligned `from`) for writing, one
+/// [`POPULATE_STEP_BYTES`] step per `madvise`, and tells `step_done` the end of each step as
+/// it completes. Failures are ignored as in [`advise`].
+pub(super) fn populate_in_steps(map: &FileMap, from: u64, to: u64, mut step_done: impl FnMut(u64)) {
+    let mut at = from;
+    while at < to {
+        let end = at.saturating_add(POPULATE_STEP_BYTES).min(to);
+        advise(map, at, end, populate_advice());
+        step_done(end);
+        at = end;
     }
 }
 
